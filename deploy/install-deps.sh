@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs, from Debian's packages, everything sluice needs to build, run and
+# test.  Idempotent: does nothing when every package is already present.
+# Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config
+  libuv1-dev libmsgpack-dev libsodium-dev libinih-dev libcmocka-dev
+  redis-server redis-tools python3 python3-redis
+  clang clang-format clang-tidy cppcheck libclang-rt-14-dev
+  valgrind gnuplot-nox iproute2 procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+# Node.js (for the ioredis client test) may come from elsewhere than Debian;
+# Debian's packages are used only when no node is on PATH.
+if ! command -v node >/dev/null 2>&1; then
+  for p in nodejs npm; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update
+$SUDO apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,73 @@
+/*
+ * limiter: the daemon's decision engine, the one object the command layer
+ * talks to.  It owns the key table and every key's algorithm state; all of it
+ * is touched only from the event-loop thread, so each call is atomic with
+ * respect to every other command (no locks).
+ *
+ * Time is injected: every call takes now_ns, a monotonic nanosecond clock
+ * value supplied by the caller (uv_hrtime() in the daemon, a fake clock in
+ * tests).  now_ns must not go backwards between calls on one limiter; if it
+ * does, the limiter treats it as "no time has passed".
+ *
+ * Ownership: the limiter copies keys it keeps; callers own the buffers they
+ * pass in.  Results are written to caller-owned structs.
+ */
+#ifndef SLUICE_LIMITER_H
+#define SLUICE_LIMITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What happens when a new key arrives and the table holds max_keys keys that
+ * are all still limited (drained keys are always reclaimed first). */
+enum limiter_overflow {
+    LIMITER_OVERFLOW_EVICT = 0, /* evict a sampled key closest to drained (default) */
+    LIMITER_OVERFLOW_DENY = 1,  /* refuse the request (fail closed) */
+    LIMITER_OVERFLOW_ALLOW = 2, /* allow without keeping state (fail open) */
+};
+
+struct limiter_config {
+    size_t max_keys;                /* 0 = default (see limiter.c) */
+    enum limiter_overflow overflow; /* policy when full */
+};
+
+/* CL.THROTTLE's answer, in redis-cell's units (seconds, rounded up). */
+struct limiter_throttle_result {
+    int limited;           /* 0 allowed, 1 limited */
+    int64_t limit;         /* max_burst + 1 */
+    int64_t remaining;     /* units still available right now */
+    int64_t retry_after_s; /* -1 when allowed or when quantity can never fit */
+    int64_t reset_after_s; /* seconds until the key is back to full */
+};
+
+struct limiter_stats {
+    uint64_t keys;            /* keys currently held */
+    uint64_t reclaimed;       /* drained keys freed */
+    uint64_t evicted;         /* limited keys evicted by the overflow policy */
+    uint64_t overflow_denied; /* requests denied by the overflow policy */
+    uint64_t overflow_allowed; /* requests allowed statelessly by the overflow policy */
+    uint64_t decisions;       /* throttle calls answered */
+    uint64_t limited;         /* of which limited */
+};
+
+struct limiter;
+
+/* Creates a limiter.  cfg may be NULL for defaults.  Fails with -SLUICE_ENOMEM. */
+int limiter_create(struct limiter **out, const struct limiter_config *cfg);
+void limiter_destroy(struct limiter *lim);
+
+/*
+ * CL.THROTTLE key max_burst count period quantity: GCRA, byte-for-byte the
+ * answer redis-cell gives.  period is in seconds.  quantity 0 peeks.
+ * Fails (and changes nothing) with -SLUICE_EINVAL for a negative burst or
+ * quantity or a count/period that is not positive, -SLUICE_ERANGE for
+ * arguments whose nanosecond arithmetic would overflow, and -SLUICE_ENOMEM.
+ * The overflow policy's outcomes are answers (limited or allowed), not errors.
+ */
+int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
+                     int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
+                     struct limiter_throttle_result *out);
+
+void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out);
+
+#endif

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds sluice and runs every test: the command the README gives and CI runs.
+#
+#   1. installs missing Debian packages (deploy/install-deps.sh)
+#   2. checks formatting (clang-format, .clang-format) and runs cppcheck
+#   3. builds with -Werror into build/ and runs the whole ctest suite
+#   4. builds with AddressSanitizer + UndefinedBehaviorSanitizer into
+#      build-asan/ and runs the suite again
+#
+# Environment: SLUICE_SEED replays randomized tests; SKIP_ASAN=1 skips step 4;
+# JOBS sets build parallelism (default: number of cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+JOBS=${JOBS:-$(nproc)}
+
+bash deploy/install-deps.sh
+
+echo "== format check"
+mapfile -t SOURCES < <(git ls-files '*.c' '*.h' 2>/dev/null || find node libgossip include tests -name '*.[ch]')
+if [ ${#SOURCES[@]} -gt 0 ]; then
+  clang-format --dry-run -Werror "${SOURCES[@]}"
+fi
+
+echo "== cppcheck"
+cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
+  --inline-suppr --suppress=missingIncludeSystem -I include -I node -I libgossip \
+  node libgossip
+
+run_suite() {
+  local dir=$1; shift
+  cmake -S "$ROOT" -B "$dir" -DSLUICE_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j "$JOBS"
+  (cd "$dir" && ctest --output-on-failure -j "$JOBS")
+}
+
+echo "== build and test (release, -Werror)"
+run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+if [ "${SKIP_ASAN:-0}" != "1" ]; then
+  echo "== build and test (AddressSanitizer + UndefinedBehaviorSanitizer)"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON
+fi
+echo "== all tests passed"
