@@ -31,7 +31,10 @@ struct limiter_config {
     enum limiter_overflow overflow; /* policy when full */
 };
 
-/* CL.THROTTLE's answer, in redis-cell's units (seconds, rounded up). */
+/* CL.THROTTLE's answer, in redis-cell's units (seconds, rounded up).  When
+ * the table is full and the DENY policy refuses a new key, the answer is
+ * limited=1, remaining=0, retry_after_s = one emission interval (rounded up)
+ * and reset_after_s as for a fresh key. */
 struct limiter_throttle_result {
     int limited;           /* 0 allowed, 1 limited */
     int64_t limit;         /* max_burst + 1 */
@@ -41,13 +44,13 @@ struct limiter_throttle_result {
 };
 
 struct limiter_stats {
-    uint64_t keys;            /* keys currently held */
-    uint64_t reclaimed;       /* drained keys freed */
-    uint64_t evicted;         /* limited keys evicted by the overflow policy */
-    uint64_t overflow_denied; /* requests denied by the overflow policy */
+    uint64_t keys;             /* keys currently held */
+    uint64_t reclaimed;        /* drained keys freed */
+    uint64_t evicted;          /* limited keys evicted by the overflow policy */
+    uint64_t overflow_denied;  /* requests denied by the overflow policy */
     uint64_t overflow_allowed; /* requests allowed statelessly by the overflow policy */
-    uint64_t decisions;       /* throttle calls answered */
-    uint64_t limited;         /* of which limited */
+    uint64_t decisions;        /* throttle calls answered */
+    uint64_t limited;          /* of which limited */
 };
 
 struct limiter;
@@ -67,6 +70,16 @@ void limiter_destroy(struct limiter *lim);
 int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
                      int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
                      struct limiter_throttle_result *out);
+
+/*
+ * Frees keys that have drained without being touched again: visits `budget`
+ * buckets of the key table (about one key each) from a rotating cursor.
+ * Each throttle call already does one bucket; the daemon should also call
+ * this from a periodic timer (e.g. 1024 buckets every 100 ms) so memory
+ * follows the number of keys being limited even when traffic stops.
+ * Returns the number of keys freed; never fails.
+ */
+size_t limiter_maintain(struct limiter *lim, int64_t now_ns, size_t budget);
 
 void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out);
 

@@ -1,0 +1,404 @@
+/*
+ * table: chained hash table of owner-sized entries, with drained-key reclaim,
+ * a max_keys bound and a Redis-style reverse-binary scan cursor.  Design and
+ * memory figures are in table.h.
+ *
+ * Why chaining rather than open addressing: the chain link costs 8 bytes per
+ * entry but the bucket array then needs only one pointer per key at load 1
+ * (open addressing needs ~2 slots per key to stay fast), entries never move
+ * on delete, and the reverse-binary scan cursor keeps its guarantee across
+ * resizes, which linear probing with backward-shift deletion cannot give.
+ */
+#include "table.h"
+
+#include "sluice/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#define TABLE_MIN_BUCKETS 16u
+#define SAMPLE_ENTRIES    16u /* entries examined when full */
+#define SAMPLE_BUCKETS    64u /* bound on buckets walked for that sample */
+
+struct table {
+    struct table_entry **buckets;
+    uint64_t mask; /* nbuckets - 1 */
+    size_t count;  /* entries */
+    uint64_t reclaim_cursor;
+    uint64_t rng;    /* splitmix state for eviction sampling */
+    uint64_t k0, k1; /* SipHash key */
+    struct table_config cfg;
+    uint64_t reclaimed, evicted, full;
+};
+
+/* ---- SipHash-1-3 (keyed, so bucket positions are not predictable) ---- */
+
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                   \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = ROTL(v1, 13);                                                                         \
+        v1 ^= v0;                                                                                  \
+        v0 = ROTL(v0, 32);                                                                         \
+        v2 += v3;                                                                                  \
+        v3 = ROTL(v3, 16);                                                                         \
+        v3 ^= v2;                                                                                  \
+        v0 += v3;                                                                                  \
+        v3 = ROTL(v3, 21);                                                                         \
+        v3 ^= v0;                                                                                  \
+        v2 += v1;                                                                                  \
+        v1 = ROTL(v1, 17);                                                                         \
+        v1 ^= v2;                                                                                  \
+        v2 = ROTL(v2, 32);                                                                         \
+    } while (0)
+
+static uint64_t load_le64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t table__hash(const struct table *t, const char *key, size_t len)
+{
+    const unsigned char *in = (const unsigned char *)key;
+    uint64_t v0 = t->k0 ^ 0x736f6d6570736575ULL;
+    uint64_t v1 = t->k1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = t->k0 ^ 0x6c7967656e657261ULL;
+    uint64_t v3 = t->k1 ^ 0x7465646279746573ULL;
+    uint64_t b = (uint64_t)len << 56, m;
+    size_t left = len & 7, i;
+    const unsigned char *end = in + (len - left);
+
+    for (; in != end; in += 8) {
+        m = load_le64(in);
+        v3 ^= m;
+        SIPROUND;
+        v0 ^= m;
+    }
+    for (i = 0; i < left; i++)
+        b |= (uint64_t)in[i] << (8 * i);
+    v3 ^= b;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    b = v0 ^ v1 ^ v2 ^ v3;
+    return (uint32_t)(b ^ (b >> 32));
+}
+
+static uint64_t table__rand(struct table *t)
+{
+    uint64_t z = (t->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* ---- lifecycle ---- */
+
+int table_create(struct table **out, const struct table_config *cfg)
+{
+    struct table *t;
+
+    if (out == NULL || cfg == NULL)
+        return -SLUICE_EINVAL;
+    t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return -SLUICE_ENOMEM;
+    t->buckets = calloc(TABLE_MIN_BUCKETS, sizeof(*t->buckets));
+    if (t->buckets == NULL) {
+        free(t);
+        return -SLUICE_ENOMEM;
+    }
+    t->mask = TABLE_MIN_BUCKETS - 1;
+    t->cfg = *cfg;
+    if (cfg->seed[0] == 0 && cfg->seed[1] == 0) {
+        uint64_t s[2];
+        if (getrandom(s, sizeof(s), 0) != (ssize_t)sizeof(s)) {
+            /* No entropy source: still better than a fixed key. */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            s[0] = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uintptr_t)t;
+            s[1] = (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&ts;
+        }
+        t->k0 = s[0];
+        t->k1 = s[1];
+    } else {
+        t->k0 = cfg->seed[0];
+        t->k1 = cfg->seed[1];
+    }
+    t->rng = t->k0 ^ t->k1;
+    *out = t;
+    return 0;
+}
+
+static void table__free_entry(struct table *t, struct table_entry *e)
+{
+    if (t->cfg.free_value != NULL)
+        t->cfg.free_value(t->cfg.ud, e);
+    free(e);
+}
+
+void table_destroy(struct table *t)
+{
+    if (t == NULL)
+        return;
+    for (uint64_t i = 0; i <= t->mask; i++) {
+        struct table_entry *e = t->buckets[i], *next;
+        for (; e != NULL; e = next) {
+            next = e->next;
+            table__free_entry(t, e);
+        }
+    }
+    free(t->buckets);
+    free(t);
+}
+
+/* Rehashes into nbuckets (a power of two).  On allocation failure the table
+ * simply stays at its current size: chains get longer, nothing breaks. */
+static void table__resize(struct table *t, uint64_t nbuckets)
+{
+    struct table_entry **nb = calloc(nbuckets, sizeof(*nb));
+    uint64_t nmask = nbuckets - 1;
+
+    if (nb == NULL)
+        return;
+    for (uint64_t i = 0; i <= t->mask; i++) {
+        struct table_entry *e = t->buckets[i], *next;
+        for (; e != NULL; e = next) {
+            next = e->next;
+            e->next = nb[e->hash & nmask];
+            nb[e->hash & nmask] = e;
+        }
+    }
+    free(t->buckets);
+    t->buckets = nb;
+    t->mask = nmask;
+    t->reclaim_cursor &= nmask;
+}
+
+/* Keeps the load factor between 1/4 and 1 (grow above 1, shrink below 1/8 to
+ * avoid flapping). */
+static void table__maybe_shrink(struct table *t)
+{
+    uint64_t n = t->mask + 1;
+    if (n > TABLE_MIN_BUCKETS && t->count < n / 8)
+        table__resize(t, n / 2);
+}
+
+/* ---- lookup ---- */
+
+struct table_entry *table_find(struct table *t, const char *key, size_t klen)
+{
+    uint32_t h;
+    struct table_entry *e;
+
+    if (klen > TABLE_MAX_KEY)
+        return NULL;
+    h = table__hash(t, key, klen);
+    for (e = t->buckets[h & t->mask]; e != NULL; e = e->next) {
+        if (e->hash == h && e->klen == klen && memcmp(table_entry_key(e), key, klen) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Unlinks e from its chain (without resizing). */
+static void table__unlink(struct table *t, struct table_entry *e)
+{
+    struct table_entry **pp = &t->buckets[e->hash & t->mask];
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+    t->count--;
+}
+
+void table_delete(struct table *t, struct table_entry *e)
+{
+    table__unlink(t, e);
+    table__free_entry(t, e);
+    table__maybe_shrink(t);
+}
+
+static int table__reclaimable(struct table *t, const struct table_entry *e, int64_t now,
+                              int64_t *drain_at)
+{
+    if (t->cfg.drain == NULL || (e->flags & TABLE_F_PINNED)) {
+        *drain_at = INT64_MAX;
+        return 0;
+    }
+    *drain_at = t->cfg.drain(t->cfg.ud, e);
+    return *drain_at <= now;
+}
+
+/* Frees the reclaimable entries of bucket i; returns how many. */
+static size_t table__reclaim_bucket(struct table *t, uint64_t i, int64_t now)
+{
+    struct table_entry **pp = &t->buckets[i];
+    size_t freed = 0;
+    int64_t at;
+
+    while (*pp != NULL) {
+        struct table_entry *e = *pp;
+        if (table__reclaimable(t, e, now, &at)) {
+            *pp = e->next;
+            t->count--;
+            table__free_entry(t, e);
+            freed++;
+        } else {
+            pp = &e->next;
+        }
+    }
+    return freed;
+}
+
+size_t table_reclaim_step(struct table *t, int64_t now, size_t buckets)
+{
+    size_t freed = 0;
+
+    if (t->cfg.drain == NULL || t->count == 0)
+        return 0;
+    for (size_t n = 0; n < buckets; n++) {
+        freed += table__reclaim_bucket(t, t->reclaim_cursor, now);
+        t->reclaim_cursor = (t->reclaim_cursor + 1) & t->mask;
+    }
+    t->reclaimed += freed;
+    if (freed > 0)
+        table__maybe_shrink(t);
+    return freed;
+}
+
+/*
+ * Makes room for one entry at max_keys: samples entries from a random bucket
+ * on, frees the drained ones, and otherwise evicts the sampled entry with the
+ * earliest drain time.  Returns 0 when room was made, -SLUICE_EFULL if not.
+ */
+static int table__make_room(struct table *t, int64_t now)
+{
+    struct table_entry *best = NULL;
+    int64_t best_at = INT64_MAX, at;
+    uint64_t i = table__rand(t) & t->mask;
+    size_t seen = 0, freed = 0;
+
+    for (size_t nb = 0; nb < SAMPLE_BUCKETS && seen < SAMPLE_ENTRIES; nb++) {
+        struct table_entry **pp = &t->buckets[i];
+        while (*pp != NULL) {
+            struct table_entry *e = *pp;
+            seen++;
+            if (table__reclaimable(t, e, now, &at)) {
+                *pp = e->next;
+                t->count--;
+                table__free_entry(t, e);
+                freed++;
+                continue;
+            }
+            if (!(e->flags & TABLE_F_PINNED) && (best == NULL || at < best_at)) {
+                best = e;
+                best_at = at;
+            }
+            pp = &e->next;
+        }
+        i = (i + 1) & t->mask;
+    }
+    if (freed > 0) {
+        t->reclaimed += freed;
+        return 0;
+    }
+    if (t->cfg.evict && best != NULL) {
+        table__unlink(t, best);
+        table__free_entry(t, best);
+        t->evicted++;
+        return 0;
+    }
+    t->full++;
+    return -SLUICE_EFULL;
+}
+
+int table_insert(struct table *t, const char *key, size_t klen, size_t vsize, uint8_t tag,
+                 int64_t now, struct table_entry **out)
+{
+    struct table_entry *e;
+    size_t kpad, size;
+    uint32_t h;
+
+    if (klen > TABLE_MAX_KEY || vsize > SIZE_MAX / 2)
+        return -SLUICE_EINVAL;
+    if (t->cfg.max_keys != 0 && t->count >= t->cfg.max_keys) {
+        int rc = table__make_room(t, now);
+        if (rc < 0)
+            return rc;
+    }
+    kpad = (klen + 7u) & ~(size_t)7u;
+    size = sizeof(*e) + kpad + vsize;
+    e = malloc(size);
+    if (e == NULL)
+        return -SLUICE_ENOMEM;
+    h = table__hash(t, key, klen);
+    e->hash = h;
+    e->klen = (uint16_t)klen;
+    e->tag = tag;
+    e->flags = 0;
+    if (klen > 0)
+        memcpy((char *)(e + 1), key, klen);
+    memset((char *)(e + 1) + klen, 0, kpad - klen + vsize);
+    if (t->count + 1 > t->mask + 1)
+        table__resize(t, (t->mask + 1) * 2);
+    e->next = t->buckets[h & t->mask];
+    t->buckets[h & t->mask] = e;
+    t->count++;
+    *out = e;
+    return 0;
+}
+
+/* ---- scan ---- */
+
+static uint64_t rev64(uint64_t v)
+{
+    v = ((v >> 1) & 0x5555555555555555ULL) | ((v & 0x5555555555555555ULL) << 1);
+    v = ((v >> 2) & 0x3333333333333333ULL) | ((v & 0x3333333333333333ULL) << 2);
+    v = ((v >> 4) & 0x0f0f0f0f0f0f0f0fULL) | ((v & 0x0f0f0f0f0f0f0f0fULL) << 4);
+    return __builtin_bswap64(v);
+}
+
+uint64_t table_scan(const struct table *t, uint64_t cursor, size_t count, table_scan_fn fn,
+                    void *ud)
+{
+    size_t emitted = 0;
+    uint64_t v = cursor;
+
+    /* Reverse-binary increment: the high bits of the bucket index advance
+     * first, so a bucket already visited at one table size maps to buckets
+     * already visited at any other size (see Redis dictScan). */
+    do {
+        const struct table_entry *e;
+        for (e = t->buckets[v & t->mask]; e != NULL; e = e->next) {
+            fn(ud, e);
+            emitted++;
+        }
+        v |= ~t->mask;
+        v = rev64(v);
+        v++;
+        v = rev64(v);
+    } while (v != 0 && emitted < count);
+    return v;
+}
+
+size_t table_count(const struct table *t)
+{
+    return t->count;
+}
+
+void table_get_stats(const struct table *t, struct table_stats *out)
+{
+    out->keys = t->count;
+    out->buckets = t->mask + 1;
+    out->reclaimed = t->reclaimed;
+    out->evicted = t->evicted;
+    out->full = t->full;
+}
