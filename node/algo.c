@@ -1,0 +1,220 @@
+/*
+ * algo: parameter validation and dispatch to the per-algorithm state
+ * machines (algo_gcra.c, algo_token_bucket.c, algo_fixed_window.c,
+ * algo_sliding_window.c, algo_sliding_log.c).  See algo.h for the contract.
+ *
+ * Arguments are checked here once, so the per-algorithm code may assume a
+ * valid params struct, qty >= 0 and a time >= 0.
+ */
+#include "algo.h"
+
+#include <string.h>
+
+#define ALGO_MAGIC 0x616c676fu /* "algo" */
+
+static const struct algo_ops *const algo_table[ALGO_KIND_COUNT_] = {
+    [ALGO_GCRA] = &algo_gcra_ops,
+    [ALGO_TOKEN_BUCKET] = &algo_token_bucket_ops,
+    [ALGO_FIXED_WINDOW] = &algo_fixed_window_ops,
+    [ALGO_SLIDING_WINDOW] = &algo_sliding_window_ops,
+    [ALGO_SLIDING_LOG] = &algo_sliding_log_ops,
+};
+
+static const char *const algo_names[ALGO_KIND_COUNT_] = {
+    [ALGO_GCRA] = "gcra",
+    [ALGO_TOKEN_BUCKET] = "token-bucket",
+    [ALGO_FIXED_WINDOW] = "fixed-window",
+    [ALGO_SLIDING_WINDOW] = "sliding-window",
+    [ALGO_SLIDING_LOG] = "sliding-log",
+};
+
+const char *algo_name(enum algo_kind kind)
+{
+    if ((unsigned)kind >= ALGO_KIND_COUNT_)
+        return "?";
+    return algo_names[kind];
+}
+
+int algo_from_name(const char *name, enum algo_kind *out)
+{
+    if (name == NULL)
+        return -SLUICE_EINVAL;
+    for (int k = 0; k < ALGO_KIND_COUNT_; k++) {
+        if (strcmp(name, algo_names[k]) == 0) {
+            *out = (enum algo_kind)k;
+            return 0;
+        }
+    }
+    return -SLUICE_EINVAL;
+}
+
+int algo_can_be_global(enum algo_kind kind)
+{
+    return (unsigned)kind < ALGO_KIND_COUNT_ && kind != ALGO_SLIDING_LOG;
+}
+
+int64_t algo_sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r))
+        return b > 0 ? ALGO_DEBT_BOUND : -ALGO_DEBT_BOUND;
+    if (r > ALGO_DEBT_BOUND)
+        return ALGO_DEBT_BOUND;
+    if (r < -ALGO_DEBT_BOUND)
+        return -ALGO_DEBT_BOUND;
+    return r;
+}
+
+int algo_params_init(struct algo_params *p, enum algo_kind kind, int64_t burst, int64_t count,
+                     int64_t period_ns, int64_t precision)
+{
+    struct algo_params q;
+    memset(&q, 0, sizeof(q));
+    if (p == NULL || (unsigned)kind >= ALGO_KIND_COUNT_ || count < 1 || period_ns < 1)
+        return -SLUICE_EINVAL;
+    q.kind = kind;
+    q.count = count;
+    q.period_ns = period_ns;
+    switch (kind) {
+    case ALGO_GCRA:
+    case ALGO_TOKEN_BUCKET:
+        if (burst < 0)
+            return -SLUICE_EINVAL;
+        if (burst == INT64_MAX)
+            return -SLUICE_ERANGE;
+        q.burst = burst;
+        q.limit = burst + 1;
+        if (kind == ALGO_GCRA) {
+            /* redis-cell's arithmetic, including its refusal of an
+             * emission interval that truncates to zero. */
+            int rc = gcra_params_init(&q.gcra, burst, count, period_ns);
+            if (rc < 0)
+                return rc;
+            q.interval_ns = q.gcra.emission_ns;
+        } else {
+            if (__builtin_mul_overflow(q.limit, period_ns, &q.scaled_cap) ||
+                q.scaled_cap >= ALGO_DEBT_BOUND)
+                return -SLUICE_ERANGE;
+        }
+        break;
+    case ALGO_FIXED_WINDOW:
+        /* Counters saturate at ALGO_DEBT_BOUND; keep the limit below. */
+        if (count > ALGO_DEBT_BOUND / 2)
+            return -SLUICE_ERANGE;
+        q.limit = count;
+        break;
+    case ALGO_SLIDING_WINDOW:
+        if (precision == 0)
+            precision = ALGO_PRECISION_DEFAULT;
+        if (precision < 1 || precision > ALGO_PRECISION_MAX)
+            return -SLUICE_EINVAL;
+        if (count > ALGO_DEBT_BOUND / 2)
+            return -SLUICE_ERANGE;
+        q.precision = precision;
+        q.interval_ns = period_ns / precision;
+        if (q.interval_ns < 1)
+            return -SLUICE_ERANGE;
+        q.limit = count;
+        break;
+    case ALGO_SLIDING_LOG:
+        if (count > ALGO_SLIDING_LOG_MAX)
+            return -SLUICE_ERANGE;
+        q.limit = count;
+        break;
+    default:
+        return -SLUICE_EINVAL;
+    }
+    q.magic = ALGO_MAGIC;
+    *p = q;
+    return 0;
+}
+
+static const struct algo_ops *algo__ops(const struct algo_params *p)
+{
+    if (p == NULL || p->magic != ALGO_MAGIC || (unsigned)p->kind >= ALGO_KIND_COUNT_)
+        return NULL;
+    return algo_table[p->kind];
+}
+
+size_t algo_state_size(const struct algo_params *p)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    return ops ? ops->state_size(p) : 0;
+}
+
+void algo_init(const struct algo_params *p, void *state)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    if (ops != NULL && state != NULL)
+        ops->init(p, state);
+}
+
+int algo_decide(const struct algo_params *p, void *state, int64_t qty, int64_t now_ns,
+                struct algo_result *out)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    if (ops == NULL || state == NULL || out == NULL || qty < 0 || now_ns < 0)
+        return -SLUICE_EINVAL;
+    return ops->eval(p, state, qty, now_ns, qty > 0, out);
+}
+
+int algo_refund(const struct algo_params *p, void *state, int64_t qty, int64_t now_ns)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    if (ops == NULL || state == NULL || qty < 0 || now_ns < 0)
+        return -SLUICE_EINVAL;
+    if (qty == 0)
+        return 0;
+    return ops->refund(p, state, qty, now_ns);
+}
+
+void algo_free(const struct algo_params *p, void *state)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    if (ops == NULL || state == NULL)
+        return;
+    if (ops->free != NULL)
+        ops->free(p, state);
+    else
+        ops->init(p, state);
+}
+
+void algo_reset(const struct algo_params *p, void *state)
+{
+    algo_free(p, state);
+}
+
+int algo_drained(const struct algo_params *p, const void *state, int64_t now_ns)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    if (ops == NULL || state == NULL || now_ns < 0)
+        return 0;
+    return ops->drained(p, state, now_ns);
+}
+
+int algo_earliest_fit(const struct algo_params *p, const void *state, int64_t qty, int64_t now_ns,
+                      int64_t *delay_ns)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    struct algo_result r;
+    int rc;
+    if (ops == NULL || state == NULL || delay_ns == NULL || qty < 0 || now_ns < 0)
+        return -SLUICE_EINVAL;
+    /* eval with apply = 0 never writes to state; the cast only shares the
+     * signature with the deciding path. */
+    rc = ops->eval(p, (void *)(uintptr_t)state, qty, now_ns, 0, &r);
+    if (rc < 0)
+        return rc;
+    *delay_ns = r.limited ? r.retry_after_ns : 0;
+    return 0;
+}
+
+int algo_consume(const struct algo_params *p, void *state, int64_t qty, int64_t at_ns)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    if (ops == NULL || state == NULL || qty < 0 || at_ns < 0)
+        return -SLUICE_EINVAL;
+    if (qty == 0)
+        return 0;
+    return ops->consume(p, state, qty, at_ns);
+}

@@ -1,0 +1,227 @@
+/*
+ * algo: every limiting algorithm behind one interface.
+ *
+ * Each algorithm is a pure state machine on caller-provided memory: the
+ * caller (the key table) owns a value area of algo_state_size(params) bytes,
+ * 8-byte aligned, per key; algo_init() makes it a fresh key.  Time is
+ * injected: every call takes a monotonic clock value in nanoseconds, >= 0.
+ * When time goes backwards relative to what a key's state has seen, the
+ * algorithm treats it as "no time has passed" (it never rewinds state).
+ * Nothing here allocates, except the sliding log, whose ring of timestamps
+ * grows on demand up to N entries (see algo_free()).
+ *
+ * Every function that takes int64 arguments is defined for ALL int64 values:
+ * arithmetic is checked; impossible arguments return -SLUICE_EINVAL and
+ * results that would not fit return -SLUICE_ERANGE, never undefined
+ * behaviour.  On any error the state is unchanged.
+ *
+ * Parameters are built once (algo_params_init) and validated there; every
+ * other call refuses a params struct that algo_params_init did not accept.
+ *
+ * The algorithms, with memory per key, accuracy and known weak spot:
+ *
+ *  gcra            8 bytes (the theoretical arrival time).  Exact
+ *                  redis-cell CL.THROTTLE semantics: capacity burst+1,
+ *                  one unit every period/count (truncated to whole ns).
+ *                  Weak spot: the emission interval is truncated to whole
+ *                  nanoseconds, so rate is rounded up by < 1 ns per unit.
+ *  token-bucket    16 bytes (tokens, last refill).  Capacity burst+1, refill
+ *                  count per period, continuously (Guava SmoothBursty-like),
+ *                  exact: tokens are held as integers in units of 1/period_ns
+ *                  of a token, so there is no drift at all.  Same admission
+ *                  as gcra up to that rounding.  Weak spot: none for
+ *                  accuracy; capacity*period_ns must stay below 2^61.
+ *  fixed-window    16 bytes (window index, used).  At most count per window
+ *                  of period, windows aligned to multiples of period on the
+ *                  caller's clock.  Weak spot: it admits up to 2*count within
+ *                  any span shorter than period that straddles a boundary.
+ *  sliding-window  8 + 8*precision bytes (head index, one counter per
+ *                  sub-window).  Sentinel LeapArray: sub-windows of width
+ *                  w = floor(period/precision); a request is admitted when
+ *                  the sum of the `precision` sub-windows ending with the
+ *                  current one stays <= count.  Guarantee: any span of
+ *                  (precision-1)*w admits at most count; any span of period
+ *                  admits at most count + (what one sub-window admitted),
+ *                  which is <= 2*count in the worst case (all of the oldest
+ *                  sub-window's admissions made late in it) and about
+ *                  count*(1 + 1/precision) for evenly spread traffic.
+ *                  Weak spot: that over-admission; raise precision to shrink it.
+ *  sliding-log     24 bytes + 8 bytes per admitted unit still inside the
+ *                  period, at most 8*count (a ring of the last admitted
+ *                  timestamps, grown by doubling up to count entries).  Exact:
+ *                  never more than count admitted in ANY half-open span
+ *                  [t, t+period): an entry admitted at t counts until
+ *                  now >= t+period.  Denied requests add nothing.
+ *                  Weak spot: memory grows with count (bounded by
+ *                  ALGO_SLIDING_LOG_MAX), and it cannot be global.
+ *
+ * Global scope (consume()): the global-limit layer pours units admitted by
+ * other nodes into the local state with no limit check, and state may go
+ * into debt, so the local node refuses until the debt is repaid:
+ *   gcra, token-bucket: debt is repaid by the refill rate, exactly as if the
+ *     units had been admitted locally at at_ns.  Meaningful globally.
+ *   fixed-window: units are added to at_ns's window (ignored if that window
+ *     has ended); the debt is forgiven at the next boundary.  Meaningful if
+ *     the nodes' clocks share the window boundaries.
+ *   sliding-window: units are added to at_ns's sub-window (ignored if it has
+ *     left the period).  Meaningful, with the same clock caveat.
+ *   sliding-log: NOT global.  Its exactness needs every admitted timestamp of
+ *     every node, which gossip of counters cannot give; consume() still works
+ *     locally (it records the units at at_ns, keeping the newest count
+ *     entries, so the debt is capped at count) but algo_can_be_global()
+ *     is false and the config loader refuses scope = global for it.
+ */
+#ifndef SLUICE_ALGO_H
+#define SLUICE_ALGO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gcra.h"
+#include "sluice/error.h"
+
+enum algo_kind {
+    ALGO_GCRA = 0,
+    ALGO_TOKEN_BUCKET = 1,
+    ALGO_FIXED_WINDOW = 2,
+    ALGO_SLIDING_WINDOW = 3,
+    ALGO_SLIDING_LOG = 4,
+    ALGO_KIND_COUNT_
+};
+
+/* retry_after_ns / earliest fit when a quantity can never fit. */
+#define ALGO_NEVER ((int64_t)-1)
+/* Largest count a sliding log accepts (8 MiB of timestamps per key). */
+#define ALGO_SLIDING_LOG_MAX ((int64_t)1 << 20)
+/* Largest sliding-window precision (8 KiB of counters per key). */
+#define ALGO_PRECISION_MAX ((int64_t)1000)
+/* Default sliding-window precision. */
+#define ALGO_PRECISION_DEFAULT ((int64_t)10)
+
+/*
+ * An algorithm and its limit.  Fill it with algo_params_init() only; the
+ * derived fields are read-only for callers.
+ */
+struct algo_params {
+    enum algo_kind kind;
+    int64_t burst;     /* gcra, token-bucket: capacity is burst + 1 */
+    int64_t count;     /* units per period */
+    int64_t period_ns; /* the period, ns */
+    int64_t precision; /* sliding-window: number of sub-windows */
+    /* derived */
+    int64_t limit;           /* units a fresh key admits at once */
+    int64_t interval_ns;     /* gcra: emission interval; sliding-window: sub-window width */
+    int64_t scaled_cap;      /* token-bucket: limit * period_ns */
+    struct gcra_params gcra; /* gcra: redis-cell's parameters */
+    uint32_t magic;          /* set by algo_params_init */
+};
+
+/* One decision, all durations in nanoseconds. */
+struct algo_result {
+    int limited;            /* 0 allowed, 1 limited */
+    int64_t limit;          /* units a fresh key admits at once */
+    int64_t remaining;      /* units still available right now (after this call) */
+    int64_t retry_after_ns; /* ALGO_NEVER when allowed or when qty can never fit */
+    int64_t reset_after_ns; /* until the key is back to fresh (0 if it is) */
+};
+
+/*
+ * Validates and fills *p.  burst >= 0 (ignored by the window algorithms and
+ * the log), count >= 1, period_ns >= 1, precision in 1..ALGO_PRECISION_MAX
+ * (only for sliding-window; 0 means the default, ignored by the others).
+ * Fails with -SLUICE_EINVAL for a bad kind or value, -SLUICE_ERANGE when
+ * derived values would overflow (token-bucket: (burst+1)*period_ns >= 2^61;
+ * gcra: interval*(burst+1) overflows, or period/count < 1 ns), a window
+ * count above 2^60, period/precision < 1 ns, or a sliding-log count above
+ * ALGO_SLIDING_LOG_MAX.  *p is untouched on error.
+ */
+int algo_params_init(struct algo_params *p, enum algo_kind kind, int64_t burst, int64_t count,
+                     int64_t period_ns, int64_t precision);
+
+/* "gcra", "token-bucket", ...; "?" for an unknown kind. */
+const char *algo_name(enum algo_kind kind);
+/* Parses a name as printed by algo_name.  -SLUICE_EINVAL if unknown. */
+int algo_from_name(const char *name, enum algo_kind *out);
+/* 1 if consume() is meaningful across nodes (see the header comment). */
+int algo_can_be_global(enum algo_kind kind);
+
+/* Bytes of per-key state for p; 0 for invalid params. */
+size_t algo_state_size(const struct algo_params *p);
+
+/* Makes state (algo_state_size bytes, 8-aligned) a fresh key.  Never fails.
+ * state must not hold an allocated ring (call algo_free first when reusing). */
+void algo_init(const struct algo_params *p, void *state);
+
+/*
+ * Asks for qty units at now_ns and, if they fit, takes them.  qty 0 peeks
+ * and changes nothing.  Fills *out.  Fails with -SLUICE_EINVAL (bad params,
+ * qty < 0, now_ns < 0), -SLUICE_ENOMEM (sliding log ring growth); state is
+ * unchanged on failure.  A denial is an answer (out->limited), not an error.
+ */
+int algo_decide(const struct algo_params *p, void *state, int64_t qty, int64_t now_ns,
+                struct algo_result *out);
+
+/*
+ * Gives back up to qty units taken earlier, never beyond a fresh key:
+ * gcra/token-bucket refill by qty (capped at full), windows lower their
+ * newest counters (never below zero), the log drops its newest qty entries.
+ * -SLUICE_EINVAL for bad params, qty < 0 or now_ns < 0.
+ */
+int algo_refund(const struct algo_params *p, void *state, int64_t qty, int64_t now_ns);
+
+/* Back to a fresh key, releasing any ring.  Never fails. */
+void algo_reset(const struct algo_params *p, void *state);
+
+/* 1 when the state at now_ns equals a fresh key's (the key can be reclaimed
+ * without changing any future answer), else 0.  0 for bad arguments. */
+int algo_drained(const struct algo_params *p, const void *state, int64_t now_ns);
+
+/*
+ * When would qty fit, without taking anything: *delay_ns = 0 if now,
+ * ns from now_ns otherwise, ALGO_NEVER if qty exceeds what the key can ever
+ * admit at once.  Assumes no other traffic meanwhile.  -SLUICE_EINVAL for
+ * bad params, qty < 0, now_ns < 0.
+ */
+int algo_earliest_fit(const struct algo_params *p, const void *state, int64_t qty, int64_t now_ns,
+                      int64_t *delay_ns);
+
+/*
+ * Pours qty units admitted elsewhere at at_ns into state, WITHOUT a limit
+ * check: the state may go into debt (see the header comment for what that
+ * means per algorithm).  Debt saturates at a bound far beyond any real
+ * traffic (2^61 units scaled) instead of overflowing.  -SLUICE_EINVAL for bad
+ * params, qty < 0 or at_ns < 0; -SLUICE_ENOMEM for the log's ring.
+ */
+int algo_consume(const struct algo_params *p, void *state, int64_t qty, int64_t at_ns);
+
+/* Releases memory the state owns (the sliding log's ring); the state is then
+ * a fresh key again.  The per-key free hook of the key table.  Never fails. */
+void algo_free(const struct algo_params *p, void *state);
+
+/* ---- per-algorithm entry points, dispatched by algo.c ---- */
+
+struct algo_ops {
+    size_t (*state_size)(const struct algo_params *p);
+    void (*init)(const struct algo_params *p, void *state);
+    /* apply = 0: compute the answer for qty without changing state. */
+    int (*eval)(const struct algo_params *p, void *state, int64_t qty, int64_t now_ns, int apply,
+                struct algo_result *out);
+    int (*refund)(const struct algo_params *p, void *state, int64_t qty, int64_t now_ns);
+    int (*drained)(const struct algo_params *p, const void *state, int64_t now_ns);
+    int (*consume)(const struct algo_params *p, void *state, int64_t qty, int64_t at_ns);
+    void (*free)(const struct algo_params *p, void *state);
+};
+
+extern const struct algo_ops algo_gcra_ops;
+extern const struct algo_ops algo_token_bucket_ops;
+extern const struct algo_ops algo_fixed_window_ops;
+extern const struct algo_ops algo_sliding_window_ops;
+extern const struct algo_ops algo_sliding_log_ops;
+
+/* Debt bound shared by the algorithms (see algo_consume). */
+#define ALGO_DEBT_BOUND ((int64_t)1 << 61)
+
+/* a + b saturated to [-ALGO_DEBT_BOUND, ALGO_DEBT_BOUND]; both within int64. */
+int64_t algo_sat_add(int64_t a, int64_t b);
+
+#endif
