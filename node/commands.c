@@ -1,0 +1,490 @@
+/* commands: command table and handlers (see commands.h). */
+#include "commands.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "sluice/error.h"
+
+struct commands {
+    struct limiter *lim;
+    size_t max_key;
+    uint64_t started_ns;
+};
+
+typedef int (*handler_fn)(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out);
+
+int commands_create(struct limiter *lim, const struct commands_config *cfg, struct commands **out)
+{
+    struct commands *cmds = calloc(1, sizeof(*cmds));
+    if (cmds == NULL)
+        return -SLUICE_ENOMEM;
+    cmds->lim = lim;
+    cmds->max_key = (cfg && cfg->max_key_bytes) ? cfg->max_key_bytes : COMMANDS_DEFAULT_MAX_KEY;
+    cmds->started_ns = uv_hrtime();
+    *out = cmds;
+    return 0;
+}
+
+void commands_destroy(struct commands *cmds)
+{
+    free(cmds);
+}
+
+int commands_parse_int64(const char *s, size_t len, int64_t *out)
+{
+    size_t i = 0;
+    int neg = 0;
+    if (len > 0 && (s[0] == '-' || s[0] == '+')) {
+        neg = s[0] == '-';
+        i = 1;
+    }
+    if (i == len)
+        return -SLUICE_EINVAL;
+    uint64_t v = 0;
+    const uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    int overflow = 0;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -SLUICE_EINVAL;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (limit - d) / 10)
+            overflow = 1; /* keep scanning: junk is EINVAL, not ERANGE */
+        else
+            v = v * 10 + d;
+    }
+    if (overflow)
+        return -SLUICE_ERANGE;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+/* Case-insensitive comparison of a length-delimited argument with a word. */
+static int arg_is(const char *arg, size_t len, const char *word)
+{
+    return strlen(word) == len && strncasecmp(arg, word, len) == 0;
+}
+
+static int reply_arity(struct resp_buf *out, const char *name)
+{
+    resp_add_errorf(out, "ERR wrong number of arguments for '%s' command", name);
+    return SERVER_CONTINUE;
+}
+
+static uint64_t now_ns(const struct server_client *c)
+{
+    return c ? server_now_ns(server_client_server(c)) : uv_hrtime();
+}
+
+/* ---- CL.THROTTLE ---- */
+
+#define CELL_ERR "Cell error: Store error: "
+
+static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t argc,
+                        const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc != 5 && argc != 6) {
+        resp_add_error(out, CELL_ERR "Usage: cl.throttle <key> <max_burst> <count per period> "
+                                     "<period> [<quantity>]");
+        return SERVER_CONTINUE;
+    }
+    if (argvlen[1] > cmds->max_key) {
+        resp_add_errorf(out, "ERR key too long (%zu bytes, the limit is %zu)", argvlen[1],
+                        cmds->max_key);
+        return SERVER_CONTINUE;
+    }
+    int64_t v[4] = {0, 0, 0, 1};
+    for (size_t i = 2; i < argc; i++) {
+        if (commands_parse_int64(argv[i], argvlen[i], &v[i - 2]) < 0) {
+            int shown = argvlen[i] > 128 ? 128 : (int)argvlen[i];
+            resp_add_errorf(out, CELL_ERR "Couldn't parse as integer: %.*s", shown, argv[i]);
+            return SERVER_CONTINUE;
+        }
+    }
+    static const char *const names[4] = {"max_burst", "count per period", "period", "quantity"};
+    for (int i = 0; i < 4; i++) {
+        if (v[i] < 0) {
+            resp_add_errorf(out, CELL_ERR "%s must not be negative", names[i]);
+            return SERVER_CONTINUE;
+        }
+    }
+    if (v[1] == 0 || v[2] == 0) {
+        resp_add_error(out, CELL_ERR "Zero rates are not supported");
+        return SERVER_CONTINUE;
+    }
+    struct limiter_throttle_result r;
+    int rc = limiter_throttle(cmds->lim, argv[1], argvlen[1], v[0], v[1], v[2], v[3],
+                              (int64_t)now_ns(c), &r);
+    if (rc == -SLUICE_ENOMEM) {
+        resp_add_error(out, "ERR out of memory");
+        return SERVER_CONTINUE;
+    }
+    if (rc < 0) {
+        resp_add_errorf(out, CELL_ERR "arguments out of range (%s)", sluice_strerror(rc));
+        return SERVER_CONTINUE;
+    }
+    /* The hot path: one reserve, five integers written in place. */
+    if (resp_buf_reserve(out, 4 + 5 * 24) < 0)
+        return SERVER_CONTINUE;
+    char *d = out->data + out->len;
+    size_t n = 0;
+    memcpy(d, "*5\r\n", 4);
+    n = 4;
+    const int64_t vals[5] = {r.limited ? 1 : 0, r.limit, r.remaining, r.retry_after_s,
+                             r.reset_after_s};
+    for (int i = 0; i < 5; i++) {
+        d[n++] = ':';
+        n += resp_format_int(d + n, vals[i]);
+        d[n++] = '\r';
+        d[n++] = '\n';
+    }
+    out->len += n;
+    return SERVER_CONTINUE;
+}
+
+/* ---- connection commands ---- */
+
+static int cmd_ping(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                    const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc > 2)
+        return reply_arity(out, "ping");
+    if (argc == 2)
+        resp_add_bulk(out, argv[1], argvlen[1]);
+    else
+        resp_add_raw(out, "+PONG\r\n", 7);
+    return SERVER_CONTINUE;
+}
+
+static int cmd_echo(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                    const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc != 2)
+        return reply_arity(out, "echo");
+    resp_add_bulk(out, argv[1], argvlen[1]);
+    return SERVER_CONTINUE;
+}
+
+static int cmd_quit(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                    const size_t *argvlen, struct resp_buf *out)
+{
+    resp_add_simple(out, "OK");
+    return SERVER_CLOSE_AFTER_REPLY;
+}
+
+static int cmd_select(struct commands *cmds, struct server_client *c, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc != 2)
+        return reply_arity(out, "select");
+    int64_t db;
+    if (commands_parse_int64(argv[1], argvlen[1], &db) < 0)
+        resp_add_error(out, "ERR value is not an integer or out of range");
+    else if (db != 0)
+        resp_add_error(out, "ERR DB index is out of range");
+    else
+        resp_add_simple(out, "OK");
+    return SERVER_CONTINUE;
+}
+
+/* Redis refuses names with spaces, newlines or other special characters. */
+static int name_is_valid(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '!' || s[i] > '~')
+            return 0;
+    }
+    return 1;
+}
+
+static void add_pair_str(struct resp_buf *out, const char *k, const char *v)
+{
+    resp_add_bulk_str(out, k);
+    resp_add_bulk_str(out, v);
+}
+
+static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                     const size_t *argvlen, struct resp_buf *out)
+{
+    size_t i = 1;
+    if (argc >= 2) {
+        int64_t ver;
+        if (commands_parse_int64(argv[1], argvlen[1], &ver) < 0) {
+            resp_add_error(out, "ERR Protocol version is not an integer or out of range");
+            return SERVER_CONTINUE;
+        }
+        if (ver != 2) {
+            /* RESP3 is not spoken; clients fall back to RESP2 on NOPROTO. */
+            resp_add_error(out, "NOPROTO unsupported protocol version");
+            return SERVER_CONTINUE;
+        }
+        i = 2;
+    }
+    const char *setname = NULL;
+    size_t setname_len = 0;
+    for (; i < argc; i++) {
+        if (arg_is(argv[i], argvlen[i], "AUTH") && i + 2 < argc) {
+            i += 2; /* no authentication: the socket's permissions are the gate */
+        } else if (arg_is(argv[i], argvlen[i], "SETNAME") && i + 1 < argc) {
+            setname = argv[i + 1];
+            setname_len = argvlen[i + 1];
+            i++;
+        } else {
+            int shown = argvlen[i] > 128 ? 128 : (int)argvlen[i];
+            resp_add_errorf(out, "ERR Syntax error in HELLO option '%.*s'", shown, argv[i]);
+            return SERVER_CONTINUE;
+        }
+    }
+    if (setname != NULL) {
+        if (!name_is_valid(setname, setname_len)) {
+            resp_add_error(out, "ERR Client names cannot contain spaces, newlines or special "
+                                "characters.");
+            return SERVER_CONTINUE;
+        }
+        if (c != NULL && server_client_set_name(c, setname, setname_len) < 0) {
+            resp_add_error(out, "ERR out of memory");
+            return SERVER_CONTINUE;
+        }
+    }
+    resp_add_array(out, 14);
+    add_pair_str(out, "server", "sluice");
+    add_pair_str(out, "version", SLUICE_REDIS_COMPAT_VERSION);
+    resp_add_bulk_str(out, "proto");
+    resp_add_int(out, 2);
+    resp_add_bulk_str(out, "id");
+    resp_add_int(out, c ? (int64_t)server_client_id(c) : 0);
+    add_pair_str(out, "mode", "standalone");
+    add_pair_str(out, "role", "master");
+    resp_add_bulk_str(out, "modules");
+    resp_add_array(out, 0);
+    return SERVER_CONTINUE;
+}
+
+static int cmd_client(struct commands *cmds, struct server_client *c, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc < 2)
+        return reply_arity(out, "client");
+    const char *sub = argv[1];
+    size_t sublen = argvlen[1];
+    if (c == NULL) {
+        resp_add_error(out, "ERR CLIENT needs a connection");
+        return SERVER_CONTINUE;
+    }
+    if (arg_is(sub, sublen, "ID")) {
+        if (argc != 2)
+            return reply_arity(out, "client|id");
+        resp_add_int(out, (int64_t)server_client_id(c));
+    } else if (arg_is(sub, sublen, "GETNAME")) {
+        if (argc != 2)
+            return reply_arity(out, "client|getname");
+        const char *name = server_client_name(c);
+        if (name[0] == '\0')
+            resp_add_null(out);
+        else
+            resp_add_bulk_str(out, name);
+    } else if (arg_is(sub, sublen, "SETNAME")) {
+        if (argc != 3)
+            return reply_arity(out, "client|setname");
+        if (!name_is_valid(argv[2], argvlen[2])) {
+            resp_add_error(out, "ERR Client names cannot contain spaces, newlines or special "
+                                "characters.");
+        } else if (server_client_set_name(c, argv[2], argvlen[2]) < 0) {
+            resp_add_error(out, "ERR out of memory");
+        } else {
+            resp_add_simple(out, "OK");
+        }
+    } else if (arg_is(sub, sublen, "SETINFO")) {
+        if (argc != 4)
+            return reply_arity(out, "client|setinfo");
+        if (arg_is(argv[2], argvlen[2], "LIB-NAME") || arg_is(argv[2], argvlen[2], "LIB-VER")) {
+            resp_add_simple(out, "OK");
+        } else {
+            int shown = argvlen[2] > 128 ? 128 : (int)argvlen[2];
+            resp_add_errorf(out, "ERR Unrecognized option '%.*s'", shown, argv[2]);
+        }
+    } else {
+        int shown = sublen > 128 ? 128 : (int)sublen;
+        resp_add_errorf(out, "ERR unknown subcommand '%.*s'. Try CLIENT HELP.", shown, sub);
+    }
+    return SERVER_CONTINUE;
+}
+
+/* ---- introspection ---- */
+
+/* Appends "name:value\r\n" to a text buffer. */
+static void info_field(struct resp_buf *t, const char *name, uint64_t v)
+{
+    char line[128];
+    int n = snprintf(line, sizeof(line), "%s:%llu\r\n", name, (unsigned long long)v);
+    if (n > 0)
+        resp_add_raw(t, line, (size_t)n);
+}
+
+static int section_wanted(size_t argc, const char **argv, const size_t *argvlen, const char *name)
+{
+    if (argc < 2)
+        return 1;
+    for (size_t i = 1; i < argc; i++) {
+        if (arg_is(argv[i], argvlen[i], name) || arg_is(argv[i], argvlen[i], "all") ||
+            arg_is(argv[i], argvlen[i], "everything") || arg_is(argv[i], argvlen[i], "default"))
+            return 1;
+    }
+    return 0;
+}
+
+static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                    const size_t *argvlen, struct resp_buf *out)
+{
+    struct resp_buf t;
+    resp_buf_init(&t);
+    struct server_stats ss;
+    memset(&ss, 0, sizeof(ss));
+    if (c != NULL)
+        server_get_stats(server_client_server(c), &ss);
+    if (section_wanted(argc, argv, argvlen, "server")) {
+        resp_add_raw(&t, "# Server\r\n", 10);
+        resp_add_raw(&t, "redis_version:" SLUICE_REDIS_COMPAT_VERSION "\r\n",
+                     strlen("redis_version:" SLUICE_REDIS_COMPAT_VERSION "\r\n"));
+        resp_add_raw(&t, "sluice_version:" SLUICE_VERSION_STRING "\r\n",
+                     strlen("sluice_version:" SLUICE_VERSION_STRING "\r\n"));
+        resp_add_raw(&t, "redis_mode:standalone\r\n", 23);
+        info_field(&t, "process_id", (uint64_t)getpid());
+        uint64_t up = (uv_hrtime() - cmds->started_ns) / 1000000000u;
+        info_field(&t, "uptime_in_seconds", up);
+        resp_add_raw(&t, "\r\n", 2);
+    }
+    if (section_wanted(argc, argv, argvlen, "clients")) {
+        resp_add_raw(&t, "# Clients\r\n", 11);
+        info_field(&t, "connected_clients", ss.connected_clients);
+        resp_add_raw(&t, "\r\n", 2);
+    }
+    if (section_wanted(argc, argv, argvlen, "stats")) {
+        resp_add_raw(&t, "# Stats\r\n", 9);
+        info_field(&t, "total_connections_received", ss.total_connections);
+        info_field(&t, "total_commands_processed", ss.total_commands);
+        info_field(&t, "rejected_connections", ss.rejected_connections);
+        info_field(&t, "protocol_errors", ss.protocol_errors);
+        info_field(&t, "output_limit_disconnects", ss.output_limit_disconnects);
+        resp_add_raw(&t, "\r\n", 2);
+    }
+    if (section_wanted(argc, argv, argvlen, "limiter")) {
+        struct limiter_stats ls;
+        limiter_get_stats(cmds->lim, &ls);
+        resp_add_raw(&t, "# Limiter\r\n", 11);
+        info_field(&t, "keys", ls.keys);
+        info_field(&t, "decisions", ls.decisions);
+        info_field(&t, "limited", ls.limited);
+        info_field(&t, "reclaimed", ls.reclaimed);
+        info_field(&t, "evicted", ls.evicted);
+        info_field(&t, "overflow_denied", ls.overflow_denied);
+        info_field(&t, "overflow_allowed", ls.overflow_allowed);
+        resp_add_raw(&t, "\r\n", 2);
+    }
+    /* Redis ends the text without the last blank line. */
+    if (t.len >= 2)
+        t.len -= 2;
+    resp_add_bulk(out, t.data ? t.data : "", t.len);
+    resp_buf_free(&t);
+    return SERVER_CONTINUE;
+}
+
+static size_t command_count(void);
+
+static int cmd_command(struct commands *cmds, struct server_client *c, size_t argc,
+                       const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    /* Clients call COMMAND / COMMAND DOCS for hints and metadata only; an
+     * empty answer makes them fall back to sending commands as typed. */
+    if (argc >= 2 && arg_is(argv[1], argvlen[1], "COUNT"))
+        resp_add_int(out, (int64_t)command_count());
+    else
+        resp_add_array(out, 0);
+    return SERVER_CONTINUE;
+}
+
+static int cmd_config(struct commands *cmds, struct server_client *c, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    /* redis-benchmark asks for `save` and `appendonly`; sluice keeps no data
+     * on disk, which is what these answers say. */
+    if (argc == 3 && arg_is(argv[1], argvlen[1], "GET")) {
+        if (arg_is(argv[2], argvlen[2], "save")) {
+            resp_add_array(out, 2);
+            add_pair_str(out, "save", "");
+        } else if (arg_is(argv[2], argvlen[2], "appendonly")) {
+            resp_add_array(out, 2);
+            add_pair_str(out, "appendonly", "no");
+        } else {
+            resp_add_array(out, 0);
+        }
+        return SERVER_CONTINUE;
+    }
+    resp_add_error(out, "ERR CONFIG supports only GET in sluice");
+    return SERVER_CONTINUE;
+}
+
+/* ---- dispatch ---- */
+
+static const struct {
+    const char *name;
+    size_t len;
+    handler_fn fn;
+} command_table[] = {
+    {"cl.throttle", 11, cmd_throttle},
+    {"ping", 4, cmd_ping},
+    {"echo", 4, cmd_echo},
+    {"quit", 4, cmd_quit},
+    {"hello", 5, cmd_hello},
+    {"client", 6, cmd_client},
+    {"info", 4, cmd_info},
+    {"command", 7, cmd_command},
+    {"select", 6, cmd_select},
+    {"config", 6, cmd_config},
+};
+
+static size_t command_count(void)
+{
+    return sizeof(command_table) / sizeof(command_table[0]);
+}
+
+static void reply_unknown(size_t argc, const char **argv, const size_t *argvlen,
+                          struct resp_buf *out)
+{
+    /* Redis's text: the name cut at 128 bytes, then arguments while the
+     * list is shorter than 128 bytes. */
+    char msg[512];
+    int shown = argvlen[0] > 128 ? 128 : (int)argvlen[0];
+    int n = snprintf(msg, sizeof(msg),
+                     "ERR unknown command '%.*s', with args beginning with: ", shown, argv[0]);
+    size_t args = 0;
+    for (size_t j = 1; j < argc && args < 128 && n > 0 && (size_t)n < sizeof(msg); j++) {
+        int room = 128 - (int)args;
+        int take = argvlen[j] > (size_t)room ? room : (int)argvlen[j];
+        int m = snprintf(msg + n, sizeof(msg) - (size_t)n, "'%.*s' ", take, argv[j]);
+        if (m < 0)
+            break;
+        n += m;
+        args += (size_t)m;
+    }
+    resp_add_error(out, msg);
+}
+
+int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char **argv,
+                      const size_t *argvlen, struct resp_buf *out)
+{
+    struct commands *cmds = ud;
+    if (argc == 0)
+        return SERVER_CONTINUE;
+    for (size_t i = 0; i < command_count(); i++) {
+        if (command_table[i].len == argvlen[0] &&
+            strncasecmp(command_table[i].name, argv[0], argvlen[0]) == 0)
+            return command_table[i].fn(cmds, c, argc, argv, argvlen, out);
+    }
+    reply_unknown(argc, argv, argvlen, out);
+    return SERVER_CONTINUE;
+}

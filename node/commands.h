@@ -1,0 +1,59 @@
+/*
+ * commands: the command table behind the RESP server.
+ *
+ * Enough of the Redis surface that unmodified clients work (redis-cli,
+ * redis-benchmark, redis-py, ioredis): CL.THROTTLE with redis-cell's exact
+ * replies and error texts, PING, ECHO, QUIT, HELLO (RESP2 only), CLIENT
+ * SETNAME/GETNAME/SETINFO/ID, INFO, COMMAND, CONFIG GET (minimal), SELECT 0,
+ * and Redis's error for unknown commands.  Command names are
+ * case-insensitive.
+ *
+ * Argument validation lives here: the key length bound and strict integer
+ * parsing (full int64 range, an optional sign, nothing else).  Semantic
+ * errors are replies; the connection stays open.
+ */
+#ifndef SLUICE_COMMANDS_H
+#define SLUICE_COMMANDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "limiter.h"
+#include "resp.h"
+#include "server.h"
+
+#ifndef SLUICE_VERSION_STRING
+#define SLUICE_VERSION_STRING "0.1.0"
+#endif
+/* The Redis version sluice reports to clients that gate features on it. */
+#define SLUICE_REDIS_COMPAT_VERSION "7.0.0"
+
+#define COMMANDS_DEFAULT_MAX_KEY 512
+
+struct commands_config {
+    size_t max_key_bytes; /* 0 = COMMANDS_DEFAULT_MAX_KEY */
+};
+
+struct commands;
+
+/* Creates the command layer over lim (borrowed: must outlive the result).
+ * Fails with -SLUICE_ENOMEM. */
+int commands_create(struct limiter *lim, const struct commands_config *cfg, struct commands **out);
+void commands_destroy(struct commands *cmds);
+
+/*
+ * A server_dispatch_fn: ud is the struct commands.  c may be NULL (unit
+ * tests): then client-specific commands answer an error and time is read
+ * from uv_hrtime().  Appends exactly one reply to out.
+ */
+int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char **argv,
+                      const size_t *argvlen, struct resp_buf *out);
+
+/*
+ * Strict decimal int64: optional '+' or '-', then digits, no spaces, no
+ * trailing bytes; overflow is an error.  Returns 0 or -SLUICE_EINVAL /
+ * -SLUICE_ERANGE.
+ */
+int commands_parse_int64(const char *s, size_t len, int64_t *out);
+
+#endif

@@ -1,0 +1,564 @@
+/* server: RESP over a Unix socket on libuv (design in server.h). */
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "sluice/error.h"
+
+#define READ_CHUNK (64 * 1024)
+/* An output buffer this large is freed once empty instead of being kept. */
+#define OUT_KEEP_CAP   (64 * 1024)
+#define LISTEN_BACKLOG 4096
+
+struct server_client {
+    uv_pipe_t pipe; /* first: the handle's address is the client's */
+    struct server *srv;
+    struct server_client *prev, *next;
+    uint64_t id;
+    struct resp_parser parser;
+    /* Unconsumed input: bytes [0, inlen) of inbuf; NULL when empty. */
+    char *inbuf;
+    size_t inlen, incap;
+    struct resp_buf out;  /* replies not yet handed to the kernel or to uv_write */
+    struct resp_buf wbuf; /* bytes owned by the in-flight uv_write */
+    size_t wsent;         /* of wbuf, already taken by uv_try_write */
+    uv_write_t wreq;
+    unsigned writing : 1;
+    unsigned reading : 1;
+    unsigned closing : 1;
+    unsigned close_after_reply : 1;
+    unsigned blocked : 1;
+    unsigned in_shared : 1; /* the last alloc handed out the shared buffer */
+    server_cancel_fn cancel;
+    void *cancel_arg;
+    char *name;
+};
+
+struct server {
+    uv_loop_t *loop;
+    uv_pipe_t listener;
+    char *path;
+    unsigned mode;
+    size_t max_clients, max_request, max_args, soft_limit, hard_limit;
+    server_dispatch_fn dispatch;
+    void *ud;
+    struct server_client *clients;
+    uint64_t next_id;
+    uint64_t now_ns;
+    struct server_stats stats;
+    int listening;
+    int bound;
+    int closing;
+    char err[256];
+    char shared[READ_CHUNK];
+};
+
+static void client_close(struct server_client *c);
+static void client_resume(struct server_client *c);
+
+int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispatch_fn dispatch,
+                  void *ud, struct server **out)
+{
+    struct sockaddr_un sun;
+    if (cfg == NULL || cfg->socket_path == NULL || cfg->socket_path[0] == '\0' ||
+        strlen(cfg->socket_path) >= sizeof(sun.sun_path) || dispatch == NULL)
+        return -SLUICE_EINVAL;
+    struct server *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -SLUICE_ENOMEM;
+    s->path = strdup(cfg->socket_path);
+    if (s->path == NULL) {
+        free(s);
+        return -SLUICE_ENOMEM;
+    }
+    s->loop = loop;
+    s->mode = cfg->socket_mode;
+    s->max_clients = cfg->max_clients ? cfg->max_clients : 10000;
+    s->max_request = cfg->max_request ? cfg->max_request : RESP_DEFAULT_MAX_REQUEST;
+    s->max_args = cfg->max_args ? cfg->max_args : RESP_DEFAULT_MAX_ARGS;
+    s->soft_limit = cfg->out_soft_limit ? cfg->out_soft_limit : 256 * 1024;
+    s->hard_limit = cfg->out_hard_limit ? cfg->out_hard_limit : 16 * 1024 * 1024;
+    if (s->hard_limit < s->soft_limit)
+        s->hard_limit = s->soft_limit;
+    s->dispatch = dispatch;
+    s->ud = ud;
+    s->next_id = 1;
+    s->now_ns = uv_hrtime();
+    *out = s;
+    return 0;
+}
+
+const char *server_error(const struct server *s)
+{
+    return s->err;
+}
+
+void server_get_stats(const struct server *s, struct server_stats *out)
+{
+    *out = s->stats;
+}
+
+uint64_t server_now_ns(const struct server *s)
+{
+    return s->now_ns;
+}
+
+struct server *server_client_server(const struct server_client *c)
+{
+    return c->srv;
+}
+
+uint64_t server_client_id(const struct server_client *c)
+{
+    return c->id;
+}
+
+const char *server_client_name(const struct server_client *c)
+{
+    return c->name ? c->name : "";
+}
+
+int server_client_set_name(struct server_client *c, const char *name, size_t len)
+{
+    char *n = NULL;
+    if (len > 0) {
+        n = malloc(len + 1);
+        if (n == NULL)
+            return -SLUICE_ENOMEM;
+        memcpy(n, name, len);
+        n[len] = '\0';
+    }
+    free(c->name);
+    c->name = n;
+    return 0;
+}
+
+struct resp_buf *server_client_out(struct server_client *c)
+{
+    return &c->out;
+}
+
+static size_t client_pending(const struct server_client *c)
+{
+    return c->out.len + (c->writing ? c->wbuf.len - c->wsent : 0);
+}
+
+/* ---- output ---- */
+
+static void client_flush(struct server_client *c);
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct server_client *c = req->data;
+    c->writing = 0;
+    c->wbuf.len = 0;
+    c->wsent = 0;
+    if (c->wbuf.cap > OUT_KEEP_CAP)
+        resp_buf_free(&c->wbuf);
+    if (c->closing)
+        return;
+    if (status < 0) {
+        client_close(c);
+        return;
+    }
+    client_flush(c);
+    if (!c->closing && !c->writing)
+        client_resume(c);
+}
+
+/*
+ * Sends c->out: as much as the socket takes now, the rest through uv_write.
+ * Closes the client on a write error, on output past the hard limit, or when
+ * a close was requested and everything has been sent.
+ */
+static void client_flush(struct server_client *c)
+{
+    if (c->closing)
+        return;
+    if (client_pending(c) > c->srv->hard_limit) {
+        c->srv->stats.output_limit_disconnects++;
+        log_warn("client %llu: output buffer over %zu bytes, disconnecting",
+                 (unsigned long long)c->id, c->srv->hard_limit);
+        client_close(c);
+        return;
+    }
+    if (!c->writing && c->out.len > 0) {
+        uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
+        int n = uv_try_write((uv_stream_t *)&c->pipe, &b, 1);
+        if (n < 0 && n != UV_EAGAIN) {
+            client_close(c);
+            return;
+        }
+        if (n < 0)
+            n = 0;
+        if ((size_t)n == c->out.len) {
+            c->out.len = 0;
+            if (c->out.cap > OUT_KEEP_CAP)
+                resp_buf_free(&c->out);
+        } else {
+            /* Hand the remainder to uv_write; new replies go to a fresh out. */
+            struct resp_buf tmp = c->wbuf;
+            c->wbuf = c->out;
+            c->out = tmp;
+            c->out.len = 0;
+            c->wsent = (size_t)n;
+            uv_buf_t rest = uv_buf_init(c->wbuf.data + n, (unsigned)(c->wbuf.len - (size_t)n));
+            c->wreq.data = c;
+            int rc = uv_write(&c->wreq, (uv_stream_t *)&c->pipe, &rest, 1, on_write);
+            if (rc < 0) {
+                client_close(c);
+                return;
+            }
+            c->writing = 1;
+        }
+    }
+    if (c->close_after_reply && !c->writing && c->out.len == 0)
+        client_close(c);
+}
+
+/* ---- input ---- */
+
+static int client_paused(const struct server_client *c)
+{
+    return c->blocked || c->closing || c->close_after_reply ||
+           client_pending(c) > c->srv->soft_limit;
+}
+
+/*
+ * Executes the complete commands in buf[0..len) until the input runs out or
+ * the client pauses; returns the bytes consumed.
+ */
+static size_t client_execute(struct server_client *c, const char *buf, size_t len)
+{
+    struct server *s = c->srv;
+    size_t pos = 0;
+    while (pos < len && !client_paused(c)) {
+        struct resp_cmd cmd;
+        int rc = resp_parse(&c->parser, buf + pos, len - pos, &cmd);
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            s->stats.protocol_errors++;
+            resp_add_errorf(&c->out, "ERR %s", resp_parser_error(&c->parser));
+            c->close_after_reply = 1;
+            resp_parser_reset(&c->parser);
+            return len; /* the rest is unframeable: drop it */
+        }
+        pos += cmd.consumed;
+        if (cmd.argc == 0)
+            continue;
+        s->stats.total_commands++;
+        if (s->dispatch(s->ud, c, cmd.argc, cmd.argv, cmd.argvlen, &c->out) ==
+            SERVER_CLOSE_AFTER_REPLY)
+            c->close_after_reply = 1;
+    }
+    return pos;
+}
+
+/* Keeps buf[0..len) as the client's unconsumed input. */
+static int client_keep(struct server_client *c, const char *buf, size_t len)
+{
+    if (len == 0) {
+        free(c->inbuf);
+        c->inbuf = NULL;
+        c->inlen = c->incap = 0;
+        return 0;
+    }
+    if (buf == c->inbuf) {
+        c->inlen = len;
+        return 0;
+    }
+    if (buf >= c->inbuf && buf < c->inbuf + c->incap) {
+        memmove(c->inbuf, buf, len);
+        c->inlen = len;
+        return 0;
+    }
+    if (c->incap < len) {
+        char *nb = realloc(c->inbuf, len);
+        if (nb == NULL)
+            return -SLUICE_ENOMEM;
+        c->inbuf = nb;
+        c->incap = len;
+    }
+    memcpy(c->inbuf, buf, len);
+    c->inlen = len;
+    return 0;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct server_client *c = (struct server_client *)h;
+    if (c->inlen == 0) {
+        c->in_shared = 1;
+        *buf = uv_buf_init(c->srv->shared, sizeof(c->srv->shared));
+        return;
+    }
+    c->in_shared = 0;
+    if (c->incap - c->inlen < READ_CHUNK / 4) {
+        size_t cap = c->inlen + READ_CHUNK;
+        char *nb = realloc(c->inbuf, cap);
+        if (nb == NULL) {
+            *buf = uv_buf_init(NULL, 0); /* libuv reports UV_ENOBUFS */
+            return;
+        }
+        c->inbuf = nb;
+        c->incap = cap;
+    }
+    *buf = uv_buf_init(c->inbuf + c->inlen, (unsigned)(c->incap - c->inlen));
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct server_client *c = (struct server_client *)stream;
+    if (nread < 0) {
+        client_close(c);
+        return;
+    }
+    if (nread == 0)
+        return;
+    c->srv->now_ns = uv_hrtime();
+    const char *data;
+    size_t len;
+    if (c->in_shared) {
+        data = buf->base;
+        len = (size_t)nread;
+    } else {
+        c->inlen += (size_t)nread;
+        data = c->inbuf;
+        len = c->inlen;
+    }
+    size_t used = client_execute(c, data, len);
+    if (client_keep(c, data + used, len - used) < 0) {
+        client_close(c);
+        return;
+    }
+    client_flush(c);
+    if (!c->closing && client_paused(c) && c->reading) {
+        uv_read_stop(stream);
+        c->reading = 0;
+    }
+}
+
+/* Runs queued input and restarts reading once the client is no longer paused. */
+static void client_resume(struct server_client *c)
+{
+    if (client_paused(c))
+        return;
+    if (c->inlen > 0) {
+        c->srv->now_ns = uv_hrtime();
+        size_t used = client_execute(c, c->inbuf, c->inlen);
+        if (client_keep(c, c->inbuf + used, c->inlen - used) < 0) {
+            client_close(c);
+            return;
+        }
+        client_flush(c);
+    }
+    if (!client_paused(c) && !c->reading) {
+        if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) == 0)
+            c->reading = 1;
+        else
+            client_close(c);
+    }
+}
+
+void server_client_block(struct server_client *c, server_cancel_fn cancel, void *arg)
+{
+    c->blocked = 1;
+    c->cancel = cancel;
+    c->cancel_arg = arg;
+}
+
+void server_client_unblock(struct server_client *c)
+{
+    if (!c->blocked)
+        return;
+    c->blocked = 0;
+    c->cancel = NULL;
+    c->cancel_arg = NULL;
+    client_flush(c);
+    if (!c->closing && !c->writing)
+        client_resume(c);
+}
+
+/* ---- lifecycle ---- */
+
+static void on_client_closed(uv_handle_t *h)
+{
+    struct server_client *c = (struct server_client *)h;
+    resp_parser_free(&c->parser);
+    resp_buf_free(&c->out);
+    resp_buf_free(&c->wbuf);
+    free(c->inbuf);
+    free(c->name);
+    free(c);
+}
+
+static void client_close(struct server_client *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    if (c->blocked) {
+        c->blocked = 0;
+        if (c->cancel != NULL)
+            c->cancel(c, c->cancel_arg);
+    }
+    struct server *s = c->srv;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->clients = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->stats.connected_clients--;
+    uv_close((uv_handle_t *)&c->pipe, on_client_closed);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    struct server *s = listener->data;
+    if (status < 0 || s->closing)
+        return;
+    struct server_client *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return;
+    if (uv_pipe_init(s->loop, &c->pipe, 0) < 0) {
+        free(c);
+        return;
+    }
+    c->srv = s;
+    if (uv_accept(listener, (uv_stream_t *)&c->pipe) < 0) {
+        uv_close((uv_handle_t *)&c->pipe, on_client_closed);
+        return;
+    }
+    resp_parser_init(&c->parser, s->max_request, s->max_args);
+    c->id = s->next_id++;
+    s->stats.total_connections++;
+    c->next = s->clients;
+    if (s->clients)
+        s->clients->prev = c;
+    s->clients = c;
+    s->stats.connected_clients++;
+    if (s->stats.connected_clients > s->max_clients) {
+        s->stats.rejected_connections++;
+        resp_add_error(&c->out, "ERR max number of clients reached");
+        c->close_after_reply = 1;
+        client_flush(c);
+        return;
+    }
+    if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0) {
+        client_close(c);
+        return;
+    }
+    c->reading = 1;
+}
+
+/*
+ * Decides what to do with an existing file at the socket path: unlink it if
+ * it is a socket nobody listens on; refuse if someone answers or it is not a
+ * socket.  Returns 0 when the path is free.
+ */
+static int server_clear_stale(struct server *s)
+{
+    struct stat st;
+    if (lstat(s->path, &st) < 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(s->err, sizeof(s->err), "cannot stat %s: %s", s->path, strerror(errno));
+        return -SLUICE_EIO;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(s->err, sizeof(s->err), "%s exists and is not a socket; refusing to replace it",
+                 s->path);
+        return -SLUICE_EEXIST;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0) {
+        snprintf(s->err, sizeof(s->err), "socket: %s", strerror(errno));
+        return -SLUICE_EIO;
+    }
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    memcpy(sun.sun_path, s->path, strlen(s->path) + 1);
+    int rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun));
+    int err = errno;
+    close(fd);
+    if (rc == 0) {
+        snprintf(s->err, sizeof(s->err),
+                 "another daemon is listening on %s; refusing to start (stop it or use --socket)",
+                 s->path);
+        return -SLUICE_EEXIST;
+    }
+    if (err != ECONNREFUSED) {
+        snprintf(s->err, sizeof(s->err), "cannot probe existing socket %s: %s", s->path,
+                 strerror(err));
+        return -SLUICE_EIO;
+    }
+    if (unlink(s->path) < 0 && errno != ENOENT) {
+        snprintf(s->err, sizeof(s->err), "cannot remove stale socket %s: %s", s->path,
+                 strerror(errno));
+        return -SLUICE_EIO;
+    }
+    log_info("removed stale socket %s", s->path);
+    return 0;
+}
+
+int server_start(struct server *s)
+{
+    int rc = server_clear_stale(s);
+    if (rc < 0)
+        return rc;
+    uv_pipe_init(s->loop, &s->listener, 0);
+    s->listener.data = s;
+    s->listening = 1;
+    /* Create the file owner-only, then widen to the requested mode: no window
+     * in which the umask's permissions apply. */
+    mode_t old = umask(0177);
+    rc = uv_pipe_bind(&s->listener, s->path);
+    umask(old);
+    if (rc < 0) {
+        snprintf(s->err, sizeof(s->err), "cannot bind %s: %s", s->path, uv_strerror(rc));
+        return -SLUICE_EIO;
+    }
+    s->bound = 1;
+    if (chmod(s->path, (mode_t)s->mode) < 0) {
+        snprintf(s->err, sizeof(s->err), "cannot chmod %s: %s", s->path, strerror(errno));
+        return -SLUICE_EIO;
+    }
+    rc = uv_listen((uv_stream_t *)&s->listener, LISTEN_BACKLOG, on_connection);
+    if (rc < 0) {
+        snprintf(s->err, sizeof(s->err), "cannot listen on %s: %s", s->path, uv_strerror(rc));
+        return -SLUICE_EIO;
+    }
+    return 0;
+}
+
+void server_close(struct server *s)
+{
+    if (s->closing)
+        return;
+    s->closing = 1;
+    while (s->clients != NULL)
+        client_close(s->clients);
+    if (s->listening)
+        uv_close((uv_handle_t *)&s->listener, NULL);
+    if (s->bound)
+        unlink(s->path);
+}
+
+void server_destroy(struct server *s)
+{
+    if (s == NULL)
+        return;
+    free(s->path);
+    free(s);
+}

@@ -1,0 +1,116 @@
+/*
+ * server: the RESP listener on a Unix socket, on a libuv loop the caller owns.
+ *
+ * Design.
+ *
+ * - The loop is the caller's (sluiced creates it and shares it with the gossip
+ *   layer and timers); the server only adds a listening pipe and one pipe per
+ *   client.  Everything runs on the loop thread, so a command handler is
+ *   atomic with respect to every other command and to gossip callbacks.
+ *
+ * - Input: every read is parsed at once and every complete command in it is
+ *   executed (pipelining); replies accumulate in the client's output buffer
+ *   and go out in one non-blocking write per read (uv_try_write, and a queued
+ *   uv_write for whatever the socket did not take).  Idle clients hold no
+ *   input buffer: reads land in one shared buffer and only the unparsed tail
+ *   of a read is copied into the client.
+ *
+ * - Backpressure: when a client's unsent output exceeds out_soft_limit the
+ *   server stops executing its commands and stops reading from it; it resumes
+ *   when the output drains.  Output past out_hard_limit disconnects it.  So a
+ *   slow reader costs memory bounded by the limits and never blocks the loop.
+ *
+ * - Replies later (blocking commands): a handler that cannot answer now calls
+ *   server_client_block(c, cancel, arg) and returns without writing a reply.
+ *   While blocked, the client's further pipelined commands are not executed
+ *   (their bytes wait in its input buffer) and it is not read from, so replies
+ *   stay in request order.  Later (from a timer, say) the owner writes the
+ *   reply into server_client_out(c) and calls server_client_unblock(c), which
+ *   flushes it and resumes the queued commands.  If the client disconnects
+ *   first, cancel(c, arg) is called exactly once, before the client is freed,
+ *   and the owner must drop its reference and must not call unblock.
+ *
+ * - Shutdown: server_close() closes the listener and every client (cancelling
+ *   blocked ones) and unlinks the socket; once the loop has run the close
+ *   callbacks, server_destroy() frees the server.
+ */
+#ifndef SLUICE_SERVER_H
+#define SLUICE_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "resp.h"
+
+struct server;
+struct server_client;
+
+struct server_config {
+    const char *socket_path; /* required; copied */
+    unsigned socket_mode;    /* permission bits of the socket file, e.g. 0660 */
+    size_t max_clients;      /* 0 = 10000 */
+    size_t max_request;      /* bytes per command, 0 = RESP_DEFAULT_MAX_REQUEST */
+    size_t max_args;         /* arguments per command, 0 = RESP_DEFAULT_MAX_ARGS */
+    size_t out_soft_limit;   /* pause a client above this much unsent output, 0 = 256 KiB */
+    size_t out_hard_limit;   /* disconnect above this, 0 = 16 MiB */
+};
+
+/* What a dispatch function returns. */
+enum { SERVER_CONTINUE = 0, SERVER_CLOSE_AFTER_REPLY = 1 };
+
+/*
+ * Executes one command (argc >= 1; the pointers are valid only during the
+ * call).  The handler appends exactly one reply to out, or blocks the client
+ * (see above).  Returns SERVER_CONTINUE or SERVER_CLOSE_AFTER_REPLY.
+ */
+typedef int (*server_dispatch_fn)(void *ud, struct server_client *c, size_t argc, const char **argv,
+                                  const size_t *argvlen, struct resp_buf *out);
+
+/* Called when a blocked client goes away before being unblocked. */
+typedef void (*server_cancel_fn)(struct server_client *c, void *arg);
+
+struct server_stats {
+    uint64_t connected_clients;
+    uint64_t total_connections;    /* accepted, including rejected ones */
+    uint64_t rejected_connections; /* over max_clients */
+    uint64_t total_commands;
+    uint64_t protocol_errors;
+    uint64_t output_limit_disconnects;
+};
+
+/* Creates a server (nothing is bound yet).  Fails with -SLUICE_EINVAL (no
+ * path, or a path too long for a Unix socket) or -SLUICE_ENOMEM. */
+int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispatch_fn dispatch,
+                  void *ud, struct server **out);
+
+/*
+ * Binds and listens.  An existing socket file that refuses connections is
+ * stale and replaced; if a live process answers on it, fails with
+ * -SLUICE_EEXIST (as it does when the path exists and is not a socket).
+ * Other failures: -SLUICE_EIO.  server_error() then says why in words.
+ */
+int server_start(struct server *s);
+const char *server_error(const struct server *s);
+
+/* Starts shutdown (idempotent): see the design note. */
+void server_close(struct server *s);
+/* Frees the server; call after server_close once the loop has run dry. */
+void server_destroy(struct server *s);
+
+void server_get_stats(const struct server *s, struct server_stats *out);
+/* Monotonic nanoseconds read once at the start of the current read batch. */
+uint64_t server_now_ns(const struct server *s);
+
+/* Per-client accessors for handlers. */
+struct server *server_client_server(const struct server_client *c);
+uint64_t server_client_id(const struct server_client *c);
+/* The client's name ("" when unset); owned by the client. */
+const char *server_client_name(const struct server_client *c);
+/* Copies name (len bytes, no NUL needed).  Fails with -SLUICE_ENOMEM. */
+int server_client_set_name(struct server_client *c, const char *name, size_t len);
+struct resp_buf *server_client_out(struct server_client *c);
+void server_client_block(struct server_client *c, server_cancel_fn cancel, void *arg);
+void server_client_unblock(struct server_client *c);
+
+#endif

@@ -1,0 +1,266 @@
+/*
+ * sluiced: the sluice daemon.  Parses flags, creates the limiter, the command
+ * layer and the RESP server on one libuv loop, and runs until SIGINT/SIGTERM,
+ * after which it closes every client, removes its socket and frees
+ * everything.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "commands.h"
+#include "limiter.h"
+#include "log.h"
+#include "server.h"
+#include "sluice/client.h"
+#include "sluice/error.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: sluiced [OPTIONS]\n"
+            "\n"
+            "sluice daemon: answers CL.THROTTLE (and a small Redis command subset) over a\n"
+            "Unix socket speaking the Redis protocol.\n"
+            "\n"
+            "Options:\n"
+            "  --socket PATH            Unix socket to listen on (default: $SLUICE_SOCKET, else\n"
+            "                           /run/sluice/sluice.sock if /run/sluice exists, else\n"
+            "                           /tmp/sluice.sock).  A stale socket file is replaced; if\n"
+            "                           a live daemon answers on it, sluiced refuses to start.\n"
+            "  --socket-mode MODE       octal permissions of the socket file (default 0660)\n"
+            "  --max-clients N          concurrent clients; more are answered\n"
+            "                           '-ERR max number of clients reached' (default 10000)\n"
+            "  --max-request-bytes N    largest accepted command, framing included\n"
+            "                           (default 65536); larger ones close the connection\n"
+            "  --max-key-bytes N        longest key (default 512); longer keys get an error\n"
+            "  --max-keys N             keys held in memory (default: the limiter's)\n"
+            "  --on-full POLICY         when --max-keys keys are all still limiting:\n"
+            "                           evict (default), deny (fail closed), allow (fail open)\n"
+            "  --log-level LEVEL        debug, info (default), warn, error, off\n"
+            "  --version                print the version and exit\n"
+            "  --help                   print this help and exit\n"
+            "\n"
+            "Signals: SIGINT and SIGTERM shut down cleanly and remove the socket.\n");
+}
+
+/* Parses a decimal size in [min, max]; returns 0 or -1. */
+static int parse_size(const char *s, unsigned long long min, unsigned long long max,
+                      unsigned long long *out)
+{
+    if (s == NULL || *s == '\0' || *s == '-')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+struct daemon {
+    uv_loop_t loop;
+    uv_signal_t sigint, sigterm;
+    struct server *srv;
+    struct commands *cmds;
+    struct limiter *lim;
+};
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct daemon *d = h->data;
+    log_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    server_close(d->srv);
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+}
+
+enum {
+    OPT_SOCKET = 256,
+    OPT_SOCKET_MODE,
+    OPT_MAX_CLIENTS,
+    OPT_MAX_REQUEST,
+    OPT_MAX_KEY,
+    OPT_MAX_KEYS,
+    OPT_ON_FULL,
+    OPT_LOG_LEVEL,
+    OPT_VERSION,
+    OPT_HELP,
+};
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"socket", required_argument, NULL, OPT_SOCKET},
+        {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
+        {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
+        {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST},
+        {"max-key-bytes", required_argument, NULL, OPT_MAX_KEY},
+        {"max-keys", required_argument, NULL, OPT_MAX_KEYS},
+        {"on-full", required_argument, NULL, OPT_ON_FULL},
+        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    struct server_config scfg = {.socket_mode = 0660};
+    struct commands_config ccfg = {0};
+    struct limiter_config lcfg = {.max_keys = 0, .overflow = LIMITER_OVERFLOW_EVICT};
+    const char *socket_path = NULL;
+    int opt;
+    unsigned long long v;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_SOCKET:
+            socket_path = optarg;
+            break;
+        case OPT_SOCKET_MODE: {
+            char *end;
+            errno = 0;
+            unsigned long m = strtoul(optarg, &end, 8);
+            if (errno != 0 || *end != '\0' || *optarg == '\0' || m > 0777) {
+                fprintf(stderr, "sluiced: --socket-mode: '%s' is not an octal mode like 0660\n",
+                        optarg);
+                return 2;
+            }
+            scfg.socket_mode = (unsigned)m;
+            break;
+        }
+        case OPT_MAX_CLIENTS:
+            if (parse_size(optarg, 1, 1000000, &v) < 0) {
+                fprintf(stderr, "sluiced: --max-clients: expected 1..1000000, got '%s'\n", optarg);
+                return 2;
+            }
+            scfg.max_clients = (size_t)v;
+            break;
+        case OPT_MAX_REQUEST:
+            if (parse_size(optarg, 64, 512ull * 1024 * 1024, &v) < 0) {
+                fprintf(stderr, "sluiced: --max-request-bytes: expected 64..536870912, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            scfg.max_request = (size_t)v;
+            break;
+        case OPT_MAX_KEY:
+            if (parse_size(optarg, 1, 1024 * 1024, &v) < 0) {
+                fprintf(stderr, "sluiced: --max-key-bytes: expected 1..1048576, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            ccfg.max_key_bytes = (size_t)v;
+            break;
+        case OPT_MAX_KEYS:
+            if (parse_size(optarg, 1, (unsigned long long)SIZE_MAX / 2, &v) < 0) {
+                fprintf(stderr, "sluiced: --max-keys: expected a positive count, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            lcfg.max_keys = (size_t)v;
+            break;
+        case OPT_ON_FULL:
+            if (strcmp(optarg, "evict") == 0) {
+                lcfg.overflow = LIMITER_OVERFLOW_EVICT;
+            } else if (strcmp(optarg, "deny") == 0) {
+                lcfg.overflow = LIMITER_OVERFLOW_DENY;
+            } else if (strcmp(optarg, "allow") == 0) {
+                lcfg.overflow = LIMITER_OVERFLOW_ALLOW;
+            } else {
+                fprintf(stderr, "sluiced: --on-full: expected evict, deny or allow, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case OPT_LOG_LEVEL: {
+            enum log_level lvl;
+            if (log_parse_level(optarg, &lvl) < 0) {
+                fprintf(stderr,
+                        "sluiced: --log-level: expected debug, info, warn, error or off, got "
+                        "'%s'\n",
+                        optarg);
+                return 2;
+            }
+            log_set_level(lvl);
+            break;
+        }
+        case OPT_VERSION:
+            printf("sluiced %s\n", SLUICE_VERSION_STRING);
+            return 0;
+        case OPT_HELP:
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sluiced: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (socket_path == NULL)
+        socket_path = sluice_client_default_path();
+    scfg.socket_path = socket_path;
+
+    /* A client vanishing mid-write must be an error return, not a signal. */
+    signal(SIGPIPE, SIG_IGN);
+
+    struct daemon d;
+    memset(&d, 0, sizeof(d));
+    int rc = uv_loop_init(&d.loop);
+    if (rc < 0) {
+        log_error("cannot create the event loop: %s", uv_strerror(rc));
+        return 1;
+    }
+    int status = 1;
+    rc = limiter_create(&d.lim, &lcfg);
+    if (rc < 0) {
+        log_error("cannot create the limiter: %s", sluice_strerror(rc));
+        goto out_loop;
+    }
+    rc = commands_create(d.lim, &ccfg, &d.cmds);
+    if (rc < 0) {
+        log_error("cannot create the command layer: %s", sluice_strerror(rc));
+        goto out_limiter;
+    }
+    rc = server_create(&d.loop, &scfg, commands_dispatch, d.cmds, &d.srv);
+    if (rc < 0) {
+        log_error("invalid socket path '%s': %s", socket_path, sluice_strerror(rc));
+        goto out_cmds;
+    }
+    rc = server_start(d.srv);
+    if (rc < 0) {
+        log_error("%s", server_error(d.srv));
+        server_close(d.srv);
+        uv_run(&d.loop, UV_RUN_DEFAULT);
+        goto out_server;
+    }
+    uv_signal_init(&d.loop, &d.sigint);
+    uv_signal_init(&d.loop, &d.sigterm);
+    d.sigint.data = &d;
+    d.sigterm.data = &d;
+    uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION_STRING,
+             socket_path, scfg.socket_mode, scfg.max_clients ? scfg.max_clients : 10000);
+    uv_run(&d.loop, UV_RUN_DEFAULT);
+    log_info("stopped");
+    status = 0;
+out_server:
+    server_destroy(d.srv);
+out_cmds:
+    commands_destroy(d.cmds);
+out_limiter:
+    limiter_destroy(d.lim);
+out_loop:
+    if (uv_loop_close(&d.loop) != 0)
+        log_warn("event loop closed with handles still open");
+    return status;
+}
