@@ -1,0 +1,47 @@
+/*
+ * bcast_*: a bounded retransmit queue of encoded messages (after memberlist's
+ * TransmitLimitedQueue).
+ *
+ * Each item is sent at most `limit` times (the caller passes
+ * RetransmitMult * ceil(log10(N + 1))), least transmitted first and, among
+ * equals, newest first, so fresh news spreads before old news is repeated.
+ * A message about a member replaces any queued message about the same member
+ * (key = name hash), since only the newest state matters.  Drop policy when
+ * full: the item transmitted most, oldest among those, is dropped and counted.
+ * The array is kept sorted by (transmits asc, age asc) with insertion sort:
+ * after a fill only the few taken items move.
+ */
+#ifndef GOSSIP_BROADCAST_H
+#define GOSSIP_BROADCAST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct bcast_item {
+    uint64_t key; /* 0 = never replaced */
+    uint64_t id;  /* insertion order */
+    uint32_t transmits;
+    size_t len;
+    uint8_t data[];
+};
+
+struct bcast_queue {
+    struct bcast_item **v;
+    size_t n, cap, max;
+    uint64_t next_id;
+    uint64_t dropped;
+};
+
+void bcast_init(struct bcast_queue *q, size_t max);
+void bcast_free(struct bcast_queue *q);
+/* Queues a copy of data.  Returns 0, or -GOSSIP_ENOMEM.  When the queue was
+ * full an item was dropped first (q->dropped counts it). */
+int bcast_push(struct bcast_queue *q, uint64_t key, const uint8_t *data, size_t len);
+/*
+ * Appends whole items to buf[*len..cap) while they fit, incrementing their
+ * transmit counts and retiring those that reach limit.  Adds the number of
+ * items appended to *nmsgs.
+ */
+void bcast_fill(struct bcast_queue *q, uint32_t limit, uint8_t *buf, size_t cap, size_t *len,
+                size_t *nmsgs);
+#endif

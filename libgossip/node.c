@@ -1,0 +1,1307 @@
+/*
+ * gossip_node_*: the I/O-free protocol core: SWIM failure detection with the
+ * Lifeguard refinements, piggybacked dissemination, the application payload
+ * channel and push-pull anti-entropy over datagrams.
+ *
+ * Design notes.
+ *  - Probing (SWIM): every probe interval one member, taken in a shuffled
+ *    round-robin order, is pinged.  Without an ack within probe_timeout, k
+ *    members are asked to ping it for us (PING_REQ); they ack on its behalf
+ *    or, with Lifeguard, send a NACK when they heard nothing either.  With no
+ *    ack by the end of the interval the member becomes suspect.
+ *  - Lifeguard: a local health multiplier (LHM, "awareness") grows when this
+ *    node misses acks it should get (missed nacks, having to refute a
+ *    suspicion about itself) and shrinks on every successful probe; the probe
+ *    interval is scaled by it, so a slow or overloaded node accuses less.
+ *    Suspicion timeouts start at max and shrink as independent accusers
+ *    confirm (member_suspicion_timeout).
+ *  - Incarnations order all news about a member: news with a lower
+ *    incarnation loses; at equal incarnation suspect beats alive and dead or
+ *    left beat both, so a replayed alive can never undo a death.  Only the
+ *    member itself raises its incarnation (refutation), which is how a
+ *    restarted node comes back.
+ *  - Dissemination: membership messages and application payloads wait in two
+ *    bounded queues and ride on every packet; each queue first gets its own
+ *    share of the packet (app_budget for payloads), then leftovers are shared.
+ *  - Anti-entropy: a push-pull is a burst of packets holding full membership
+ *    plus application state chunks (state_fill); a request asks the peer to
+ *    answer with its own burst.  Loss only makes an exchange less complete.
+ *  - Every timer is an absolute deadline checked in gossip_node_tick;
+ *    gossip_node_next_deadline reports the earliest one.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broadcast.h"
+#include "io.h"
+#include "member.h"
+#include "proto.h"
+#include "gossip/keyring.h"
+
+#define MS                 1000000LL
+#define MAX_SEEDS          64
+#define MAX_RELAYS         64
+#define TS_WINDOW_NS       (30000 * MS)
+#define REAP_CHECK_NS      (1000 * MS)
+#define JOIN_RETRY_NS      (2000 * MS)
+#define PKT_MAX            9216 /* largest datagram handled (jumbo frame) */
+#define PP_MSG_OVERHEAD    16   /* PUSHPULL message without its chunk */
+#define LEAVE_FANOUT_EXTRA 3
+
+struct probe {
+    int active, acked, indirect_sent;
+    char target[GOSSIP_NAME_MAX + 1];
+    size_t target_len;
+    uint32_t seq;
+    int64_t timeout_at, end_at;
+    int expected_nacks, nacks;
+};
+
+struct relay {
+    int used, want_nack;
+    uint32_t our_seq, their_seq;
+    struct gossip_addr requester;
+    int64_t nack_at;
+};
+
+/* A packet under construction (plaintext). */
+struct pktbuf {
+    uint8_t buf[PKT_MAX];
+    size_t len, cap, nmsgs;
+};
+
+struct gossip_node {
+    struct gossip_config cfg;
+    struct gossip_io io;
+    char name[GOSSIP_NAME_MAX + 1];
+    size_t name_len;
+    struct member_table t;
+    struct member *self;
+    struct bcast_queue mq, aq;
+    struct member **plist; /* probe order */
+    size_t pn, pcap, pidx;
+    struct member **sus; /* members under suspicion */
+    size_t sn, scap;
+    struct probe probe;
+    struct relay relays[MAX_RELAYS];
+    int nrelays;
+    uint32_t seq, pp_xid;
+    uint64_t app_seq, last_ts;
+    int awareness, left, leave_pending, join_pending;
+    struct gossip_addr seeds[MAX_SEEDS];
+    size_t nseeds;
+    int64_t now, next_probe, next_gossip, next_pushpull, next_reap, next_join;
+    size_t live; /* alive + suspect members, self included */
+    struct gossip_stats st;
+    size_t plain_cap; /* mtu minus seal overhead */
+    struct proto_packet pkt;
+    struct pktbuf out;
+    uint8_t sealed[PKT_MAX];
+    uint8_t opened[PKT_MAX];
+};
+
+static const char *const drop_names[GOSSIP_DROP_MAX_] = {
+    [GOSSIP_DROP_SHORT] = "short",         [GOSSIP_DROP_AUTH] = "auth",
+    [GOSSIP_DROP_NOKEY] = "nokey",         [GOSSIP_DROP_VERSION] = "version",
+    [GOSSIP_DROP_MALFORMED] = "malformed", [GOSSIP_DROP_SELF] = "self",
+    [GOSSIP_DROP_STALE] = "stale",         [GOSSIP_DROP_LEFT] = "left",
+};
+
+const char *gossip_drop_name(int reason)
+{
+    if (reason < 0 || reason >= GOSSIP_DROP_MAX_)
+        return "unknown";
+    return drop_names[reason];
+}
+
+void gossip_config_default(struct gossip_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->probe_interval_ms = 1000;
+    cfg->probe_timeout_ms = 500;
+    cfg->indirect_checks = 3;
+    cfg->suspicion_mult = 4;
+    cfg->suspicion_max_timeout_mult = 6;
+    cfg->retransmit_mult = 4;
+    cfg->gossip_interval_ms = 200;
+    cfg->gossip_nodes = 3;
+    cfg->gossip_to_dead_ms = 30000;
+    cfg->pushpull_interval_ms = 30000;
+    cfg->pushpull_max_packets = 16;
+    cfg->awareness_max_multiplier = 8;
+    cfg->lifeguard = 1;
+    cfg->dead_reap_ms = 30000;
+    cfg->tombstone_ms = 600000;
+    cfg->mtu = 1400;
+    cfg->app_budget = 640;
+    cfg->app_queue_max = 1024;
+    cfg->member_queue_max = 4096;
+}
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static uint64_t rnd(struct gossip_node *n)
+{
+    uint64_t v = 0;
+    n->io.random(n->io.ctx, &v, sizeof(v));
+    return v;
+}
+
+static int64_t scaled(const struct gossip_node *n, int64_t ms)
+{
+    return ms * MS * (n->awareness + 1);
+}
+
+static void awareness_delta(struct gossip_node *n, int d)
+{
+    if (!n->cfg.lifeguard)
+        return;
+    n->awareness += d;
+    if (n->awareness < 0)
+        n->awareness = 0;
+    if (n->awareness > n->cfg.awareness_max_multiplier - 1)
+        n->awareness = n->cfg.awareness_max_multiplier - 1;
+}
+
+static uint32_t retransmit_limit(const struct gossip_node *n)
+{
+    uint32_t lg = 0;
+    for (size_t x = n->live + 1; x > 1; x = (x + 9) / 10)
+        lg++; /* ceil(log10(N + 1)) */
+    if (lg == 0)
+        lg = 1;
+    return (uint32_t)n->cfg.retransmit_mult * lg;
+}
+
+static int is_live(const struct member *m)
+{
+    return !m->reaped && (m->state == GOSSIP_MEMBER_ALIVE || m->state == GOSSIP_MEMBER_SUSPECT);
+}
+
+static void emit(struct gossip_node *n, enum gossip_event ev, const struct member *m)
+{
+    if (n->cfg.cb.on_event == NULL || m->is_self)
+        return;
+    struct gossip_member_info info;
+    member_info(m, &info);
+    n->cfg.cb.on_event(n->cfg.cb.ud, ev, &info);
+}
+
+static struct proto_str pstr(const char *s, size_t len)
+{
+    struct proto_str p = {s, len};
+    return p;
+}
+
+/* ---- probe list and suspect list ----------------------------------------- */
+
+static void plist_add(struct gossip_node *n, struct member *m)
+{
+    if (m->in_plist || m->is_self)
+        return;
+    if (n->pn == n->pcap) {
+        size_t cap = n->pcap ? n->pcap * 2 : 16;
+        struct member **v = realloc(n->plist, cap * sizeof(*v));
+        if (v == NULL)
+            return; /* the member is simply not probed; push-pull still sees it */
+        n->plist = v;
+        n->pcap = cap;
+    }
+    /* A random position, so a newcomer is not probed by everyone at once. */
+    size_t pos = (size_t)(rnd(n) % (n->pn + 1));
+    n->plist[n->pn++] = n->plist[pos];
+    n->plist[pos] = m;
+    m->in_plist = 1;
+}
+
+static void plist_remove(struct gossip_node *n, struct member *m)
+{
+    if (!m->in_plist)
+        return;
+    for (size_t i = 0; i < n->pn; i++) {
+        if (n->plist[i] == m) {
+            memmove(n->plist + i, n->plist + i + 1, (n->pn - i - 1) * sizeof(*n->plist));
+            n->pn--;
+            if (n->pidx > i)
+                n->pidx--;
+            break;
+        }
+    }
+    m->in_plist = 0;
+}
+
+static void sus_remove(struct gossip_node *n, struct member *m)
+{
+    for (size_t i = 0; i < n->sn; i++) {
+        if (n->sus[i] == m) {
+            n->sus[i] = n->sus[--n->sn];
+            return;
+        }
+    }
+}
+
+static int sus_add(struct gossip_node *n, struct member *m)
+{
+    if (n->sn == n->scap) {
+        size_t cap = n->scap ? n->scap * 2 : 8;
+        struct member **v = realloc(n->sus, cap * sizeof(*v));
+        if (v == NULL)
+            return -GOSSIP_ENOMEM;
+        n->sus = v;
+        n->scap = cap;
+    }
+    n->sus[n->sn++] = m;
+    return 0;
+}
+
+/* ---- sending ----------------------------------------------------------- */
+
+static void pb_begin(struct gossip_node *n, struct pktbuf *pb)
+{
+    uint64_t ts = (uint64_t)n->now;
+    if (ts <= n->last_ts)
+        ts = n->last_ts + 1;
+    n->last_ts = ts;
+    pb->cap = n->plain_cap;
+    pb->nmsgs = 0;
+    /* Cannot fail: plain_cap >= PROTO_HEADER_MAX was checked at creation. */
+    proto_packet_begin(pb->buf, pb->cap, n->name, n->name_len, ts, &pb->len);
+}
+
+static int pb_add(struct pktbuf *pb, const struct proto_msg *m)
+{
+    size_t len;
+    int rc = proto_encode_msg(m, pb->buf + pb->len, pb->cap - pb->len, &len);
+    if (rc != 0)
+        return rc;
+    pb->len += len;
+    pb->nmsgs++;
+    return 0;
+}
+
+/* Piggybacks queued membership news and payloads, each queue first within
+ * its own share, then into whatever room is left. */
+static void pb_piggyback(struct gossip_node *n, struct pktbuf *pb)
+{
+    uint32_t limit = retransmit_limit(n);
+    size_t room = pb->cap - pb->len;
+    size_t app_share = n->cfg.app_budget < room ? n->cfg.app_budget : room;
+    size_t mcap = pb->cap - app_share;
+    bcast_fill(&n->mq, limit, pb->buf, mcap, &pb->len, &pb->nmsgs);
+    bcast_fill(&n->aq, limit, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
+    bcast_fill(&n->mq, limit, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
+}
+
+static void pb_send(struct gossip_node *n, struct pktbuf *pb, const struct gossip_addr *to)
+{
+    const uint8_t *wire = pb->buf;
+    size_t len = pb->len;
+    if (pb->nmsgs > PROTO_MAX_MSGS - 3)
+        return; /* cannot happen with sane MTUs; never send what peers reject */
+    proto_packet_finish(pb->buf, pb->nmsgs);
+    if (n->cfg.keyring != NULL) {
+        if (gossip_keyring_seal(n->cfg.keyring, pb->buf, pb->len, n->sealed, sizeof(n->sealed),
+                                &len) != 0) {
+            n->st.send_errors++;
+            return;
+        }
+        wire = n->sealed;
+    }
+    if (n->io.send(n->io.ctx, to, wire, len) != 0) {
+        n->st.send_errors++;
+        return;
+    }
+    n->st.packets_sent++;
+    n->st.bytes_sent += len;
+}
+
+/* Sends one message (plus piggybacked news) to an address. */
+static void send_one(struct gossip_node *n, const struct gossip_addr *to, const struct proto_msg *m)
+{
+    struct pktbuf *pb = &n->out;
+    pb_begin(n, pb);
+    if (pb_add(pb, m) != 0)
+        return;
+    pb_piggyback(n, pb);
+    pb_send(n, pb, to);
+}
+
+static void queue_member_msg(struct gossip_node *n, const struct proto_msg *m)
+{
+    uint8_t buf[PROTO_HEADER_MAX + 2 * GOSSIP_NAME_MAX + PROTO_ADDR_MAX + 32];
+    size_t len;
+    if (proto_encode_msg(m, buf, sizeof(buf), &len) != 0)
+        return;
+    if (bcast_push(&n->mq, member_hash(m->name.ptr, m->name.len), buf, len) == 0)
+        n->st.member_msgs_queued++;
+    n->st.member_msgs_dropped = n->mq.dropped;
+}
+
+static void member_msg(const struct member *m, const struct gossip_node *n, struct proto_msg *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->name = pstr(m->name, m->name_len);
+    out->incarnation = m->incarnation;
+    switch (m->state) {
+    case GOSSIP_MEMBER_ALIVE:
+        out->type = PROTO_ALIVE;
+        out->addr = m->addr;
+        break;
+    case GOSSIP_MEMBER_SUSPECT:
+        out->type = PROTO_SUSPECT;
+        out->from = pstr(n->name, n->name_len);
+        break;
+    case GOSSIP_MEMBER_DEAD:
+        out->type = PROTO_DEAD;
+        out->from = pstr(n->name, n->name_len);
+        break;
+    case GOSSIP_MEMBER_LEFT:
+        out->type = PROTO_LEFT;
+        break;
+    }
+}
+
+static void broadcast_member(struct gossip_node *n, const struct member *m)
+{
+    struct proto_msg msg;
+    member_msg(m, n, &msg);
+    queue_member_msg(n, &msg);
+}
+
+/* Up to k distinct random members matching `want`, excluding `skip`. */
+static size_t pick_random(struct gossip_node *n, size_t k, const struct member *skip,
+                          int (*want)(const struct gossip_node *, const struct member *),
+                          struct member **out)
+{
+    size_t got = 0;
+    if (n->t.n == 0)
+        return 0;
+    for (size_t tries = 0; got < k && tries < 3 * k + 8; tries++) {
+        struct member *m = n->t.v[rnd(n) % n->t.n];
+        if (m == skip || m->is_self || !want(n, m))
+            continue;
+        int dup = 0;
+        for (size_t i = 0; i < got; i++)
+            dup |= out[i] == m;
+        if (!dup)
+            out[got++] = m;
+    }
+    return got;
+}
+
+static int want_live(const struct gossip_node *n, const struct member *m)
+{
+    return is_live(m);
+}
+
+static int want_gossip(const struct gossip_node *n, const struct member *m)
+{
+    if (is_live(m))
+        return 1;
+    /* Keep telling the recently dead, so a falsely accused node hears it. */
+    return !m->reaped && m->state == GOSSIP_MEMBER_DEAD &&
+           n->now - m->state_since < n->cfg.gossip_to_dead_ms * MS;
+}
+
+/* ---- state changes ------------------------------------------------------ */
+
+static void set_state(struct gossip_node *n, struct member *m, enum gossip_member_state s)
+{
+    int was_live = is_live(m);
+    if (m->state == GOSSIP_MEMBER_SUSPECT && s != GOSSIP_MEMBER_SUSPECT)
+        sus_remove(n, m);
+    m->state = s;
+    m->state_since = n->now;
+    int now_live = is_live(m);
+    if (was_live && !now_live)
+        n->live--;
+    else if (!was_live && now_live)
+        n->live++;
+}
+
+static void refute(struct gossip_node *n, uint32_t accused_inc)
+{
+    struct member *self = n->self;
+    if (n->left)
+        return;
+    self->incarnation = (accused_inc >= self->incarnation ? accused_inc : self->incarnation) + 1;
+    n->st.refutations++;
+    awareness_delta(n, 1);
+    broadcast_member(n, self);
+}
+
+/* An unreaped, or tombstoned, member coming (back) to life. */
+static void revive(struct gossip_node *n, struct member *m, uint32_t inc,
+                   const struct gossip_addr *addr)
+{
+    int was_reaped = m->reaped;
+    int was_state = m->state;
+    if (was_reaped) {
+        m->reaped = 0;
+        m->state = GOSSIP_MEMBER_DEAD; /* not live: set_state counts it */
+    }
+    m->incarnation = inc;
+    m->addr = *addr;
+    set_state(n, m, GOSSIP_MEMBER_ALIVE);
+    plist_add(n, m);
+    broadcast_member(n, m);
+    emit(n,
+         (was_reaped || was_state == GOSSIP_MEMBER_DEAD || was_state == GOSSIP_MEMBER_LEFT)
+             ? GOSSIP_EVENT_JOIN
+             : GOSSIP_EVENT_ALIVE,
+         m);
+}
+
+static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
+{
+    struct member *m = member_find(&n->t, msg->name.ptr, msg->name.len);
+    if (m != NULL && m->is_self) {
+        if (msg->incarnation > m->incarnation)
+            refute(n, msg->incarnation); /* gossip from a previous life of ours */
+        return;
+    }
+    if (m == NULL) {
+        m = member_add(&n->t, msg->name.ptr, msg->name.len);
+        if (m == NULL)
+            return;
+        m->incarnation = msg->incarnation;
+        m->addr = msg->addr;
+        m->state = GOSSIP_MEMBER_ALIVE;
+        m->state_since = n->now;
+        n->live++;
+        plist_add(n, m);
+        broadcast_member(n, m);
+        emit(n, GOSSIP_EVENT_JOIN, m);
+        return;
+    }
+    /* Equal incarnation never wins: suspect/dead/left beat alive there. */
+    if (msg->incarnation <= m->incarnation)
+        return;
+    revive(n, m, msg->incarnation, &msg->addr);
+}
+
+/* Suspicion bounds (memberlist): min = mult * max(1, log10(N)) * probe
+ * interval, max = max_mult * min; without Lifeguard the timeout is fixed. */
+static void suspicion_bounds(const struct gossip_node *n, int64_t *min, int64_t *max)
+{
+    double scale = n->live > 10 ? log10((double)n->live) : 1.0;
+    *min = (int64_t)(n->cfg.suspicion_mult * scale * (double)n->cfg.probe_interval_ms * MS);
+    *max = n->cfg.lifeguard ? *min * n->cfg.suspicion_max_timeout_mult : *min;
+}
+
+static void start_suspicion(struct gossip_node *n, struct member *m, uint64_t accuser)
+{
+    int64_t min, max;
+    int k = n->cfg.suspicion_mult - 2;
+    suspicion_bounds(n, &min, &max);
+    if ((int)n->live - 2 < k || !n->cfg.lifeguard)
+        k = 0;
+    m->susp_start = n->now;
+    m->susp_k = k;
+    m->susp_confirmations = 0;
+    memset(m->susp_accusers, 0, sizeof(m->susp_accusers));
+    m->susp_accusers[0] = accuser;
+    m->susp_deadline = n->now + member_suspicion_timeout(min, max, k, 0);
+    sus_add(n, m);
+}
+
+/* A new distinct accuser shortens the timeout; returns 1 if it counted. */
+static int confirm_suspicion(struct gossip_node *n, struct member *m, uint64_t accuser)
+{
+    if (m->susp_k < 1 || m->susp_confirmations >= m->susp_k)
+        return 0;
+    for (int i = 0; i < MEMBER_MAX_ACCUSERS; i++) {
+        if (m->susp_accusers[i] == accuser)
+            return 0;
+        if (m->susp_accusers[i] == 0) {
+            m->susp_accusers[i] = accuser;
+            break;
+        }
+    }
+    m->susp_confirmations++;
+    int64_t min, max;
+    suspicion_bounds(n, &min, &max);
+    m->susp_deadline =
+        m->susp_start + member_suspicion_timeout(min, max, m->susp_k, m->susp_confirmations);
+    return 1;
+}
+
+static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint32_t inc,
+                       const char *from, size_t from_len)
+{
+    struct member *m = member_find(&n->t, name, len);
+    if (m == NULL || m->reaped || inc < m->incarnation)
+        return;
+    if (m->is_self) {
+        if (!n->left)
+            refute(n, inc);
+        return;
+    }
+    uint64_t accuser = member_hash(from, from_len);
+    if (m->state == GOSSIP_MEMBER_SUSPECT) {
+        if (confirm_suspicion(n, m, accuser)) {
+            struct proto_msg msg = {.type = PROTO_SUSPECT,
+                                    .name = pstr(m->name, m->name_len),
+                                    .incarnation = m->incarnation,
+                                    .from = pstr(from, from_len)};
+            queue_member_msg(n, &msg);
+        }
+        return;
+    }
+    if (m->state != GOSSIP_MEMBER_ALIVE)
+        return;
+    m->incarnation = inc;
+    set_state(n, m, GOSSIP_MEMBER_SUSPECT);
+    start_suspicion(n, m, accuser);
+    n->st.suspicions++;
+    struct proto_msg msg = {.type = PROTO_SUSPECT,
+                            .name = pstr(m->name, m->name_len),
+                            .incarnation = inc,
+                            .from = pstr(from, from_len)};
+    queue_member_msg(n, &msg);
+    emit(n, GOSSIP_EVENT_SUSPECT, m);
+}
+
+static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_t inc, int left)
+{
+    struct member *m = member_find(&n->t, name, len);
+    if (m == NULL || m->reaped || inc < m->incarnation)
+        return;
+    if (m->state == GOSSIP_MEMBER_DEAD || m->state == GOSSIP_MEMBER_LEFT) {
+        /* A leave outranks a death at the same incarnation (graceful). */
+        if (!(left && m->state == GOSSIP_MEMBER_DEAD))
+            return;
+    }
+    if (m->is_self) {
+        if (!n->left)
+            refute(n, inc);
+        return;
+    }
+    m->incarnation = inc;
+    set_state(n, m, left ? GOSSIP_MEMBER_LEFT : GOSSIP_MEMBER_DEAD);
+    if (left)
+        n->st.leaves++;
+    else
+        n->st.deaths++;
+    broadcast_member(n, m);
+    emit(n, left ? GOSSIP_EVENT_LEFT : GOSSIP_EVENT_DEAD, m);
+}
+
+/* ---- probing -------------------------------------------------------------- */
+
+static void probe_finish(struct gossip_node *n)
+{
+    struct probe *p = &n->probe;
+    p->active = 0;
+    if (p->acked)
+        return;
+    n->st.probe_failures++;
+    /* Lifeguard: missed nacks mean our own network is suspect, not theirs. */
+    if (p->expected_nacks > 0) {
+        if (p->nacks < p->expected_nacks)
+            awareness_delta(n, p->expected_nacks - p->nacks);
+    } else {
+        awareness_delta(n, 1);
+    }
+    struct member *m = member_find(&n->t, p->target, p->target_len);
+    if (m != NULL && m->state == GOSSIP_MEMBER_ALIVE && !m->reaped)
+        on_suspect(n, m->name, m->name_len, m->incarnation, n->name, n->name_len);
+}
+
+static struct member *next_probe_target(struct gossip_node *n)
+{
+    for (size_t tries = 0; tries <= n->pn; tries++) {
+        if (n->pidx >= n->pn) {
+            n->pidx = 0;
+            /* Fisher-Yates: a fresh random order every round. */
+            for (size_t i = n->pn; i > 1; i--) {
+                size_t j = (size_t)(rnd(n) % i);
+                struct member *x = n->plist[i - 1];
+                n->plist[i - 1] = n->plist[j];
+                n->plist[j] = x;
+            }
+        }
+        if (n->pn == 0)
+            return NULL;
+        struct member *m = n->plist[n->pidx++];
+        if (is_live(m))
+            return m;
+    }
+    return NULL;
+}
+
+static void probe_start(struct gossip_node *n)
+{
+    struct member *m = next_probe_target(n);
+    int64_t interval = scaled(n, n->cfg.probe_interval_ms);
+    n->next_probe = n->now + interval;
+    if (m == NULL)
+        return;
+    struct probe *p = &n->probe;
+    memset(p, 0, sizeof(*p));
+    p->active = 1;
+    memcpy(p->target, m->name, m->name_len + 1);
+    p->target_len = m->name_len;
+    p->seq = ++n->seq;
+    p->timeout_at = n->now + n->cfg.probe_timeout_ms * MS;
+    p->end_at = n->now + interval;
+    n->st.probes++;
+    struct proto_msg msg = {.type = PROTO_PING, .seq = p->seq, .name = pstr(m->name, m->name_len)};
+    send_one(n, &m->addr, &msg);
+}
+
+static void probe_indirect(struct gossip_node *n)
+{
+    struct probe *p = &n->probe;
+    struct member *target = member_find(&n->t, p->target, p->target_len);
+    struct member *peers[16];
+    size_t k = (size_t)n->cfg.indirect_checks;
+    p->indirect_sent = 1;
+    if (target == NULL || k == 0)
+        return;
+    if (k > 16)
+        k = 16;
+    k = pick_random(n, k, target, want_live, peers);
+    struct proto_msg msg = {.type = PROTO_PING_REQ,
+                            .seq = p->seq,
+                            .name = pstr(target->name, target->name_len),
+                            .addr = target->addr,
+                            .flags = (uint8_t)(n->cfg.lifeguard ? 1 : 0)};
+    for (size_t i = 0; i < k; i++) {
+        n->st.indirect_probes++;
+        send_one(n, &peers[i]->addr, &msg);
+    }
+    if (n->cfg.lifeguard)
+        p->expected_nacks = (int)k;
+}
+
+static void on_ping_req(struct gossip_node *n, const struct gossip_addr *from,
+                        const struct proto_msg *msg)
+{
+    struct relay *r = NULL;
+    for (int i = 0; i < MAX_RELAYS; i++) {
+        if (!n->relays[i].used) {
+            r = &n->relays[i];
+            break;
+        }
+    }
+    if (r == NULL)
+        return; /* too many at once: the requester gets neither ack nor nack */
+    r->used = 1;
+    r->want_nack = msg->flags & 1;
+    r->their_seq = msg->seq;
+    r->our_seq = ++n->seq;
+    r->requester = *from;
+    r->nack_at = n->now + n->cfg.probe_timeout_ms * MS;
+    n->nrelays++;
+    struct proto_msg ping = {.type = PROTO_PING, .seq = r->our_seq, .name = msg->name};
+    send_one(n, &msg->addr, &ping);
+}
+
+static void on_ack(struct gossip_node *n, uint32_t seq, int nack)
+{
+    struct probe *p = &n->probe;
+    if (p->active && seq == p->seq) {
+        if (nack) {
+            n->st.nacks_received++;
+            p->nacks++;
+        } else if (!p->acked) {
+            p->acked = 1;
+            awareness_delta(n, -1);
+            probe_finish(n);
+        }
+        return;
+    }
+    if (nack || n->nrelays == 0)
+        return;
+    for (int i = 0; i < MAX_RELAYS; i++) {
+        struct relay *r = &n->relays[i];
+        if (r->used && r->our_seq == seq) {
+            struct proto_msg ack = {.type = PROTO_ACK, .seq = r->their_seq};
+            r->used = 0;
+            n->nrelays--;
+            send_one(n, &r->requester, &ack);
+            return;
+        }
+    }
+}
+
+/* ---- application payloads -------------------------------------------------- */
+
+/* 1 if (inc, seq) from m was not seen before, recording it. */
+static int app_fresh(struct member *m, uint32_t inc, uint64_t seq)
+{
+    if (!m->app_init || inc > m->app_inc) {
+        m->app_init = 1;
+        m->app_inc = inc;
+        m->app_max = seq;
+        m->app_mask = 1;
+        return 1;
+    }
+    if (inc < m->app_inc)
+        return 0;
+    if (seq > m->app_max) {
+        uint64_t d = seq - m->app_max;
+        m->app_mask = d >= 64 ? 0 : m->app_mask << d;
+        m->app_mask |= 1;
+        m->app_max = seq;
+        return 1;
+    }
+    uint64_t d = m->app_max - seq;
+    if (d >= 64 || (m->app_mask & (1ull << d)))
+        return 0;
+    m->app_mask |= 1ull << d;
+    return 1;
+}
+
+static void on_app(struct gossip_node *n, const struct proto_msg *msg, const uint8_t *raw,
+                   size_t raw_len)
+{
+    struct member *m = member_find(&n->t, msg->name.ptr, msg->name.len);
+    char origin[GOSSIP_NAME_MAX + 1];
+    if (m != NULL && m->is_self)
+        return;
+    if (m != NULL && !app_fresh(m, msg->incarnation, msg->app_seq)) {
+        n->st.app_duplicates++;
+        return;
+    }
+    memcpy(origin, msg->name.ptr, msg->name.len);
+    origin[msg->name.len] = '\0';
+    n->st.app_delivered++;
+    /* Relay only what can be de-duplicated, or an unknown origin would echo. */
+    if (m != NULL && raw != NULL)
+        bcast_push(&n->aq, 0, raw, raw_len);
+    n->st.app_dropped = n->aq.dropped;
+    if (n->cfg.cb.on_payload != NULL)
+        n->cfg.cb.on_payload(n->cfg.cb.ud, origin, msg->data, msg->data_len);
+}
+
+/* ---- push-pull ------------------------------------------------------------ */
+
+static void pushpull_send(struct gossip_node *n, const struct gossip_addr *to, uint32_t xid,
+                          int request)
+{
+    struct pktbuf *pb = &n->out;
+    size_t mi = 0;
+    int state_done = n->cfg.cb.state_fill == NULL;
+    uint64_t cursor = 0;
+    uint8_t chunk[PKT_MAX];
+    int budget = n->cfg.pushpull_max_packets > 0 ? n->cfg.pushpull_max_packets : 1;
+    n->st.pushpulls++;
+    for (int pkt = 0; pkt < budget; pkt++) {
+        pb_begin(n, pb);
+        size_t room = pb->cap - pb->len - PP_MSG_OVERHEAD;
+        /* Members first, but leave half the packet to state while it lasts. */
+        size_t mlimit = state_done ? pb->cap - PP_MSG_OVERHEAD : pb->len + room / 2;
+        while (mi < n->t.n) {
+            struct member *m = n->t.v[mi];
+            if (m->reaped) {
+                mi++;
+                continue;
+            }
+            struct proto_msg msg;
+            member_msg(m, n, &msg);
+            size_t save = pb->cap;
+            pb->cap = mlimit;
+            int rc = pb_add(pb, &msg);
+            pb->cap = save;
+            if (rc != 0)
+                break;
+            mi++;
+        }
+        size_t chunk_len = 0;
+        if (!state_done) {
+            size_t cap = pb->cap - pb->len - PP_MSG_OVERHEAD;
+            chunk_len = n->cfg.cb.state_fill(n->cfg.cb.ud, &cursor, chunk, cap);
+            if (chunk_len == 0 || chunk_len > cap) {
+                chunk_len = 0;
+                state_done = 1;
+            } else {
+                n->st.state_chunks_sent++;
+            }
+        }
+        struct proto_msg pp = {.type = PROTO_PUSHPULL,
+                               .seq = xid,
+                               .flags = (uint8_t)(request ? PROTO_PP_REQUEST : 0),
+                               .data = chunk,
+                               .data_len = chunk_len};
+        if (pb_add(pb, &pp) != 0)
+            break;
+        pb_send(n, pb, to);
+        if (mi >= n->t.n && state_done)
+            break;
+    }
+}
+
+static void pushpull_start(struct gossip_node *n, const struct gossip_addr *to)
+{
+    pushpull_send(n, to, ++n->pp_xid, 1);
+}
+
+/* ---- receive ------------------------------------------------------------ */
+
+static int drop(struct gossip_node *n, int reason, int err)
+{
+    n->st.drops[reason]++;
+    return err;
+}
+
+int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, const uint8_t *pkt,
+                        size_t len, int64_t now_ns)
+{
+    const uint8_t *plain = pkt;
+    size_t plain_len = len;
+    int rc;
+    if (now_ns > n->now)
+        n->now = now_ns;
+    n->st.packets_received++;
+    n->st.bytes_received += len;
+    if (pkt == NULL || len == 0 || len > PKT_MAX)
+        return drop(n, GOSSIP_DROP_SHORT, -GOSSIP_EPROTO);
+    if (n->cfg.keyring != NULL) {
+        rc =
+            gossip_keyring_open(n->cfg.keyring, pkt, len, n->opened, sizeof(n->opened), &plain_len);
+        if (rc != 0) {
+            int reason = rc == -GOSSIP_ENOKEY     ? GOSSIP_DROP_NOKEY
+                         : rc == -GOSSIP_EVERSION ? GOSSIP_DROP_VERSION
+                         : rc == -GOSSIP_EAUTH    ? GOSSIP_DROP_AUTH
+                                                  : GOSSIP_DROP_SHORT;
+            return drop(n, reason, rc);
+        }
+        plain = n->opened;
+    }
+    struct proto_packet *p = &n->pkt;
+    rc = proto_decode(plain, plain_len, p);
+    if (rc != 0)
+        return drop(n, rc == -GOSSIP_EVERSION ? GOSSIP_DROP_VERSION : GOSSIP_DROP_MALFORMED, rc);
+    if (p->sender.len == n->name_len && memcmp(p->sender.ptr, n->name, n->name_len) == 0)
+        return drop(n, GOSSIP_DROP_SELF, -GOSSIP_EPROTO);
+    if (n->left)
+        return drop(n, GOSSIP_DROP_LEFT, -GOSSIP_ESTATE);
+
+    /* Timestamp window: a packet much older than the newest one seen from its
+     * sender is a replay, unless it brings the sender's new incarnation (a
+     * restarted sender's clock starts over). */
+    struct member *snd = member_find(&n->t, p->sender.ptr, p->sender.len);
+    int pushpull = 0;
+    int newer_life = 0;
+    for (size_t i = 0; i < p->nmsgs; i++) {
+        const struct proto_msg *m = &p->msgs[i];
+        pushpull |= m->type == PROTO_PUSHPULL;
+        if (snd != NULL && m->type == PROTO_ALIVE && m->name.len == p->sender.len &&
+            memcmp(m->name.ptr, p->sender.ptr, m->name.len) == 0 &&
+            m->incarnation > snd->incarnation)
+            newer_life = 1;
+    }
+    if (snd != NULL && !snd->reaped && snd->has_ts && !newer_life &&
+        p->timestamp + (uint64_t)TS_WINDOW_NS < snd->max_ts)
+        return drop(n, GOSSIP_DROP_STALE, -GOSSIP_EREPLAY);
+
+    for (size_t i = 0; i < p->nmsgs; i++) {
+        const struct proto_msg *m = &p->msgs[i];
+        switch (m->type) {
+        case PROTO_PING:
+            if (m->name.len == n->name_len && memcmp(m->name.ptr, n->name, n->name_len) == 0) {
+                struct proto_msg ack = {.type = PROTO_ACK, .seq = m->seq};
+                send_one(n, from, &ack);
+            }
+            break;
+        case PROTO_PING_REQ:
+            on_ping_req(n, from, m);
+            break;
+        case PROTO_ACK:
+        case PROTO_NACK:
+            on_ack(n, m->seq, m->type == PROTO_NACK);
+            break;
+        case PROTO_ALIVE:
+            on_alive(n, m);
+            break;
+        case PROTO_SUSPECT:
+            on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->from.ptr, m->from.len);
+            break;
+        case PROTO_DEAD:
+            /* A full-state dead entry only makes us suspect (the member may
+             * still refute); gossip of a death is acted on directly. */
+            if (pushpull)
+                on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->from.ptr, m->from.len);
+            else
+                on_dead(n, m->name.ptr, m->name.len, m->incarnation, 0);
+            break;
+        case PROTO_LEFT:
+            on_dead(n, m->name.ptr, m->name.len, m->incarnation, 1);
+            break;
+        case PROTO_APP: {
+            uint8_t raw[PKT_MAX];
+            size_t raw_len;
+            const uint8_t *rp = NULL;
+            if (proto_encode_msg(m, raw, sizeof(raw), &raw_len) == 0)
+                rp = raw;
+            on_app(n, m, rp, raw_len);
+            break;
+        }
+        case PROTO_PUSHPULL:
+            break; /* after membership, below */
+        }
+    }
+
+    snd = member_find(&n->t, p->sender.ptr, p->sender.len);
+    if (snd != NULL) {
+        snd->last_heard = n->now;
+        if (newer_life || !snd->has_ts || p->timestamp > snd->max_ts)
+            snd->max_ts = p->timestamp;
+        snd->has_ts = 1;
+    }
+    for (size_t i = 0; i < p->nmsgs; i++) {
+        const struct proto_msg *m = &p->msgs[i];
+        if (m->type != PROTO_PUSHPULL)
+            continue;
+        if (m->data_len > 0 && n->cfg.cb.state_merge != NULL) {
+            char sender[GOSSIP_NAME_MAX + 1];
+            memcpy(sender, p->sender.ptr, p->sender.len);
+            sender[p->sender.len] = '\0';
+            n->st.state_chunks_merged++;
+            n->cfg.cb.state_merge(n->cfg.cb.ud, sender, m->data, m->data_len);
+        }
+        /* Answer each request once, though all its packets ask. */
+        if ((m->flags & PROTO_PP_REQUEST) && snd != NULL &&
+            !(snd->pp_replied_valid && snd->pp_replied_xid == m->seq)) {
+            snd->pp_replied_valid = 1;
+            snd->pp_replied_xid = m->seq;
+            pushpull_send(n, from, m->seq, 0);
+        }
+    }
+    return 0;
+}
+
+/* ---- tick ---------------------------------------------------------------- */
+
+static void gossip_round(struct gossip_node *n)
+{
+    struct member *peers[32];
+    size_t k = (size_t)n->cfg.gossip_nodes;
+    if (k > 32)
+        k = 32;
+    if (n->mq.n == 0 && n->aq.n == 0)
+        return;
+    k = pick_random(n, k, NULL, want_gossip, peers);
+    for (size_t i = 0; i < k; i++) {
+        struct pktbuf *pb = &n->out;
+        pb_begin(n, pb);
+        pb_piggyback(n, pb);
+        if (pb->nmsgs == 0)
+            return;
+        pb_send(n, pb, &peers[i]->addr);
+    }
+}
+
+static void reap(struct gossip_node *n)
+{
+    for (size_t i = 0; i < n->t.n;) {
+        struct member *m = n->t.v[i];
+        int gone = m->state == GOSSIP_MEMBER_DEAD || m->state == GOSSIP_MEMBER_LEFT;
+        if (gone && !m->reaped && n->now - m->state_since >= n->cfg.dead_reap_ms * MS) {
+            m->reaped = 1;
+            plist_remove(n, m);
+            emit(n, GOSSIP_EVENT_REAP, m);
+        }
+        if (m->reaped && n->now - m->state_since >= n->cfg.tombstone_ms * MS) {
+            member_remove(&n->t, m);
+            continue; /* slot i now holds another member */
+        }
+        i++;
+    }
+}
+
+void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
+{
+    if (now_ns > n->now)
+        n->now = now_ns;
+    int64_t now = n->now;
+
+    if (n->join_pending || (n->nseeds > 0 && n->live <= 1 && !n->left && now >= n->next_join)) {
+        n->join_pending = 0;
+        n->next_join = now + JOIN_RETRY_NS;
+        for (size_t i = 0; i < n->nseeds; i++)
+            pushpull_start(n, &n->seeds[i]);
+    }
+    if (n->leave_pending) {
+        struct member *peers[64];
+        size_t k = (size_t)n->cfg.gossip_nodes + LEAVE_FANOUT_EXTRA;
+        n->leave_pending = 0;
+        k = pick_random(n, k > 64 ? 64 : k, NULL, want_live, peers);
+        struct proto_msg msg = {.type = PROTO_LEFT,
+                                .name = pstr(n->name, n->name_len),
+                                .incarnation = n->self->incarnation};
+        for (size_t i = 0; i < k; i++)
+            send_one(n, &peers[i]->addr, &msg);
+    }
+    if (!n->left) {
+        struct probe *p = &n->probe;
+        if (p->active && !p->acked && !p->indirect_sent && now >= p->timeout_at)
+            probe_indirect(n);
+        if (p->active && now >= p->end_at)
+            probe_finish(n);
+        if (now >= n->next_probe && !p->active)
+            probe_start(n);
+    }
+    for (size_t i = 0; i < n->sn;) {
+        struct member *m = n->sus[i];
+        if (now >= m->susp_deadline) {
+            on_dead(n, m->name, m->name_len, m->incarnation, 0); /* removes m from sus */
+            continue;
+        }
+        i++;
+    }
+    if (n->nrelays > 0) {
+        for (int i = 0; i < MAX_RELAYS; i++) {
+            struct relay *r = &n->relays[i];
+            if (r->used && now >= r->nack_at) {
+                r->used = 0;
+                n->nrelays--;
+                if (r->want_nack && n->cfg.lifeguard) {
+                    struct proto_msg nack = {.type = PROTO_NACK, .seq = r->their_seq};
+                    send_one(n, &r->requester, &nack);
+                }
+            }
+        }
+    }
+    if (now >= n->next_gossip) {
+        n->next_gossip = now + n->cfg.gossip_interval_ms * MS;
+        gossip_round(n);
+    }
+    if (!n->left && n->cfg.pushpull_interval_ms > 0 && now >= n->next_pushpull) {
+        struct member *peer;
+        /* memberlist scales the interval up in large clusters. */
+        int64_t iv = n->cfg.pushpull_interval_ms * MS;
+        for (size_t x = n->live; x > 32; x /= 2)
+            iv += n->cfg.pushpull_interval_ms * MS / 2;
+        n->next_pushpull = now + iv;
+        if (pick_random(n, 1, NULL, want_live, &peer) == 1)
+            pushpull_start(n, &peer->addr);
+    }
+    if (now >= n->next_reap) {
+        n->next_reap = now + REAP_CHECK_NS;
+        reap(n);
+    }
+}
+
+int64_t gossip_node_next_deadline(const struct gossip_node *n)
+{
+    int64_t d = n->next_gossip;
+#define EARLIER(x)                                                                                 \
+    do {                                                                                           \
+        if ((x) < d)                                                                               \
+            d = (x);                                                                               \
+    } while (0)
+    EARLIER(n->next_reap);
+    if (n->join_pending || n->leave_pending)
+        EARLIER(n->now);
+    if (n->nseeds > 0 && n->live <= 1 && !n->left)
+        EARLIER(n->next_join);
+    if (!n->left) {
+        EARLIER(n->next_probe);
+        if (n->probe.active) {
+            EARLIER(n->probe.end_at);
+            if (!n->probe.acked && !n->probe.indirect_sent)
+                EARLIER(n->probe.timeout_at);
+        }
+        if (n->cfg.pushpull_interval_ms > 0)
+            EARLIER(n->next_pushpull);
+    }
+    for (size_t i = 0; i < n->sn; i++)
+        EARLIER(n->sus[i]->susp_deadline);
+    if (n->nrelays > 0)
+        for (int i = 0; i < MAX_RELAYS; i++)
+            if (n->relays[i].used)
+                EARLIER(n->relays[i].nack_at);
+#undef EARLIER
+    return d < n->now ? n->now : d;
+}
+
+/* ---- lifecycle and API ------------------------------------------------------ */
+
+int gossip_node_create(const struct gossip_config *cfg, const struct gossip_io *io, int64_t now_ns,
+                       struct gossip_node **out)
+{
+    size_t overhead;
+    if (cfg == NULL || io == NULL || out == NULL || cfg->name == NULL || io->send == NULL ||
+        io->random == NULL)
+        return -GOSSIP_EINVAL;
+    size_t name_len = strlen(cfg->name);
+    overhead = cfg->keyring ? GOSSIP_KEYRING_OVERHEAD : 0;
+    if (name_len == 0 || name_len > GOSSIP_NAME_MAX || cfg->mtu < overhead + 256 ||
+        cfg->mtu > PKT_MAX || cfg->probe_interval_ms <= 0 || cfg->probe_timeout_ms <= 0 ||
+        cfg->gossip_interval_ms <= 0 || cfg->awareness_max_multiplier < 1 ||
+        cfg->suspicion_mult < 1 || cfg->suspicion_max_timeout_mult < 1 ||
+        cfg->retransmit_mult < 1 || cfg->indirect_checks < 0 || cfg->gossip_nodes < 0)
+        return -GOSSIP_EINVAL;
+    struct gossip_node *n = calloc(1, sizeof(*n));
+    if (n == NULL)
+        return -GOSSIP_ENOMEM;
+    n->cfg = *cfg;
+    n->io = *io;
+    memcpy(n->name, cfg->name, name_len + 1);
+    n->name_len = name_len;
+    n->cfg.name = n->name;
+    n->plain_cap = cfg->mtu - overhead;
+    n->now = now_ns;
+    bcast_init(&n->mq, cfg->member_queue_max);
+    bcast_init(&n->aq, cfg->app_queue_max);
+    if (member_table_init(&n->t) != 0)
+        goto fail;
+    n->self = member_add(&n->t, n->name, name_len);
+    if (n->self == NULL)
+        goto fail;
+    n->self->is_self = 1;
+    n->self->incarnation = cfg->incarnation;
+    n->self->addr = cfg->advertise;
+    n->self->state = GOSSIP_MEMBER_ALIVE;
+    n->self->state_since = now_ns;
+    n->live = 1;
+    /* Spread first timers over one interval so a cluster started at once
+     * does not probe in lockstep. */
+    n->next_probe = now_ns + (int64_t)(rnd(n) % (uint64_t)(cfg->probe_interval_ms * MS));
+    n->next_gossip = now_ns + (int64_t)(rnd(n) % (uint64_t)(cfg->gossip_interval_ms * MS));
+    n->next_pushpull =
+        now_ns + (cfg->pushpull_interval_ms > 0
+                      ? (int64_t)(rnd(n) % (uint64_t)(cfg->pushpull_interval_ms * MS))
+                      : 0);
+    n->next_reap = now_ns + REAP_CHECK_NS;
+    broadcast_member(n, n->self);
+    *out = n;
+    return 0;
+fail:
+    gossip_node_destroy(n);
+    return -GOSSIP_ENOMEM;
+}
+
+void gossip_node_destroy(struct gossip_node *n)
+{
+    if (n == NULL)
+        return;
+    member_table_free(&n->t);
+    bcast_free(&n->mq);
+    bcast_free(&n->aq);
+    free(n->plist);
+    free(n->sus);
+    free(n);
+}
+
+static void wakeup(struct gossip_node *n)
+{
+    if (n->io.wakeup != NULL)
+        n->io.wakeup(n->io.ctx);
+}
+
+int gossip_node_join(struct gossip_node *n, const struct gossip_addr *seeds, size_t count)
+{
+    if (count > MAX_SEEDS || (count > 0 && seeds == NULL))
+        return -GOSSIP_EINVAL;
+    if (n->left)
+        return -GOSSIP_ESTATE;
+    if (count > 0)
+        memcpy(n->seeds, seeds, count * sizeof(*seeds));
+    n->nseeds = count;
+    n->join_pending = count > 0;
+    n->next_join = n->now;
+    wakeup(n);
+    return 0;
+}
+
+int gossip_node_leave(struct gossip_node *n)
+{
+    if (n->left)
+        return -GOSSIP_ESTATE;
+    set_state(n, n->self, GOSSIP_MEMBER_LEFT);
+    broadcast_member(n, n->self);
+    n->left = 1;
+    n->leave_pending = 1;
+    n->probe.active = 0;
+    wakeup(n);
+    return 0;
+}
+
+size_t gossip_node_max_payload(const struct gossip_node *n)
+{
+    /* header + APP message framing (array, type, origin, incarnation, seq,
+     * bin32 header) must fit too. */
+    size_t framing = PROTO_HEADER_MAX + 1 + 1 + 2 + GOSSIP_NAME_MAX + 5 + 9 + 5;
+    return n->plain_cap > framing ? n->plain_cap - framing : 0;
+}
+
+int gossip_node_broadcast(struct gossip_node *n, const uint8_t *payload, size_t len)
+{
+    uint8_t buf[PKT_MAX];
+    size_t enc;
+    if (n->left)
+        return -GOSSIP_ESTATE;
+    if (len > gossip_node_max_payload(n) || (len > 0 && payload == NULL))
+        return -GOSSIP_ETOOBIG;
+    struct proto_msg m = {.type = PROTO_APP,
+                          .name = pstr(n->name, n->name_len),
+                          .incarnation = n->self->incarnation,
+                          .app_seq = ++n->app_seq,
+                          .data = payload,
+                          .data_len = len};
+    int rc = proto_encode_msg(&m, buf, sizeof(buf), &enc);
+    if (rc != 0)
+        return rc;
+    rc = bcast_push(&n->aq, 0, buf, enc);
+    if (rc != 0)
+        return rc;
+    n->st.app_queued++;
+    n->st.app_dropped = n->aq.dropped;
+    wakeup(n);
+    return 0;
+}
+
+int gossip_node_members(const struct gossip_node *n,
+                        int (*fn)(void *ud, const struct gossip_member_info *m), void *ud)
+{
+    struct gossip_member_info info;
+    for (size_t i = 0; i < n->t.n; i++) {
+        if (n->t.v[i]->reaped)
+            continue;
+        member_info(n->t.v[i], &info);
+        int rc = fn(ud, &info);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int gossip_node_member(const struct gossip_node *n, const char *name,
+                       struct gossip_member_info *out)
+{
+    const struct member *m = member_find(&n->t, name, strlen(name));
+    if (m == NULL || m->reaped)
+        return -GOSSIP_ENOENT;
+    member_info(m, out);
+    return 0;
+}
+
+size_t gossip_node_num_live(const struct gossip_node *n)
+{
+    return n->live;
+}
+
+const char *gossip_node_name(const struct gossip_node *n)
+{
+    return n->name;
+}
+
+uint32_t gossip_node_incarnation(const struct gossip_node *n)
+{
+    return n->self->incarnation;
+}
+
+int gossip_node_health(const struct gossip_node *n)
+{
+    return n->awareness;
+}
+
+void gossip_node_stats(const struct gossip_node *n, struct gossip_stats *out)
+{
+    *out = n->st;
+}
