@@ -134,6 +134,11 @@ int64_t gcra_cell_seconds(int64_t ns)
         return -1;
     secs = ns / GCRA_NS_PER_SEC;
     nanos = ns % GCRA_NS_PER_SEC;
+    /* Below 2^22 s the double sum cannot round up to secs + 1 (its half ulp,
+     * <= 2^-32, is smaller than the 1e-9 gap between nanos/1e9 and 1), so
+     * truncation gives secs exactly and the floating point can be skipped. */
+    if (secs < ((int64_t)1 << 22))
+        return secs + (nanos >= 1000000 ? 1 : 0);
     /* time::Duration::as_seconds_f64: seconds as f64 + nanos as f64 / 1e9,
      * truncated by `as i64`; then +1 when subsec_milliseconds() > 0. */
     whole = rust_f64_to_i64((double)secs + (double)nanos / 1e9);

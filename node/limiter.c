@@ -21,7 +21,10 @@
 
 #define LIMITER_DEFAULT_MAX_KEYS ((size_t)1 << 22)
 #define LIMITER_TAG_GCRA         1
-#define RECLAIM_BUCKETS_PER_CALL 1
+/* Every RECLAIM_EVERY calls, visit RECLAIM_BUCKETS buckets for drained keys:
+ * about one key per call amortized without touching the table on every call. */
+#define RECLAIM_EVERY   8u
+#define RECLAIM_BUCKETS 8u
 
 struct limiter {
     struct table *table;
@@ -130,7 +133,8 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
         now_ns = lim->last_now;
     lim->last_now = now_ns;
 
-    table_reclaim_step(lim->table, now_ns, RECLAIM_BUCKETS_PER_CALL);
+    if ((lim->decisions & (RECLAIM_EVERY - 1)) == 0)
+        table_reclaim_step(lim->table, now_ns, RECLAIM_BUCKETS);
 
     e = table_find(lim->table, key, klen);
     tat = GCRA_TAT_FULL;

@@ -56,9 +56,11 @@ struct table {
 
 static uint64_t load_le64(const unsigned char *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
     return v;
 }
 
@@ -70,7 +72,7 @@ static uint32_t table__hash(const struct table *t, const char *key, size_t len)
     uint64_t v2 = t->k0 ^ 0x6c7967656e657261ULL;
     uint64_t v3 = t->k1 ^ 0x7465646279746573ULL;
     uint64_t b = (uint64_t)len << 56, m;
-    size_t left = len & 7, i;
+    size_t left = len & 7;
     const unsigned char *end = in + (len - left);
 
     for (; in != end; in += 8) {
@@ -79,8 +81,31 @@ static uint32_t table__hash(const struct table *t, const char *key, size_t len)
         SIPROUND;
         v0 ^= m;
     }
-    for (i = 0; i < left; i++)
-        b |= (uint64_t)in[i] << (8 * i);
+    switch (left) {
+    case 7:
+        b |= (uint64_t)in[6] << 48;
+        /* fall through */
+    case 6:
+        b |= (uint64_t)in[5] << 40;
+        /* fall through */
+    case 5:
+        b |= (uint64_t)in[4] << 32;
+        /* fall through */
+    case 4:
+        b |= (uint64_t)in[3] << 24;
+        /* fall through */
+    case 3:
+        b |= (uint64_t)in[2] << 16;
+        /* fall through */
+    case 2:
+        b |= (uint64_t)in[1] << 8;
+        /* fall through */
+    case 1:
+        b |= (uint64_t)in[0];
+        break;
+    default:
+        break;
+    }
     v3 ^= b;
     SIPROUND;
     v0 ^= b;

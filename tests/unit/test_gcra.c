@@ -399,12 +399,31 @@ static void test_consume_debt(void **state)
     assert_true(gcra_is_drained(tat, 102 * s));
 }
 
+/* The seconds rounding over the whole int64 range, log-uniformly, against the
+ * reference's floating-point definition. */
+static void test_seconds_rounding(void **state)
+{
+    (void)state;
+    uint64_t rng = test_seed("gcra_seconds");
+    for (int i = 0; i < 200000; i++) {
+        int bits = (int)test_rand_range(&rng, 0, 62);
+        int64_t ns = test_rand_range(&rng, 0, ((int64_t)1 << bits) - 1 + ((int64_t)1 << bits));
+        if (i % 4 == 0) /* just below a whole second, where rounding bites */
+            ns = (ns / GCRA_NS_PER_SEC) * GCRA_NS_PER_SEC +
+                 test_rand_range(&rng, 999000000, 999999999);
+        if (ns < 0)
+            ns = INT64_MAX;
+        assert_int_equal(gcra_cell_seconds(ns), ref_seconds(ns));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_readme_transcript), cmocka_unit_test(test_boundary_and_peek),
         cmocka_unit_test(test_errors_and_huge),   cmocka_unit_test(test_submicrosecond_quirk),
         cmocka_unit_test(test_consume_debt),      cmocka_unit_test(test_random_against_reference),
+        cmocka_unit_test(test_seconds_rounding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,111 @@
+/*
+ * bench_keys: benchmarks of the limiter (commands, not tests; see
+ * tests/bench/keys.sh and tests/bench/decision.sh).
+ *
+ *   bench_keys keys N        insert N limited keys "user:%d" through
+ *                            limiter_throttle and print RSS bytes per key
+ *   bench_keys decide N [K]  warm a table with K keys (default 10000), then
+ *                            make N decisions over them and print ns per
+ *                            decision; setup is identical for any N, so two
+ *                            runs under callgrind give instructions per
+ *                            decision as (Ir(2N) - Ir(N)) / N
+ */
+#include "limiter.h"
+#include "sluice/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static long rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kb = strtol(line + 6, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int bench_keys(long n)
+{
+    struct limiter_config cfg = {(size_t)n + 1, LIMITER_OVERFLOW_DENY};
+    struct limiter *lim;
+    struct limiter_throttle_result r;
+    struct limiter_stats st;
+    char k[32];
+    long before, after;
+
+    if (limiter_create(&lim, &cfg) < 0)
+        return 1;
+    before = rss_bytes();
+    for (long i = 0; i < n; i++) {
+        int len = snprintf(k, sizeof(k), "user:%ld", i);
+        /* CL.THROTTLE user:i 15 30 60 1 at one instant: every key is kept */
+        if (limiter_throttle(lim, k, (size_t)len, 15, 30, 60, 1, 1000000000LL, &r) < 0)
+            return 1;
+    }
+    after = rss_bytes();
+    limiter_get_stats(lim, &st);
+    printf("keys %llu\nrss_before %ld\nrss_after %ld\nbytes_per_key %.1f\n",
+           (unsigned long long)st.keys, before, after, (double)(after - before) / (double)n);
+    limiter_destroy(lim);
+    return st.keys == (uint64_t)n ? 0 : 1;
+}
+
+static int bench_decide(long n, long nkeys)
+{
+    struct limiter *lim;
+    struct limiter_throttle_result r;
+    char(*keys)[24] = calloc((size_t)nkeys, sizeof(*keys));
+    size_t *lens = calloc((size_t)nkeys, sizeof(*lens));
+    int64_t now = 1000000000LL, t0, t1;
+    long limited = 0;
+
+    if (keys == NULL || lens == NULL || limiter_create(&lim, NULL) < 0)
+        return 1;
+    for (long i = 0; i < nkeys; i++) {
+        lens[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "user:%ld", i);
+        limiter_throttle(lim, keys[i], lens[i], 1000, 100, 60, 1, now, &r);
+    }
+    t0 = mono_ns();
+    for (long i = 0; i < n; i++) {
+        long j = i % nkeys;
+        now += 1000;
+        limiter_throttle(lim, keys[j], lens[j], 1000, 100, 60, 1, now, &r);
+        limited += r.limited;
+    }
+    t1 = mono_ns();
+    printf("decisions %ld\nkeys %ld\nlimited %ld\nns_per_decision %.1f\n", n, nkeys, limited,
+           (double)(t1 - t0) / (double)n);
+    limiter_destroy(lim);
+    free(keys);
+    free(lens);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && strcmp(argv[1], "keys") == 0)
+        return bench_keys(atol(argv[2]));
+    if (argc >= 3 && strcmp(argv[1], "decide") == 0)
+        return bench_decide(atol(argv[2]), argc >= 4 ? atol(argv[3]) : 10000);
+    fprintf(stderr, "usage: %s keys N | decide N [KEYS]\n", argv[0]);
+    return 2;
+}
