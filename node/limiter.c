@@ -189,6 +189,24 @@ size_t limiter_maintain(struct limiter *lim, int64_t now_ns, size_t budget)
     return table_reclaim_step(lim->table, now_ns, budget);
 }
 
+struct limiter__scan_ctx {
+    limiter_scan_fn fn;
+    void *ud;
+};
+
+static void limiter__scan_one(void *ud, const struct table_entry *e)
+{
+    const struct limiter__scan_ctx *c = ud;
+    c->fn(c->ud, table_entry_key(e), e->klen, limiter__drain_at(NULL, e));
+}
+
+uint64_t limiter_scan(struct limiter *lim, uint64_t cursor, size_t count, limiter_scan_fn fn,
+                      void *ud)
+{
+    struct limiter__scan_ctx c = {fn, ud};
+    return table_scan(lim->table, cursor, count, limiter__scan_one, &c);
+}
+
 void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out)
 {
     struct table_stats ts;

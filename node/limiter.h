@@ -81,6 +81,19 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
  */
 size_t limiter_maintain(struct limiter *lim, int64_t now_ns, size_t budget);
 
+/*
+ * Lists the keys held, Redis SCAN style: start with cursor 0 and call again
+ * with the returned cursor until it returns 0.  Each call passes at least
+ * `count` keys to fn (fewer at the end); a key held for the whole scan is
+ * listed at least once even if keys come and go between calls, and may be
+ * listed twice.  tat_ns is the key's GCRA state (the time it drains).  The
+ * key buffer is valid only during the callback; fn must not call back into
+ * the limiter.  Never fails.
+ */
+typedef void (*limiter_scan_fn)(void *ud, const char *key, size_t klen, int64_t tat_ns);
+uint64_t limiter_scan(struct limiter *lim, uint64_t cursor, size_t count, limiter_scan_fn fn,
+                      void *ud);
+
 void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out);
 
 #endif

@@ -243,6 +243,52 @@ static void test_random_against_core(void **state)
     limiter_destroy(lim);
 }
 
+struct listing {
+    int seen[100];
+    int64_t tat[100];
+};
+
+static void list_cb(void *ud, const char *key, size_t klen, int64_t tat)
+{
+    struct listing *l = ud;
+    int i;
+    char buf[16];
+    assert_true(klen < sizeof(buf));
+    memcpy(buf, key, klen);
+    buf[klen] = 0;
+    assert_int_equal(sscanf(buf, "s%d", &i), 1);
+    assert_true(i >= 0 && i < 100);
+    l->seen[i]++;
+    l->tat[i] = tat;
+}
+
+static void test_scan(void **state)
+{
+    (void)state;
+    struct limiter *lim = mk(0, LIMITER_OVERFLOW_EVICT);
+    struct listing l;
+    uint64_t cursor = 0;
+    char k[16];
+    int calls = 0;
+
+    memset(&l, 0, sizeof(l));
+    for (int i = 0; i < 100; i++) {
+        snprintf(k, sizeof(k), "s%d", i);
+        th(lim, k, 9, 1, 1, 1 + i % 3, 0); /* TAT = (1 + i % 3) s */
+    }
+    do {
+        cursor = limiter_scan(lim, cursor, 7, list_cb, &l);
+        calls++;
+    } while (cursor != 0 && calls < 1000);
+    assert_int_equal(cursor, 0);
+    assert_true(calls > 1);
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(l.seen[i], 1); /* no changes: exactly once */
+        assert_true(l.tat[i] == (1 + i % 3) * S);
+    }
+    limiter_destroy(lim);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_memory_follows_limited_keys),
         cmocka_unit_test(test_overflow_policies),
         cmocka_unit_test(test_random_against_core),
+        cmocka_unit_test(test_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
