@@ -1049,6 +1049,8 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
         struct member *m = n->sus[i];
         if (now >= m->susp_deadline) {
             on_dead(n, m->name, m->name_len, m->incarnation, 0); /* removes m from sus */
+            if (i < n->sn && n->sus[i] == m)
+                sus_remove(n, m); /* never leave an expired deadline behind */
             continue;
         }
         i++;
@@ -1100,8 +1102,9 @@ int64_t gossip_node_next_deadline(const struct gossip_node *n)
     if (n->nseeds > 0 && n->live <= 1 && !n->left)
         EARLIER(n->next_join);
     if (!n->left) {
-        EARLIER(n->next_probe);
-        if (n->probe.active) {
+        if (!n->probe.active) {
+            EARLIER(n->next_probe);
+        } else {
             EARLIER(n->probe.end_at);
             if (!n->probe.acked && !n->probe.indirect_sent)
                 EARLIER(n->probe.timeout_at);
