@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# sluice vs Redis 7 + Lua GCRA, side by side in one run, same client.
+#
+#   tests/bench/redis_compare.sh            (SLUICE_BIN=build/bin by default)
+#
+# Starts sluiced and redis-server (no persistence) on Unix sockets in a temp
+# dir, loads tests/bench/gcra.lua once (SCRIPT LOAD) and drives both with
+# redis-benchmark over the sockets, random keys from a 100k space:
+#   1. 50 clients, no pipelining:   CL.THROTTLE vs EVALSHA vs Redis PING
+#   2. 50 clients, pipeline 16:     same three
+#   3. 1 client, no pipelining:     p99 latency of the same three
+# and prints ops/s, the ratios sluice/Lua and sluice/PING, and p99s.
+# BENCH_SCALE=N multiplies every request count (default 2: about 30 s on 2 cores).
+# This is a benchmark, not a test: it prints figures and exits 0.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+SLUICE_BIN=${SLUICE_BIN:-$ROOT/build/bin}
+SCALE=${BENCH_SCALE:-2}
+for tool in redis-server redis-cli redis-benchmark; do
+  command -v "$tool" >/dev/null || { echo "redis_compare: $tool not found (apt-get install redis)" >&2; exit 1; }
+done
+[ -x "$SLUICE_BIN/sluiced" ] || { echo "redis_compare: $SLUICE_BIN/sluiced not built" >&2; exit 1; }
+
+TMP=$(mktemp -d /tmp/sluice-bench.XXXXXX)
+SPID=""; RPID=""
+cleanup() {
+  [ -n "$SPID" ] && kill "$SPID" 2>/dev/null && wait "$SPID" 2>/dev/null || true
+  [ -n "$RPID" ] && kill "$RPID" 2>/dev/null && wait "$RPID" 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+wait_sock() { # path: bounded wait for a socket that answers PING
+  for _ in $(seq 1 200); do
+    redis-cli -s "$1" PING >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "redis_compare: $1 did not come up" >&2; exit 1
+}
+
+"$SLUICE_BIN/sluiced" --socket "$TMP/sluice.sock" --log-level warn &
+SPID=$!
+redis-server --port 0 --unixsocket "$TMP/redis.sock" --save '' --appendonly no \
+  --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
+RPID=$!
+wait_sock "$TMP/sluice.sock"
+wait_sock "$TMP/redis.sock"
+SHA=$(redis-cli -s "$TMP/redis.sock" SCRIPT LOAD "$(cat "$HERE/gcra.lua")")
+
+# run SOCKET CLIENTS PIPELINE N ARGS... -> prints "rps p99_ms"
+run() {
+  local sock=$1 clients=$2 pipe=$3 n=$4; shift 4
+  redis-benchmark -s "$sock" -c "$clients" -P "$pipe" -n "$n" -r 100000 --csv "$@" 2>/dev/null |
+    awk -F'","' 'NR==2 { gsub(/"/, "", $2); gsub(/"/, "", $7); print $2, $7 }'
+}
+
+THR=(CL.THROTTLE 'key:__rand_int__' 15 30 60 1)
+LUA=(EVALSHA "$SHA" 1 'key:__rand_int__' 15 30 60 1)
+
+declare -A R
+bench() { # label sock clients pipe n args...
+  local label=$1; shift
+  R[$label]=$(run "$@")
+  printf '  %-22s %12.0f ops/s   p99 %6.3f ms\n' "$label" ${R[$label]}
+}
+
+echo "sluice vs Redis $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p') + Lua GCRA (redis-benchmark over Unix sockets, 100k random keys)"
+echo "50 clients, no pipelining:"
+bench sluice_c50 "$TMP/sluice.sock" 50 1 $((300000 * SCALE)) "${THR[@]}"
+bench lua_c50 "$TMP/redis.sock" 50 1 $((150000 * SCALE)) "${LUA[@]}"
+bench ping_c50 "$TMP/redis.sock" 50 1 $((300000 * SCALE)) PING
+echo "50 clients, pipeline 16:"
+bench sluice_p16 "$TMP/sluice.sock" 50 16 $((2000000 * SCALE)) "${THR[@]}"
+bench lua_p16 "$TMP/redis.sock" 50 16 $((300000 * SCALE)) "${LUA[@]}"
+bench ping_p16 "$TMP/redis.sock" 50 16 $((2000000 * SCALE)) PING
+echo "1 client, no pipelining (latency):"
+bench sluice_c1 "$TMP/sluice.sock" 1 1 $((60000 * SCALE)) "${THR[@]}"
+bench lua_c1 "$TMP/redis.sock" 1 1 $((40000 * SCALE)) "${LUA[@]}"
+bench ping_c1 "$TMP/redis.sock" 1 1 $((60000 * SCALE)) PING
+
+rps() { echo "${R[$1]}" | cut -d' ' -f1; }
+p99() { echo "${R[$1]}" | cut -d' ' -f2; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+echo "ratios:"
+echo "  no pipelining:  sluice/Lua $(ratio "$(rps sluice_c50)" "$(rps lua_c50)")x   sluice/PING $(ratio "$(rps sluice_c50)" "$(rps ping_c50)")x   (targets >=1.5x Lua or >=0.95x PING)"
+echo "  pipeline 16:    sluice/Lua $(ratio "$(rps sluice_p16)" "$(rps lua_p16)")x   sluice/PING $(ratio "$(rps sluice_p16)" "$(rps ping_p16)")x   (target >=7x Lua)"
+echo "  1 client p99:   sluice $(p99 sluice_c1) ms   Lua $(p99 lua_c1) ms   PING $(p99 ping_c1) ms   (target sluice < PING)"
