@@ -17,6 +17,10 @@
  *
  * See include/gossip/keyring.h for the key file format and the API contract.
  */
+/* getline() is POSIX.1-2008; the build defines _GNU_SOURCE, which implies it. */
+#if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
 #include "gossip/keyring.h"
 #include "gossip/error.h"
 
