@@ -1,0 +1,819 @@
+/*
+ * config: INI parsing (libinih) and validation of the daemon's config file.
+ *
+ * libinih splits "name = value" lines, strips comments and whitespace, and
+ * calls a handler per pair; it does not tell the handler the line number
+ * (INI_HANDLER_LINENO is off in the distribution build) nor report section
+ * headers.  So the file is fed through our own line reader
+ * (ini_parse_stream), which counts lines, refuses over-long lines and NUL
+ * bytes, and recognises section headers itself: every error then names the
+ * exact line, and an empty [policy x] is still seen (and refused for its
+ * missing rate).
+ *
+ * Parsing stops at the first error.  Cross-field checks (required keys,
+ * algorithm-specific keys, scope = global for an algorithm that cannot be
+ * global, duplicate match prefixes) run after the whole file is read, and
+ * name the line of the offending key or of the policy's header.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sluice/error.h"
+
+enum config_section { SEC_NONE, SEC_SLUICED, SEC_CLUSTER, SEC_POLICY };
+
+/* Per-policy parse bookkeeping: the line of each key (0 = not given). */
+struct config_pol_lines {
+    int algorithm, burst, rate, scope, partition, match, precision, dry_run;
+    enum algo_kind kind;
+    int64_t burst_v, count, period_ns, precision_v;
+};
+
+struct config_parser {
+    const char *name;
+    const char *buf;
+    size_t len, pos;
+    int line;
+    int failed;
+    int rc;
+    char *err;
+    size_t errlen;
+    struct config *cfg;
+    enum config_section sec;
+    int seen_sluiced, seen_cluster;
+    int default_scope_line;
+    char seen_keys[32][24]; /* keys of the current section, for duplicates */
+    int nseen;
+    struct config_pol_lines *pl; /* one per policy */
+};
+
+static void config__fail(struct config_parser *ps, int line, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void config__fail(struct config_parser *ps, int line, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    int n = 0;
+    if (ps->failed)
+        return;
+    ps->failed = 1;
+    ps->rc = rc;
+    if (ps->errlen == 0)
+        return;
+    if (line > 0)
+        n = snprintf(ps->err, ps->errlen, "%s:%d: ", ps->name, line);
+    else
+        n = snprintf(ps->err, ps->errlen, "%s: ", ps->name);
+    if (n < 0 || (size_t)n >= ps->errlen)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(ps->err + n, ps->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static char *config__strndup(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d != NULL) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+/* Replaces *slot with a copy of value; 0 or -SLUICE_ENOMEM. */
+static int config__set_str(char **slot, const char *value)
+{
+    char *d = config__strndup(value, strlen(value));
+    if (d == NULL)
+        return -SLUICE_ENOMEM;
+    free(*slot);
+    *slot = d;
+    return 0;
+}
+
+/* ---- value parsers: 0 or -SLUICE_EINVAL / -SLUICE_ERANGE ---- */
+
+static int config__uint(const char *s, int base, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (*s == '\0')
+        return -SLUICE_EINVAL;
+    for (; *s; s++) {
+        int d;
+        if (*s >= '0' && *s <= '9')
+            d = *s - '0';
+        else
+            return -SLUICE_EINVAL;
+        if (d >= base)
+            return -SLUICE_EINVAL;
+        if (v > (max - (uint64_t)d) / (uint64_t)base)
+            return -SLUICE_ERANGE;
+        v = v * (uint64_t)base + (uint64_t)d;
+    }
+    *out = v;
+    return 0;
+}
+
+static int config__bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return -SLUICE_EINVAL;
+}
+
+/* Parses the leading digits of s (possibly none); *end after them. */
+static int config__digits(const char *s, const char **end, int64_t *out, int *any)
+{
+    int64_t v = 0;
+    *any = 0;
+    while (*s >= '0' && *s <= '9') {
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *s - '0', &v))
+            return -SLUICE_ERANGE;
+        *any = 1;
+        s++;
+    }
+    *end = s;
+    *out = v;
+    return 0;
+}
+
+/* DURATION with an optional number (1 when absent, for "per s"). */
+static int config__duration(const char *s, int number_optional, int64_t *ns)
+{
+    const char *p;
+    int64_t n, unit, r;
+    int any, rc;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    rc = config__digits(s, &p, &n, &any);
+    if (rc < 0)
+        return rc;
+    if (!any) {
+        if (!number_optional)
+            return -SLUICE_EINVAL;
+        n = 1;
+    }
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (strcmp(p, "ms") == 0)
+        unit = 1000000LL;
+    else if (strcmp(p, "s") == 0)
+        unit = 1000000000LL;
+    else if (strcmp(p, "m") == 0)
+        unit = 60LL * 1000000000LL;
+    else if (strcmp(p, "h") == 0)
+        unit = 3600LL * 1000000000LL;
+    else
+        return -SLUICE_EINVAL;
+    if (n <= 0)
+        return -SLUICE_EINVAL;
+    if (__builtin_mul_overflow(n, unit, &r))
+        return -SLUICE_ERANGE;
+    *ns = r;
+    return 0;
+}
+
+int config_parse_duration(const char *s, int64_t *ns)
+{
+    if (s == NULL || ns == NULL)
+        return -SLUICE_EINVAL;
+    return config__duration(s, 0, ns);
+}
+
+int config_parse_rate(const char *s, int64_t *count, int64_t *period_ns)
+{
+    const char *p;
+    int64_t n, per;
+    int any, rc;
+    if (s == NULL || count == NULL || period_ns == NULL)
+        return -SLUICE_EINVAL;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    rc = config__digits(s, &p, &n, &any);
+    if (rc < 0)
+        return rc;
+    if (!any || n <= 0)
+        return -SLUICE_EINVAL;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (strncmp(p, "per", 3) == 0 && (p[3] == ' ' || p[3] == '\t'))
+        p += 3;
+    else if (*p == '/')
+        p++;
+    else
+        return -SLUICE_EINVAL;
+    rc = config__duration(p, 1, &per);
+    if (rc < 0)
+        return rc;
+    *count = n;
+    *period_ns = per;
+    return 0;
+}
+
+/* "host:port" or "[v6]:port", port 0..65535. */
+static int config__hostport(const char *s)
+{
+    const char *colon = strrchr(s, ':');
+    uint64_t port;
+    if (colon == NULL || colon == s || strlen(colon + 1) > 5)
+        return -SLUICE_EINVAL;
+    if (config__uint(colon + 1, 10, 65535, &port) < 0)
+        return -SLUICE_EINVAL;
+    for (const char *c = s; c < colon; c++)
+        if (*c == ' ' || *c == '\t' || *c == ',')
+            return -SLUICE_EINVAL;
+    return 0;
+}
+
+static int config__name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > CONFIG_MAX_NAME)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.' || c == ':'))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- section headers, seen by the reader ---- */
+
+static void config__section(struct config_parser *ps, const char *s, size_t n)
+{
+    struct config *cfg = ps->cfg;
+    ps->nseen = 0;
+    while (n > 0 && (*s == ' ' || *s == '\t'))
+        s++, n--;
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    if (n == 7 && memcmp(s, "sluiced", 7) == 0) {
+        if (ps->seen_sluiced)
+            config__fail(ps, ps->line, -SLUICE_ECONFIG, "duplicate section [sluiced]");
+        ps->seen_sluiced = 1;
+        ps->sec = SEC_SLUICED;
+    } else if (n == 7 && memcmp(s, "cluster", 7) == 0) {
+        if (ps->seen_cluster)
+            config__fail(ps, ps->line, -SLUICE_ECONFIG, "duplicate section [cluster]");
+        ps->seen_cluster = 1;
+        cfg->cluster = 1;
+        ps->sec = SEC_CLUSTER;
+    } else if (n > 7 && memcmp(s, "policy", 6) == 0 && (s[6] == ' ' || s[6] == '\t')) {
+        const char *name = s + 7;
+        size_t nl = n - 7;
+        struct config_policy *np;
+        struct config_pol_lines *nl2;
+        while (nl > 0 && (*name == ' ' || *name == '\t'))
+            name++, nl--;
+        if (!config__name_ok(name, nl)) {
+            config__fail(ps, ps->line, -SLUICE_ECONFIG,
+                         "bad policy name (1-%d characters of A-Z a-z 0-9 _ - . :)",
+                         CONFIG_MAX_NAME);
+            return;
+        }
+        for (size_t i = 0; i < cfg->npolicies; i++) {
+            if (strlen(cfg->policies[i].name) == nl &&
+                memcmp(cfg->policies[i].name, name, nl) == 0) {
+                config__fail(ps, ps->line, -SLUICE_ECONFIG,
+                             "duplicate policy '%s' (first defined on line %d)",
+                             cfg->policies[i].name, cfg->policies[i].line);
+                return;
+            }
+        }
+        if (cfg->npolicies >= CONFIG_MAX_POLICIES) {
+            config__fail(ps, ps->line, -SLUICE_ECONFIG, "too many policies (max %d)",
+                         CONFIG_MAX_POLICIES);
+            return;
+        }
+        np = realloc(cfg->policies, (cfg->npolicies + 1) * sizeof(*np));
+        if (np == NULL) {
+            config__fail(ps, ps->line, -SLUICE_ENOMEM, "out of memory");
+            return;
+        }
+        cfg->policies = np;
+        nl2 = realloc(ps->pl, (cfg->npolicies + 1) * sizeof(*nl2));
+        if (nl2 == NULL) {
+            config__fail(ps, ps->line, -SLUICE_ENOMEM, "out of memory");
+            return;
+        }
+        ps->pl = nl2;
+        memset(&np[cfg->npolicies], 0, sizeof(*np));
+        memset(&nl2[cfg->npolicies], 0, sizeof(*nl2));
+        np[cfg->npolicies].name = config__strndup(name, nl);
+        if (np[cfg->npolicies].name == NULL) {
+            config__fail(ps, ps->line, -SLUICE_ENOMEM, "out of memory");
+            return;
+        }
+        np[cfg->npolicies].line = ps->line;
+        np[cfg->npolicies].partition = CONFIG_PARTITION_SHARE;
+        nl2[cfg->npolicies].kind = ALGO_GCRA;
+        cfg->npolicies++;
+        ps->sec = SEC_POLICY;
+    } else {
+        config__fail(ps, ps->line, -SLUICE_ECONFIG,
+                     "unknown section [%.*s] (expected [sluiced], [cluster] or [policy NAME])",
+                     (int)(n > 64 ? 64 : n), s);
+    }
+}
+
+/* fgets-like reader over the buffer, counting lines. */
+static char *config__reader(char *str, int num, void *stream)
+{
+    struct config_parser *ps = stream;
+    size_t start = ps->pos, end = ps->pos, n;
+    const char *line;
+    if (ps->failed || ps->pos >= ps->len || num < 2)
+        return NULL;
+    while (end < ps->len && ps->buf[end] != '\n')
+        end++;
+    n = end - start; /* without the newline */
+    ps->pos = end < ps->len ? end + 1 : end;
+    ps->line++;
+    line = ps->buf + start;
+    if (ps->line == 1 && n >= 3 && memcmp(line, "\xEF\xBB\xBF", 3) == 0) {
+        line += 3; /* UTF-8 byte order mark */
+        n -= 3;
+    }
+    if (memchr(line, '\0', n) != NULL) {
+        config__fail(ps, ps->line, -SLUICE_ECONFIG, "NUL byte in line");
+        return NULL;
+    }
+    /* Leading whitespace is dropped so that libinih never sees a
+     * continuation line: an indented line is an ordinary one here. */
+    while (n > 0 && (*line == ' ' || *line == '\t'))
+        line++, n--;
+    if (n + 2 > (size_t)num) {
+        config__fail(ps, ps->line, -SLUICE_ECONFIG, "line too long (max %d characters)", num - 2);
+        return NULL;
+    }
+    memcpy(str, line, n);
+    str[n] = '\n';
+    str[n + 1] = '\0';
+    /* Section header? (libinih parses it too, but tells nobody.) */
+    if (n > 0 && line[0] == '[') {
+        const char *close = memchr(line, ']', n);
+        if (close == NULL) {
+            config__fail(ps, ps->line, -SLUICE_ECONFIG, "missing ']' in section header");
+            return NULL;
+        }
+        config__section(ps, line + 1, (size_t)(close - (line + 1)));
+        if (ps->failed)
+            return NULL;
+    }
+    return str;
+}
+
+/* Duplicate keys within one section (a continuation line repeats its key). */
+static int config__dup_key(struct config_parser *ps, const char *key)
+{
+    for (int i = 0; i < ps->nseen; i++)
+        if (strcmp(ps->seen_keys[i], key) == 0)
+            return 1;
+    if (ps->nseen < 32 && strlen(key) < sizeof(ps->seen_keys[0]))
+        strcpy(ps->seen_keys[ps->nseen++], key);
+    return 0;
+}
+
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        config__fail(ps, ps->line, -SLUICE_ECONFIG, __VA_ARGS__);                                  \
+        return 0;                                                                                  \
+    } while (0)
+#define NOMEM()                                                                                    \
+    do {                                                                                           \
+        config__fail(ps, ps->line, -SLUICE_ENOMEM, "out of memory");                               \
+        return 0;                                                                                  \
+    } while (0)
+
+static int config__scope(const char *v, enum config_scope *out)
+{
+    if (strcmp(v, "local") == 0)
+        *out = CONFIG_SCOPE_LOCAL;
+    else if (strcmp(v, "global") == 0)
+        *out = CONFIG_SCOPE_GLOBAL;
+    else
+        return -1;
+    return 0;
+}
+
+static int config__sluiced_key(struct config_parser *ps, const char *k, const char *v)
+{
+    struct config *cfg = ps->cfg;
+    uint64_t u;
+    int rc;
+    if (strcmp(k, "socket") == 0) {
+        if (*v == '\0' || strlen(v) >= 108)
+            BAD("socket: path must be 1-107 characters");
+        if (config__set_str(&cfg->socket, v) < 0)
+            NOMEM();
+    } else if (strcmp(k, "socket_mode") == 0) {
+        if (config__uint(v, 8, 0777, &u) < 0)
+            BAD("socket_mode: expected octal permission bits like 0660, got '%s'", v);
+        cfg->socket_mode = (unsigned)u;
+    } else if (strcmp(k, "max_keys") == 0) {
+        rc = config__uint(v, 10, UINT64_C(1) << 32, &u);
+        if (rc < 0 || u == 0)
+            BAD("max_keys: expected a number from 1 to 4294967296, got '%s'", v);
+        cfg->max_keys = u;
+    } else if (strcmp(k, "max_clients") == 0) {
+        rc = config__uint(v, 10, 65536, &u);
+        if (rc < 0 || u == 0)
+            BAD("max_clients: expected a number from 1 to 65536, got '%s'", v);
+        cfg->max_clients = (uint32_t)u;
+    } else if (strcmp(k, "on_full") == 0) {
+        if (strcmp(v, "evict") == 0)
+            cfg->on_full = CONFIG_ON_FULL_EVICT;
+        else if (strcmp(v, "deny") == 0)
+            cfg->on_full = CONFIG_ON_FULL_DENY;
+        else if (strcmp(v, "allow") == 0)
+            cfg->on_full = CONFIG_ON_FULL_ALLOW;
+        else
+            BAD("on_full: expected evict, deny or allow, got '%s'", v);
+    } else if (strcmp(k, "log_level") == 0) {
+        if (strcmp(v, "debug") == 0)
+            cfg->log_level = CONFIG_LOG_DEBUG;
+        else if (strcmp(v, "info") == 0)
+            cfg->log_level = CONFIG_LOG_INFO;
+        else if (strcmp(v, "warn") == 0)
+            cfg->log_level = CONFIG_LOG_WARN;
+        else if (strcmp(v, "error") == 0)
+            cfg->log_level = CONFIG_LOG_ERROR;
+        else
+            BAD("log_level: expected debug, info, warn or error, got '%s'", v);
+    } else if (strcmp(k, "metrics") == 0) {
+        if (strcmp(v, "off") == 0) {
+            free(cfg->metrics);
+            cfg->metrics = NULL;
+        } else if (config__hostport(v) < 0) {
+            BAD("metrics: expected host:port or off, got '%s'", v);
+        } else if (config__set_str(&cfg->metrics, v) < 0) {
+            NOMEM();
+        }
+    } else {
+        BAD("unknown key '%s' in [sluiced]", k);
+    }
+    return 1;
+}
+
+static int config__join(struct config_parser *ps, const char *v)
+{
+    struct config *cfg = ps->cfg;
+    const char *p = v;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        const char *s = p;
+        char *item, **nj;
+        while (n > 0 && (*s == ' ' || *s == '\t'))
+            s++, n--;
+        while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+            n--;
+        if (n == 0)
+            BAD("join: empty address in the list");
+        if (cfg->njoin >= CONFIG_MAX_JOIN)
+            BAD("join: too many addresses (max %d)", CONFIG_MAX_JOIN);
+        item = config__strndup(s, n);
+        if (item == NULL)
+            NOMEM();
+        if (config__hostport(item) < 0) {
+            config__fail(ps, ps->line, -SLUICE_ECONFIG, "join: expected host:port, got '%s'", item);
+            free(item);
+            return 0;
+        }
+        nj = realloc(cfg->join, (cfg->njoin + 1) * sizeof(*nj));
+        if (nj == NULL) {
+            free(item);
+            NOMEM();
+        }
+        cfg->join = nj;
+        cfg->join[cfg->njoin++] = item;
+        if (e == NULL)
+            break;
+        p = e + 1;
+        if (*p == '\0')
+            BAD("join: empty address in the list");
+    }
+    if (cfg->njoin == 0)
+        BAD("join: empty list");
+    return 1;
+}
+
+static int config__cluster_key(struct config_parser *ps, const char *k, const char *v)
+{
+    struct config *cfg = ps->cfg;
+    uint64_t u;
+    if (strcmp(k, "node_name") == 0) {
+        if (!config__name_ok(v, strlen(v)))
+            BAD("node_name: 1-%d characters of A-Z a-z 0-9 _ - . :", CONFIG_MAX_NAME);
+        if (config__set_str(&cfg->node_name, v) < 0)
+            NOMEM();
+    } else if (strcmp(k, "gossip_bind") == 0) {
+        if (config__hostport(v) < 0)
+            BAD("gossip_bind: expected host:port, got '%s'", v);
+        if (config__set_str(&cfg->gossip_bind, v) < 0)
+            NOMEM();
+    } else if (strcmp(k, "join") == 0) {
+        return config__join(ps, v);
+    } else if (strcmp(k, "cluster_key_file") == 0) {
+        if (*v == '\0')
+            BAD("cluster_key_file: empty path");
+        if (config__set_str(&cfg->cluster_key_file, v) < 0)
+            NOMEM();
+    } else if (strcmp(k, "cluster_label") == 0) {
+        if (strlen(v) > CONFIG_MAX_NAME)
+            BAD("cluster_label: at most %d characters", CONFIG_MAX_NAME);
+        if (config__set_str(&cfg->cluster_label, v) < 0)
+            NOMEM();
+    } else if (strcmp(k, "default_scope") == 0) {
+        if (config__scope(v, &cfg->default_scope) < 0)
+            BAD("default_scope: expected local or global, got '%s'", v);
+        ps->default_scope_line = ps->line;
+    } else if (strcmp(k, "gossip_interval_ms") == 0) {
+        if (config__uint(v, 10, 60000, &u) < 0 || u < 10)
+            BAD("gossip_interval_ms: expected a number from 10 to 60000, got '%s'", v);
+        cfg->gossip_interval_ms = (int64_t)u;
+    } else {
+        BAD("unknown key '%s' in [cluster]", k);
+    }
+    return 1;
+}
+
+static int config__policy_key(struct config_parser *ps, const char *k, const char *v)
+{
+    struct config *cfg = ps->cfg;
+    struct config_policy *pol = &cfg->policies[cfg->npolicies - 1];
+    struct config_pol_lines *pl = &ps->pl[cfg->npolicies - 1];
+    uint64_t u;
+    int rc;
+    if (strcmp(k, "algorithm") == 0) {
+        if (algo_from_name(v, &pl->kind) < 0)
+            BAD("algorithm: expected gcra, token-bucket, fixed-window, sliding-window or "
+                "sliding-log, got '%s'",
+                v);
+        pl->algorithm = ps->line;
+    } else if (strcmp(k, "burst") == 0) {
+        rc = config__uint(v, 10, (uint64_t)INT64_MAX - 1, &u);
+        if (rc < 0)
+            BAD("burst: expected a whole number >= 0, got '%s'", v);
+        pl->burst_v = (int64_t)u;
+        pl->burst = ps->line;
+    } else if (strcmp(k, "rate") == 0) {
+        rc = config_parse_rate(v, &pl->count, &pl->period_ns);
+        if (rc == -SLUICE_ERANGE)
+            BAD("rate: number or duration too large in '%s'", v);
+        if (rc < 0)
+            BAD("rate: expected 'N per DURATION' (DURATION like 500ms, 60s, 5m, 1h), got '%s'", v);
+        pl->rate = ps->line;
+    } else if (strcmp(k, "scope") == 0) {
+        if (config__scope(v, &pol->scope) < 0)
+            BAD("scope: expected local or global, got '%s'", v);
+        pl->scope = ps->line;
+    } else if (strcmp(k, "partition") == 0) {
+        if (strcmp(v, "optimistic") == 0)
+            pol->partition = CONFIG_PARTITION_OPTIMISTIC;
+        else if (strcmp(v, "share") == 0)
+            pol->partition = CONFIG_PARTITION_SHARE;
+        else
+            BAD("partition: expected optimistic or share, got '%s'", v);
+        pl->partition = ps->line;
+    } else if (strcmp(k, "match") == 0) {
+        if (*v == '\0' || strlen(v) > CONFIG_MAX_PREFIX)
+            BAD("match: the key prefix must be 1-%d bytes", CONFIG_MAX_PREFIX);
+        if (config__set_str(&pol->match, v) < 0)
+            NOMEM();
+        pl->match = ps->line;
+    } else if (strcmp(k, "precision") == 0) {
+        rc = config__uint(v, 10, (uint64_t)ALGO_PRECISION_MAX, &u);
+        if (rc < 0 || u == 0)
+            BAD("precision: expected a number from 1 to %lld, got '%s'",
+                (long long)ALGO_PRECISION_MAX, v);
+        pl->precision_v = (int64_t)u;
+        pl->precision = ps->line;
+    } else if (strcmp(k, "dry_run") == 0) {
+        if (config__bool(v, &pol->dry_run) < 0)
+            BAD("dry_run: expected true or false, got '%s'", v);
+        pl->dry_run = ps->line;
+    } else {
+        BAD("unknown key '%s' in [policy %s]", k, pol->name);
+    }
+    return 1;
+}
+
+static int config__handler(void *user, const char *section, const char *name, const char *value)
+{
+    struct config_parser *ps = user;
+    if (ps->failed)
+        return 0;
+    if (name == NULL || value == NULL)
+        return 1;
+    if (config__dup_key(ps, name))
+        BAD("duplicate key '%s' in this section", name);
+    switch (ps->sec) {
+    case SEC_SLUICED:
+        return config__sluiced_key(ps, name, value);
+    case SEC_CLUSTER:
+        return config__cluster_key(ps, name, value);
+    case SEC_POLICY:
+        return config__policy_key(ps, name, value);
+    default:
+        BAD("key '%s' outside of any section", name);
+    }
+}
+
+/* Cross-field checks once the whole file is read. */
+static void config__finish(struct config_parser *ps)
+{
+    struct config *cfg = ps->cfg;
+    for (size_t i = 0; i < cfg->npolicies && !ps->failed; i++) {
+        struct config_policy *pol = &cfg->policies[i];
+        struct config_pol_lines *pl = &ps->pl[i];
+        int windowed = pl->kind != ALGO_GCRA && pl->kind != ALGO_TOKEN_BUCKET;
+        int rc;
+        if (pl->rate == 0) {
+            config__fail(ps, pol->line, -SLUICE_ECONFIG,
+                         "policy '%s': missing required key 'rate' (e.g. rate = 30 per 60s)",
+                         pol->name);
+            break;
+        }
+        if (windowed && pl->burst) {
+            config__fail(ps, pl->burst, -SLUICE_ECONFIG,
+                         "policy '%s': burst is not used by %s (its limit is the rate's N)",
+                         pol->name, algo_name(pl->kind));
+            break;
+        }
+        if (pl->precision && pl->kind != ALGO_SLIDING_WINDOW) {
+            config__fail(ps, pl->precision, -SLUICE_ECONFIG,
+                         "policy '%s': precision applies to sliding-window only", pol->name);
+            break;
+        }
+        if (!pl->scope)
+            pol->scope = cfg->default_scope;
+        if (pol->scope == CONFIG_SCOPE_GLOBAL && !algo_can_be_global(pl->kind)) {
+            if (pl->scope)
+                config__fail(ps, pl->scope, -SLUICE_ECONFIG,
+                             "policy '%s': %s cannot be global (exactness needs every "
+                             "timestamp); use scope = local",
+                             pol->name, algo_name(pl->kind));
+            else
+                config__fail(ps, pol->line, -SLUICE_ECONFIG,
+                             "policy '%s': %s cannot be global, and default_scope (line %d) "
+                             "is global; set scope = local",
+                             pol->name, algo_name(pl->kind), ps->default_scope_line);
+            break;
+        }
+        rc = algo_params_init(&pol->algo, pl->kind, pl->burst_v, pl->count, pl->period_ns,
+                              pl->precision_v);
+        if (rc < 0) {
+            config__fail(ps, pl->rate, -SLUICE_ECONFIG,
+                         "policy '%s': rate out of range for %s (%s: a rate above one unit "
+                         "per ns, a period too short for the precision, or a limit too large)",
+                         pol->name, algo_name(pl->kind), sluice_strerror(rc));
+            break;
+        }
+        for (size_t j = 0; j < i && pol->match != NULL; j++) {
+            if (cfg->policies[j].match != NULL && strcmp(cfg->policies[j].match, pol->match) == 0) {
+                config__fail(ps, pl->match, -SLUICE_ECONFIG,
+                             "policy '%s': match prefix '%s' already used by policy '%s'",
+                             pol->name, pol->match, cfg->policies[j].name);
+                break;
+            }
+        }
+    }
+}
+
+int config_defaults(struct config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->socket_mode = 0660;
+    cfg->max_keys = 1000000;
+    cfg->on_full = CONFIG_ON_FULL_EVICT;
+    cfg->log_level = CONFIG_LOG_INFO;
+    cfg->max_clients = 1024;
+    cfg->default_scope = CONFIG_SCOPE_LOCAL;
+    cfg->gossip_interval_ms = 100;
+    if (config__set_str(&cfg->socket, "/run/sluice/sluice.sock") < 0 ||
+        config__set_str(&cfg->gossip_bind, "0.0.0.0:7946") < 0) {
+        config_free(cfg);
+        return -SLUICE_ENOMEM;
+    }
+    return 0;
+}
+
+void config_free(struct config *cfg)
+{
+    if (cfg == NULL)
+        return;
+    free(cfg->socket);
+    free(cfg->metrics);
+    free(cfg->node_name);
+    free(cfg->gossip_bind);
+    for (size_t i = 0; i < cfg->njoin; i++)
+        free(cfg->join[i]);
+    free(cfg->join);
+    free(cfg->cluster_key_file);
+    free(cfg->cluster_label);
+    for (size_t i = 0; i < cfg->npolicies; i++) {
+        free(cfg->policies[i].name);
+        free(cfg->policies[i].match);
+    }
+    free(cfg->policies);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+int config_load_buffer(const char *name, const char *buf, size_t len, struct config *cfg, char *err,
+                       size_t errlen)
+{
+    struct config_parser ps;
+    int rc;
+    if (errlen > 0)
+        err[0] = '\0';
+    if (cfg == NULL || (buf == NULL && len > 0))
+        return -SLUICE_EINVAL;
+    memset(&ps, 0, sizeof(ps));
+    ps.name = name ? name : "config";
+    ps.err = err;
+    ps.errlen = errlen;
+    if (len > CONFIG_MAX_BYTES) {
+        memset(cfg, 0, sizeof(*cfg));
+        config__fail(&ps, 0, -SLUICE_ETOOBIG, "file larger than %u bytes", CONFIG_MAX_BYTES);
+        return ps.rc;
+    }
+    rc = config_defaults(cfg);
+    if (rc < 0) {
+        config__fail(&ps, 0, rc, "out of memory");
+        return rc;
+    }
+    ps.buf = buf;
+    ps.len = len;
+    ps.cfg = cfg;
+    rc = ini_parse_stream(config__reader, &ps, config__handler, &ps);
+    if (!ps.failed && rc == -2)
+        config__fail(&ps, 0, -SLUICE_ENOMEM, "out of memory");
+    else if (!ps.failed && rc != 0)
+        config__fail(&ps, rc, -SLUICE_ECONFIG,
+                     "syntax error (expected 'name = value', '[section]' or a comment)");
+    if (!ps.failed)
+        config__finish(&ps);
+    free(ps.pl);
+    if (ps.failed) {
+        config_free(cfg);
+        return ps.rc;
+    }
+    return 0;
+}
+
+int config_load(const char *path, struct config *cfg, char *err, size_t errlen)
+{
+    FILE *f;
+    char *buf;
+    size_t n;
+    int rc;
+    if (errlen > 0)
+        err[0] = '\0';
+    if (path == NULL || cfg == NULL)
+        return -SLUICE_EINVAL;
+    memset(cfg, 0, sizeof(*cfg));
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        if (errlen > 0)
+            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -SLUICE_EIO;
+    }
+    buf = malloc(CONFIG_MAX_BYTES + 1);
+    if (buf == NULL) {
+        fclose(f);
+        if (errlen > 0)
+            snprintf(err, errlen, "%s: out of memory", path);
+        return -SLUICE_ENOMEM;
+    }
+    n = fread(buf, 1, CONFIG_MAX_BYTES + 1, f);
+    if (ferror(f)) {
+        if (errlen > 0)
+            snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        fclose(f);
+        free(buf);
+        return -SLUICE_EIO;
+    }
+    fclose(f);
+    rc = config_load_buffer(path, buf, n, cfg, err, errlen);
+    free(buf);
+    return rc;
+}

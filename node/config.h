@@ -1,0 +1,110 @@
+/*
+ * config: the daemon's configuration file (INI, parsed with libinih).
+ *
+ * The format is documented, key by key, in deploy/sluice.conf.  Sections:
+ * [sluiced] (the local daemon), [cluster] (gossip; its presence turns
+ * clustering on) and any number of [policy NAME] (named limits).
+ *
+ * Loading is all or nothing: config_load() either fills a complete,
+ * validated struct config or fails with a message "FILE:LINE: reason" in the
+ * caller's buffer and leaves nothing allocated.  A loaded config owns every
+ * string and array in it; config_free() releases them.
+ */
+#ifndef SLUICE_CONFIG_H
+#define SLUICE_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algo.h"
+
+enum config_scope { CONFIG_SCOPE_LOCAL = 0, CONFIG_SCOPE_GLOBAL = 1 };
+
+/* What a global limit does on each side of a partition. */
+enum config_partition {
+    CONFIG_PARTITION_OPTIMISTIC = 0, /* each side enforces the full limit */
+    CONFIG_PARTITION_SHARE = 1,      /* each side its last known share (default) */
+};
+
+/* What happens when the key table is full (matches enum limiter_overflow). */
+enum config_on_full { CONFIG_ON_FULL_EVICT = 0, CONFIG_ON_FULL_DENY = 1, CONFIG_ON_FULL_ALLOW = 2 };
+
+enum config_log_level {
+    CONFIG_LOG_DEBUG = 0,
+    CONFIG_LOG_INFO = 1,
+    CONFIG_LOG_WARN = 2,
+    CONFIG_LOG_ERROR = 3,
+};
+
+/* Largest accepted file, policy count and join list (a bound, not a goal). */
+#define CONFIG_MAX_BYTES    (1u << 20)
+#define CONFIG_MAX_POLICIES 4096
+#define CONFIG_MAX_JOIN     64
+#define CONFIG_MAX_NAME     64  /* policy and node names */
+#define CONFIG_MAX_PREFIX   512 /* match prefixes */
+
+struct config_policy {
+    char *name;                      /* [policy NAME] */
+    struct algo_params algo;         /* validated by algo_params_init */
+    enum config_scope scope;         /* explicit or the cluster's default_scope */
+    enum config_partition partition; /* meaningful when global */
+    char *match;                     /* key prefix, or NULL */
+    int dry_run;                     /* 1: decide and count, but always allow */
+    int line;                        /* line of the [policy NAME] header */
+};
+
+struct config {
+    /* [sluiced] */
+    char *socket;         /* Unix socket path */
+    unsigned socket_mode; /* permission bits, e.g. 0660 */
+    uint64_t max_keys;    /* key table bound */
+    enum config_on_full on_full;
+    enum config_log_level log_level;
+    char *metrics; /* "host:port" of the Prometheus endpoint, or NULL (off) */
+    uint32_t max_clients;
+    /* [cluster] */
+    int cluster;       /* 1 when a [cluster] section is present */
+    char *node_name;   /* NULL: the host name */
+    char *gossip_bind; /* "host:port" */
+    char **join;       /* seed addresses, njoin of them */
+    size_t njoin;
+    char *cluster_key_file; /* NULL: no encryption key configured */
+    char *cluster_label;    /* NULL: empty label */
+    enum config_scope default_scope;
+    int64_t gossip_interval_ms;
+    /* [policy NAME], in file order */
+    struct config_policy *policies;
+    size_t npolicies;
+};
+
+/* Fills cfg with the defaults (what an empty file gives).  -SLUICE_ENOMEM. */
+int config_defaults(struct config *cfg);
+
+/*
+ * Reads and validates the file at path into *cfg (which need not be
+ * initialised).  On failure returns -SLUICE_ECONFIG (bad content),
+ * -SLUICE_EIO (cannot read; errno's text in the message), -SLUICE_ETOOBIG
+ * (over CONFIG_MAX_BYTES) or -SLUICE_ENOMEM, writes "PATH:LINE: reason"
+ * (or "PATH: reason") into err (errlen bytes, always NUL-terminated when
+ * errlen > 0) and leaves *cfg empty (config_free on it is harmless).
+ */
+int config_load(const char *path, struct config *cfg, char *err, size_t errlen);
+
+/* The same for len bytes in memory (need not be NUL-terminated; a NUL byte
+ * is an error); name is used in messages. */
+int config_load_buffer(const char *name, const char *buf, size_t len, struct config *cfg, char *err,
+                       size_t errlen);
+
+/* Releases everything cfg owns and zeroes it.  NULL is fine. */
+void config_free(struct config *cfg);
+
+/* Parses "N per DURATION" (e.g. "30 per 60s", "5 per s", "100/1m") into
+ * count and period_ns.  -SLUICE_EINVAL if malformed, -SLUICE_ERANGE if too
+ * large.  Exposed for CL.THROTTLE-style callers and tests. */
+int config_parse_rate(const char *s, int64_t *count, int64_t *period_ns);
+
+/* Parses "DURATION" = NUMBER UNIT, UNIT one of ms, s, m, h (e.g. "250ms").
+ * -SLUICE_EINVAL / -SLUICE_ERANGE. */
+int config_parse_duration(const char *s, int64_t *ns);
+
+#endif

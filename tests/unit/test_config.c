@@ -1,0 +1,214 @@
+/*
+ * The config loader: the shipped example loads and means what it says;
+ * every kind of error is refused with the right line number and reason;
+ * helpers parse rates and durations exactly.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "testutil.h"
+
+#define S 1000000000LL
+
+/* deploy/sluice.conf, found from this file's path (tests/unit/...). */
+static void example_path(char *out, size_t n)
+{
+    const char *f = __FILE__;
+    const char *cut = strstr(f, "tests/unit/test_config.c");
+    assert_non_null(cut);
+    snprintf(out, n, "%.*sdeploy/sluice.conf", (int)(cut - f), f);
+}
+
+static void test_example_loads(void **unused)
+{
+    char path[4096], err[256];
+    struct config cfg;
+    example_path(path, sizeof(path));
+    int rc = config_load(path, &cfg, err, sizeof(err));
+    if (rc != 0)
+        fprintf(stderr, "%s\n", err);
+    assert_int_equal(rc, 0);
+    assert_string_equal(cfg.socket, "/run/sluice/sluice.sock");
+    assert_int_equal(cfg.socket_mode, 0660);
+    assert_int_equal(cfg.max_keys, 1000000);
+    assert_int_equal(cfg.on_full, CONFIG_ON_FULL_EVICT);
+    assert_null(cfg.metrics);
+    assert_int_equal(cfg.cluster, 1);
+    assert_string_equal(cfg.node_name, "host-a");
+    assert_int_equal(cfg.njoin, 2);
+    assert_string_equal(cfg.join[1], "sluice-1.sluice:7946");
+    assert_string_equal(cfg.cluster_label, "prod");
+    assert_int_equal(cfg.default_scope, CONFIG_SCOPE_GLOBAL);
+    assert_int_equal(cfg.gossip_interval_ms, 100);
+    assert_int_equal(cfg.npolicies, 3);
+    struct config_policy *p = &cfg.policies[0];
+    assert_string_equal(p->name, "reply");
+    assert_int_equal(p->algo.kind, ALGO_GCRA);
+    assert_int_equal(p->algo.limit, 16);
+    assert_int_equal(p->algo.count, 30);
+    assert_int_equal(p->algo.period_ns, 60 * S);
+    assert_int_equal(p->scope, CONFIG_SCOPE_GLOBAL);
+    assert_int_equal(p->partition, CONFIG_PARTITION_SHARE);
+    assert_string_equal(p->match, "reply:");
+    assert_int_equal(p->dry_run, 0);
+    assert_int_equal(cfg.policies[1].algo.kind, ALGO_SLIDING_LOG);
+    assert_int_equal(cfg.policies[1].scope, CONFIG_SCOPE_LOCAL);
+    assert_int_equal(cfg.policies[2].algo.kind, ALGO_SLIDING_WINDOW);
+    assert_int_equal(cfg.policies[2].algo.precision, 10);
+    /* the api policy takes the cluster's default scope */
+    assert_int_equal(cfg.policies[2].scope, CONFIG_SCOPE_GLOBAL);
+    config_free(&cfg);
+    config_free(&cfg); /* harmless twice */
+}
+
+static void test_empty_is_defaults(void **unused)
+{
+    char err[256];
+    struct config cfg;
+    assert_int_equal(config_load_buffer("empty", "", 0, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.cluster, 0);
+    assert_int_equal(cfg.npolicies, 0);
+    assert_int_equal(cfg.default_scope, CONFIG_SCOPE_LOCAL);
+    assert_string_equal(cfg.gossip_bind, "0.0.0.0:7946");
+    config_free(&cfg);
+}
+
+struct bad {
+    const char *text;
+    int line;
+    const char *reason;
+};
+
+static const struct bad bads[] = {
+    {"[sluiced]\nsocket_mode = 0990\n", 2, "socket_mode"},
+    {"[sluiced]\nmax_keys = 12x\n", 2, "max_keys"},
+    {"[sluiced]\nmax_keys = 99999999999999999999999\n", 2, "max_keys"},
+    {"[sluiced]\nbogus = 1\n", 2, "unknown key 'bogus'"},
+    {"[sluiced]\non_full = drop\n", 2, "on_full"},
+    {"[sluiced]\nlog_level = loud\n", 2, "log_level"},
+    {"\n\n[nonsense]\n", 3, "unknown section"},
+    {"[sluiced\n", 1, "missing ']'"},
+    {"[sluiced]\n[sluiced]\n", 2, "duplicate section"},
+    {"socket = /x\n", 1, "outside of any section"},
+    {"[sluiced]\nthis line has no equals sign\n", 2, "syntax error"},
+    {"[sluiced]\nsocket = /a\nsocket = /b\n", 3, "duplicate key"},
+    {"[cluster]\njoin = a:1,,b:2\n", 2, "join"},
+    {"[cluster]\njoin = a:1, b\n", 2, "join"},
+    {"[cluster]\ngossip_bind = nowhere\n", 2, "gossip_bind"},
+    {"[cluster]\ngossip_interval_ms = 0\n", 2, "gossip_interval_ms"},
+    {"[cluster]\ndefault_scope = planet\n", 2, "default_scope"},
+    {"[policy a]\nrate = 10 per 60\n", 2, "rate"},
+    {"[policy a]\nrate = 10 per 60y\n", 2, "rate"},
+    {"[policy a]\nrate = ten per 60s\n", 2, "rate"},
+    {"[policy a]\nrate = 10 per 9999999999999h\n", 2, "too large"},
+    {"[policy a]\nrate = 0 per 1s\n", 2, "rate"},
+    {"[policy a]\nrate = 1 per 1s\nburst = -1\n", 3, "burst"},
+    {"[policy a]\nrate = 1 per 1s\n\n[policy a]\n", 4,
+     "duplicate policy 'a' (first defined on line 1)"},
+    {"[policy a]\nburst = 3\n", 1, "missing required key 'rate'"},
+    {"[policy]\n", 1, "unknown section"},
+    {"[policy bad name!]\n", 1, "bad policy name"},
+    {"[policy a]\nalgorithm = leaky\n", 2, "algorithm"},
+    {"[policy a]\nrate = 5 per 1m\nalgorithm = sliding-log\nscope = global\n", 4,
+     "cannot be global"},
+    {"[cluster]\ndefault_scope = global\n[policy a]\nrate = 5 per 1m\nalgorithm = sliding-log\n", 3,
+     "default_scope (line 2)"},
+    {"[policy a]\nalgorithm = fixed-window\nburst = 3\nrate = 5 per 1s\n", 3, "burst is not used"},
+    {"[policy a]\nrate = 5 per 1s\nprecision = 4\n", 3, "sliding-window only"},
+    {"[policy a]\nalgorithm = sliding-window\nrate = 5 per 1s\nprecision = 1001\n", 4, "precision"},
+    {"[policy a]\nrate = 2000000000 per 1s\n", 2, "out of range"},
+    {"[policy a]\nrate = 1 per 1s\nmatch = x:\n[policy b]\nrate = 1 per 1s\nmatch = x:\n", 6,
+     "already used by policy 'a'"},
+    {"[policy a]\nrate = 1 per 1s\ndry_run = maybe\n", 3, "dry_run"},
+    {"[policy a]\nrate = 1 per 1s\npartition = split\n", 3, "partition"},
+    {"[policy a]\nrate = 1 per 1s\ncolour = red\n", 3, "unknown key 'colour' in [policy a]"},
+};
+
+static void test_errors_name_their_line(void **unused)
+{
+    for (size_t i = 0; i < sizeof(bads) / sizeof(bads[0]); i++) {
+        char err[512], want[32];
+        struct config cfg;
+        int rc = config_load_buffer("t.conf", bads[i].text, strlen(bads[i].text), &cfg, err,
+                                    sizeof(err));
+        if (rc != -SLUICE_ECONFIG || strstr(err, bads[i].reason) == NULL)
+            fprintf(stderr, "case %zu: rc %d, message '%s'\n", i, rc, err);
+        assert_int_equal(rc, -SLUICE_ECONFIG);
+        snprintf(want, sizeof(want), "t.conf:%d: ", bads[i].line);
+        if (strncmp(err, want, strlen(want)) != 0)
+            fprintf(stderr, "case %zu: want '%s', got '%s'\n", i, want, err);
+        assert_true(strncmp(err, want, strlen(want)) == 0);
+        assert_non_null(strstr(err, bads[i].reason));
+        assert_int_equal(cfg.npolicies, 0); /* nothing left allocated */
+        assert_null(cfg.socket);
+    }
+}
+
+static void test_lines_nul_and_size(void **unused)
+{
+    char err[256];
+    struct config cfg;
+    char big[600];
+    memset(big, 'x', sizeof(big));
+    memcpy(big, "[sluiced]\nsocket = ", 19);
+    assert_int_equal(config_load_buffer("t", big, sizeof(big), &cfg, err, sizeof(err)),
+                     -SLUICE_ECONFIG);
+    assert_non_null(strstr(err, "t:2: line too long"));
+    assert_int_equal(
+        config_load_buffer("t", "[sluiced]\nso\0cket = 1\n", 22, &cfg, err, sizeof(err)),
+        -SLUICE_ECONFIG);
+    assert_non_null(strstr(err, "t:2: NUL byte"));
+    assert_int_equal(config_load("/nonexistent/sluice.conf", &cfg, err, sizeof(err)), -SLUICE_EIO);
+    assert_non_null(strstr(err, "/nonexistent/sluice.conf: cannot open"));
+    /* CRLF, BOM, indentation and inline comments are fine */
+    const char *ok = "\xEF\xBB\xBF[policy a]\r\n  rate = 3 per 500ms ; comment\r\n# c\r\n";
+    assert_int_equal(config_load_buffer("t", ok, strlen(ok), &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.policies[0].algo.period_ns, 500000000LL);
+    assert_int_equal(cfg.policies[0].algo.count, 3);
+    config_free(&cfg);
+    /* a tiny error buffer is still terminated */
+    char tiny[4];
+    assert_int_equal(config_load_buffer("t", "[x]", 3, &cfg, tiny, sizeof(tiny)), -SLUICE_ECONFIG);
+    assert_int_equal(strlen(tiny), 3);
+}
+
+static void test_rate_and_duration(void **unused)
+{
+    int64_t c, p;
+    assert_int_equal(config_parse_rate("30 per 60s", &c, &p), 0);
+    assert_int_equal(c, 30);
+    assert_int_equal(p, 60 * S);
+    assert_int_equal(config_parse_rate("5 per s", &c, &p), 0);
+    assert_int_equal(p, S);
+    assert_int_equal(config_parse_rate("100/1h", &c, &p), 0);
+    assert_int_equal(p, 3600 * S);
+    assert_int_equal(config_parse_rate("7 per 2m", &c, &p), 0);
+    assert_int_equal(p, 120 * S);
+    assert_int_equal(config_parse_rate("7 per", &c, &p), -SLUICE_EINVAL);
+    assert_int_equal(config_parse_rate("7 per 0s", &c, &p), -SLUICE_EINVAL);
+    assert_int_equal(config_parse_rate("7 perk 1s", &c, &p), -SLUICE_EINVAL);
+    assert_int_equal(config_parse_rate("99999999999999999999 per 1s", &c, &p), -SLUICE_ERANGE);
+    assert_int_equal(config_parse_duration("250ms", &p), 0);
+    assert_int_equal(p, 250000000LL);
+    assert_int_equal(config_parse_duration("s", &p), -SLUICE_EINVAL);
+    assert_int_equal(config_parse_duration("3000000000h", &p), -SLUICE_ERANGE);
+}
+
+int main(void)
+{
+    (void)test_seed("test_config");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_example_loads),          cmocka_unit_test(test_empty_is_defaults),
+        cmocka_unit_test(test_errors_name_their_line), cmocka_unit_test(test_lines_nul_and_size),
+        cmocka_unit_test(test_rate_and_duration),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
