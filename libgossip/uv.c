@@ -65,6 +65,7 @@ struct gossip_uv {
     struct gossip_node *node;
     struct gossip_addr local;
     int in_core;  /* inside gossip_node_receive/tick: arm afterwards */
+    int started;  /* handles initialised: the timer may be armed */
     int stopping; /* gossip_uv_stop was called */
     int refs;     /* open handles + lookups + queued sends */
     size_t send_inflight;
@@ -167,7 +168,7 @@ static void on_timer(uv_timer_t *t);
  */
 static void arm(struct gossip_uv *h, int after_tick)
 {
-    if (h->stopping || h->node == NULL)
+    if (!h->started || h->stopping || h->node == NULL)
         return;
     int64_t deadline = gossip_node_next_deadline(h->node);
     uv_update_time(h->loop);
@@ -374,6 +375,7 @@ int gossip_uv_start(uv_loop_t *loop, const struct gossip_config *cfg,
     uv_timer_init(loop, &h->dns_timer);
     h->udp.data = h->timer.data = h->dns_timer.data = h;
     h->refs = 3;
+    h->started = 1;
     if (uv_udp_open(&h->udp, (uv_os_sock_t)fd) != 0) {
         close(fd);
         gossip_uv_stop(h, NULL, NULL); /* frees h once the loop runs */

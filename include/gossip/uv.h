@@ -50,7 +50,9 @@ struct gossip_uv; /* opaque */
  * peers could not reach "0.0.0.0".  cfg is copied (the node copies its name);
  * cfg->keyring stays the caller's.
  * Fails with -GOSSIP_EINVAL, -GOSSIP_EIO (socket or bind failed, e.g. port in
- * use), -GOSSIP_ENOMEM, or the node's creation error; nothing is left open.
+ * use), -GOSSIP_ENOMEM, or the node's creation error; nothing is left open
+ * (except if libuv refuses the bound socket, a should-not-happen case whose
+ * handles finish closing on the loop's next run).
  * On success the caller owns *out and must end it with gossip_uv_stop.
  */
 int gossip_uv_start(uv_loop_t *loop, const struct gossip_config *cfg,
