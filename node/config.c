@@ -338,7 +338,8 @@ static void config__section(struct config_parser *ps, const char *s, size_t n)
 static char *config__reader(char *str, int num, void *stream)
 {
     struct config_parser *ps = stream;
-    size_t start = ps->pos, end = ps->pos, n;
+    size_t start = ps->pos;
+    size_t end = start, n;
     const char *line;
     if (ps->failed || ps->pos >= ps->len || num < 2)
         return NULL;

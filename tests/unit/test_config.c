@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "policy.h"
 #include "testutil.h"
 
 #define S 1000000000LL
@@ -202,13 +203,93 @@ static void test_rate_and_duration(void **unused)
     assert_int_equal(config_parse_duration("3000000000h", &p), -SLUICE_ERANGE);
 }
 
+/* Policy sets: lookup by name and by longest prefix, against brute force. */
+static void test_policy_set(void **unused)
+{
+    static const char *const prefixes[] = {"a", "ab", "abc", "b:", "user:", "user:42:", "z"};
+    const size_t np = sizeof(prefixes) / sizeof(prefixes[0]);
+    char text[4096], err[256];
+    size_t off = 0;
+    struct config cfg;
+    struct policy_set *set;
+    uint64_t rng = test_seed("test_config/policy");
+    for (size_t i = 0; i < np; i++)
+        off += (size_t)snprintf(text + off, sizeof(text) - off,
+                                "[policy p%zu]\nrate = %zu per 1s\nmatch = %s\n", i, i + 1,
+                                prefixes[i]);
+    off += (size_t)snprintf(text + off, sizeof(text) - off, "[policy nomatch]\nrate = 1 per 1h\n");
+    assert_int_equal(config_load_buffer("t", text, off, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(policy_set_build(&cfg, &set), 0);
+    config_free(&cfg); /* the set holds copies */
+    assert_int_equal(policy_set_count(set), np + 1);
+    assert_null(policy_set_at(set, np + 1));
+    const struct policy *p = policy_set_find(set, "nomatch", 7);
+    assert_non_null(p);
+    assert_int_equal(p->index, np);
+    assert_int_equal(p->algo.period_ns, 3600 * S);
+    assert_null(policy_set_find(set, "nomatc", 6));
+    assert_null(policy_set_find(set, "nomatchx", 8));
+    assert_string_equal(policy_set_find(set, "p3", 2)->match, "b:");
+    assert_string_equal(policy_set_match(set, "user:42:reply", 13)->name, "p5");
+    assert_string_equal(policy_set_match(set, "user:43", 7)->name, "p4");
+    assert_null(policy_set_match(set, "us", 2));
+    assert_null(policy_set_match(set, "", 0));
+    /* randomized keys over a small alphabet against a brute-force longest match */
+    static const char alpha[] = "abcuz:42ser";
+    for (int i = 0; i < 20000; i++) {
+        char key[12];
+        size_t kl = (size_t)test_rand_range(&rng, 0, sizeof(key));
+        for (size_t k = 0; k < kl; k++)
+            key[k] = alpha[test_rand_range(&rng, 0, (int64_t)sizeof(alpha) - 2)];
+        const char *best = NULL;
+        size_t bl = 0;
+        for (size_t j = 0; j < np; j++) {
+            size_t l = strlen(prefixes[j]);
+            if (l <= kl && memcmp(prefixes[j], key, l) == 0 && (best == NULL || l > bl)) {
+                best = prefixes[j];
+                bl = l;
+            }
+        }
+        p = policy_set_match(set, key, kl);
+        if (best == NULL)
+            assert_null(p);
+        else
+            assert_string_equal(p->match, best);
+    }
+    /* a reload: a bad file leaves the running set alone; a good one swaps */
+    struct policy_set *running = set, *fresh = NULL;
+    const char *bad = "[policy x]\nrate = nope\n";
+    const char *good = "[policy x]\nrate = 1 per 1s\nmatch = x:\n";
+    if (config_load_buffer("t", bad, strlen(bad), &cfg, err, sizeof(err)) == 0)
+        fail();
+    assert_non_null(policy_set_match(running, "user:1", 6));
+    assert_int_equal(config_load_buffer("t", good, strlen(good), &cfg, err, sizeof(err)), 0);
+    assert_int_equal(policy_set_build(&cfg, &fresh), 0);
+    config_free(&cfg);
+    struct policy_set *held = policy_set_retain(running); /* e.g. a waiting acquire */
+    policy_set_release(running);
+    running = fresh;
+    assert_non_null(policy_set_match(held, "user:1", 6)); /* still valid while held */
+    policy_set_release(held);
+    assert_null(policy_set_match(running, "user:1", 6));
+    assert_non_null(policy_set_match(running, "x:1", 3));
+    policy_set_release(running);
+    /* an empty config gives an empty set */
+    assert_int_equal(config_load_buffer("t", "", 0, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(policy_set_build(&cfg, &set), 0);
+    assert_null(policy_set_match(set, "abc", 3));
+    assert_null(policy_set_find(set, "a", 1));
+    policy_set_release(set);
+    config_free(&cfg);
+}
+
 int main(void)
 {
     (void)test_seed("test_config");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_example_loads),          cmocka_unit_test(test_empty_is_defaults),
         cmocka_unit_test(test_errors_name_their_line), cmocka_unit_test(test_lines_nul_and_size),
-        cmocka_unit_test(test_rate_and_duration),
+        cmocka_unit_test(test_rate_and_duration),      cmocka_unit_test(test_policy_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

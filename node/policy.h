@@ -1,0 +1,61 @@
+/*
+ * policy: the set of named limits built from the config file, looked up by
+ * name (CL.THROTTLE's policy form) or by key (longest match prefix wins).
+ *
+ * A policy set is immutable once built and reference counted, so a reload
+ * (SIGHUP) is: config_load() the file, policy_set_build() a new set, and
+ * only if both succeed swap the daemon's pointer and policy_set_release()
+ * the old set; a bad reload keeps the old one.  Anything that holds a policy
+ * pointer across event-loop turns (a waiting acquire, a key's state) must
+ * policy_set_retain() the set it came from and release it when done.
+ * Single-threaded use only (the event loop); the count is not atomic.
+ */
+#ifndef SLUICE_POLICY_H
+#define SLUICE_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "algo.h"
+#include "config.h"
+
+struct policy {
+    const char *name;                /* NUL-terminated, owned by the set */
+    struct algo_params algo;         /* the limit */
+    enum config_scope scope;         /* local or global */
+    enum config_partition partition; /* global limits during a partition */
+    const char *match;               /* key prefix, or NULL */
+    size_t match_len;
+    int dry_run;    /* decide and count, but always answer allowed */
+    uint32_t index; /* position in the file, 0-based: a stable id within the set */
+};
+
+struct policy_set;
+
+/*
+ * Builds a set from a loaded config (which it copies; cfg may be freed
+ * afterwards).  Fails with -SLUICE_ENOMEM, or -SLUICE_EEXIST for a duplicate
+ * name or match prefix (config_load already refuses those).  The new set has
+ * one reference, owned by the caller.
+ */
+int policy_set_build(const struct config *cfg, struct policy_set **out);
+
+/* One more reference; returns set.  NULL is fine. */
+struct policy_set *policy_set_retain(struct policy_set *set);
+/* Drops a reference; the last one frees the set and its policies. */
+void policy_set_release(struct policy_set *set);
+
+size_t policy_set_count(const struct policy_set *set);
+/* The i-th policy in file order, NULL when i is out of range. */
+const struct policy *policy_set_at(const struct policy_set *set, size_t i);
+
+/* By exact name (len bytes, need not be NUL-terminated); NULL if none.
+ * O(log n). */
+const struct policy *policy_set_find(const struct policy_set *set, const char *name, size_t len);
+
+/* The policy whose match prefix is the longest prefix of key; NULL if none.
+ * O(d log n) comparisons of at most klen bytes, d = number of distinct
+ * prefix lengths. */
+const struct policy *policy_set_match(const struct policy_set *set, const char *key, size_t klen);
+
+#endif
