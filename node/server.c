@@ -48,6 +48,7 @@ struct server {
     char *path;
     unsigned mode;
     size_t max_clients, max_request, max_args, soft_limit, hard_limit;
+    size_t in_limit; /* queued input of a paused client before reading stops */
     server_dispatch_fn dispatch;
     void *ud;
     struct server_client *clients;
@@ -63,6 +64,7 @@ struct server {
 
 static void client_close(struct server_client *c);
 static void client_resume(struct server_client *c);
+static void client_update_reading(struct server_client *c);
 
 int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispatch_fn dispatch,
                   void *ud, struct server **out)
@@ -88,6 +90,7 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
     s->hard_limit = cfg->out_hard_limit ? cfg->out_hard_limit : 16 * 1024 * 1024;
     if (s->hard_limit < s->soft_limit)
         s->hard_limit = s->soft_limit;
+    s->in_limit = s->max_request + READ_CHUNK;
     s->dispatch = dispatch;
     s->ud = ud;
     s->next_id = 1;
@@ -341,13 +344,33 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     client_flush(c);
-    if (!c->closing && client_paused(c) && c->reading) {
-        uv_read_stop(stream);
+    client_update_reading(c);
+}
+
+/*
+ * A client is read from even while paused (blocked, or with output backed
+ * up), so that a disconnect is noticed and a blocked command cancelled at
+ * once; only its queued input is bounded: past in_limit bytes, reading stops
+ * until commands are executed again.
+ */
+static void client_update_reading(struct server_client *c)
+{
+    if (c->closing)
+        return;
+    int want = c->inlen < c->srv->in_limit && !c->close_after_reply;
+    if (want && !c->reading) {
+        if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0) {
+            client_close(c);
+            return;
+        }
+        c->reading = 1;
+    } else if (!want && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->pipe);
         c->reading = 0;
     }
 }
 
-/* Runs queued input and restarts reading once the client is no longer paused. */
+/* Runs queued input once the client is no longer paused. */
 static void client_resume(struct server_client *c)
 {
     if (client_paused(c))
@@ -361,12 +384,7 @@ static void client_resume(struct server_client *c)
         }
         client_flush(c);
     }
-    if (!client_paused(c) && !c->reading) {
-        if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) == 0)
-            c->reading = 1;
-        else
-            client_close(c);
-    }
+    client_update_reading(c);
 }
 
 void server_client_block(struct server_client *c, server_cancel_fn cancel, void *arg)

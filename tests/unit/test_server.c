@@ -1,0 +1,207 @@
+/*
+ * The server's deferred replies: a command answered later (by a timer) keeps
+ * its place among pipelined replies, further commands wait for it, and a
+ * client that leaves (or a server that shuts down) while blocked cancels the
+ * pending reply exactly once without leaking.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "server.h"
+
+struct waiter {
+    uv_timer_t timer;
+    struct server_client *c;
+};
+
+static uv_loop_t loop;
+static int blocked_now;
+static int cancels;
+static int unblocks;
+
+static void free_waiter(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void on_cancel(struct server_client *c, void *arg)
+{
+    struct waiter *w = arg;
+    cancels++;
+    blocked_now = 0;
+    uv_close((uv_handle_t *)&w->timer, free_waiter);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+    struct waiter *w = t->data;
+    resp_add_simple(server_client_out(w->c), "DONE");
+    unblocks++;
+    blocked_now = 0;
+    server_client_unblock(w->c);
+    uv_close((uv_handle_t *)t, free_waiter);
+}
+
+/* BLOCK <ms>: answers +DONE after ms milliseconds; PING; ECHO x. */
+static int dispatch(void *ud, struct server_client *c, size_t argc, const char **argv,
+                    const size_t *argvlen, struct resp_buf *out)
+{
+    if (argvlen[0] == 5 && memcmp(argv[0], "BLOCK", 5) == 0 && argc == 2) {
+        struct waiter *w = calloc(1, sizeof(*w));
+        assert_non_null(w);
+        w->c = c;
+        w->timer.data = w;
+        uv_timer_init(&loop, &w->timer);
+        uv_timer_start(&w->timer, on_timer, (uint64_t)strtoull(argv[1], NULL, 10), 0);
+        server_client_block(c, on_cancel, w);
+        blocked_now = 1;
+        return SERVER_CONTINUE;
+    }
+    if (argvlen[0] == 4 && memcmp(argv[0], "ECHO", 4) == 0 && argc == 2) {
+        resp_add_bulk(out, argv[1], argvlen[1]);
+        return SERVER_CONTINUE;
+    }
+    resp_add_simple(out, "PONG");
+    return SERVER_CONTINUE;
+}
+
+static char sock_path[108];
+
+static struct server *start_server(void)
+{
+    snprintf(sock_path, sizeof(sock_path), "/tmp/sluice-test-server-%d.sock", (int)getpid());
+    unlink(sock_path);
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_config cfg = {.socket_path = sock_path, .socket_mode = 0600};
+    struct server *s;
+    assert_int_equal(server_create(&loop, &cfg, dispatch, NULL, &s), 0);
+    assert_int_equal(server_start(s), 0);
+    cancels = unblocks = blocked_now = 0;
+    return s;
+}
+
+static void stop_server(struct server *s)
+{
+    server_close(s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    server_destroy(s);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    assert_int_equal(access(sock_path, F_OK), -1); /* socket removed */
+}
+
+static int connect_client(void)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    strcpy(sun.sun_path, sock_path);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+    return fd;
+}
+
+/* Runs the loop until cond() holds; a bound on iterations catches hangs. */
+static void pump_until(int (*cond)(void *), void *arg)
+{
+    for (int i = 0; i < 20000 && !cond(arg); i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(200);
+    }
+    assert_true(cond(arg));
+}
+
+struct reader {
+    int fd;
+    char buf[256];
+    size_t len, want;
+};
+
+static int read_enough(void *arg)
+{
+    struct reader *r = arg;
+    ssize_t n = recv(r->fd, r->buf + r->len, sizeof(r->buf) - r->len, MSG_DONTWAIT);
+    if (n > 0)
+        r->len += (size_t)n;
+    return r->len >= r->want;
+}
+
+static int is_blocked(void *arg)
+{
+    return blocked_now;
+}
+
+static int one_cancel(void *arg)
+{
+    return cancels == 1;
+}
+
+static void test_deferred_reply_keeps_pipeline_order(void **state)
+{
+    struct server *s = start_server();
+    int fd = connect_client();
+    static const char req[] = "PING\r\nBLOCK 30\r\nECHO a\r\nBLOCK 1\r\nPING\r\n";
+    assert_int_equal(send(fd, req, sizeof(req) - 1, 0), (ssize_t)sizeof(req) - 1);
+    static const char want[] = "+PONG\r\n+DONE\r\n$1\r\na\r\n+DONE\r\n+PONG\r\n";
+    struct reader r = {.fd = fd, .want = sizeof(want) - 1};
+    pump_until(read_enough, &r);
+    assert_int_equal(r.len, sizeof(want) - 1);
+    assert_memory_equal(r.buf, want, sizeof(want) - 1);
+    assert_int_equal(unblocks, 2);
+    assert_int_equal(cancels, 0);
+
+    /* The client is read from again after being unblocked. */
+    assert_int_equal(send(fd, "ECHO b\r\n", 8, 0), 8);
+    struct reader r2 = {.fd = fd, .want = 7};
+    pump_until(read_enough, &r2);
+    assert_memory_equal(r2.buf, "$1\r\nb\r\n", 7);
+    close(fd);
+    stop_server(s);
+}
+
+static void test_disconnect_while_blocked_cancels(void **state)
+{
+    struct server *s = start_server();
+    int fd = connect_client();
+    assert_int_equal(send(fd, "BLOCK 100000\r\nPING\r\n", 20, 0), 20);
+    pump_until(is_blocked, NULL);
+    close(fd);
+    pump_until(one_cancel, NULL);
+    assert_int_equal(unblocks, 0);
+    stop_server(s);
+    assert_int_equal(cancels, 1);
+}
+
+static void test_shutdown_while_blocked_cancels(void **state)
+{
+    struct server *s = start_server();
+    int fd = connect_client();
+    assert_int_equal(send(fd, "BLOCK 100000\r\n", 14, 0), 14);
+    pump_until(is_blocked, NULL);
+    stop_server(s);
+    assert_int_equal(cancels, 1);
+    assert_int_equal(unblocks, 0);
+    char c;
+    assert_int_equal(recv(fd, &c, 1, 0), 0); /* closed without a reply */
+    close(fd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_deferred_reply_keeps_pipeline_order),
+        cmocka_unit_test(test_disconnect_while_blocked_cancels),
+        cmocka_unit_test(test_shutdown_while_blocked_cancels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
