@@ -64,10 +64,11 @@ struct gossip_uv {
     uv_timer_t dns_timer;
     struct gossip_node *node;
     struct gossip_addr local;
-    int in_core;  /* inside gossip_node_receive/tick: arm afterwards */
-    int started;  /* handles initialised: the timer may be armed */
-    int stopping; /* gossip_uv_stop was called */
-    int refs;     /* open handles + lookups + queued sends */
+    int in_core;       /* inside gossip_node_receive/tick: arm afterwards */
+    int stop_deferred; /* gossip_uv_stop called from inside the core */
+    int started;       /* handles initialised: the timer may be armed */
+    int stopping;      /* gossip_uv_stop was called */
+    int refs;          /* open handles + lookups + queued sends */
     size_t send_inflight;
     void (*on_closed)(void *ud);
     void *closed_ud;
@@ -186,6 +187,20 @@ static void arm(struct gossip_uv *h, int after_tick)
     uv_timer_start(&h->timer, on_timer, delay, 0);
 }
 
+static void stop_now(struct gossip_uv *h);
+
+/* Leaves the core; finishes a stop requested from inside it.  Returns 0 if
+ * the adapter is now stopping. */
+static int core_done(struct gossip_uv *h)
+{
+    h->in_core = 0;
+    if (h->stop_deferred) {
+        stop_now(h);
+        return 0;
+    }
+    return 1;
+}
+
 static void on_timer(uv_timer_t *t)
 {
     struct gossip_uv *h = t->data;
@@ -193,8 +208,8 @@ static void on_timer(uv_timer_t *t)
         return;
     h->in_core = 1;
     gossip_node_tick(h->node, (int64_t)uv_hrtime());
-    h->in_core = 0;
-    arm(h, 1);
+    if (core_done(h))
+        arm(h, 1);
 }
 
 /* ---- io vtable given to the core ---------------------------------------- */
@@ -295,8 +310,8 @@ static void on_recv(uv_udp_t *u, ssize_t nread, const uv_buf_t *buf, const struc
     h->in_core = 1;
     gossip_node_receive(h->node, &from, (const uint8_t *)buf->base, (size_t)nread,
                         (int64_t)uv_hrtime());
-    h->in_core = 0;
-    arm(h, 0);
+    if (core_done(h))
+        arm(h, 0);
 }
 
 /* ---- start and stop ----------------------------------------------------- */
@@ -413,13 +428,10 @@ void gossip_uv_stats(const struct gossip_uv *h, struct gossip_uv_stats *out)
         *out = h->stats;
 }
 
-void gossip_uv_stop(struct gossip_uv *h, void (*on_closed)(void *ud), void *ud)
+/* Destroys the node and starts closing; the memory goes in unref(). */
+static void stop_now(struct gossip_uv *h)
 {
-    if (h == NULL || h->stopping)
-        return;
     h->stopping = 1;
-    h->on_closed = on_closed;
-    h->closed_ud = ud;
     gossip_node_destroy(h->node);
     h->node = NULL;
     for (int i = 0; i < NAMES_MAX; i++)
@@ -428,6 +440,18 @@ void gossip_uv_stop(struct gossip_uv *h, void (*on_closed)(void *ud), void *ud)
     uv_close((uv_handle_t *)&h->udp, on_handle_closed);
     uv_close((uv_handle_t *)&h->timer, on_handle_closed);
     uv_close((uv_handle_t *)&h->dns_timer, on_handle_closed);
+}
+
+void gossip_uv_stop(struct gossip_uv *h, void (*on_closed)(void *ud), void *ud)
+{
+    if (h == NULL || h->stopping || h->stop_deferred)
+        return;
+    h->on_closed = on_closed;
+    h->closed_ud = ud;
+    if (h->in_core) /* called from a gossip callback: the node is still busy */
+        h->stop_deferred = 1;
+    else
+        stop_now(h);
 }
 
 /* ---- DNS joins ---------------------------------------------------------- */

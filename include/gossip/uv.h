@@ -85,7 +85,9 @@ int gossip_uv_join_names(struct gossip_uv *h, const char *list, int64_t interval
  * run a gossip interval or two before, for a graceful exit), closes the socket
  * and timers, cancels lookups.  Handles close asynchronously: the adapter's
  * memory is freed, and on_closed(ud) (optional) called, from the loop once
- * the last one is closed; keep running the loop until then.  NULL is a no-op.
+ * the last one is closed; keep running the loop until then.  May be called
+ * from a gossip callback (on_event, on_payload...): the stop then completes
+ * as soon as the core returns.  NULL is a no-op; a second call is ignored.
  */
 void gossip_uv_stop(struct gossip_uv *h, void (*on_closed)(void *ud), void *ud);
 

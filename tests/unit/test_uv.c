@@ -230,13 +230,59 @@ static void test_stop_during_lookup(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A gossip callback may stop its own adapter (the stop waits for the core). */
+struct self_stop {
+    struct gossip_uv *g;
+    int events;
+};
+
+static void stop_on_event(void *ud, enum gossip_event ev, const struct gossip_member_info *m)
+{
+    struct self_stop *s = ud;
+    (void)ev;
+    (void)m;
+    s->events++;
+    gossip_uv_stop(s->g, on_closed, NULL);
+}
+
+static int one_closed(void *ud)
+{
+    (void)ud;
+    return closed == 1;
+}
+
+static void test_stop_from_callback(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct gossip_addr ba;
+    assert_int_equal(gossip_addr_parse("127.0.0.1:0", &ba), 0);
+    struct self_stop s = {0};
+    struct gossip_config cfg;
+    fast_config(&cfg, "a", NULL);
+    cfg.cb.ud = &s;
+    cfg.cb.on_event = stop_on_event;
+    assert_int_equal(gossip_uv_start(&loop, &cfg, &ba, &s.g), 0);
+    struct gossip_uv *b = NULL;
+    fast_config(&cfg, "b", NULL);
+    assert_int_equal(gossip_uv_start(&loop, &cfg, &ba, &b), 0);
+    struct gossip_addr la;
+    assert_int_equal(gossip_uv_local_addr(s.g, &la), 0);
+    assert_int_equal(gossip_node_join(gossip_uv_node(b), &la, 1), 0);
+    closed = 0;
+    assert_true(run_until(&loop, one_closed, NULL)); /* a saw b, stopped, closed */
+    assert_true(s.events >= 1);
+    stop_and_close(&loop, b, NULL);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pair_ipv4_by_name),
-        cmocka_unit_test(test_pair_ipv6),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_stop_during_lookup),
+        cmocka_unit_test(test_pair_ipv4_by_name),  cmocka_unit_test(test_pair_ipv6),
+        cmocka_unit_test(test_refusals),           cmocka_unit_test(test_stop_during_lookup),
+        cmocka_unit_test(test_stop_from_callback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
