@@ -16,15 +16,17 @@
  *   of a read is copied into the client.
  *
  * - Backpressure: when a client's unsent output exceeds out_soft_limit the
- *   server stops executing its commands and stops reading from it; it resumes
- *   when the output drains.  Output past out_hard_limit disconnects it.  So a
- *   slow reader costs memory bounded by the limits and never blocks the loop.
+ *   server stops executing its commands; it resumes when the output drains.
+ *   Its input is still read, so a disconnect is seen at once, but only up to
+ *   max_request + 64 KiB of queued bytes, then reading stops too.  Output past
+ *   out_hard_limit disconnects it.  So a slow reader costs memory bounded by
+ *   the limits and never blocks the loop.
  *
  * - Replies later (blocking commands): a handler that cannot answer now calls
  *   server_client_block(c, cancel, arg) and returns without writing a reply.
  *   While blocked, the client's further pipelined commands are not executed
- *   (their bytes wait in its input buffer) and it is not read from, so replies
- *   stay in request order.  Later (from a timer, say) the owner writes the
+ *   (their bytes wait, bounded, in its input buffer), so replies stay in
+ *   request order.  Later (from a timer, say) the owner writes the
  *   reply into server_client_out(c) and calls server_client_unblock(c), which
  *   flushes it and resumes the queued commands.  If the client disconnects
  *   first, cancel(c, arg) is called exactly once, before the client is freed,
