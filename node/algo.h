@@ -188,8 +188,9 @@ int algo_earliest_fit(const struct algo_params *p, const void *state, int64_t qt
 /*
  * Pours qty units admitted elsewhere at at_ns into state, WITHOUT a limit
  * check: the state may go into debt (see the header comment for what that
- * means per algorithm).  Debt saturates at a bound far beyond any real
- * traffic (2^61 units scaled) instead of overflowing.  -SLUICE_EINVAL for bad
+ * means per algorithm).  Debt saturates instead of overflowing, at a bound
+ * far beyond any real traffic (gcra: a TAT of INT64_MAX; the others 2^61 in
+ * their internal units; the log: count entries).  -SLUICE_EINVAL for bad
  * params, qty < 0 or at_ns < 0; -SLUICE_ENOMEM for the log's ring.
  */
 int algo_consume(const struct algo_params *p, void *state, int64_t qty, int64_t at_ns);
