@@ -29,7 +29,7 @@ static uint64_t next(void)
     return z ^ (z >> 31);
 }
 
-#define POOL 64
+#define POOL   64
 #define MAXLEN 4096
 
 static void run_file(const char *path)
@@ -122,7 +122,8 @@ int main(int argc, char **argv)
                 } else if (op == 4 && npool > 1) {
                     size_t other = next() % npool;
                     size_t cut = len ? next() % len : 0;
-                    size_t take = pool_len[other] - (pool_len[other] ? next() % pool_len[other] : 0);
+                    size_t take =
+                        pool_len[other] - (pool_len[other] ? next() % pool_len[other] : 0);
                     if (cut + take > MAXLEN)
                         take = MAXLEN - cut;
                     memcpy(input + cut, pool[other] + (pool_len[other] - take), take);
