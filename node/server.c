@@ -344,7 +344,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     }
     client_flush(c);
-    client_update_reading(c);
+    client_resume(c);
 }
 
 /*
@@ -370,12 +370,14 @@ static void client_update_reading(struct server_client *c)
     }
 }
 
-/* Runs queued input once the client is no longer paused. */
+/*
+ * Executes queued input for as long as the client is not paused, flushing
+ * between rounds: a flush that drains the output un-pauses the client, and
+ * nothing else would wake it if its peer has nothing more to send.
+ */
 static void client_resume(struct server_client *c)
 {
-    if (client_paused(c))
-        return;
-    if (c->inlen > 0) {
+    while (!client_paused(c) && c->inlen > 0) {
         c->srv->now_ns = uv_hrtime();
         size_t used = client_execute(c, c->inbuf, c->inlen);
         if (client_keep(c, c->inbuf + used, c->inlen - used) < 0) {
@@ -383,6 +385,8 @@ static void client_resume(struct server_client *c)
             return;
         }
         client_flush(c);
+        if (used == 0)
+            break; /* an incomplete command: wait for more bytes */
     }
     client_update_reading(c);
 }

@@ -26,6 +26,7 @@ struct waiter {
 
 static uv_loop_t loop;
 static int blocked_now;
+static int bigs_done;
 static int cancels;
 static int unblocks;
 
@@ -67,6 +68,17 @@ static int dispatch(void *ud, struct server_client *c, size_t argc, const char *
         blocked_now = 1;
         return SERVER_CONTINUE;
     }
+    if (argvlen[0] == 3 && memcmp(argv[0], "BIG", 3) == 0 && argc == 2) {
+        /* A bulk reply of n bytes 'z'. */
+        size_t n = (size_t)strtoull(argv[1], NULL, 10);
+        char *z = malloc(n);
+        assert_non_null(z);
+        memset(z, 'z', n);
+        resp_add_bulk(out, z, n);
+        free(z);
+        bigs_done++;
+        return SERVER_CONTINUE;
+    }
     if (argvlen[0] == 4 && memcmp(argv[0], "ECHO", 4) == 0 && argc == 2) {
         resp_add_bulk(out, argv[1], argvlen[1]);
         return SERVER_CONTINUE;
@@ -77,17 +89,25 @@ static int dispatch(void *ud, struct server_client *c, size_t argc, const char *
 
 static char sock_path[108];
 
-static struct server *start_server(void)
+static struct server *start_server_limits(size_t soft, size_t hard)
 {
     snprintf(sock_path, sizeof(sock_path), "/tmp/sluice-test-server-%d.sock", (int)getpid());
     unlink(sock_path);
     assert_int_equal(uv_loop_init(&loop), 0);
-    struct server_config cfg = {.socket_path = sock_path, .socket_mode = 0600};
+    struct server_config cfg = {.socket_path = sock_path,
+                                .socket_mode = 0600,
+                                .out_soft_limit = soft,
+                                .out_hard_limit = hard};
     struct server *s;
     assert_int_equal(server_create(&loop, &cfg, dispatch, NULL, &s), 0);
     assert_int_equal(server_start(s), 0);
-    cancels = unblocks = blocked_now = 0;
+    cancels = unblocks = blocked_now = bigs_done = 0;
     return s;
+}
+
+static struct server *start_server(void)
+{
+    return start_server_limits(0, 0);
 }
 
 static void stop_server(struct server *s)
@@ -196,12 +216,74 @@ static void test_shutdown_while_blocked_cancels(void **state)
     close(fd);
 }
 
+static void pump(int iterations)
+{
+    for (int i = 0; i < iterations; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(200);
+    }
+}
+
+static void test_slow_reader_paused_then_drained(void **state)
+{
+    /* 40 replies of 100 KB requested and not read: the server executes only
+     * until about 64 KiB are unsent, then waits; once the client reads,
+     * every reply arrives, in order. */
+    struct server *s = start_server_limits(64 * 1024, 64 * 1024 * 1024);
+    int fd = connect_client();
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(send(fd, "BIG 100000\r\n", 12, 0), 12);
+    pump(500);
+    assert_true(bigs_done > 0);
+    assert_true(bigs_done < 40);
+    static char buf[1 << 16];
+    size_t want = 40 * (size_t)(9 + 100000 + 2), got = 0;
+    size_t zs = 0;
+    for (int i = 0; i < 200000 && got < want; i++) {
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0) {
+            got += (size_t)n;
+            for (ssize_t j = 0; j < n; j++)
+                zs += buf[j] == 'z';
+        } else {
+            uv_run(&loop, UV_RUN_NOWAIT);
+        }
+    }
+    assert_int_equal(got, want);
+    assert_int_equal(zs, 40 * 100000);
+    assert_int_equal(bigs_done, 40);
+    close(fd);
+    stop_server(s);
+}
+
+static int client_count_zero(void *arg)
+{
+    struct server_stats st;
+    server_get_stats(arg, &st);
+    return st.total_connections == 1 && st.connected_clients == 0;
+}
+
+static void test_output_past_hard_limit_disconnects(void **state)
+{
+    struct server *s = start_server_limits(64 * 1024, 256 * 1024);
+    int fd = connect_client();
+    assert_int_equal(send(fd, "BIG 4000000\r\n", 14, 0), 14);
+    pump_until(client_count_zero, s);
+    struct server_stats st;
+    server_get_stats(s, &st);
+    assert_int_equal(st.output_limit_disconnects, 1);
+    close(fd);
+    stop_server(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deferred_reply_keeps_pipeline_order),
         cmocka_unit_test(test_disconnect_while_blocked_cancels),
         cmocka_unit_test(test_shutdown_while_blocked_cancels),
+        cmocka_unit_test(test_slow_reader_paused_then_drained),
+        cmocka_unit_test(test_output_past_hard_limit_disconnects),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
