@@ -63,6 +63,7 @@ int bcast_push(struct bcast_queue *q, uint64_t key, const uint8_t *data, size_t 
     it->key = key;
     it->id = q->next_id++;
     it->transmits = 0;
+    it->last_packet = 0;
     it->len = len;
     memcpy(it->data, data, len);
     /* Newest with zero transmits sorts first. */
@@ -72,12 +73,14 @@ int bcast_push(struct bcast_queue *q, uint64_t key, const uint8_t *data, size_t 
     return 0;
 }
 
-void bcast_fill(struct bcast_queue *q, uint32_t limit, uint8_t *buf, size_t cap, size_t *len,
-                size_t *nmsgs)
+void bcast_fill(struct bcast_queue *q, uint32_t limit, uint64_t packet_id, uint8_t *buf, size_t cap,
+                size_t *len, size_t *nmsgs)
 {
     size_t taken = 0;
     for (size_t i = 0; i < q->n; i++) {
         struct bcast_item *it = q->v[i];
+        if (it->last_packet == packet_id)
+            continue;
         if (cap - *len < it->len) {
             if (cap - *len < 8)
                 break; /* nothing useful fits any more */
@@ -86,6 +89,7 @@ void bcast_fill(struct bcast_queue *q, uint32_t limit, uint8_t *buf, size_t cap,
         memcpy(buf + *len, it->data, it->len);
         *len += it->len;
         it->transmits++;
+        it->last_packet = packet_id;
         taken++;
     }
     if (taken == 0)

@@ -21,6 +21,7 @@ struct bcast_item {
     uint64_t key; /* 0 = never replaced */
     uint64_t id;  /* insertion order */
     uint32_t transmits;
+    uint64_t last_packet; /* the packet it was last put in */
     size_t len;
     uint8_t data[];
 };
@@ -40,8 +41,10 @@ int bcast_push(struct bcast_queue *q, uint64_t key, const uint8_t *data, size_t 
 /*
  * Appends whole items to buf[*len..cap) while they fit, incrementing their
  * transmit counts and retiring those that reach limit.  Adds the number of
- * items appended to *nmsgs.
+ * items appended to *nmsgs.  packet_id (nonzero) names the packet being
+ * filled: an item already put in that packet by an earlier call is skipped,
+ * so a packet can be filled in several passes.
  */
-void bcast_fill(struct bcast_queue *q, uint32_t limit, uint8_t *buf, size_t cap, size_t *len,
-                size_t *nmsgs);
+void bcast_fill(struct bcast_queue *q, uint32_t limit, uint64_t packet_id, uint8_t *buf, size_t cap,
+                size_t *len, size_t *nmsgs);
 #endif

@@ -39,7 +39,8 @@ struct member {
     uint8_t app_init;
     /* packet timestamp window, replies to push-pull requests */
     uint8_t has_ts, pp_replied_valid;
-    uint64_t max_ts;
+    uint64_t max_ts;   /* newest packet timestamp from it ... */
+    int64_t max_ts_at; /* ... and when it arrived, local clock */
     uint32_t pp_replied_xid;
     size_t idx; /* position in member_table.v */
 };

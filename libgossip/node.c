@@ -87,8 +87,8 @@ struct gossip_node {
     struct relay relays[MAX_RELAYS];
     int nrelays;
     uint32_t seq, pp_xid;
-    uint64_t app_seq, last_ts;
-    int awareness, left, leave_pending, join_pending;
+    uint64_t app_seq, last_ts, packet_id;
+    int awareness, left, leave_pending, join_pending, probe_turn;
     struct gossip_addr seeds[MAX_SEEDS];
     size_t nseeds;
     int64_t now, next_probe, next_gossip, next_pushpull, next_reap, next_join;
@@ -266,7 +266,7 @@ static void pb_begin(struct gossip_node *n, struct pktbuf *pb)
     pb->cap = n->plain_cap;
     pb->nmsgs = 0;
     /* Cannot fail: plain_cap >= PROTO_HEADER_MAX was checked at creation. */
-    proto_packet_begin(pb->buf, pb->cap, n->name, n->name_len, ts, &pb->len);
+    proto_packet_begin(pb->buf, pb->cap, n->name, n->name_len, ts, n->self->incarnation, &pb->len);
 }
 
 static int pb_add(struct pktbuf *pb, const struct proto_msg *m)
@@ -288,16 +288,17 @@ static void pb_piggyback(struct gossip_node *n, struct pktbuf *pb)
     size_t room = pb->cap - pb->len;
     size_t app_share = n->cfg.app_budget < room ? n->cfg.app_budget : room;
     size_t mcap = pb->cap - app_share;
-    bcast_fill(&n->mq, limit, pb->buf, mcap, &pb->len, &pb->nmsgs);
-    bcast_fill(&n->aq, limit, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
-    bcast_fill(&n->mq, limit, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
+    uint64_t id = ++n->packet_id;
+    bcast_fill(&n->mq, limit, id, pb->buf, mcap, &pb->len, &pb->nmsgs);
+    bcast_fill(&n->aq, limit, id, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
+    bcast_fill(&n->mq, limit, id, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
 }
 
 static void pb_send(struct gossip_node *n, struct pktbuf *pb, const struct gossip_addr *to)
 {
     const uint8_t *wire = pb->buf;
     size_t len = pb->len;
-    if (pb->nmsgs > PROTO_MAX_MSGS - 3)
+    if (pb->nmsgs > PROTO_MAX_MSGS)
         return; /* cannot happen with sane MTUs; never send what peers reject */
     proto_packet_finish(pb->buf, pb->nmsgs);
     if (n->cfg.keyring != NULL) {
@@ -402,6 +403,11 @@ static int want_gossip(const struct gossip_node *n, const struct member *m)
     /* Keep telling the recently dead, so a falsely accused node hears it. */
     return !m->reaped && m->state == GOSSIP_MEMBER_DEAD &&
            n->now - m->state_since < n->cfg.gossip_to_dead_ms * MS;
+}
+
+static int want_dead(const struct gossip_node *n, const struct member *m)
+{
+    return m->state == GOSSIP_MEMBER_DEAD; /* reaped ones too, until their tombstone expires */
 }
 
 /* ---- state changes ------------------------------------------------------ */
@@ -633,7 +639,15 @@ static struct member *next_probe_target(struct gossip_node *n)
 
 static void probe_start(struct gossip_node *n)
 {
-    struct member *m = next_probe_target(n);
+    struct member *m;
+    /* Every other probe goes to a member we suspect, if any: its ack header
+     * carries its refutation even when gossip of it missed us, and the ping
+     * carries the suspicion to it (Lifeguard's buddy system). */
+    n->probe_turn ^= 1;
+    if (n->sn > 0 && n->probe_turn)
+        m = n->sus[rnd(n) % n->sn];
+    else
+        m = next_probe_target(n);
     int64_t interval = scaled(n, n->cfg.probe_interval_ms);
     n->next_probe = n->now + interval;
     if (m == NULL)
@@ -648,7 +662,19 @@ static void probe_start(struct gossip_node *n)
     p->end_at = n->now + interval;
     n->st.probes++;
     struct proto_msg msg = {.type = PROTO_PING, .seq = p->seq, .name = pstr(m->name, m->name_len)};
-    send_one(n, &m->addr, &msg);
+    struct pktbuf *pb = &n->out;
+    pb_begin(n, pb);
+    if (m->state == GOSSIP_MEMBER_SUSPECT) {
+        struct proto_msg sus = {.type = PROTO_SUSPECT,
+                                .name = pstr(m->name, m->name_len),
+                                .incarnation = m->incarnation,
+                                .from = pstr(n->name, n->name_len)};
+        pb_add(pb, &sus); /* before the ping: the ack then carries the refutation */
+    }
+    if (pb_add(pb, &msg) != 0)
+        return;
+    pb_piggyback(n, pb);
+    pb_send(n, pb, &m->addr);
 }
 
 static void probe_indirect(struct gossip_node *n)
@@ -796,7 +822,9 @@ static void pushpull_send(struct gossip_node *n, const struct gossip_addr *to, u
         size_t mlimit = state_done ? pb->cap - PP_MSG_OVERHEAD : pb->len + room / 2;
         while (mi < n->t.n) {
             struct member *m = n->t.v[mi];
-            if (m->reaped) {
+            /* Forgotten dead members still go out: a member we think dead
+             * learns it from this and refutes (how partitions re-merge). */
+            if (m->reaped && m->state != GOSSIP_MEMBER_DEAD) {
                 mi++;
                 continue;
             }
@@ -880,12 +908,14 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
     if (n->left)
         return drop(n, GOSSIP_DROP_LEFT, -GOSSIP_ESTATE);
 
-    /* Timestamp window: a packet much older than the newest one seen from its
-     * sender is a replay, unless it brings the sender's new incarnation (a
-     * restarted sender's clock starts over). */
+    /* Timestamp window: the sender's clock now is estimated as the newest
+     * timestamp seen from it plus the time elapsed here since; a packet
+     * stamped more than TS_WINDOW_NS before that is a replay, unless it
+     * brings the sender's new incarnation (a restarted sender's clock may
+     * start over). */
     struct member *snd = member_find(&n->t, p->sender.ptr, p->sender.len);
     int pushpull = 0;
-    int newer_life = 0;
+    int newer_life = snd != NULL && p->incarnation > snd->incarnation;
     for (size_t i = 0; i < p->nmsgs; i++) {
         const struct proto_msg *m = &p->msgs[i];
         pushpull |= m->type == PROTO_PUSHPULL;
@@ -894,8 +924,8 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
             m->incarnation > snd->incarnation)
             newer_life = 1;
     }
-    if (snd != NULL && !snd->reaped && snd->has_ts && !newer_life &&
-        p->timestamp + (uint64_t)TS_WINDOW_NS < snd->max_ts)
+    if (snd != NULL && snd->has_ts && !newer_life &&
+        p->timestamp + (uint64_t)TS_WINDOW_NS < snd->max_ts + (uint64_t)(n->now - snd->max_ts_at))
         return drop(n, GOSSIP_DROP_STALE, -GOSSIP_EREPLAY);
 
     for (size_t i = 0; i < p->nmsgs; i++) {
@@ -946,10 +976,21 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
     }
 
     snd = member_find(&n->t, p->sender.ptr, p->sender.len);
+    if (snd != NULL && p->incarnation > snd->incarnation) {
+        /* The header is the sender speaking for itself: as good as an alive
+         * message, so a refutation rides on every packet it sends. */
+        struct proto_msg alive = {.type = PROTO_ALIVE,
+                                  .name = p->sender,
+                                  .incarnation = p->incarnation,
+                                  .addr = snd->addr};
+        on_alive(n, &alive);
+    }
     if (snd != NULL) {
         snd->last_heard = n->now;
-        if (newer_life || !snd->has_ts || p->timestamp > snd->max_ts)
+        if (newer_life || !snd->has_ts || p->timestamp > snd->max_ts) {
             snd->max_ts = p->timestamp;
+            snd->max_ts_at = n->now;
+        }
         snd->has_ts = 1;
     }
     for (size_t i = 0; i < p->nmsgs; i++) {
@@ -1080,6 +1121,11 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
             iv += n->cfg.pushpull_interval_ms * MS / 2;
         n->next_pushpull = now + iv;
         if (pick_random(n, 1, NULL, want_live, &peer) == 1)
+            pushpull_start(n, &peer->addr);
+        /* Reconnect: also try one member we believe dead.  After a partition
+         * heals, this is how the two sides find each other again (each side
+         * thinks the other is dead and would otherwise never talk to it). */
+        if (pick_random(n, 1, NULL, want_dead, &peer) == 1)
             pushpull_start(n, &peer->addr);
     }
     if (now >= n->next_reap) {

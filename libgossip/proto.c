@@ -127,12 +127,12 @@ int proto_encode_msg(const struct proto_msg *m, uint8_t *buf, size_t cap, size_t
 
 /* The header uses array32 so the message count can be patched in place. */
 int proto_packet_begin(uint8_t *buf, size_t cap, const char *sender, size_t sender_len,
-                       uint64_t timestamp, size_t *len)
+                       uint64_t timestamp, uint32_t incarnation, size_t *len)
 {
     struct bounded b = {buf, cap, 0};
     msgpack_packer pk;
     int r = 0;
-    static const uint8_t arr32[5] = {0xdd, 0, 0, 0, 3};
+    static const uint8_t arr32[5] = {0xdd, 0, 0, 0, 4};
     if (sender_len == 0 || sender_len > GOSSIP_NAME_MAX)
         return -GOSSIP_EINVAL;
     msgpack_packer_init(&pk, &b, bounded_write);
@@ -140,6 +140,7 @@ int proto_packet_begin(uint8_t *buf, size_t cap, const char *sender, size_t send
     r |= msgpack_pack_uint8(&pk, PROTO_VERSION);
     r |= pack_str(&pk, sender, sender_len);
     r |= msgpack_pack_uint64(&pk, timestamp);
+    r |= msgpack_pack_uint32(&pk, incarnation);
     if (r != 0)
         return -GOSSIP_ETOOBIG;
     *len = b.len;
@@ -148,7 +149,7 @@ int proto_packet_begin(uint8_t *buf, size_t cap, const char *sender, size_t send
 
 void proto_packet_finish(uint8_t *buf, size_t nmsgs)
 {
-    uint32_t n = (uint32_t)(3 + nmsgs);
+    uint32_t n = (uint32_t)(4 + nmsgs);
     buf[1] = (uint8_t)(n >> 24);
     buf[2] = (uint8_t)(n >> 16);
     buf[3] = (uint8_t)(n >> 8);
@@ -395,7 +396,7 @@ int proto_decode(const uint8_t *buf, size_t len, struct proto_packet *out)
     if (msgpack_unpack((const char *)buf, len, &off, &zone, &root) != MSGPACK_UNPACK_SUCCESS ||
         off != len)
         goto done;
-    if (root.type != MSGPACK_OBJECT_ARRAY || root.via.array.size < 3)
+    if (root.type != MSGPACK_OBJECT_ARRAY || root.via.array.size < 4)
         goto done;
     const msgpack_object *e = root.via.array.ptr;
     if (get_uint(&e[0], UINT32_MAX, &v) != 0)
@@ -405,9 +406,11 @@ int proto_decode(const uint8_t *buf, size_t len, struct proto_packet *out)
         goto done;
     }
     out->version = (uint32_t)v;
-    if (get_name(&e[1], &out->sender) != 0 || get_uint(&e[2], UINT64_MAX, &out->timestamp) != 0)
+    if (get_name(&e[1], &out->sender) != 0 || get_uint(&e[2], UINT64_MAX, &out->timestamp) != 0 ||
+        get_uint(&e[3], UINT32_MAX, &v) != 0)
         goto done;
-    for (uint32_t i = 3; i < root.via.array.size; i++) {
+    out->incarnation = (uint32_t)v;
+    for (uint32_t i = 4; i < root.via.array.size; i++) {
         if (out->nmsgs == PROTO_MAX_MSGS)
             goto done;
         int r = decode_msg(&e[i], &out->msgs[out->nmsgs]);

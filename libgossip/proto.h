@@ -16,11 +16,12 @@
  * 42 bytes around it); the MTU bounds the sealed datagram.
  *
  *   packet = msgpack array (array32 header, so its count can be patched):
- *   +-----------+---------+-------------+-------------+-------+-------+-----
- *   | dd NNNNNNNN| version | sender name | timestamp   | msg 1 | msg 2 | ...
- *   | array32   | uint =1 | str <= 64   | uint64 (ns) | array | array |
- *   +-----------+---------+-------------+-------------+-------+-------+-----
- *   N = 3 + number of messages
+ *   +------------+---------+-------------+------------+-------------+-------+-----
+ *   | dd NNNNNNNN| version | sender name | timestamp  | sender inc. | msg 1 | ...
+ *   | array32    | uint =1 | str <= 64   | uint64 ns  | uint32      | array |
+ *   +------------+---------+-------------+------------+-------------+-------+-----
+ *   N = 4 + number of messages.  The sender's incarnation in every header
+ *   lets any packet from a member carry its refutation of a suspicion.
  *
  *   each msg = [ type, fields... ]   (extra trailing fields are ignored)
  *     1 PING      [1, seq, target name]
@@ -49,8 +50,8 @@
 #define PROTO_VERSION 1
 /* Most messages one packet may carry (a 1400-byte packet holds ~200 ACKs). */
 #define PROTO_MAX_MSGS 256
-/* Bytes of a packet header with a name of n bytes (array32, version, str, u64). */
-#define PROTO_HEADER_MAX (5 + 1 + 2 + GOSSIP_NAME_MAX + 9)
+/* Largest packet header (array32, version, name, u64 timestamp, u32 incarnation). */
+#define PROTO_HEADER_MAX (5 + 1 + 2 + GOSSIP_NAME_MAX + 9 + 5)
 
 enum proto_type {
     PROTO_PING = 1,
@@ -91,6 +92,7 @@ struct proto_packet {
     uint32_t version;
     struct proto_str sender;
     uint64_t timestamp;
+    uint32_t incarnation; /* the sender's */
     size_t nmsgs;
     struct proto_msg msgs[PROTO_MAX_MSGS];
 };
@@ -107,7 +109,7 @@ int proto_encode_msg(const struct proto_msg *m, uint8_t *buf, size_t cap, size_t
  * -GOSSIP_ETOOBIG / -GOSSIP_EINVAL as above.
  */
 int proto_packet_begin(uint8_t *buf, size_t cap, const char *sender, size_t sender_len,
-                       uint64_t timestamp, size_t *len);
+                       uint64_t timestamp, uint32_t incarnation, size_t *len);
 void proto_packet_finish(uint8_t *buf, size_t nmsgs);
 
 /*

@@ -136,7 +136,7 @@ static void resched(struct simnode *sn)
 {
     if (sn->node == NULL)
         return;
-    int64_t d = gossip_node_next_deadline(sn->node) + sn->lag;
+    int64_t d = gossip_node_next_deadline(sn->node);
     if (d < sn->sim->now)
         d = sn->sim->now;
     if (d >= sn->tick_at && sn->tick_at >= sn->sim->now)

@@ -8,8 +8,8 @@
  *
  * The network: per-link drop probability, delay (fixed + uniform jitter, which
  * reorders), duplication; partitions (nodes in different groups cannot talk);
- * one-way blocks; slow nodes (their packet and timer processing runs late,
- * to exercise Lifeguard); kill and restart (a new node object with the same
+ * one-way blocks; slow nodes (their packet processing runs late while their
+ * timers fire on time, to exercise Lifeguard); kill and restart (a new node object with the same
  * name and address, state wiped, higher incarnation).  Node i listens at
  * 10.x.y.z:7946 where x.y.z is i in base 256.
  */
@@ -70,7 +70,9 @@ int gossip_sim_set_link(struct gossip_sim *s, int from, int to, const struct gos
 void gossip_sim_set_group(struct gossip_sim *s, int i, int group);
 /* Blocks (1) or unblocks (0) packets from -> to only. */
 int gossip_sim_block(struct gossip_sim *s, int from, int to, int blocked);
-/* Node i processes packets and timers lag_ns late (0 = normal). */
+/* Node i processes each received packet lag_ns late while its timers keep
+ * firing on time, like a node starved of CPU whose socket queue backs up
+ * (0 = normal). */
 void gossip_sim_set_slow(struct gossip_sim *s, int i, int64_t lag_ns);
 
 /* Sees every packet accepted by the network (before loss), e.g. to record

@@ -7,6 +7,7 @@
 #ifndef SLUICE_SIMUTIL_H
 #define SLUICE_SIMUTIL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

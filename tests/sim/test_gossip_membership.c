@@ -1,7 +1,8 @@
 /*
  * libgossip membership scenarios on the simulator: convergence, failure
  * detection, no false deaths under loss, partitions, slow nodes (Lifeguard),
- * graceful leave and replays.  Seeded: SLUICE_SEED=<n> replays a run.
+ * graceful leave, replays and restarts.  Seeded: SLUICE_SEED=<n> replays a
+ * run.  Under the sanitizers the long scenarios run shorter (simutil.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,10 +14,32 @@
 
 static uint64_t seed;
 
-static void converge(int n)
+static uint64_t total_stat(struct gossip_sim *s, size_t off)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < gossip_sim_count(s); i++) {
+        struct gossip_node *n = gossip_sim_node(s, (int)i);
+        struct gossip_stats st;
+        if (n == NULL)
+            continue;
+        gossip_node_stats(n, &st);
+        sum += *(const uint64_t *)((const char *)&st + off);
+    }
+    return sum;
+}
+#define TOTAL(s, field) total_stat((s), offsetof(struct gossip_stats, field))
+
+static struct gossip_sim *new_sim(double loss)
 {
     struct gossip_sim *s;
-    assert_int_equal(gossip_sim_create(&s, seed, NULL), 0);
+    struct gossip_sim_link l = {.drop = loss, .delay_ns = 1 * MSEC, .jitter_ns = 2 * MSEC};
+    assert_int_equal(gossip_sim_create(&s, seed, &l), 0);
+    return s;
+}
+
+static void converge(int n)
+{
+    struct gossip_sim *s = new_sim(0);
     sim_cluster(s, n, NULL, NULL);
     int64_t t = sim_converge(s, (size_t)n, 100 * MSEC, 120 * SEC);
     fprintf(stderr, "  %d nodes: full membership after %.1f s\n", n, (double)t / SEC);
@@ -36,12 +59,258 @@ static void test_hundred_nodes_converge(void **state)
     converge(100);
 }
 
+/* Every survivor declares a crashed node dead within the bound implied by
+ * the configuration: one probe round to notice (at most the cluster size in
+ * probe intervals, in practice a few), the maximum suspicion timeout, and a
+ * few seconds of dissemination. */
+static void test_killed_node_declared_dead(void **state)
+{
+    (void)state;
+    const int n = 16;
+    struct gossip_sim *s = new_sim(0);
+    sim_cluster(s, n, NULL, NULL);
+    assert_true(sim_converge(s, n, 100 * MSEC, 60 * SEC) >= 0);
+    gossip_sim_run(s, 5 * SEC);
+    struct gossip_config def;
+    gossip_config_default(&def);
+    double scale = log10((double)n) > 1 ? log10((double)n) : 1.0;
+    int64_t max_susp = (int64_t)(def.suspicion_mult * scale * def.probe_interval_ms * MSEC) *
+                       def.suspicion_max_timeout_mult;
+    int64_t bound = 5 * def.probe_interval_ms * MSEC + max_susp + 5 * SEC;
+    int victim = 7;
+    assert_int_equal(gossip_sim_kill(s, victim), 0);
+    int64_t t0 = gossip_sim_now(s), took = -1;
+    while (gossip_sim_now(s) - t0 <= bound) {
+        gossip_sim_run(s, 100 * MSEC);
+        int all = 1;
+        for (int i = 0; i < n && all; i++)
+            if (i != victim)
+                all = sim_state_of(s, i, "node-007") == GOSSIP_MEMBER_DEAD;
+        if (all) {
+            took = gossip_sim_now(s) - t0;
+            break;
+        }
+    }
+    fprintf(stderr, "  dead everywhere after %.1f s (bound %.1f s)\n", (double)took / SEC,
+            (double)bound / SEC);
+    assert_true(took >= 0);
+    /* Nobody else was harmed. */
+    for (int i = 0; i < n; i++)
+        if (i != victim)
+            assert_int_equal(sim_view(s, i).alive, n - 1);
+    gossip_sim_destroy(s);
+}
+
+/* 10% loss on every link for 10 simulated minutes: suspicions happen (and
+ * are refuted) but nobody is ever declared dead. */
+static void test_no_false_deaths_under_loss(void **state)
+{
+    (void)state;
+    const int n = sim_full() ? 100 : 20;
+    const int64_t minutes = sim_full() ? 10 : 3;
+    struct gossip_sim *s = new_sim(0);
+    sim_cluster(s, n, NULL, NULL);
+    assert_true(sim_converge(s, n, 100 * MSEC, 60 * SEC) >= 0);
+    struct gossip_sim_link lossy = {.drop = 0.10, .delay_ns = 1 * MSEC, .jitter_ns = 5 * MSEC};
+    gossip_sim_set_default_link(s, &lossy);
+    gossip_sim_run(s, minutes * 60 * SEC);
+    uint64_t deaths = TOTAL(s, deaths), susp = TOTAL(s, suspicions);
+    fprintf(stderr, "  %d nodes, %lld min at 10%% loss: %llu suspicions, %llu deaths\n", n,
+            (long long)minutes, (unsigned long long)susp, (unsigned long long)deaths);
+    assert_int_equal(deaths, 0);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(sim_view(s, i).alive, n);
+    gossip_sim_destroy(s);
+}
+
+/* A 5|5 partition long enough for each side to declare the other dead;
+ * after it heals, both sides merge back into one cluster. */
+static void test_partition_heals(void **state)
+{
+    (void)state;
+    const int n = 10;
+    struct gossip_sim *s = new_sim(0);
+    sim_cluster(s, n, NULL, NULL);
+    assert_true(sim_converge(s, n, 100 * MSEC, 60 * SEC) >= 0);
+    for (int i = n / 2; i < n; i++)
+        gossip_sim_set_group(s, i, 1);
+    gossip_sim_run(s, 90 * SEC);
+    assert_int_equal(sim_view(s, 0).alive, n / 2);
+    assert_int_equal(sim_view(s, n - 1).alive, n / 2);
+    for (int i = 0; i < n; i++)
+        gossip_sim_set_group(s, i, 0);
+    int64_t t = sim_converge(s, n, 500 * MSEC, 10 * 60 * SEC);
+    fprintf(stderr, "  partition healed: full membership after %.1f s\n", (double)t / SEC);
+    assert_true(t >= 0);
+    gossip_sim_destroy(s);
+}
+
+struct slow_result {
+    uint64_t suspicions, deaths;
+    int health;
+};
+
+static void no_lifeguard(struct gossip_config *cfg, int i)
+{
+    (void)i;
+    cfg->lifeguard = 0;
+}
+
+static struct slow_result slow_run(int lifeguard, int64_t minutes)
+{
+    const int n = 16, slow = 3;
+    struct gossip_sim *s = new_sim(0);
+    sim_cluster(s, n, NULL, lifeguard ? NULL : no_lifeguard);
+    assert_true(sim_converge(s, n, 100 * MSEC, 60 * SEC) >= 0);
+    uint64_t before = TOTAL(s, suspicions);
+    /* Its packets wait 1.2 s before it handles them: longer than a probe
+     * interval, so its own probes of healthy nodes fail. */
+    gossip_sim_set_slow(s, slow, 1200 * MSEC);
+    gossip_sim_run(s, minutes * 60 * SEC);
+    struct slow_result r = {TOTAL(s, suspicions) - before, TOTAL(s, deaths),
+                            gossip_node_health(gossip_sim_node(s, slow))};
+    gossip_sim_destroy(s);
+    return r;
+}
+
+/* Lifeguard: a node that handles its packets late must not get healthy nodes
+ * declared dead.  The same run without Lifeguard is printed for comparison
+ * (it is expected to raise more suspicions, but that is not asserted). */
+static void test_slow_node_lifeguard(void **state)
+{
+    (void)state;
+    int64_t minutes = sim_full() ? 5 : 2;
+    struct slow_result on = slow_run(1, minutes);
+    struct slow_result off = slow_run(0, minutes);
+    fprintf(stderr,
+            "  slow node, %lld min: lifeguard on: %llu suspicions, %llu deaths, health %d; "
+            "off: %llu suspicions, %llu deaths\n",
+            (long long)minutes, (unsigned long long)on.suspicions, (unsigned long long)on.deaths,
+            on.health, (unsigned long long)off.suspicions, (unsigned long long)off.deaths);
+    assert_int_equal(on.deaths, 0);
+}
+
+/* ---- leave and replay ---- */
+
+#define MAX_REC 4096
+struct recorder {
+    int from;
+    int active;
+    size_t n;
+    struct {
+        int to;
+        size_t len;
+        uint8_t *pkt;
+    } rec[MAX_REC];
+};
+
+static void record_tap(void *ud, int from, int to, const uint8_t *pkt, size_t len)
+{
+    struct recorder *r = ud;
+    if (!r->active || from != r->from || r->n == MAX_REC)
+        return;
+    r->rec[r->n].to = to;
+    r->rec[r->n].len = len;
+    r->rec[r->n].pkt = malloc(len);
+    memcpy(r->rec[r->n].pkt, pkt, len);
+    r->n++;
+}
+
+static void replay(struct gossip_sim *s, struct recorder *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (gossip_sim_node(s, r->rec[i].to) != NULL)
+            gossip_sim_inject(s, r->from, r->rec[i].to, r->rec[i].pkt, r->rec[i].len);
+}
+
+static void assert_not_resurrected(struct gossip_sim *s, int n, int who, const char *name)
+{
+    for (int i = 0; i < n; i++) {
+        if (i == who)
+            continue;
+        int st = sim_state_of(s, i, name);
+        assert_true(st == -1 || st == GOSSIP_MEMBER_LEFT);
+    }
+}
+
+static void test_left_node_not_resurrected(void **state)
+{
+    (void)state;
+    const int n = 8, who = 5;
+    static struct recorder rec;
+    memset(&rec, 0, sizeof(rec));
+    rec.from = who;
+    rec.active = 1;
+    struct gossip_sim *s = new_sim(0);
+    gossip_sim_set_tap(s, record_tap, &rec);
+    sim_cluster(s, n, NULL, NULL);
+    assert_true(sim_converge(s, n, 100 * MSEC, 60 * SEC) >= 0);
+    gossip_sim_run(s, 10 * SEC); /* record some ordinary traffic of node 5 */
+    rec.active = 0;
+    assert_true(rec.n > 10);
+    assert_int_equal(gossip_node_leave(gossip_sim_node(s, who)), 0);
+    gossip_sim_run(s, 2 * SEC);
+    gossip_sim_kill(s, who);
+    gossip_sim_run(s, 5 * SEC);
+    for (int i = 0; i < n; i++)
+        if (i != who)
+            assert_int_equal(sim_state_of(s, i, "node-005"), GOSSIP_MEMBER_LEFT);
+    /* Replays while the leave is fresh: incarnation order must hold. */
+    replay(s, &rec);
+    gossip_sim_run(s, 10 * SEC);
+    assert_not_resurrected(s, n, who, "node-005");
+    /* Replays after it was forgotten: the tombstone and the packet timestamp
+     * window must hold. */
+    gossip_sim_run(s, 60 * SEC);
+    replay(s, &rec);
+    gossip_sim_run(s, 10 * SEC);
+    assert_not_resurrected(s, n, who, "node-005");
+    uint64_t stale = TOTAL(s, drops[GOSSIP_DROP_STALE]);
+    fprintf(stderr, "  replayed %zu packets twice; dropped as stale: %llu\n", rec.n,
+            (unsigned long long)stale);
+    assert_true(stale >= rec.n); /* the late replay is refused outright */
+    for (int i = 0; i < n; i++)
+        if (i != who)
+            assert_int_equal(sim_view(s, i).alive, n - 1);
+    for (size_t i = 0; i < rec.n; i++)
+        free(rec.rec[i].pkt);
+    gossip_sim_destroy(s);
+}
+
+/* A crashed node that restarts (state wiped, higher incarnation) is alive
+ * again everywhere; nothing else brings a dead node back. */
+static void test_restarted_node_rejoins(void **state)
+{
+    (void)state;
+    const int n = 8, who = 2;
+    struct gossip_sim *s = new_sim(0);
+    sim_cluster(s, n, NULL, NULL);
+    assert_true(sim_converge(s, n, 100 * MSEC, 60 * SEC) >= 0);
+    gossip_sim_kill(s, who);
+    gossip_sim_run(s, 25 * SEC);
+    for (int i = 0; i < n; i++)
+        if (i != who)
+            assert_int_equal(sim_state_of(s, i, "node-002"), GOSSIP_MEMBER_DEAD);
+    gossip_sim_run(s, 60 * SEC); /* forgotten (reaped) by now */
+    assert_int_equal(gossip_sim_restart(s, who, 0), 0);
+    int64_t t = sim_converge(s, n, 100 * MSEC, 60 * SEC);
+    fprintf(stderr, "  restarted node alive everywhere after %.1f s\n", (double)t / SEC);
+    assert_true(t >= 0);
+    gossip_sim_destroy(s);
+}
+
 int main(void)
 {
     seed = test_seed("sim_gossip_membership");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_five_nodes_converge),
         cmocka_unit_test(test_hundred_nodes_converge),
+        cmocka_unit_test(test_killed_node_declared_dead),
+        cmocka_unit_test(test_no_false_deaths_under_loss),
+        cmocka_unit_test(test_partition_heals),
+        cmocka_unit_test(test_slow_node_lifeguard),
+        cmocka_unit_test(test_left_node_not_resurrected),
+        cmocka_unit_test(test_restarted_node_rejoins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
