@@ -305,6 +305,18 @@ class LifecycleTest(unittest.TestCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_max_keys_and_on_full(self):
+        # Keys that stay limited for an hour fill a two-key table.
+        for policy, third in (("deny", 1), ("allow", 0), ("evict", 0)):
+            with Daemon("--max-keys", "2", "--on-full", policy) as d:
+                r = redis.Redis(unix_socket_path=d.path, socket_timeout=10)
+                for key in ("a", "b"):
+                    self.assertEqual(r.execute_command("CL.THROTTLE", key, 0, 1, 3600)[0], 0)
+                res = r.execute_command("CL.THROTTLE", "c", 0, 1, 3600)
+                self.assertEqual(res[0], third, policy)
+                self.assertLessEqual(int(r.info("limiter")["keys"]), 2)
+                r.close()
+
     def test_bad_flags(self):
         for args in (["--on-full", "maybe"], ["--max-clients", "0"], ["--socket-mode", "999"],
                      ["--log-level", "loud"], ["--nope"]):
