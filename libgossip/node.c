@@ -26,6 +26,8 @@
  *  - Anti-entropy: a push-pull is a burst of packets holding full membership
  *    plus application state chunks (state_fill); a request asks the peer to
  *    answer with its own burst.  Loss only makes an exchange less complete.
+ *    State larger than one burst (pushpull_max_packets) resumes where the
+ *    last burst stopped, so every part of it goes out in turn.
  *  - Every timer is an absolute deadline checked in gossip_node_tick;
  *    gossip_node_next_deadline reports the earliest one.
  */
@@ -87,7 +89,7 @@ struct gossip_node {
     struct relay relays[MAX_RELAYS];
     int nrelays;
     uint32_t seq, pp_xid;
-    uint64_t app_seq, last_ts, packet_id;
+    uint64_t app_seq, last_ts, packet_id, pp_cursor;
     int awareness, left, leave_pending, join_pending, probe_turn;
     struct gossip_addr seeds[MAX_SEEDS];
     size_t nseeds;
@@ -811,7 +813,7 @@ static void pushpull_send(struct gossip_node *n, const struct gossip_addr *to, u
     struct pktbuf *pb = &n->out;
     size_t mi = 0;
     int state_done = n->cfg.cb.state_fill == NULL;
-    uint64_t cursor = 0;
+    uint64_t cursor = n->pp_cursor;
     uint8_t chunk[PKT_MAX];
     int budget = n->cfg.pushpull_max_packets > 0 ? n->cfg.pushpull_max_packets : 1;
     n->st.pushpulls++;
@@ -860,6 +862,8 @@ static void pushpull_send(struct gossip_node *n, const struct gossip_addr *to, u
         if (mi >= n->t.n && state_done)
             break;
     }
+    /* State too large for one exchange continues in the next one. */
+    n->pp_cursor = state_done ? 0 : cursor;
 }
 
 static void pushpull_start(struct gossip_node *n, const struct gossip_addr *to)

@@ -102,8 +102,11 @@ struct gossip_callbacks {
      * node, barring a duplicate window overflow; payloads must be idempotent). */
     void (*on_payload)(void *ud, const char *from_name, const uint8_t *payload, size_t len);
     /* Anti-entropy: write the next chunk of application state into buf (at
-     * most cap bytes), advancing *cursor (0 at the start of an exchange);
-     * return the bytes written, 0 when there is nothing more. */
+     * most cap bytes), advancing *cursor; return the bytes written, 0 at the
+     * end of the state.  The cursor starts at 0 and persists across
+     * exchanges: when an exchange's packet budget runs out, the next one
+     * resumes there; after a 0 it restarts at 0.  Chunks must make sense on
+     * their own (each is merged alone, and any may be lost). */
     size_t (*state_fill)(void *ud, uint64_t *cursor, uint8_t *buf, size_t cap);
     /* Anti-entropy: merge one chunk produced by a peer's state_fill. */
     void (*state_merge)(void *ud, const char *from_name, const uint8_t *buf, size_t len);
