@@ -57,11 +57,19 @@ int sluice_client_connect(const char *path, struct sluice_client **out)
         errno = e;
         return -SLUICE_EIO;
     }
-    struct sluice_client *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
+    int rc = sluice_client_from_fd(fd, out);
+    if (rc < 0)
         close(fd);
+    return rc;
+}
+
+int sluice_client_from_fd(int fd, struct sluice_client **out)
+{
+    if (fd < 0)
+        return -SLUICE_EINVAL;
+    struct sluice_client *c = calloc(1, sizeof(*c));
+    if (c == NULL)
         return -SLUICE_ENOMEM;
-    }
     c->fd = fd;
     *out = c;
     return 0;
@@ -220,20 +228,10 @@ static int read_reply(struct sluice_client *c, int depth, struct sluice_reply **
             rc = -SLUICE_EPROTO;
             break;
         }
-        while (c->len - c->pos < (size_t)v + 2 && rc == 0) {
-            if (c->cap - c->len < (size_t)v + 2 - (c->len - c->pos)) {
-                /* Grow once to fit the whole payload. */
-                size_t cap = c->pos + (size_t)v + 2 + 4096;
-                char *nb = realloc(c->buf, cap);
-                if (nb == NULL) {
-                    rc = -SLUICE_ENOMEM;
-                    break;
-                }
-                c->buf = nb;
-                c->cap = cap;
-            }
+        /* Grow with the data that actually arrives, not with the claimed
+         * length: a lying header costs nothing. */
+        while (c->len - c->pos < (size_t)v + 2 && rc == 0)
             rc = fill(c);
-        }
         if (rc < 0)
             break;
         r->type = SLUICE_REPLY_STRING;
@@ -256,15 +254,19 @@ static int read_reply(struct sluice_client *c, int depth, struct sluice_reply **
             break;
         }
         r->type = SLUICE_REPLY_ARRAY;
-        if (v > 0) {
-            r->elements = calloc((size_t)v, sizeof(*r->elements));
-            if (r->elements == NULL) {
-                rc = -SLUICE_ENOMEM;
-                break;
-            }
-        }
+        /* The element array grows as elements arrive, so a header claiming
+         * a million elements costs nothing until they are sent. */
         for (int64_t i = 0; i < v && rc == 0; i++) {
-            rc = read_reply(c, depth + 1, &r->elements[i]);
+            if ((r->nelem & (r->nelem - 1)) == 0) { /* 0, 1, 2, 4, ...: full */
+                size_t cap = r->nelem ? r->nelem * 2 : 1;
+                struct sluice_reply **ne = realloc(r->elements, cap * sizeof(*ne));
+                if (ne == NULL) {
+                    rc = -SLUICE_ENOMEM;
+                    break;
+                }
+                r->elements = ne;
+            }
+            rc = read_reply(c, depth + 1, &r->elements[r->nelem]);
             if (rc == 0)
                 r->nelem++;
         }

@@ -51,6 +51,11 @@ const char *sluice_client_default_path(void);
  * -SLUICE_EINVAL (path too long), -SLUICE_EIO (cannot connect; errno is
  * kept), -SLUICE_ENOMEM. */
 int sluice_client_connect(const char *path, struct sluice_client **out);
+/* Wraps an already connected stream socket (a socketpair in tests, a socket
+ * passed by a supervisor).  On success the client owns fd and closes it in
+ * sluice_client_close(); on failure (-SLUICE_EINVAL for fd < 0,
+ * -SLUICE_ENOMEM) the caller still owns it. */
+int sluice_client_from_fd(int fd, struct sluice_client **out);
 void sluice_client_close(struct sluice_client *c);
 
 /*
