@@ -250,6 +250,7 @@ static size_t client_execute(struct server_client *c, const char *buf, size_t le
             break;
         if (rc < 0) {
             s->stats.protocol_errors++;
+            log_debug("client %llu: %s", (unsigned long long)c->id, resp_parser_error(&c->parser));
             resp_add_errorf(&c->out, "ERR %s", resp_parser_error(&c->parser));
             c->close_after_reply = 1;
             resp_parser_reset(&c->parser);
@@ -428,6 +429,7 @@ static void client_close(struct server_client *c)
     if (c->closing)
         return;
     c->closing = 1;
+    log_debug("client %llu: closed", (unsigned long long)c->id);
     if (c->blocked) {
         c->blocked = 0;
         if (c->cancel != NULL)
@@ -471,6 +473,8 @@ static void on_connection(uv_stream_t *listener, int status)
     s->stats.connected_clients++;
     if (s->stats.connected_clients > s->max_clients) {
         s->stats.rejected_connections++;
+        log_debug("client %llu: refused, %zu clients connected", (unsigned long long)c->id,
+                  s->max_clients);
         resp_add_error(&c->out, "ERR max number of clients reached");
         c->close_after_reply = 1;
         client_flush(c);
@@ -481,6 +485,7 @@ static void on_connection(uv_stream_t *listener, int status)
         return;
     }
     c->reading = 1;
+    log_debug("client %llu: connected", (unsigned long long)c->id);
 }
 
 /*
