@@ -1,0 +1,1032 @@
+/*
+ * replica_*: the replication engine of global limits (design in replica.h,
+ * wire format in delta.h).
+ *
+ * Layout: keys live in a key table (node/table.h) whose 8-byte value area
+ * points to a separately allocated struct rkey; the table gives O(1) lookup
+ * and the SCAN cursor used by anti-entropy.  Every rkey is also on a list
+ * walked by replica_tick (demand, shares, phantom, GC: O(global keys) per
+ * tick), and keys with unsent changes are on a dirty array.  Dirty keys are
+ * never collected, so that array never holds a dangling pointer.
+ *
+ * Peers are interned once in r->peers (index 0 is this node); slots refer to
+ * them by index, so a slot costs no name bytes.
+ */
+#include "replica.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "delta.h"
+#include "table.h"
+
+#define NS_PER_SEC      1000000000LL
+#define DEMAND_TAU_NS   NS_PER_SEC /* EWMA time constant of the demand estimate */
+#define PEERS_MAX       4096
+#define PKT_MAX         9216
+#define AE_PENDING_MAX  256
+#define SYNC_DEFAULT    (2 * NS_PER_SEC)
+#define LEARN_INTERVALS 5 /* a cold key's peers are assumed unknown this long */
+
+struct rpeer {
+    char name[GOSSIP_NAME_MAX + 1];
+    size_t len;
+    int state;             /* enum gossip_member_state, or -1 unknown */
+    int64_t last_heard;    /* replica clock */
+    int64_t unreach_since; /* first tick seen unreachable, 0 = reachable */
+};
+
+struct rslot {
+    uint32_t peer;
+    uint64_t epoch;
+    int64_t count, at_ns, vtat_ns, stamp_ns;
+    double demand;   /* units/s */
+    int64_t phantom; /* units charged while unreachable, not yet matched */
+    double ph_acc;   /* fraction of a unit not yet charged */
+    int64_t ph_last; /* last charge time */
+};
+
+struct rkey {
+    struct rkey *prev, *next;
+    struct algo_params p;  /* the limit */
+    struct algo_params lp; /* this node's share of it, for decisions */
+    enum replica_policy pol;
+    void *state;
+    char *key;
+    size_t klen;
+    struct rslot *slots;
+    uint32_t nslots, cap;
+    int self;            /* index of this node's slot, -1 none */
+    uint64_t prev_epoch; /* this node's slot of an earlier life, poured once */
+    int64_t prev_count;
+    double demand;   /* this node's demand, units/s */
+    int64_t req_acc; /* units requested since the last tick */
+    double sent_demand;
+    double share;
+    int dirty;
+    int64_t created_ns, last_change_ns;
+};
+
+struct replica {
+    struct table *t;
+    struct rkey *head;
+    struct rkey **dirty;
+    size_t ndirty, dirty_cap;
+    struct rpeer *peers;
+    size_t npeers;
+    struct gossip_node *g;
+    struct replica_config cfg;
+    char name[GOSSIP_NAME_MAX + 1];
+    uint32_t key_ctr;
+    int64_t now, created_ns, last_tick, next_flush, last_sent;
+    int synced;
+    uint64_t ae_cursor;
+    struct rkey *ae_pending[AE_PENDING_MAX];
+    size_t ae_npending, ae_next;
+    int ae_wrapped;
+    struct replica_stats st;
+    uint8_t pkt[PKT_MAX];
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static void replica__now(struct replica *r, int64_t now)
+{
+    if (now > r->now)
+        r->now = now;
+}
+
+/* Emission interval in ns (time one unit takes to drain). */
+static int64_t replica__emission(const struct algo_params *p)
+{
+    if (p->kind == ALGO_GCRA)
+        return p->gcra.emission_ns;
+    int64_t e = p->period_ns / p->count;
+    return e > 0 ? e : 1;
+}
+
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b)
+        return INT64_MAX;
+    if (b < 0 && a < INT64_MIN - b)
+        return INT64_MIN;
+    return a + b;
+}
+
+static int64_t sat_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return INT64_MAX;
+    return r;
+}
+
+/* Units of a slot still undrained at its own last increase. */
+static int64_t replica__pending(const struct algo_params *p, int64_t count, int64_t at,
+                                int64_t vtat)
+{
+    int64_t em = replica__emission(p);
+    if (vtat <= at)
+        return 0;
+    int64_t span = vtat - at;
+    int64_t n = span / em + (span % em != 0);
+    return n < count ? n : count;
+}
+
+static size_t replica__live(const struct replica *r)
+{
+    size_t n = r->g != NULL ? gossip_node_num_live(r->g) : r->cfg.cluster_size;
+    return n > 0 ? n : 1;
+}
+
+static struct rpeer *replica__peer(struct replica *r, const char *name, size_t len, uint32_t *idx)
+{
+    if (len == 0 || len > GOSSIP_NAME_MAX)
+        return NULL;
+    for (size_t i = 0; i < r->npeers; i++) {
+        if (r->peers[i].len == len && memcmp(r->peers[i].name, name, len) == 0) {
+            if (idx != NULL)
+                *idx = (uint32_t)i;
+            return &r->peers[i];
+        }
+    }
+    if (r->npeers >= PEERS_MAX)
+        return NULL;
+    struct rpeer *p = &r->peers[r->npeers];
+    memset(p, 0, sizeof(*p));
+    memcpy(p->name, name, len);
+    p->len = len;
+    p->state = -1;
+    p->last_heard = r->now;
+    if (idx != NULL)
+        *idx = (uint32_t)r->npeers;
+    r->npeers++;
+    return p;
+}
+
+static int replica__reachable(const struct replica *r, const struct rpeer *p)
+{
+    if (p == &r->peers[0])
+        return 1;
+    if (p->state == GOSSIP_MEMBER_SUSPECT || p->state == GOSSIP_MEMBER_DEAD ||
+        p->state == GOSSIP_MEMBER_LEFT)
+        return 0;
+    return r->now - p->last_heard <= r->cfg.silence_ns;
+}
+
+/* Debt: how far the state is beyond full at now, in ns (gcra/token-bucket). */
+static int64_t replica__debt(const struct rkey *k, int64_t now)
+{
+    struct algo_result res;
+    if (k->p.kind != ALGO_GCRA && k->p.kind != ALGO_TOKEN_BUCKET)
+        return 0;
+    if (algo_decide(&k->p, k->state, 0, now, &res) != 0)
+        return 0;
+    int64_t full = sat_mul(replica__emission(&k->p), k->p.limit);
+    return res.reset_after_ns > full ? res.reset_after_ns - full : 0;
+}
+
+static void replica__pour(struct replica *r, struct rkey *k, int64_t qty, int64_t at)
+{
+    if (qty <= 0)
+        return;
+    if (at < 0)
+        at = 0;
+    if (algo_consume(&k->p, k->state, qty, at) != 0)
+        return;
+    r->st.pours++;
+    r->st.units_poured += (uint64_t)qty;
+    if (replica__debt(k, r->now) > 0)
+        r->st.debt_events++;
+}
+
+static void replica__mark_dirty(struct replica *r, struct rkey *k)
+{
+    if (k->dirty)
+        return;
+    if (r->ndirty == r->dirty_cap) {
+        size_t cap = r->dirty_cap ? r->dirty_cap * 2 : 64;
+        struct rkey **v = realloc(r->dirty, cap * sizeof(*v));
+        if (v == NULL)
+            return; /* retried at the next change; the slot stays correct */
+        r->dirty = v;
+        r->dirty_cap = cap;
+    }
+    r->dirty[r->ndirty++] = k;
+    k->dirty = 1;
+}
+
+/* ---- keys ---------------------------------------------------------------- */
+
+static void replica__free_key(struct rkey *k)
+{
+    if (k == NULL)
+        return;
+    algo_free(&k->p, k->state);
+    free(k->state);
+    free(k->slots);
+    free(k->key);
+    free(k);
+}
+
+static void replica__table_free(void *ud, struct table_entry *e)
+{
+    (void)ud;
+    struct rkey **pk = table_entry_value(e);
+    replica__free_key(*pk);
+    *pk = NULL;
+}
+
+static struct rkey *replica__find(struct replica *r, const char *key, size_t klen)
+{
+    struct table_entry *e = table_find(r->t, key, klen);
+    return e != NULL ? *(struct rkey **)table_entry_value(e) : NULL;
+}
+
+static double replica__compute_share(struct replica *r, struct rkey *k)
+{
+    double total = k->demand, others = 0;
+    for (uint32_t i = 0; i < k->nslots; i++) {
+        struct rslot *s = &k->slots[i];
+        if ((int)i == k->self || s->demand <= 0)
+            continue;
+        struct rpeer *p = &r->peers[s->peer];
+        int counted = replica__reachable(r, p);
+        if (!counted && k->pol == REPLICA_SHARE && p->state != GOSSIP_MEMBER_LEFT &&
+            (p->unreach_since == 0 || r->now - p->unreach_since < r->cfg.phantom_max_ns))
+            counted = 1;
+        if (counted)
+            others += s->demand;
+    }
+    total += others;
+    if (others <= 0) {
+        /* Nobody else is known to want this key: alone, unless the key is
+         * young and the others may simply not have been heard yet. */
+        if (r->now - k->created_ns < LEARN_INTERVALS * r->cfg.interval_ns)
+            return 1.0 / (double)replica__live(r);
+        return 1.0;
+    }
+    return total > 0 ? k->demand / total : 0;
+}
+
+/* Re-derives this node's decision parameters from its share. */
+static void replica__update_share(struct replica *r, struct rkey *k)
+{
+    k->share = replica__compute_share(r, k);
+    k->lp = k->p;
+    if (k->p.kind != ALGO_GCRA && k->p.kind != ALGO_TOKEN_BUCKET)
+        return;
+    double lim = floor(k->share * (double)k->p.limit);
+    int64_t l = lim < 1 ? 1 : (lim >= (double)k->p.limit ? k->p.limit : (int64_t)lim);
+    if (l == k->p.limit)
+        return;
+    struct algo_params lp;
+    if (algo_params_init(&lp, k->p.kind, l - 1, k->p.count, k->p.period_ns, k->p.precision) == 0)
+        k->lp = lp;
+}
+
+static int replica__same_params(const struct algo_params *a, const struct algo_params *b)
+{
+    return a->kind == b->kind && a->burst == b->burst && a->count == b->count &&
+           a->period_ns == b->period_ns && a->precision == b->precision;
+}
+
+static int replica__new_key(struct replica *r, const char *key, size_t klen,
+                            const struct algo_params *p, enum replica_policy pol, struct rkey **out)
+{
+    struct table_entry *e;
+    if (table_count(r->t) >= r->cfg.max_keys) {
+        r->st.refused_full++;
+        return -SLUICE_EFULL;
+    }
+    struct rkey *k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return -SLUICE_ENOMEM;
+    k->state = calloc(1, algo_state_size(p));
+    k->key = malloc(klen);
+    if (k->state == NULL || k->key == NULL) {
+        free(k->state);
+        free(k->key);
+        free(k);
+        return -SLUICE_ENOMEM;
+    }
+    k->p = *p;
+    algo_init(p, k->state);
+    memcpy(k->key, key, klen);
+    k->klen = klen;
+    k->pol = pol;
+    k->self = -1;
+    k->created_ns = k->last_change_ns = r->now;
+    int rc = table_insert(r->t, key, klen, sizeof(struct rkey *), 0, r->now, &e);
+    if (rc != 0) {
+        replica__free_key(k);
+        return rc;
+    }
+    *(struct rkey **)table_entry_value(e) = k;
+    k->next = r->head;
+    if (r->head != NULL)
+        r->head->prev = k;
+    r->head = k;
+    replica__update_share(r, k);
+    *out = k;
+    return 0;
+}
+
+static void replica__delete_key(struct replica *r, struct rkey *k)
+{
+    if (k->prev != NULL)
+        k->prev->next = k->next;
+    else
+        r->head = k->next;
+    if (k->next != NULL)
+        k->next->prev = k->prev;
+    struct table_entry *e = table_find(r->t, k->key, k->klen);
+    if (e != NULL)
+        table_delete(r->t, e); /* frees k through the hook */
+}
+
+static struct rslot *replica__slot(struct rkey *k, uint32_t peer, int create)
+{
+    for (uint32_t i = 0; i < k->nslots; i++)
+        if (k->slots[i].peer == peer)
+            return &k->slots[i];
+    if (!create || k->nslots >= DELTA_SLOTS_MAX)
+        return NULL;
+    if (k->nslots == k->cap) {
+        uint32_t cap = k->cap ? k->cap * 2 : 2;
+        struct rslot *v = realloc(k->slots, cap * sizeof(*v));
+        if (v == NULL)
+            return NULL;
+        k->slots = v;
+        k->cap = cap;
+    }
+    struct rslot *s = &k->slots[k->nslots++];
+    memset(s, 0, sizeof(*s));
+    s->peer = peer;
+    s->at_ns = s->vtat_ns = s->stamp_ns = INT64_MIN;
+    return s;
+}
+
+static struct rslot *replica__own_slot(struct replica *r, struct rkey *k)
+{
+    if (k->self >= 0)
+        return &k->slots[k->self];
+    struct rslot *s = replica__slot(k, 0, 1);
+    if (s == NULL)
+        return NULL;
+    /* Any slot of ours already there is from an earlier life: remember it
+     * as such (its counts were poured) and start this life's epoch. */
+    if (s->epoch != 0 && s->epoch > k->prev_epoch) {
+        k->prev_epoch = s->epoch;
+        k->prev_count = s->count;
+    }
+    r->key_ctr++;
+    s->epoch = ((uint64_t)r->cfg.boot_epoch << 32) | r->key_ctr;
+    s->count = 0;
+    s->vtat_ns = s->at_ns = INT64_MIN;
+    s->stamp_ns = r->now;
+    k->self = (int)(s - k->slots);
+    return s;
+}
+
+/* ---- create / destroy ---------------------------------------------------- */
+
+int replica_create(struct replica **out, const struct replica_config *cfg)
+{
+    if (out == NULL || cfg == NULL || cfg->node_name == NULL)
+        return -SLUICE_EINVAL;
+    size_t nlen = strlen(cfg->node_name);
+    if (nlen == 0 || nlen > GOSSIP_NAME_MAX)
+        return -SLUICE_EINVAL;
+    struct replica *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -SLUICE_ENOMEM;
+    r->cfg = *cfg;
+    memcpy(r->name, cfg->node_name, nlen);
+    r->cfg.node_name = r->name;
+    if (r->cfg.interval_ns <= 0)
+        r->cfg.interval_ns = 100 * 1000000LL;
+    if (r->cfg.max_keys == 0)
+        r->cfg.max_keys = 1u << 20;
+    if (r->cfg.sync_timeout_ns < 0)
+        r->cfg.sync_timeout_ns = SYNC_DEFAULT;
+    if (r->cfg.gc_grace_ns <= 0)
+        r->cfg.gc_grace_ns = 30 * NS_PER_SEC;
+    if (r->cfg.silence_ns <= 0)
+        r->cfg.silence_ns = 5 * r->cfg.interval_ns;
+    if (r->cfg.phantom_max_ns <= 0)
+        r->cfg.phantom_max_ns = 60 * NS_PER_SEC;
+    if (r->cfg.max_payload == 0)
+        r->cfg.max_payload = 1200;
+    if (r->cfg.max_payload > PKT_MAX)
+        r->cfg.max_payload = PKT_MAX;
+    r->synced = r->cfg.sync_timeout_ns == 0;
+    r->now = r->created_ns = r->last_tick = -1;
+    struct table_config tc = {.free_value = replica__table_free, .ud = r};
+    r->peers = calloc(PEERS_MAX, sizeof(*r->peers));
+    if (r->peers == NULL || table_create(&r->t, &tc) != 0) {
+        free(r->peers);
+        free(r);
+        return -SLUICE_ENOMEM;
+    }
+    r->now = 0;
+    replica__peer(r, r->name, nlen, NULL);
+    r->now = -1;
+    *out = r;
+    return 0;
+}
+
+void replica_destroy(struct replica *r)
+{
+    if (r == NULL)
+        return;
+    table_destroy(r->t);
+    free(r->dirty);
+    free(r->peers);
+    free(r);
+}
+
+void replica_attach(struct replica *r, struct gossip_node *g)
+{
+    r->g = g;
+}
+
+static void replica__on_payload(void *ud, const char *from, const uint8_t *buf, size_t len)
+{
+    replica_receive(ud, from, buf, len);
+}
+
+static size_t replica__state_fill(void *ud, uint64_t *cursor, uint8_t *buf, size_t cap)
+{
+    return replica_state_fill(ud, cursor, buf, cap);
+}
+
+static void replica__state_merge(void *ud, const char *from, const uint8_t *buf, size_t len)
+{
+    struct replica *r = ud;
+    if (replica_receive(r, from, buf, len) == 0) {
+        r->st.state_chunks_merged++;
+        r->synced = 1;
+    }
+}
+
+static void replica__on_event(void *ud, enum gossip_event ev, const struct gossip_member_info *m)
+{
+    replica_member_event(ud, ev, m->name);
+}
+
+void replica_callbacks(struct replica *r, struct gossip_callbacks *cb)
+{
+    cb->ud = r;
+    cb->on_payload = replica__on_payload;
+    cb->state_fill = replica__state_fill;
+    cb->state_merge = replica__state_merge;
+    cb->on_event = replica__on_event;
+}
+
+void replica_member_event(struct replica *r, enum gossip_event ev, const char *name)
+{
+    struct rpeer *p = replica__peer(r, name, strlen(name), NULL);
+    if (p == NULL || p == &r->peers[0])
+        return;
+    switch (ev) {
+    case GOSSIP_EVENT_JOIN:
+    case GOSSIP_EVENT_ALIVE:
+        p->state = GOSSIP_MEMBER_ALIVE;
+        p->last_heard = r->now;
+        break;
+    case GOSSIP_EVENT_SUSPECT:
+        p->state = GOSSIP_MEMBER_SUSPECT;
+        break;
+    case GOSSIP_EVENT_DEAD:
+        p->state = GOSSIP_MEMBER_DEAD;
+        break;
+    case GOSSIP_EVENT_LEFT:
+        p->state = GOSSIP_MEMBER_LEFT;
+        break;
+    case GOSSIP_EVENT_REAP:
+        break;
+    }
+}
+
+void replica_mark_synced(struct replica *r)
+{
+    r->synced = 1;
+}
+
+int replica_synced(const struct replica *r)
+{
+    return r->synced;
+}
+
+/* ---- decisions ----------------------------------------------------------- */
+
+int replica_throttle(struct replica *r, const char *key, size_t klen, const struct algo_params *p,
+                     enum replica_policy pol, int64_t qty, int64_t now_ns, struct algo_result *out)
+{
+    if (r == NULL || key == NULL || klen == 0 || klen > TABLE_MAX_KEY || p == NULL || out == NULL ||
+        qty < 0 || now_ns < 0 || algo_state_size(p) == 0 || !algo_can_be_global(p->kind) ||
+        (pol != REPLICA_OPTIMISTIC && pol != REPLICA_SHARE))
+        return -SLUICE_EINVAL;
+    replica__now(r, now_ns);
+    if (r->created_ns < 0)
+        r->created_ns = r->now;
+    if (!r->synced && r->now - r->created_ns >= r->cfg.sync_timeout_ns)
+        r->synced = 1;
+    if (!r->synced) {
+        /* Fail closed until the cluster's counts are known (bounded). */
+        memset(out, 0, sizeof(*out));
+        out->limited = 1;
+        out->limit = p->limit;
+        out->retry_after_ns = r->created_ns + r->cfg.sync_timeout_ns - r->now;
+        out->reset_after_ns = out->retry_after_ns;
+        r->st.decisions++;
+        r->st.limited++;
+        r->st.unsynced_denials++;
+        return 0;
+    }
+    struct rkey *k = replica__find(r, key, klen);
+    if (k == NULL) {
+        int rc = replica__new_key(r, key, klen, p, pol, &k);
+        if (rc != 0)
+            return rc;
+    } else if (!replica__same_params(&k->p, p) || k->pol != pol) {
+        if (k->p.kind != p->kind || algo_state_size(&k->p) != algo_state_size(p)) {
+            void *st = calloc(1, algo_state_size(p));
+            if (st == NULL)
+                return -SLUICE_ENOMEM;
+            algo_free(&k->p, k->state);
+            free(k->state);
+            k->state = st;
+            algo_init(p, st);
+        }
+        k->p = *p;
+        k->pol = pol;
+        replica__update_share(r, k);
+    }
+    struct rslot *own = replica__own_slot(r, k);
+    if (own == NULL)
+        return -SLUICE_ENOMEM;
+    int rc = algo_decide(&k->lp, k->state, qty, r->now, out);
+    if (rc != 0)
+        return rc;
+    out->limit = k->p.limit;
+    k->req_acc = sat_add(k->req_acc, qty);
+    r->st.decisions++;
+    if (out->limited) {
+        r->st.limited++;
+        return 0;
+    }
+    if (qty > 0) {
+        int64_t base = own->vtat_ns > r->now ? own->vtat_ns : r->now;
+        own->count = sat_add(own->count, qty);
+        own->at_ns = own->stamp_ns = r->now;
+        own->vtat_ns = sat_add(base, sat_mul(qty, replica__emission(&k->p)));
+        k->last_change_ns = r->now;
+        replica__mark_dirty(r, k);
+    }
+    return 0;
+}
+
+/* ---- merge --------------------------------------------------------------- */
+
+struct merge_ctx {
+    struct replica *r;
+    const char *from;
+    size_t from_len;
+    enum delta_type type;
+};
+
+/* Sets real counts against phantom charged for the slot's node; gives back
+ * any phantom beyond them once the record is newer than the last charge. */
+static int64_t replica__settle(struct replica *r, struct rkey *k, struct rslot *s, int64_t add,
+                               int64_t stamp)
+{
+    if (s->phantom > 0 && add > 0) {
+        int64_t use = add < s->phantom ? add : s->phantom;
+        add -= use;
+        s->phantom -= use;
+    }
+    if (s->phantom > 0 && stamp >= s->ph_last) {
+        if (algo_refund(&k->p, k->state, s->phantom, r->now) == 0)
+            r->st.refunded_units += (uint64_t)s->phantom;
+        s->phantom = 0;
+        s->ph_acc = 0;
+    }
+    return add;
+}
+
+static void replica__merge_slot(void *ud, const struct delta_entry *e, const struct delta_slot *d)
+{
+    struct merge_ctx *m = ud;
+    struct replica *r = m->r;
+    struct algo_params p;
+    uint32_t pi;
+    const char *name = d->node_len ? d->node : m->from;
+    size_t nlen = d->node_len ? d->node_len : m->from_len;
+    if (algo_params_init(&p, (enum algo_kind)e->kind, e->burst, e->count, e->period_ns,
+                         e->precision) != 0 ||
+        !algo_can_be_global(p.kind) || e->policy > REPLICA_SHARE)
+        return;
+    struct rpeer *peer = replica__peer(r, name, nlen, &pi);
+    if (peer == NULL)
+        return;
+    r->st.slots_merged++;
+    struct rkey *k = replica__find(r, e->key, e->klen);
+    int64_t pending = replica__pending(&p, d->count, d->at_ns, d->vtat_ns);
+    if (k == NULL) {
+        /* Build the key only if the slot still matters now. */
+        if (d->vtat_ns <= r->now && d->demand_milli == 0)
+            return;
+        if (replica__new_key(r, e->key, e->klen, &p, (enum replica_policy)e->policy, &k) != 0)
+            return;
+    }
+    double demand = (double)d->demand_milli / 1000.0;
+    if (pi == 0) {
+        /* Our own slot as a peer holds it: the current epoch is ours to
+         * know; an earlier life's is poured once. */
+        if (k->self >= 0 && d->epoch >= k->slots[k->self].epoch)
+            return;
+        if (d->epoch > k->prev_epoch) {
+            k->prev_epoch = d->epoch;
+            k->prev_count = d->count;
+            replica__pour(r, k, pending, d->at_ns);
+            k->last_change_ns = r->now;
+        } else if (d->epoch == k->prev_epoch && d->count > k->prev_count) {
+            replica__pour(r, k, d->count - k->prev_count, d->at_ns);
+            k->prev_count = d->count;
+            k->last_change_ns = r->now;
+        }
+        return;
+    }
+    struct rslot *s = replica__slot(k, pi, 1);
+    if (s == NULL)
+        return;
+    int64_t add = -1;
+    if (d->epoch > s->epoch) {
+        add = pending; /* a new epoch pours from zero */
+        s->epoch = d->epoch;
+        s->count = d->count;
+        s->at_ns = d->at_ns;
+        s->vtat_ns = d->vtat_ns;
+    } else if (d->epoch == s->epoch && d->count > s->count) {
+        add = d->count - s->count;
+        s->count = d->count;
+        s->at_ns = d->at_ns;
+        s->vtat_ns = d->vtat_ns;
+    }
+    int changed = add >= 0;
+    if (d->epoch >= s->epoch && d->stamp_ns > s->stamp_ns) {
+        s->stamp_ns = d->stamp_ns;
+        s->demand = demand;
+        changed = 1;
+    }
+    if (add < 0)
+        add = 0;
+    add = replica__settle(r, k, s, add, d->stamp_ns);
+    replica__pour(r, k, add, d->at_ns);
+    if (changed)
+        k->last_change_ns = r->now;
+}
+
+int replica_receive(struct replica *r, const char *from, const uint8_t *buf, size_t len)
+{
+    struct merge_ctx m = {r, from, from != NULL ? strlen(from) : 0, DELTA_T_DELTA};
+    enum delta_type type;
+    int64_t sent;
+    if (m.from_len == 0 || m.from_len > GOSSIP_NAME_MAX) {
+        r->st.bad_packets++;
+        return -SLUICE_EINVAL;
+    }
+    int rc = delta_decode(buf, len, &type, &sent, NULL, NULL);
+    if (rc != 0) {
+        r->st.bad_packets++;
+        return rc;
+    }
+    struct rpeer *p = replica__peer(r, from, m.from_len, NULL);
+    if (p != NULL && p != &r->peers[0]) {
+        p->last_heard = r->now;
+        if (p->state != GOSSIP_MEMBER_LEFT)
+            p->state = GOSSIP_MEMBER_ALIVE;
+    }
+    m.type = type;
+    if (type == DELTA_T_DELTA) {
+        r->st.deltas_received++;
+        r->st.delta_bytes_received += len;
+    }
+    return delta_decode(buf, len, NULL, NULL, replica__merge_slot, &m);
+}
+
+/* ---- delta flush --------------------------------------------------------- */
+
+static size_t replica__max_payload(const struct replica *r)
+{
+    size_t cap = r->cfg.max_payload;
+    if (r->g != NULL) {
+        size_t g = gossip_node_max_payload(r->g);
+        cap = g < PKT_MAX ? g : PKT_MAX;
+    }
+    return cap;
+}
+
+static void replica__send(struct replica *r, struct delta_writer *w)
+{
+    size_t len = delta_writer_finish(w);
+    if (len == 0)
+        return;
+    int rc = -1;
+    if (r->g != NULL)
+        rc = gossip_node_broadcast(r->g, w->buf, len);
+    else if (r->cfg.broadcast != NULL)
+        rc = r->cfg.broadcast(r->cfg.broadcast_ud, w->buf, len);
+    if (rc == 0) {
+        r->st.deltas_sent++;
+        r->st.delta_entries_sent += w->nentries;
+        r->st.delta_bytes_sent += len;
+    }
+    r->last_sent = r->now;
+}
+
+static void replica__entry(const struct rkey *k, struct delta_entry *e)
+{
+    e->key = k->key;
+    e->klen = k->klen;
+    e->kind = (uint8_t)k->p.kind;
+    e->policy = (uint8_t)k->pol;
+    e->burst = k->p.burst;
+    e->count = k->p.count;
+    e->period_ns = k->p.period_ns;
+    e->precision = k->p.kind == ALGO_SLIDING_WINDOW ? k->p.precision : 0;
+}
+
+static uint64_t replica__milli(double d)
+{
+    if (!(d > 0))
+        return 0;
+    if (d > 1e15)
+        return (uint64_t)1e18;
+    return (uint64_t)llround(d * 1000.0);
+}
+
+static void replica__slot_wire(const struct replica *r, const struct rkey *k, const struct rslot *s,
+                               int own_anon, struct delta_slot *d)
+{
+    const struct rpeer *p = &r->peers[s->peer];
+    d->node = p->name;
+    d->node_len = (own_anon && s->peer == 0) ? 0 : p->len;
+    d->epoch = s->epoch;
+    d->count = s->count;
+    d->at_ns = s->at_ns;
+    d->vtat_ns = s->vtat_ns;
+    d->stamp_ns = s->stamp_ns;
+    d->demand_milli = replica__milli(s->peer == 0 ? k->demand : s->demand);
+}
+
+static void replica__flush(struct replica *r)
+{
+    size_t cap = replica__max_payload(r);
+    struct delta_writer w;
+    int can_send = r->g != NULL || r->cfg.broadcast != NULL;
+    delta_writer_init(&w, r->pkt, cap, DELTA_T_DELTA, r->now);
+    for (size_t i = 0; i < r->ndirty; i++) {
+        struct rkey *k = r->dirty[i];
+        k->dirty = 0;
+        if (k->self < 0 || !can_send)
+            continue;
+        struct delta_entry e;
+        struct delta_slot d;
+        replica__entry(k, &e);
+        replica__slot_wire(r, k, &k->slots[k->self], 1, &d);
+        int rc = delta_writer_add(&w, &e, &d, 1);
+        if (rc == -SLUICE_ETOOBIG && w.nentries > 0) {
+            replica__send(r, &w);
+            delta_writer_init(&w, r->pkt, cap, DELTA_T_DELTA, r->now);
+            rc = delta_writer_add(&w, &e, &d, 1);
+        }
+        if (rc != 0)
+            r->st.bad_packets++; /* a key too long for any payload */
+        k->sent_demand = k->demand;
+    }
+    r->ndirty = 0;
+    if (!can_send)
+        return;
+    /* A heartbeat keeps silence meaningful for partition detection. */
+    if (w.nentries > 0 ||
+        (table_count(r->t) > 0 && r->now - r->last_sent >= 2 * r->cfg.interval_ns))
+        replica__send(r, &w);
+}
+
+/* ---- anti-entropy -------------------------------------------------------- */
+
+static void replica__ae_collect(void *ud, const struct table_entry *e)
+{
+    struct replica *r = ud;
+    if (r->ae_npending < AE_PENDING_MAX)
+        r->ae_pending[r->ae_npending++] =
+            *(struct rkey *const *)table_entry_value((struct table_entry *)e);
+}
+
+/* Writes k with all its slots; -SLUICE_ETOOBIG if it does not fit. */
+static int replica__ae_write(struct replica *r, struct delta_writer *w, const struct rkey *k)
+{
+    struct delta_slot ds[64];
+    struct delta_entry e;
+    size_t n = 0;
+    replica__entry(k, &e);
+    for (uint32_t i = 0; i < k->nslots && n < sizeof(ds) / sizeof(ds[0]); i++) {
+        if (k->slots[i].epoch == 0)
+            continue;
+        replica__slot_wire(r, k, &k->slots[i], 1, &ds[n++]);
+    }
+    if (n == 0)
+        return 0;
+    return delta_writer_add(w, &e, ds, n);
+}
+
+size_t replica_state_fill(struct replica *r, uint64_t *cursor, uint8_t *buf, size_t cap)
+{
+    struct delta_writer w;
+    if (*cursor == 0) {
+        /* A new exchange continues the rotation where the last one stopped. */
+        r->ae_npending = r->ae_next = 0;
+        r->ae_wrapped = 0;
+        *cursor = 1;
+    } else if (*cursor == 2) {
+        return 0;
+    }
+    if (table_count(r->t) == 0)
+        return 0;
+    delta_writer_init(&w, buf, cap, DELTA_T_STATE, r->now);
+    for (;;) {
+        while (r->ae_next < r->ae_npending) {
+            int rc = replica__ae_write(r, &w, r->ae_pending[r->ae_next]);
+            if (rc == -SLUICE_ETOOBIG && w.nentries > 0)
+                goto done; /* next chunk */
+            r->ae_next++;
+        }
+        r->ae_npending = r->ae_next = 0;
+        if (r->ae_wrapped) {
+            *cursor = 2;
+            break;
+        }
+        r->ae_cursor = table_scan(r->t, r->ae_cursor, 8, replica__ae_collect, r);
+        if (r->ae_cursor == 0)
+            r->ae_wrapped = 1;
+    }
+done:
+    if (w.nentries == 0)
+        return 0;
+    r->st.state_chunks_sent++;
+    return delta_writer_finish(&w);
+}
+
+/* ---- tick ---------------------------------------------------------------- */
+
+static void replica__phantom(struct replica *r, struct rkey *k, int64_t dt)
+{
+    double total = k->demand;
+    for (uint32_t i = 0; i < k->nslots; i++)
+        if ((int)i != k->self)
+            total += k->slots[i].demand;
+    if (total <= 0)
+        return;
+    double rate = (double)k->p.count / (double)k->p.period_ns; /* units per ns */
+    for (uint32_t i = 0; i < k->nslots; i++) {
+        struct rslot *s = &k->slots[i];
+        struct rpeer *p = &r->peers[s->peer];
+        if ((int)i == k->self || s->peer == 0 || s->demand <= 0 || replica__reachable(r, p) ||
+            p->state == GOSSIP_MEMBER_LEFT || p->unreach_since == 0 ||
+            r->now - p->unreach_since >= r->cfg.phantom_max_ns)
+            continue;
+        s->ph_acc += s->demand / total * rate * (double)dt;
+        if (s->ph_acc >= 1) {
+            int64_t n = (int64_t)s->ph_acc;
+            s->ph_acc -= (double)n;
+            replica__pour(r, k, n, r->now);
+            s->phantom = sat_add(s->phantom, n);
+            s->ph_last = r->now;
+            r->st.phantom_units += (uint64_t)n;
+        }
+    }
+}
+
+static int replica__collectable(const struct replica *r, const struct rkey *k)
+{
+    if (k->dirty || k->req_acc > 0 || r->now - k->last_change_ns < r->cfg.gc_grace_ns)
+        return 0;
+    for (uint32_t i = 0; i < k->nslots; i++)
+        if (k->slots[i].phantom > 0)
+            return 0;
+    return algo_drained(&k->p, k->state, r->now);
+}
+
+void replica_tick(struct replica *r, int64_t now_ns)
+{
+    replica__now(r, now_ns);
+    if (r->created_ns < 0)
+        r->created_ns = r->now;
+    if (!r->synced && r->now - r->created_ns >= r->cfg.sync_timeout_ns)
+        r->synced = 1;
+    int64_t dt = r->last_tick >= 0 ? r->now - r->last_tick : 0;
+    r->last_tick = r->now;
+    for (size_t i = 1; i < r->npeers; i++) {
+        struct rpeer *p = &r->peers[i];
+        if (replica__reachable(r, p))
+            p->unreach_since = 0;
+        else if (p->unreach_since == 0)
+            p->unreach_since = r->now;
+    }
+    double alpha = dt > 0 ? 1.0 - exp(-(double)dt / (double)DEMAND_TAU_NS) : 0;
+    struct rkey *k = r->head;
+    while (k != NULL) {
+        struct rkey *next = k->next;
+        if (dt > 0) {
+            double inst = (double)k->req_acc * (double)NS_PER_SEC / (double)dt;
+            k->demand += alpha * (inst - k->demand);
+            if (k->demand < 1e-3)
+                k->demand = 0;
+            k->req_acc = 0;
+            double diff = fabs(k->demand - k->sent_demand);
+            if (k->self >= 0 && diff > 0.25 * (k->sent_demand > 1 ? k->sent_demand : 1)) {
+                k->slots[k->self].stamp_ns = r->now;
+                replica__mark_dirty(r, k);
+            }
+            if (k->pol == REPLICA_SHARE)
+                replica__phantom(r, k, dt);
+        }
+        replica__update_share(r, k);
+        if (replica__collectable(r, k)) {
+            replica__delete_key(r, k);
+            r->st.gc_keys++;
+        }
+        k = next;
+    }
+    if (r->now >= r->next_flush) {
+        r->next_flush = r->now + r->cfg.interval_ns;
+        replica__flush(r);
+    }
+}
+
+int64_t replica_next_deadline(const struct replica *r)
+{
+    return r->next_flush;
+}
+
+/* ---- introspection ------------------------------------------------------- */
+
+int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t now_ns,
+                     struct replica_key_info *info, replica_slot_fn fn, void *ud)
+{
+    struct rkey *k = replica__find(r, key, klen);
+    if (k == NULL)
+        return -SLUICE_ENOENT;
+    replica__now(r, now_ns);
+    struct algo_result res;
+    memset(info, 0, sizeof(*info));
+    info->params = k->p;
+    info->policy = k->pol;
+    info->debt_ns = replica__debt(k, r->now);
+    if (algo_decide(&k->lp, k->state, 0, r->now, &res) == 0) {
+        info->remaining = res.remaining;
+        info->reset_after_ns = res.reset_after_ns;
+    }
+    info->share = k->share;
+    info->nslots = k->nslots;
+    double total = k->demand;
+    for (uint32_t i = 0; i < k->nslots; i++)
+        if ((int)i != k->self)
+            total += k->slots[i].demand;
+    for (uint32_t i = 0; fn != NULL && i < k->nslots; i++) {
+        const struct rslot *s = &k->slots[i];
+        struct replica_slot_info si;
+        si.node = r->peers[s->peer].name;
+        si.epoch = s->epoch;
+        si.count = s->count;
+        si.at_ns = s->at_ns;
+        si.demand = (int)i == k->self ? k->demand : s->demand;
+        si.share = total > 0 ? si.demand / total : 0;
+        si.reachable = replica__reachable(r, &r->peers[s->peer]);
+        si.phantom = s->phantom;
+        fn(ud, &si);
+    }
+    return 0;
+}
+
+int64_t replica_key_total(struct replica *r, const char *key, size_t klen)
+{
+    struct rkey *k = replica__find(r, key, klen);
+    if (k == NULL)
+        return -1;
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < k->nslots; i++)
+        sum = sat_add(sum, k->slots[i].count);
+    return sum;
+}
+
+void replica_get_stats(const struct replica *r, struct replica_stats *out)
+{
+    *out = r->st;
+    out->keys = table_count(r->t);
+}
