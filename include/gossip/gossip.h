@@ -158,9 +158,9 @@ void gossip_node_destroy(struct gossip_node *node);
  * Joins a cluster through seed addresses: an anti-entropy exchange is started
  * with every seed at the next tick (and retried at each push-pull interval
  * while no other member is known).  Copies the array.  -GOSSIP_EINVAL for
- * n > 64.  Joining with no seed is valid: the node waits to be joined.
+ * count > 64.  Joining with no seed is valid: the node waits to be joined.
  */
-int gossip_node_join(struct gossip_node *node, const struct gossip_addr *seeds, size_t n);
+int gossip_node_join(struct gossip_node *node, const struct gossip_addr *seeds, size_t count);
 
 /*
  * Leaves gracefully: a "left" message is sent to several members at once and

@@ -155,7 +155,16 @@ static void detection(void)
                 all[na++] = seen_dead[n - 2];
             gossip_sim_restart(cur, victim, 0);
             victim = -1;
-            gossip_sim_run(cur, 20 * SEC);
+            /* Next trial once every node has the restarted node alive again. */
+            for (int k = 0; k < 120; k++) {
+                gossip_sim_run(cur, 500 * MSEC);
+                int ok = 1;
+                for (int i = 0; i < n && ok; i++)
+                    ok = gossip_node_num_live(gossip_sim_node(cur, i)) == (size_t)n;
+                if (ok)
+                    break;
+            }
+            gossip_sim_run(cur, 5 * SEC);
         }
         /* Steady state: false deaths per node-hour over 10 minutes. */
         long fd_before = false_deaths;
