@@ -2,7 +2,7 @@
  * libgossip membership scenarios on the simulator: convergence, failure
  * detection, no false deaths under loss, partitions, slow nodes (Lifeguard),
  * graceful leave, replays and restarts.  Seeded: SLUICE_SEED=<n> replays a
- * run.  Under the sanitizers the long scenarios run shorter (simutil.h).
+ * run.  SLUICE_SIM_QUICK=1 shortens the long scenarios (simutil.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
