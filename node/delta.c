@@ -19,8 +19,11 @@
  *                           count:int  period_ns:int  precision:int  slots ]
  *   slots   = array of slot (at most DELTA_SLOTS_MAX)
  *   slot    = fixarray(7) [ node:str (empty = origin)  epoch:uint
- *                           count:int  at_ns:int  vtat_ns:int  stamp_ns:int
- *                           demand_milli:uint ]
+ *                           count:int  now-at:int  now-vtat:int
+ *                           now-stamp:int  demand_milli:uint ]
+ *
+ * The three times of a slot travel as differences from the header's now_ns
+ * (saturated to int64), usually 1 to 5 bytes each instead of 9.
  */
 #include "delta.h"
 
@@ -35,6 +38,15 @@ struct bounded {
     uint8_t *buf;
     size_t cap, len;
 };
+
+/* a - b, saturated. */
+static int64_t sat_sub(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (__builtin_sub_overflow(a, b, &r))
+        return b < 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
 
 static int bounded_write(void *data, const char *p, size_t n)
 {
@@ -88,9 +100,9 @@ int delta_writer_add(struct delta_writer *w, const struct delta_entry *e,
         r |= msgpack_pack_str_body(&pk, s->node, s->node_len);
         r |= msgpack_pack_uint64(&pk, s->epoch);
         r |= msgpack_pack_int64(&pk, s->count);
-        r |= msgpack_pack_int64(&pk, s->at_ns);
-        r |= msgpack_pack_int64(&pk, s->vtat_ns);
-        r |= msgpack_pack_int64(&pk, s->stamp_ns);
+        r |= msgpack_pack_int64(&pk, sat_sub(w->now_ns, s->at_ns));
+        r |= msgpack_pack_int64(&pk, sat_sub(w->now_ns, s->vtat_ns));
+        r |= msgpack_pack_int64(&pk, sat_sub(w->now_ns, s->stamp_ns));
         r |= msgpack_pack_uint64(&pk, s->demand_milli);
     }
     if (r != 0)
@@ -306,7 +318,7 @@ static int rd_entry(struct reader *r, struct delta_entry *e, size_t *nslots)
     return 0;
 }
 
-static int rd_slot(struct reader *r, struct delta_slot *s)
+static int rd_slot(struct reader *r, int64_t now, struct delta_slot *s)
 {
     size_t n;
     if (rd_array(r, &n) != 0 || n != 7)
@@ -317,6 +329,9 @@ static int rd_slot(struct reader *r, struct delta_slot *s)
         rd_i64(r, &s->at_ns) != 0 || rd_i64(r, &s->vtat_ns) != 0 || rd_i64(r, &s->stamp_ns) != 0 ||
         rd_u64(r, &s->demand_milli) != 0)
         return -SLUICE_EPROTO;
+    s->at_ns = sat_sub(now, s->at_ns);
+    s->vtat_ns = sat_sub(now, s->vtat_ns);
+    s->stamp_ns = sat_sub(now, s->stamp_ns);
     return 0;
 }
 
@@ -345,7 +360,7 @@ static int walk(const uint8_t *buf, size_t len, enum delta_type *type, int64_t *
             return -SLUICE_EPROTO;
         for (size_t j = 0; j < nslots; j++) {
             struct delta_slot s;
-            if (rd_slot(&r, &s) != 0)
+            if (rd_slot(&r, now, &s) != 0)
                 return -SLUICE_EPROTO;
             if (fn != NULL)
                 fn(ud, &e, &s);

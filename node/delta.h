@@ -7,6 +7,9 @@
  * carries every slot of some keys, each naming its node.  A slot whose node
  * name is empty belongs to the packet's origin (saves the name in deltas).
  *
+ * Times travel relative to the packet's now_ns and are saturated to int64:
+ * a round trip is exact while |now_ns - t| < 2^63.
+ *
  * Encoding uses msgpack-c's packer into a caller-owned bounded buffer.
  * Decoding walks the bytes with a small bounded reader (no allocation): every
  * length and count is checked against what is left, every integer against

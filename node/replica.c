@@ -385,7 +385,7 @@ static struct rslot *replica__own_slot(struct replica *r, struct rkey *k)
     r->key_ctr++;
     s->epoch = ((uint64_t)r->cfg.boot_epoch << 32) | r->key_ctr;
     s->count = 0;
-    s->vtat_ns = s->at_ns = INT64_MIN;
+    s->vtat_ns = s->at_ns = 0;
     s->stamp_ns = r->now;
     k->self = (int)(s - k->slots);
     return s;
