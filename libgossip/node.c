@@ -44,6 +44,7 @@
 #define MS                 1000000LL
 #define MAX_SEEDS          64
 #define MAX_RELAYS         64
+#define MAX_MEMBERS        65536 /* members and tombstones kept */
 #define TS_WINDOW_NS       (30000 * MS)
 #define REAP_CHECK_NS      (1000 * MS)
 #define JOIN_RETRY_NS      (2000 * MS)
@@ -470,6 +471,8 @@ static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
         return;
     }
     if (m == NULL) {
+        if (n->t.n >= MAX_MEMBERS)
+            return; /* bound memory whatever peers claim */
         m = member_add(&n->t, msg->name.ptr, msg->name.len);
         if (m == NULL)
             return;
