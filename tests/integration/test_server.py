@@ -3,6 +3,7 @@ sockets and sluicectl.  Each test runs its own daemon (see sluicetest.py)."""
 import os
 import resource
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -260,6 +261,23 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(d.stop(), 0, d.logtext())
             self.assertFalse(os.path.exists(d.path))
             self.assertIn("listening on", d.logtext())
+        finally:
+            d.close()
+
+    def test_sigint_with_clients_connected(self):
+        d = Daemon().start()
+        try:
+            held = [d.connect() for _ in range(5)]
+            held[0].sendall(b"CL.THROTTLE k 1 1 1\r\n")
+            self.assertTrue(recv_until(held[0], b"\r\n" * 1).startswith(b"*5"))
+            held[1].sendall(b"*2\r\n$4\r\nECHO\r\n$10\r\nabc")  # half a command
+            d.proc.send_signal(signal.SIGINT)
+            self.assertEqual(d.proc.wait(timeout=20), 0, d.logtext())
+            self.assertFalse(os.path.exists(d.path))
+            for s in held:
+                s.settimeout(10)
+                recv_all(s)  # every client sees its connection closed
+                s.close()
         finally:
             d.close()
 
