@@ -47,6 +47,8 @@ struct server {
     uv_pipe_t listener;
     char *path;
     unsigned mode;
+    int set_gid;
+    unsigned gid;
     size_t max_clients, max_request, max_args, soft_limit, hard_limit;
     size_t in_limit; /* queued input of a paused client before reading stops */
     server_dispatch_fn dispatch;
@@ -83,6 +85,8 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
     }
     s->loop = loop;
     s->mode = cfg->socket_mode;
+    s->set_gid = cfg->set_socket_gid;
+    s->gid = cfg->socket_gid;
     s->max_clients = cfg->max_clients ? cfg->max_clients : 10000;
     s->max_request = cfg->max_request ? cfg->max_request : RESP_DEFAULT_MAX_REQUEST;
     s->max_args = cfg->max_args ? cfg->max_args : RESP_DEFAULT_MAX_ARGS;
@@ -557,6 +561,13 @@ int server_start(struct server *s)
         return -SLUICE_EIO;
     }
     s->bound = 1;
+    /* Group first, mode second: the socket never has group access for the
+     * wrong group. */
+    if (s->set_gid && chown(s->path, (uid_t)-1, (gid_t)s->gid) < 0) {
+        snprintf(s->err, sizeof(s->err), "cannot set group %u on %s: %s", s->gid, s->path,
+                 strerror(errno));
+        return -SLUICE_EIO;
+    }
     if (chmod(s->path, (mode_t)s->mode) < 0) {
         snprintf(s->err, sizeof(s->err), "cannot chmod %s: %s", s->path, strerror(errno));
         return -SLUICE_EIO;

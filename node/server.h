@@ -51,11 +51,13 @@ struct server_client;
 struct server_config {
     const char *socket_path; /* required; copied */
     unsigned socket_mode;    /* permission bits of the socket file, e.g. 0660 */
-    size_t max_clients;      /* 0 = 10000 */
-    size_t max_request;      /* bytes per command, 0 = RESP_DEFAULT_MAX_REQUEST */
-    size_t max_args;         /* arguments per command, 0 = RESP_DEFAULT_MAX_ARGS */
-    size_t out_soft_limit;   /* pause a client above this much unsent output, 0 = 256 KiB */
-    size_t out_hard_limit;   /* disconnect above this, 0 = 16 MiB */
+    int set_socket_gid;      /* nonzero: chown the socket file to socket_gid */
+    unsigned socket_gid;
+    size_t max_clients;    /* 0 = 10000 */
+    size_t max_request;    /* bytes per command, 0 = RESP_DEFAULT_MAX_REQUEST */
+    size_t max_args;       /* arguments per command, 0 = RESP_DEFAULT_MAX_ARGS */
+    size_t out_soft_limit; /* pause a client above this much unsent output, 0 = 256 KiB */
+    size_t out_hard_limit; /* disconnect above this, 0 = 16 MiB */
 };
 
 /* What a dispatch function returns. */

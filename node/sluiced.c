@@ -6,11 +6,13 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 #include <uv.h>
 
 #include "commands.h"
@@ -34,6 +36,8 @@ static void usage(FILE *f)
             "                           /tmp/sluice.sock).  A stale socket file is replaced; if\n"
             "                           a live daemon answers on it, sluiced refuses to start.\n"
             "  --socket-mode MODE       octal permissions of the socket file (default 0660)\n"
+            "  --socket-group GROUP     group (name or number) of the socket file, so that\n"
+            "                           members may connect (default: the daemon's group)\n"
             "  --max-clients N          concurrent clients; more are answered\n"
             "                           '-ERR max number of clients reached' (default 10000)\n"
             "  --max-request-bytes N    largest accepted command, framing included\n"
@@ -84,6 +88,7 @@ static void on_signal(uv_signal_t *h, int signum)
 enum {
     OPT_SOCKET = 256,
     OPT_SOCKET_MODE,
+    OPT_SOCKET_GROUP,
     OPT_MAX_CLIENTS,
     OPT_MAX_REQUEST,
     OPT_MAX_KEY,
@@ -99,6 +104,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"socket", required_argument, NULL, OPT_SOCKET},
         {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
+        {"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
         {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
         {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST},
         {"max-key-bytes", required_argument, NULL, OPT_MAX_KEY},
@@ -130,6 +136,19 @@ int main(int argc, char **argv)
                 return 2;
             }
             scfg.socket_mode = (unsigned)m;
+            break;
+        }
+        case OPT_SOCKET_GROUP: {
+            const struct group *gr = getgrnam(optarg);
+            if (gr != NULL) {
+                scfg.socket_gid = (unsigned)gr->gr_gid;
+            } else if (parse_size(optarg, 0, UINT32_MAX - 1, &v) == 0) {
+                scfg.socket_gid = (unsigned)v;
+            } else {
+                fprintf(stderr, "sluiced: --socket-group: no group named '%s'\n", optarg);
+                return 2;
+            }
+            scfg.set_socket_gid = 1;
             break;
         }
         case OPT_MAX_CLIENTS:
@@ -231,8 +250,13 @@ int main(int argc, char **argv)
         goto out_limiter;
     }
     rc = server_create(&d.loop, &scfg, commands_dispatch, d.cmds, &d.srv);
+    if (rc == -SLUICE_EINVAL) {
+        log_error("invalid socket path '%s' (empty, or longer than %zu bytes)", socket_path,
+                  sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+        goto out_cmds;
+    }
     if (rc < 0) {
-        log_error("invalid socket path '%s': %s", socket_path, sluice_strerror(rc));
+        log_error("cannot create the server: %s", sluice_strerror(rc));
         goto out_cmds;
     }
     rc = server_start(d.srv);

@@ -254,9 +254,12 @@ class RawSocketTest(unittest.TestCase):
 
 class LifecycleTest(unittest.TestCase):
     def test_sigterm_removes_socket_and_mode(self):
-        d = Daemon("--socket-mode", "0600").start()
+        # Root may hand the socket to any group; others only to their own.
+        gid = 4242 if os.geteuid() == 0 else os.getgid()
+        d = Daemon("--socket-mode", "0640", "--socket-group", str(gid)).start()
         try:
-            self.assertEqual(stat.S_IMODE(os.stat(d.path).st_mode), 0o600)
+            self.assertEqual(stat.S_IMODE(os.stat(d.path).st_mode), 0o640)
+            self.assertEqual(os.stat(d.path).st_gid, gid)
             self.assertTrue(stat.S_ISSOCK(os.stat(d.path).st_mode))
             self.assertEqual(d.stop(), 0, d.logtext())
             self.assertFalse(os.path.exists(d.path))
@@ -309,6 +312,16 @@ class LifecycleTest(unittest.TestCase):
             self.assertEqual(recv_exact(c, 7), b"+PONG\r\n")
             c.close()
 
+    def test_socket_path_too_long(self):
+        tmp = tempfile.mkdtemp(prefix="sluice-it-")
+        try:
+            path = os.path.join(tmp, "x" * 120)
+            out = subprocess.run([SLUICED, "--socket", path], capture_output=True, timeout=20)
+            self.assertEqual(out.returncode, 1)
+            self.assertIn(b"longer than", out.stderr)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def test_refuses_to_replace_regular_file(self):
         tmp = tempfile.mkdtemp(prefix="sluice-it-")
         try:
@@ -337,14 +350,14 @@ class LifecycleTest(unittest.TestCase):
 
     def test_bad_flags(self):
         for args in (["--on-full", "maybe"], ["--max-clients", "0"], ["--socket-mode", "999"],
-                     ["--log-level", "loud"], ["--nope"]):
+                     ["--log-level", "loud"], ["--socket-group", "no-such-group"], ["--nope"]):
             out = subprocess.run([SLUICED] + args, capture_output=True, timeout=20)
             self.assertEqual(out.returncode, 2, args)
         out = subprocess.run([SLUICED, "--help"], capture_output=True, timeout=20)
         self.assertEqual(out.returncode, 0)
-        for flag in (b"--socket", b"--socket-mode", b"--max-clients", b"--max-request-bytes",
-                     b"--max-key-bytes", b"--max-keys", b"--on-full", b"--log-level",
-                     b"--version"):
+        for flag in (b"--socket", b"--socket-mode", b"--socket-group", b"--max-clients",
+                     b"--max-request-bytes", b"--max-key-bytes", b"--max-keys", b"--on-full",
+                     b"--log-level", b"--version"):
             self.assertIn(flag, out.stdout)
 
 
