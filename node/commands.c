@@ -314,6 +314,26 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
     return SERVER_CONTINUE;
 }
 
+static int cmd_auth(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                    const size_t *argvlen, struct resp_buf *out)
+{
+    /* sluice has no passwords (the socket's permissions are the gate); answer
+     * like a Redis whose default user has none, so a client configured with
+     * a password gets the same clear message it would get from Redis. */
+    if (argc == 2) {
+        resp_add_error(out, "ERR AUTH <password> called without any password configured for "
+                            "the default user. Are you sure your configuration is correct?");
+    } else if (argc == 3) {
+        if (arg_is(argv[1], argvlen[1], "default"))
+            resp_add_simple(out, "OK");
+        else
+            resp_add_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
+    } else {
+        return reply_arity(out, "auth");
+    }
+    return SERVER_CONTINUE;
+}
+
 /* ---- introspection ---- */
 
 /* Appends "name:value\r\n" to a text buffer. */
@@ -445,6 +465,7 @@ static const struct {
     {"command", 7, cmd_command},
     {"select", 6, cmd_select},
     {"config", 6, cmd_config},
+    {"auth", 4, cmd_auth},
 };
 
 static size_t command_count(void)

@@ -160,6 +160,10 @@ static void test_connection_commands(void **state)
     assert_memory_equal(hello, "*14\r\n$6\r\nserver\r\n$6\r\nsluice\r\n", 29);
     assert_non_null(strstr(hello, "$5\r\nproto\r\n:2\r\n"));
     assert_string_equal(run(f, "COMMAND DOCS", NULL), "*0\r\n");
+    assert_string_equal(run(f, "AUTH default secret", NULL), "+OK\r\n");
+    assert_string_equal(run(f, "AUTH bob secret", NULL),
+                        "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+    assert_memory_equal(run(f, "AUTH secret", NULL), "-ERR AUTH <password> called without", 35);
     assert_string_equal(run(f, "CONFIG GET appendonly", NULL),
                         "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
     const char *info = run(f, "INFO", NULL);
