@@ -167,14 +167,15 @@ static void awareness_delta(struct gossip_node *n, int d)
         n->awareness = n->cfg.awareness_max_multiplier - 1;
 }
 
-static uint32_t retransmit_limit(const struct gossip_node *n)
+/* mult * ceil(log10(N + 1)), N = live members. */
+static uint32_t retransmit_limit(const struct gossip_node *n, int mult)
 {
     uint32_t lg = 0;
     for (size_t x = n->live + 1; x > 1; x = (x + 9) / 10)
         lg++; /* ceil(log10(N + 1)) */
     if (lg == 0)
         lg = 1;
-    return (uint32_t)n->cfg.retransmit_mult * lg;
+    return (uint32_t)mult * lg;
 }
 
 static int is_live(const struct member *m)
@@ -287,13 +288,15 @@ static int pb_add(struct pktbuf *pb, const struct proto_msg *m)
  * its own share, then into whatever room is left. */
 static void pb_piggyback(struct gossip_node *n, struct pktbuf *pb)
 {
-    uint32_t limit = retransmit_limit(n);
+    uint32_t limit = retransmit_limit(n, n->cfg.retransmit_mult);
+    uint32_t app_limit = retransmit_limit(
+        n, n->cfg.app_retransmit_mult > 0 ? n->cfg.app_retransmit_mult : n->cfg.retransmit_mult);
     size_t room = pb->cap - pb->len;
     size_t app_share = n->cfg.app_budget < room ? n->cfg.app_budget : room;
     size_t mcap = pb->cap - app_share;
     uint64_t id = ++n->packet_id;
     bcast_fill(&n->mq, limit, id, pb->buf, mcap, &pb->len, &pb->nmsgs);
-    bcast_fill(&n->aq, limit, id, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
+    bcast_fill(&n->aq, app_limit, id, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
     bcast_fill(&n->mq, limit, id, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
 }
 

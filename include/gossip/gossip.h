@@ -128,6 +128,7 @@ struct gossip_config {
     int suspicion_mult;             /* 4 */
     int suspicion_max_timeout_mult; /* 6 */
     int retransmit_mult;            /* 4 */
+    int app_retransmit_mult;        /* 0 = retransmit_mult; payloads' own limit */
     int64_t gossip_interval_ms;     /* 200 */
     int gossip_nodes;               /* 3 */
     int64_t gossip_to_dead_ms;      /* 30000: keep gossiping to the dead this long */

@@ -63,6 +63,7 @@ struct hooks {
     void (*on_event)(void *, enum gossip_event, const struct gossip_member_info *);
     void (*on_payload)(void *, const char *, const uint8_t *, size_t);
     int64_t gossip_interval_ms;
+    int app_retransmit_mult;
 };
 
 static struct gossip_sim *cluster(int n, double loss, const struct hooks *h)
@@ -82,6 +83,7 @@ static struct gossip_sim *cluster(int n, double loss, const struct hooks *h)
             cfg.cb.on_payload = h->on_payload;
             if (h->gossip_interval_ms)
                 cfg.gossip_interval_ms = h->gossip_interval_ms;
+            cfg.app_retransmit_mult = h->app_retransmit_mult;
         }
         gossip_sim_add(s, &cfg);
         if (i > 0)
@@ -262,14 +264,17 @@ static void bytes_per_node(void)
     const struct {
         int n;
         int64_t every_ms;
-    } loads[] = {{16, 100}, {100, 100}, {100, 1000}};
+        int app_mult;
+    } loads[] = {{16, 100, 0}, {16, 100, 2}, {16, 100, 1}, {100, 100, 0}, {100, 1000, 0}};
     printf("\n3. Bytes sent per node per second (sealed packets, MTU 1400, gossip every 100 ms)\n");
-    printf("%6s | %10s | %16s %12s %12s | %8s\n", "N", "idle B/s", "each node sends", "loaded B/s",
-           "delivered", "wall (s)");
+    printf("%6s | %10s | %16s %8s %12s %12s | %8s\n", "N", "idle B/s", "each node sends",
+           "app mult", "loaded B/s", "delivered", "wall (s)");
     for (size_t li = 0; li < sizeof(loads) / sizeof(loads[0]); li++) {
         int n = loads[li].n;
         double w0 = wall();
-        struct hooks h = {.on_payload = count_payload, .gossip_interval_ms = 100};
+        struct hooks h = {.on_payload = count_payload,
+                          .gossip_interval_ms = 100,
+                          .app_retransmit_mult = loads[li].app_mult};
         cur = cluster(n, 0, &h);
         uint64_t s0 = 0, s1 = 0, s2 = 0, sent, recv;
         for (int i = 0; i < n; i++) {
@@ -299,8 +304,9 @@ static void bytes_per_node(void)
         double expected = (double)ticks * n * (n - 1);
         char what[32];
         snprintf(what, sizeof(what), "64 B / %lld ms", (long long)loads[li].every_ms);
-        printf("%6d | %10.0f | %16s %12.0f %11.1f%% | %8.2f\n", n, (double)(s1 - s0) / n / 60.0,
-               what, (double)(s2 - s1) / n / 65.0, 100.0 * delivered / expected, wall() - w0);
+        printf("%6d | %10.0f | %16s %8d %12.0f %11.1f%% | %8.2f\n", n, (double)(s1 - s0) / n / 60.0,
+               what, loads[li].app_mult ? loads[li].app_mult : 4, (double)(s2 - s1) / n / 65.0,
+               100.0 * delivered / expected, wall() - w0);
         gossip_sim_destroy(cur);
         cur = NULL;
     }
