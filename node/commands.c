@@ -1,6 +1,7 @@
 /* commands: command table and handlers (see commands.h). */
 #include "commands.h"
 
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,6 +335,143 @@ static int cmd_auth(struct commands *cmds, struct server_client *c, size_t argc,
     return SERVER_CONTINUE;
 }
 
+/* ---- SCAN: the keys the limiter holds ---- */
+
+#define SCAN_MAX_COUNT 10000
+
+struct scan_ctx {
+    struct resp_buf *keys; /* the keys' bulk replies, counted in n */
+    size_t n;
+    const char *pattern; /* NUL-terminated, or NULL for all */
+    char *tmp;           /* NUL-terminated copy of a key for fnmatch */
+    size_t tmpcap;
+    int oom;
+};
+
+static void scan_one(void *ud, const char *key, size_t klen, int64_t tat_ns)
+{
+    struct scan_ctx *x = ud;
+    if (x->oom)
+        return;
+    if (x->pattern != NULL) {
+        if (memchr(key, '\0', klen) != NULL)
+            return; /* a key with a NUL cannot be matched by a C pattern */
+        if (x->tmpcap < klen + 1) {
+            char *t = realloc(x->tmp, klen + 1);
+            if (t == NULL) {
+                x->oom = 1;
+                return;
+            }
+            x->tmp = t;
+            x->tmpcap = klen + 1;
+        }
+        memcpy(x->tmp, key, klen);
+        x->tmp[klen] = '\0';
+        if (fnmatch(x->pattern, x->tmp, 0) != 0)
+            return;
+    }
+    if (resp_add_bulk(x->keys, key, klen) < 0)
+        x->oom = 1;
+    else
+        x->n++;
+}
+
+/* Strict decimal uint64 (SCAN cursors use the full range). */
+static int parse_uint64(const char *s, size_t len, uint64_t *out)
+{
+    if (len == 0 || len > 20)
+        return -SLUICE_EINVAL;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -SLUICE_EINVAL;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -SLUICE_ERANGE;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* SCAN cursor [MATCH pattern] [COUNT n]: Redis's SCAN over the limiter's keys,
+ * so `redis-cli --scan` lists them. */
+static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                    const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc < 2)
+        return reply_arity(out, "scan");
+    uint64_t cursor;
+    if (parse_uint64(argv[1], argvlen[1], &cursor) < 0) {
+        resp_add_error(out, "ERR invalid cursor");
+        return SERVER_CONTINUE;
+    }
+    int64_t count = 10;
+    char *pattern = NULL;
+    for (size_t i = 2; i < argc; i += 2) {
+        if (i + 1 >= argc) {
+            resp_add_error(out, "ERR syntax error");
+            free(pattern);
+            return SERVER_CONTINUE;
+        }
+        if (arg_is(argv[i], argvlen[i], "COUNT")) {
+            if (commands_parse_int64(argv[i + 1], argvlen[i + 1], &count) < 0) {
+                resp_add_error(out, "ERR value is not an integer or out of range");
+                free(pattern);
+                return SERVER_CONTINUE;
+            }
+            if (count < 1) {
+                resp_add_error(out, "ERR syntax error");
+                free(pattern);
+                return SERVER_CONTINUE;
+            }
+        } else if (arg_is(argv[i], argvlen[i], "MATCH")) {
+            free(pattern);
+            pattern = malloc(argvlen[i + 1] + 1);
+            if (pattern == NULL) {
+                resp_add_error(out, "ERR out of memory");
+                return SERVER_CONTINUE;
+            }
+            memcpy(pattern, argv[i + 1], argvlen[i + 1]);
+            pattern[argvlen[i + 1]] = '\0';
+            if (strcmp(pattern, "*") == 0) {
+                free(pattern);
+                pattern = NULL;
+            }
+        } else {
+            resp_add_error(out, "ERR syntax error");
+            free(pattern);
+            return SERVER_CONTINUE;
+        }
+    }
+    if (count > SCAN_MAX_COUNT)
+        count = SCAN_MAX_COUNT;
+    struct resp_buf keys;
+    resp_buf_init(&keys);
+    struct scan_ctx x = {.keys = &keys, .pattern = pattern};
+    uint64_t next = limiter_scan(cmds->lim, cursor, (size_t)count, scan_one, &x);
+    if (x.oom) {
+        resp_add_error(out, "ERR out of memory");
+    } else {
+        resp_add_array(out, 2);
+        /* The cursor is unsigned 64-bit: format it by hand. */
+        char ubuf[24];
+        size_t ulen = 0;
+        uint64_t u = next;
+        do {
+            ubuf[sizeof(ubuf) - 1 - ulen++] = (char)('0' + u % 10);
+            u /= 10;
+        } while (u != 0);
+        resp_add_bulk(out, ubuf + sizeof(ubuf) - ulen, ulen);
+        resp_add_array(out, x.n);
+        resp_add_raw(out, keys.data ? keys.data : "", keys.len);
+    }
+    resp_buf_free(&keys);
+    free(x.tmp);
+    free(pattern);
+    return SERVER_CONTINUE;
+}
+
 /* ---- introspection ---- */
 
 /* Appends "name:value\r\n" to a text buffer. */
@@ -466,6 +604,7 @@ static const struct {
     {"select", 6, cmd_select},
     {"config", 6, cmd_config},
     {"auth", 4, cmd_auth},
+    {"scan", 4, cmd_scan},
 };
 
 static size_t command_count(void)

@@ -2,7 +2,7 @@
  * sluicectl: command-line client for sluiced.
  *
  *   sluicectl [-s PATH] throttle KEY BURST COUNT PERIOD [QTY]
- *   sluicectl [-s PATH] ping | info [SECTION] | raw ARG...
+ *   sluicectl [-s PATH] ping | info [SECTION] | keys [PATTERN] | raw ARG...
  *
  * Exit status: throttle exits 0 when allowed, 1 when limited; every command
  * exits 2 on an error (connection, protocol, or an error reply).
@@ -28,6 +28,7 @@ static void usage(FILE *f)
                "                 CL.THROTTLE; prints the decision, exits 0 allowed, 1 limited\n"
                "  ping           checks that the daemon answers\n"
                "  info [SECTION] prints the daemon's INFO text\n"
+               "  keys [PATTERN] lists the keys held (glob PATTERN), one per line\n"
                "  raw ARG...     sends any command and prints the reply like redis-cli\n"
                "\n"
                "Options:\n"
@@ -134,6 +135,35 @@ static int cmd_simple(struct sluice_client *c, int argc, const char *const *argv
     return 0;
 }
 
+/* Walks SCAN until the cursor comes back to 0, printing every key. */
+static int cmd_keys(struct sluice_client *c, int argc, char **argv)
+{
+    char cursor[24] = "0";
+    do {
+        const char *a[6] = {"SCAN", cursor, "COUNT", "1000", "MATCH", argc > 1 ? argv[1] : "*"};
+        struct sluice_reply *r;
+        if (run(c, 6, a, &r) < 0)
+            return EXIT_ERR;
+        if (r->type != SLUICE_REPLY_ARRAY || r->nelem != 2 ||
+            r->elements[0]->type != SLUICE_REPLY_STRING || r->elements[0]->len >= sizeof(cursor) ||
+            r->elements[1]->type != SLUICE_REPLY_ARRAY) {
+            fprintf(stderr, "sluicectl: unexpected reply to SCAN\n");
+            sluice_reply_free(r);
+            return EXIT_ERR;
+        }
+        memcpy(cursor, r->elements[0]->str, r->elements[0]->len + 1);
+        const struct sluice_reply *keys = r->elements[1];
+        for (size_t i = 0; i < keys->nelem; i++) {
+            if (keys->elements[i]->type == SLUICE_REPLY_STRING) {
+                fwrite(keys->elements[i]->str, 1, keys->elements[i]->len, stdout);
+                fputc('\n', stdout);
+            }
+        }
+        sluice_reply_free(r);
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
@@ -169,7 +199,7 @@ int main(int argc, char **argv)
         return EXIT_ERR;
     }
     if (strcmp(cmd, "throttle") != 0 && strcmp(cmd, "ping") != 0 && strcmp(cmd, "info") != 0 &&
-        strcmp(cmd, "raw") != 0) {
+        strcmp(cmd, "keys") != 0 && strcmp(cmd, "raw") != 0) {
         fprintf(stderr, "sluicectl: unknown command '%s'\n", cmd);
         usage(stderr);
         return EXIT_ERR;
@@ -185,6 +215,8 @@ int main(int argc, char **argv)
     int status;
     if (strcmp(cmd, "throttle") == 0) {
         status = cmd_throttle(c, nargs, args);
+    } else if (strcmp(cmd, "keys") == 0) {
+        status = cmd_keys(c, nargs, args);
     } else if (strcmp(cmd, "ping") == 0) {
         const char *a[1] = {"PING"};
         status = cmd_simple(c, 1, a);

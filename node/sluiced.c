@@ -68,19 +68,32 @@ static int parse_size(const char *s, unsigned long long min, unsigned long long 
     return 0;
 }
 
+/* Drained keys are freed on use too; this timer frees them when traffic
+ * stops, so memory follows the number of keys actually being limited. */
+#define MAINTAIN_INTERVAL_MS 100
+#define MAINTAIN_BUDGET      1024
+
 struct daemon {
     uv_loop_t loop;
     uv_signal_t sigint, sigterm;
+    uv_timer_t maintain;
     struct server *srv;
     struct commands *cmds;
     struct limiter *lim;
 };
+
+static void on_maintain(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    limiter_maintain(d->lim, (int64_t)uv_hrtime(), MAINTAIN_BUDGET);
+}
 
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct daemon *d = h->data;
     log_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     server_close(d->srv);
+    uv_close((uv_handle_t *)&d->maintain, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
 }
@@ -266,6 +279,9 @@ int main(int argc, char **argv)
         uv_run(&d.loop, UV_RUN_DEFAULT);
         goto out_server;
     }
+    uv_timer_init(&d.loop, &d.maintain);
+    d.maintain.data = &d;
+    uv_timer_start(&d.maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
     uv_signal_init(&d.loop, &d.sigint);
     uv_signal_init(&d.loop, &d.sigterm);
     d.sigint.data = &d;

@@ -385,6 +385,20 @@ class SluicectlTest(unittest.TestCase):
                                        b"4) (integer) -1\n5) (integer) 1\n")
             self.assertIn(b"connected_clients:", ctl("-s", d.path, "info").stdout)
             self.assertEqual(ctl("-s", d.path + ".missing", "ping").returncode, 2)
+            # keys: every key held, through SCAN; redis-py's scan_iter agrees.
+            r = redis.Redis(unix_socket_path=d.path, socket_timeout=10)
+            p = r.pipeline(transaction=False)
+            for i in range(300):
+                p.execute_command("CL.THROTTLE", "user:%d" % i, 5, 1, 60)
+            p.execute()
+            want = {"user:%d" % i for i in range(300)} | {"k", "z"}
+            out = ctl("-s", d.path, "keys")
+            self.assertEqual(out.returncode, 0)
+            self.assertEqual(set(out.stdout.decode().split()), want)
+            self.assertEqual({k.decode() for k in r.scan_iter()}, want)
+            out = ctl("-s", d.path, "keys", "user:1?")
+            self.assertEqual(set(out.stdout.decode().split()), {"user:1%d" % i for i in range(10)})
+            r.close()
 
 
 if __name__ == "__main__":

@@ -175,6 +175,41 @@ static void test_connection_commands(void **state)
     assert_non_null(strstr(info, "decisions:"));
 }
 
+static void test_scan(void **state)
+{
+    struct fixture *f = *state;
+    run(f, "CL.THROTTLE a:1 1 1 60", NULL);
+    run(f, "CL.THROTTLE a:2 1 1 60", NULL);
+    run(f, "CL.THROTTLE b:1 1 1 60", NULL);
+    /* Walk the whole keyspace, two keys at a time; every key shows up. */
+    char cursor[32] = "0";
+    int seen_a1 = 0, seen_a2 = 0, seen_b1 = 0, rounds = 0;
+    do {
+        char cmd[96];
+        snprintf(cmd, sizeof(cmd), "SCAN %s COUNT 2", cursor);
+        const char *r = run(f, cmd, NULL);
+        assert_memory_equal(r, "*2\r\n$", 5);
+        seen_a1 |= strstr(r, "$3\r\na:1\r\n") != NULL;
+        seen_a2 |= strstr(r, "$3\r\na:2\r\n") != NULL;
+        seen_b1 |= strstr(r, "$3\r\nb:1\r\n") != NULL;
+        const char *c = strchr(r + 5, '\n') + 1;
+        size_t clen = strcspn(c, "\r");
+        assert_true(clen < sizeof(cursor));
+        memcpy(cursor, c, clen);
+        cursor[clen] = '\0';
+        assert_true(++rounds < 1000);
+    } while (strcmp(cursor, "0") != 0);
+    assert_true(seen_a1 && seen_a2 && seen_b1);
+    /* MATCH filters. */
+    const char *r = run(f, "SCAN 0 MATCH b:* COUNT 1000", NULL);
+    assert_non_null(strstr(r, "b:1"));
+    assert_null(strstr(r, "a:1"));
+    assert_string_equal(run(f, "SCAN x", NULL), "-ERR invalid cursor\r\n");
+    assert_string_equal(run(f, "SCAN 0 COUNT 0", NULL), "-ERR syntax error\r\n");
+    assert_string_equal(run(f, "SCAN 0 COUNT", NULL), "-ERR syntax error\r\n");
+    assert_string_equal(run(f, "SCAN 0 TYPE string", NULL), "-ERR syntax error\r\n");
+}
+
 static void test_unknown_command(void **state)
 {
     struct fixture *f = *state;
@@ -198,6 +233,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_throttle_errors, setup, teardown),
         cmocka_unit_test(test_parse_int64),
         cmocka_unit_test_setup_teardown(test_connection_commands, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_command, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
