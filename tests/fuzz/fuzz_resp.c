@@ -22,6 +22,7 @@ static const char *const seeds[] = {
     "cl.throttle user 1 1 1 -1\r\nHELLO 3\r\nHELLO 2 SETNAME x\r\nINFO\r\n",
     "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$2\r\nab\r\nCOMMAND DOCS\r\nSELECT 1\r\n",
     "CL.THROTTLE k 9223372036854775807 9223372036854775807 1 9223372036854775807\r\n",
+    "SCAN 0 MATCH k* COUNT 5\r\nSCAN 18446744073709551615\r\nAUTH default x\r\n",
     NULL,
 };
 static size_t seed_lens[sizeof(seeds) / sizeof(seeds[0])];
