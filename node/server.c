@@ -37,6 +37,7 @@ struct server_client {
     unsigned close_after_reply : 1;
     unsigned blocked : 1;
     unsigned in_shared : 1; /* the last alloc handed out the shared buffer */
+    unsigned executing : 1; /* inside client_execute: no re-entry */
     server_cancel_fn cancel;
     void *cancel_arg;
     char *name;
@@ -247,6 +248,7 @@ static size_t client_execute(struct server_client *c, const char *buf, size_t le
 {
     struct server *s = c->srv;
     size_t pos = 0;
+    c->executing = 1;
     while (pos < len && !client_paused(c)) {
         struct resp_cmd cmd;
         int rc = resp_parse(&c->parser, buf + pos, len - pos, &cmd);
@@ -258,6 +260,7 @@ static size_t client_execute(struct server_client *c, const char *buf, size_t le
             resp_add_errorf(&c->out, "ERR %s", resp_parser_error(&c->parser));
             c->close_after_reply = 1;
             resp_parser_reset(&c->parser);
+            c->executing = 0;
             return len; /* the rest is unframeable: drop it */
         }
         pos += cmd.consumed;
@@ -268,6 +271,7 @@ static size_t client_execute(struct server_client *c, const char *buf, size_t le
             SERVER_CLOSE_AFTER_REPLY)
             c->close_after_reply = 1;
     }
+    c->executing = 0;
     return pos;
 }
 
@@ -410,6 +414,8 @@ void server_client_unblock(struct server_client *c)
     c->blocked = 0;
     c->cancel = NULL;
     c->cancel_arg = NULL;
+    if (c->executing)
+        return; /* unblocked by its own handler: the running loop goes on */
     client_flush(c);
     if (!c->closing && !c->writing)
         client_resume(c);

@@ -28,7 +28,8 @@
  *   (their bytes wait, bounded, in its input buffer), so replies stay in
  *   request order.  Later (from a timer, say) the owner writes the
  *   reply into server_client_out(c) and calls server_client_unblock(c), which
- *   flushes it and resumes the queued commands.  If the client disconnects
+ *   flushes it and resumes the queued commands (calling it from the handler
+ *   that blocked is allowed and simply cancels the block).  If the client disconnects
  *   first, cancel(c, arg) is called exactly once, before the client is freed,
  *   and the owner must drop its reference and must not call unblock.
  *

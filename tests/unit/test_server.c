@@ -68,6 +68,13 @@ static int dispatch(void *ud, struct server_client *c, size_t argc, const char *
         blocked_now = 1;
         return SERVER_CONTINUE;
     }
+    if (argvlen[0] == 6 && memcmp(argv[0], "NOWAIT", 6) == 0) {
+        /* Blocks and answers at once, from inside the handler. */
+        server_client_block(c, on_cancel, NULL);
+        resp_add_simple(out, "NOW");
+        server_client_unblock(c);
+        return SERVER_CONTINUE;
+    }
     if (argvlen[0] == 3 && memcmp(argv[0], "BIG", 3) == 0 && argc == 2) {
         /* A bulk reply of n bytes 'z'. */
         size_t n = (size_t)strtoull(argv[1], NULL, 10);
@@ -170,9 +177,9 @@ static void test_deferred_reply_keeps_pipeline_order(void **state)
 {
     struct server *s = start_server();
     int fd = connect_client();
-    static const char req[] = "PING\r\nBLOCK 30\r\nECHO a\r\nBLOCK 1\r\nPING\r\n";
+    static const char req[] = "PING\r\nBLOCK 30\r\nECHO a\r\nBLOCK 1\r\nNOWAIT\r\nPING\r\n";
     assert_int_equal(send(fd, req, sizeof(req) - 1, 0), (ssize_t)sizeof(req) - 1);
-    static const char want[] = "+PONG\r\n+DONE\r\n$1\r\na\r\n+DONE\r\n+PONG\r\n";
+    static const char want[] = "+PONG\r\n+DONE\r\n$1\r\na\r\n+DONE\r\n+NOW\r\n+PONG\r\n";
     struct reader r = {.fd = fd, .want = sizeof(want) - 1};
     pump_until(read_enough, &r);
     assert_int_equal(r.len, sizeof(want) - 1);
