@@ -125,7 +125,10 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
         return SERVER_CONTINUE;
     }
     if (rc < 0) {
-        resp_add_errorf(out, CELL_ERR "arguments out of range (%s)", sluice_strerror(rc));
+        resp_add_error(out, rc == -SLUICE_ERANGE ? CELL_ERR
+                                "arguments out of range (burst, period or quantity "
+                                "too large for nanosecond arithmetic)"
+                                                 : CELL_ERR "invalid arguments");
         return SERVER_CONTINUE;
     }
     /* The hot path: one reserve, five integers written in place. */
