@@ -40,11 +40,10 @@ static void usage(FILE *f)
                "Exit status: 0 success (or allowed), 1 limited, 2 error.\n");
 }
 
-/* Prints a reply the way redis-cli does for a terminal. */
-static void print_reply(const struct sluice_reply *r, int indent, int index)
+/* Prints a reply the way redis-cli does for a terminal: the cursor is
+ * already past any "N) " prefix; nested elements align under their parent. */
+static void print_reply(const struct sluice_reply *r, int indent)
 {
-    if (index > 0)
-        printf("%*s%d) ", indent, "", index);
     switch (r->type) {
     case SLUICE_REPLY_STRING:
         printf("\"%.*s\"\n", (int)r->len, r->str);
@@ -64,10 +63,12 @@ static void print_reply(const struct sluice_reply *r, int indent, int index)
     case SLUICE_REPLY_ARRAY:
         if (r->nelem == 0)
             printf("(empty array)\n");
-        if (r->nelem > 0 && index > 0)
-            printf("\n");
-        for (size_t i = 0; i < r->nelem; i++)
-            print_reply(r->elements[i], index > 0 ? indent + 3 : indent, (int)i + 1);
+        for (size_t i = 0; i < r->nelem; i++) {
+            if (i > 0)
+                printf("%*s", indent, "");
+            int w = printf("%zu) ", i + 1);
+            print_reply(r->elements[i], indent + (w > 0 ? w : 0));
+        }
         break;
     }
 }
@@ -130,7 +131,7 @@ static int cmd_simple(struct sluice_client *c, int argc, const char *const *argv
     if (r->type == SLUICE_REPLY_STRING && argc >= 1 && strcasecmp(argv[0], "INFO") == 0)
         printf("%.*s\n", (int)r->len, r->str); /* INFO text as is */
     else
-        print_reply(r, 0, 0);
+        print_reply(r, 0);
     sluice_reply_free(r);
     return 0;
 }
