@@ -15,14 +15,15 @@
  *             | 0x94 | 0x01 | type | 0xd3 + 8 B   | 0xdd + 4 B count ... |
  *             +------+------+------+--------------+----------------------+
  *   entries = array32 of entry
- *   entry   = fixarray(8) [ key:bin  kind:uint  policy:uint  burst:int
- *                           count:int  period_ns:int  precision:int  slots ]
+ *   entry   = fixarray(9) [ key:bin  kind:uint  policy:uint  burst:int
+ *                           count:int  period_ns:int  precision:int  slots
+ *                           now-tat:int | nil ]
  *   slots   = array of slot (at most DELTA_SLOTS_MAX)
  *   slot    = fixarray(7) [ node:str (empty = origin)  epoch:uint
  *                           count:int  now-at:int  now-vtat:int
  *                           now-stamp:int  demand_milli:uint ]
  *
- * The three times of a slot travel as differences from the header's now_ns
+ * The tat and the three times of a slot travel as differences from the header's now_ns
  * (saturated to int64), usually 1 to 5 bytes each instead of 9.
  */
 #include "delta.h"
@@ -83,7 +84,7 @@ int delta_writer_add(struct delta_writer *w, const struct delta_entry *e,
     msgpack_packer pk;
     int r = 0;
     msgpack_packer_init(&pk, &b, bounded_write);
-    r |= msgpack_pack_array(&pk, 8);
+    r |= msgpack_pack_array(&pk, 9);
     r |= msgpack_pack_bin(&pk, e->klen);
     r |= msgpack_pack_bin_body(&pk, e->key, e->klen);
     r |= msgpack_pack_uint8(&pk, e->kind);
@@ -105,6 +106,10 @@ int delta_writer_add(struct delta_writer *w, const struct delta_entry *e,
         r |= msgpack_pack_int64(&pk, sat_sub(w->now_ns, s->stamp_ns));
         r |= msgpack_pack_uint64(&pk, s->demand_milli);
     }
+    if (e->has_tat)
+        r |= msgpack_pack_int64(&pk, sat_sub(w->now_ns, e->tat_ns));
+    else
+        r |= msgpack_pack_nil(&pk);
     if (r != 0)
         return -SLUICE_ETOOBIG; /* w->len untouched: the partial entry is discarded */
     w->len = b.len;
@@ -298,11 +303,27 @@ static int rd_bytes(struct reader *r, int want_str, size_t max, const char **s, 
     return 0;
 }
 
+/* The entry's trailing tat (after its slots): nil or an int. */
+static int rd_tat(struct reader *r, int64_t now, struct delta_entry *e)
+{
+    if (r->off < r->len && r->p[r->off] == 0xc0) {
+        r->off++;
+        e->has_tat = 0;
+        e->tat_ns = 0;
+        return 0;
+    }
+    if (rd_i64(r, &e->tat_ns) != 0)
+        return -SLUICE_EPROTO;
+    e->has_tat = 1;
+    e->tat_ns = sat_sub(now, e->tat_ns);
+    return 0;
+}
+
 static int rd_entry(struct reader *r, struct delta_entry *e, size_t *nslots)
 {
     size_t n;
     uint64_t kind, policy;
-    if (rd_array(r, &n) != 0 || n != 8)
+    if (rd_array(r, &n) != 0 || n != 9)
         return -SLUICE_EPROTO;
     if (rd_bytes(r, 0, DELTA_KEY_MAX, &e->key, &e->klen) != 0 || e->klen == 0)
         return -SLUICE_EPROTO;
@@ -358,12 +379,20 @@ static int walk(const uint8_t *buf, size_t len, enum delta_type *type, int64_t *
         size_t nslots;
         if (rd_entry(&r, &e, &nslots) != 0)
             return -SLUICE_EPROTO;
+        /* The tat follows the slots: find it first, then replay them. */
+        struct reader slots = r;
         for (size_t j = 0; j < nslots; j++) {
             struct delta_slot s;
             if (rd_slot(&r, now, &s) != 0)
                 return -SLUICE_EPROTO;
-            if (fn != NULL)
-                fn(ud, &e, &s);
+        }
+        if (rd_tat(&r, now, &e) != 0)
+            return -SLUICE_EPROTO;
+        for (size_t j = 0; fn != NULL && j < nslots; j++) {
+            struct delta_slot s;
+            if (rd_slot(&slots, now, &s) != 0)
+                return -SLUICE_EPROTO;
+            fn(ud, &e, &s);
         }
     }
     if (r.off != len)

@@ -41,6 +41,10 @@ struct delta_entry {
     uint8_t kind;
     uint8_t policy;
     int64_t burst, count, period_ns, precision;
+    /* STATE chunks of gcra keys: the sender's TAT (its merged view), which a
+     * receiver may take as a lower bound of the cluster's state. */
+    int has_tat;
+    int64_t tat_ns;
 };
 
 /* One node's slot of one key (replica.h, "Slots"). */

@@ -597,7 +597,36 @@ struct merge_ctx {
     const char *from;
     size_t from_len;
     enum delta_type type;
+    /* The entry being merged and the sender's TAT to apply after its slots. */
+    const char *cur;
+    struct delta_entry tat_entry;
+    int tat_pending;
 };
+
+/* After all slots of a STATE entry were merged (their increments poured),
+ * the sender's merged view is a lower bound of the cluster's consumption:
+ * TAT = max(TAT, sender's).  Never adds, so nothing is counted twice; it
+ * fills in what per-slot pours cannot know (a receiver that never saw the
+ * key, e.g. after a restart, learns the whole recent history at once). */
+static void replica__apply_tat(struct merge_ctx *m)
+{
+    struct algo_params p;
+    const struct delta_entry *e = &m->tat_entry;
+    if (!m->tat_pending)
+        return;
+    m->tat_pending = 0;
+    struct rkey *k = replica__find(m->r, e->key, e->klen);
+    if (k == NULL || k->p.kind != ALGO_GCRA ||
+        algo_params_init(&p, (enum algo_kind)e->kind, e->burst, e->count, e->period_ns,
+                         e->precision) != 0 ||
+        !replica__same_params(&p, &k->p))
+        return;
+    int64_t *tat = k->state;
+    if (e->tat_ns > *tat) {
+        *tat = e->tat_ns;
+        k->last_change_ns = m->r->now;
+    }
+}
 
 /* Sets real counts against phantom charged for the slot's node; gives back
  * any phantom beyond them once the record is newer than the last charge. */
@@ -630,6 +659,14 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
                          e->precision) != 0 ||
         !algo_can_be_global(p.kind) || e->policy > REPLICA_SHARE)
         return;
+    if (e->key != m->cur) {
+        replica__apply_tat(m);
+        m->cur = e->key;
+        if (m->type == DELTA_T_STATE && e->has_tat && p.kind == ALGO_GCRA) {
+            m->tat_entry = *e;
+            m->tat_pending = 1;
+        }
+    }
     struct rpeer *peer = replica__peer(r, name, nlen, &pi);
     if (peer == NULL)
         return;
@@ -638,7 +675,8 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
     int64_t pending = replica__pending(&p, d->count, d->at_ns, d->vtat_ns);
     if (k == NULL) {
         /* Build the key only if the slot still matters now. */
-        if (d->vtat_ns <= r->now && d->demand_milli == 0)
+        if (d->vtat_ns <= r->now && d->demand_milli == 0 &&
+            !(m->type == DELTA_T_STATE && e->has_tat && e->tat_ns > r->now))
             return;
         if (replica__new_key(r, e->key, e->klen, &p, (enum replica_policy)e->policy, &k) != 0)
             return;
@@ -693,7 +731,7 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
 
 int replica_receive(struct replica *r, const char *from, const uint8_t *buf, size_t len)
 {
-    struct merge_ctx m = {r, from, from != NULL ? strlen(from) : 0, DELTA_T_DELTA};
+    struct merge_ctx m = {r, from, from != NULL ? strlen(from) : 0, DELTA_T_DELTA, NULL, {0}, 0};
     enum delta_type type;
     int64_t sent;
     if (m.from_len == 0 || m.from_len > GOSSIP_NAME_MAX) {
@@ -716,7 +754,9 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
         r->st.deltas_received++;
         r->st.delta_bytes_received += len;
     }
-    return delta_decode(buf, len, NULL, NULL, replica__merge_slot, &m);
+    rc = delta_decode(buf, len, NULL, NULL, replica__merge_slot, &m);
+    replica__apply_tat(&m);
+    return rc;
 }
 
 /* ---- delta flush --------------------------------------------------------- */
@@ -759,6 +799,8 @@ static void replica__entry(const struct rkey *k, struct delta_entry *e)
     e->count = k->p.count;
     e->period_ns = k->p.period_ns;
     e->precision = k->p.kind == ALGO_SLIDING_WINDOW ? k->p.precision : 0;
+    e->has_tat = 0;
+    e->tat_ns = 0;
 }
 
 static uint64_t replica__milli(double d)
@@ -835,6 +877,10 @@ static int replica__ae_write(struct replica *r, struct delta_writer *w, const st
     struct delta_entry e;
     size_t n = 0;
     replica__entry(k, &e);
+    if (k->p.kind == ALGO_GCRA) {
+        e.has_tat = 1;
+        e.tat_ns = *(const int64_t *)k->state;
+    }
     for (uint32_t i = 0; i < k->nslots && n < sizeof(ds) / sizeof(ds[0]); i++) {
         if (k->slots[i].epoch == 0)
             continue;

@@ -40,6 +40,13 @@
  * Anti-entropy (gossip push-pull) sends every slot of every key, chunked
  * with the table's SCAN cursor; successive exchanges continue where the last
  * one stopped, so a table larger than one exchange is covered over several.
+ * For gcra keys a chunk also carries the sender's TAT (its merged view of
+ * every slot): after pouring the chunk's slot increments, the receiver takes
+ * TAT = max(its TAT, the sender's).  Both are lower bounds of the cluster's
+ * consumption, so the max never counts anything twice, and a node that never
+ * saw the key (a restarted one) learns its recent history at once; per-slot
+ * vtat pours alone would miss consumption that only the union of the slots
+ * keeps undrained.
  *
  * Shares (gcra and token-bucket).  Each node estimates its demand per key
  * (EWMA, 1 s, of requested units/s, denied included) and gossips it.  The

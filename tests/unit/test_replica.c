@@ -85,6 +85,8 @@ static size_t build_random(uint64_t *rng, uint8_t *buf, size_t cap, struct colle
         e.count = rnd_i64(rng);
         e.period_ns = rnd_i64(rng);
         e.precision = rnd_i64(rng);
+        e.has_tat = (int)(test_rand(rng) % 2);
+        e.tat_ns = e.has_tat ? now + (rnd_i64(rng) >> 2) : 0;
         size_t ns = (size_t)test_rand_range(rng, 0, 4);
         for (size_t j = 0; j < ns; j++) {
             size_t nl = (size_t)test_rand_range(rng, 0, DELTA_NAME_MAX);
@@ -138,6 +140,8 @@ static void test_codec_roundtrip(void **state)
             assert_int_equal(a->e.count, b->e.count);
             assert_int_equal(a->e.period_ns, b->e.period_ns);
             assert_int_equal(a->e.precision, b->e.precision);
+            assert_int_equal(a->e.has_tat, b->e.has_tat);
+            assert_int_equal(a->e.tat_ns, b->e.tat_ns);
             assert_int_equal(a->s.node_len, b->s.node_len);
             assert_memory_equal(a->node, b->node, a->s.node_len);
             assert_true(a->s.epoch == b->s.epoch);
