@@ -181,6 +181,8 @@ const struct policy *policy_set_match(const struct policy_set *set, const char *
 {
     if (set == NULL || (key == NULL && klen > 0))
         return NULL;
+    if (key == NULL)
+        key = ""; /* memcmp must not see NULL, even for zero bytes */
     for (size_t g = 0; g < set->ngroups; g++) {
         const struct policy_group *gr = &set->groups[g];
         size_t lo = 0, hi = gr->n;

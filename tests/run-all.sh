@@ -3,7 +3,8 @@
 #
 #   1. installs missing Debian packages (deploy/install-deps.sh)
 #   2. checks formatting (clang-format, .clang-format) and runs cppcheck
-#   3. builds with -Werror into build/ and runs the whole ctest suite
+#   3. builds with -Werror into build/, runs the whole ctest suite, then
+#      clang-tidy (.clang-tidy) with the build's compile database
 #   4. builds with AddressSanitizer + UndefinedBehaviorSanitizer into
 #      build-asan/ and runs the suite again
 #
@@ -36,6 +37,10 @@ run_suite() {
 
 echo "== build and test (release, -Werror)"
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+echo "== clang-tidy (.clang-tidy)"
+mapfile -t TIDY_SOURCES < <(ls node/*.c libgossip/*.c)
+clang-tidy -p build --quiet "${TIDY_SOURCES[@]}" 2>/dev/null
 
 if [ "${SKIP_ASAN:-0}" != "1" ]; then
   echo "== build and test (AddressSanitizer + UndefinedBehaviorSanitizer)"
