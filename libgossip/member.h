@@ -42,7 +42,9 @@ struct member {
     uint64_t max_ts;   /* newest packet timestamp from it ... */
     int64_t max_ts_at; /* ... and when it arrived, local clock */
     uint32_t pp_replied_xid;
-    size_t idx; /* position in member_table.v */
+    uint32_t pp_replied_inc; /* the sender's life that asked pp_replied_xid:
+                                a restarted node reuses ids from 1 */
+    size_t idx;              /* position in member_table.v */
 };
 
 struct member_table {

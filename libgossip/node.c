@@ -1014,11 +1014,15 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
             n->st.state_chunks_merged++;
             n->cfg.cb.state_merge(n->cfg.cb.ud, sender, m->data, m->data_len);
         }
-        /* Answer each request once, though all its packets ask. */
+        /* Answer each request once, though all its packets ask.  A request
+         * is named by (sender's incarnation, id): a restarted sender numbers
+         * its requests from 1 again, and must still be answered. */
         if ((m->flags & PROTO_PP_REQUEST) && snd != NULL &&
-            !(snd->pp_replied_valid && snd->pp_replied_xid == m->seq)) {
+            !(snd->pp_replied_valid && snd->pp_replied_xid == m->seq &&
+              snd->pp_replied_inc == p->incarnation)) {
             snd->pp_replied_valid = 1;
             snd->pp_replied_xid = m->seq;
+            snd->pp_replied_inc = p->incarnation;
             pushpull_send(n, from, m->seq, 0);
         }
     }
