@@ -1,9 +1,24 @@
 /*
- * limiter: CL.THROTTLE on the key table and the GCRA core.
+ * limiter: CL.THROTTLE on the key table and the GCRA core, and every other
+ * algorithm (algo.h) for the SL.* commands.
  *
- * Each key's state is one int64 TAT in the table's value area (tag
- * LIMITER_TAG_GCRA).  The parameters come with every call, as in redis-cell,
- * so the state is only the TAT.  A key exists in the table only while its
+ * Value areas, by table tag (tag = algorithm kind + 1):
+ *
+ *   gcra (tag 1, also CL.THROTTLE)    other algorithms
+ *   +-----------+                     +----------+------+---------+---------+-------------+
+ *   | TAT (8)   |                     | drain_at | used | shape_a | shape_b | algo state  |
+ *   +-----------+                     +----------+------+---------+---------+-------------+
+ *
+ * The first 8 bytes are always the time from which the key equals a fresh
+ * one (for GCRA that IS the TAT), so the table's drain hook is one load.  For
+ * the other algorithms drain_at is recomputed (now + reset_after) on every
+ * call, `used` is limit - remaining at the last call and shape_a/b are the
+ * parameters the state's meaning depends on (see limiter__shape), so a
+ * reload that changes them can convert the state instead of dropping it.
+ *
+ * CL.THROTTLE keeps its own path (no dispatch through algo_ops, parameters
+ * cached across calls): it is the hot path.  The parameters come with every
+ * call, as in redis-cell, so the state is only the TAT.  A key exists in the table only while its
  * state differs from a fresh key's: a decision that leaves the key drained
  * (a peek, a refused oversize quantity, a key touched after it drained)
  * deletes or never creates the entry, and the table's rotating reclaim
@@ -13,6 +28,7 @@
 #include "limiter.h"
 
 #include "gcra.h"
+#include "policy.h"
 #include "sluice/error.h"
 #include "table.h"
 
@@ -37,15 +53,43 @@ struct limiter {
     int c_valid;
     uint64_t touched_drained; /* entries deleted because a call left them drained */
     uint64_t overflow_denied, overflow_allowed, decisions, limited;
+    uint64_t dry_run_would_limit, reinitialised;
+    struct policy_set *policies;   /* one reference, or NULL */
+    int has_match;                 /* some policy has a match prefix */
+    struct algo_params log_params; /* any valid sliding-log params: frees rings */
 };
 
-/* A GCRA key equals an absent key from the moment its TAT is reached. */
+/* Header of a non-GCRA value area (see the file comment). */
+struct limiter__hdr {
+    int64_t drain_at;
+    int64_t used;
+    int64_t shape_a, shape_b;
+};
+#define LIMITER_HDR ((size_t)sizeof(struct limiter__hdr))
+
+static uint8_t limiter__tag(enum algo_kind k)
+{
+    return (uint8_t)(k + 1);
+}
+
+/* A GCRA key equals an absent key from the moment its TAT is reached; the
+ * other layouts keep that time in their first 8 bytes too. */
 static int64_t limiter__drain_at(void *ud, const struct table_entry *e)
 {
     int64_t tat;
     (void)ud;
     memcpy(&tat, table_entry_value((struct table_entry *)e), sizeof(tat));
     return tat;
+}
+
+/* Only the sliding log owns memory (its ring); the other states are plain
+ * bytes.  algo_free is called with the limiter's own log params: the log's
+ * free reads nothing from them. */
+static void limiter__free_value(void *ud, struct table_entry *e)
+{
+    struct limiter *lim = ud;
+    if (e->tag == limiter__tag(ALGO_SLIDING_LOG))
+        algo_free(&lim->log_params, (char *)table_entry_value(e) + LIMITER_HDR);
 }
 
 int limiter_create(struct limiter **out, const struct limiter_config *cfg)
@@ -64,7 +108,12 @@ int limiter_create(struct limiter **out, const struct limiter_config *cfg)
     tc.max_keys = lim->cfg.max_keys;
     tc.evict = lim->cfg.overflow == LIMITER_OVERFLOW_EVICT;
     tc.drain = limiter__drain_at;
+    tc.free_value = limiter__free_value;
     tc.ud = lim;
+    if (algo_params_init(&lim->log_params, ALGO_SLIDING_LOG, 0, 1, 1, 0) < 0) {
+        free(lim);
+        return -SLUICE_EINVAL;
+    }
     rc = table_create(&lim->table, &tc);
     if (rc < 0) {
         free(lim);
@@ -80,6 +129,7 @@ void limiter_destroy(struct limiter *lim)
     if (lim == NULL)
         return;
     table_destroy(lim->table);
+    policy_set_release(lim->policies);
     free(lim);
 }
 
@@ -111,6 +161,368 @@ static int limiter__params(struct limiter *lim, int64_t burst, int64_t count, in
     return 0;
 }
 
+/* ---- every algorithm ---- */
+
+enum limiter__op { OP_DECIDE, OP_FIT, OP_REFUND, OP_PEEK };
+
+/* The parameters a state's meaning depends on, besides its algorithm:
+ * token-bucket holds tokens * period_ns capped at (burst+1) * period_ns;
+ * the windows index time by period and precision.  gcra and the log hold
+ * absolute times, which mean the same under any parameters. */
+static void limiter__shape(const struct algo_params *p, int64_t *a, int64_t *b)
+{
+    *a = 0;
+    *b = 0;
+    if (p->kind == ALGO_TOKEN_BUCKET) {
+        *a = p->period_ns;
+        *b = p->burst;
+    } else if (p->kind == ALGO_FIXED_WINDOW) {
+        *a = p->period_ns;
+    } else if (p->kind == ALGO_SLIDING_WINDOW) {
+        *a = p->period_ns;
+        *b = p->precision;
+    }
+}
+
+/* Units to pour into a fresh state under p so that it carries on from a
+ * state with another shape (see limiter.h): token-bucket keeps its time to
+ * full, the windows the units used while the old window lasts. */
+static int64_t limiter__carry(const struct algo_params *p, const struct limiter__hdr *h,
+                              int64_t now)
+{
+    int64_t ttf, units;
+    if (h->drain_at <= now)
+        return 0;
+    if (p->kind != ALGO_TOKEN_BUCKET)
+        return h->used > 0 ? h->used : 0;
+    ttf = h->drain_at - now;
+    if (__builtin_mul_overflow(ttf, p->count, &units))
+        return p->limit;
+    units = units / p->period_ns + (units % p->period_ns != 0);
+    return units < p->limit ? units : p->limit;
+}
+
+static int64_t limiter__sat_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* Writes the header of a non-GCRA state after a call answered by r. */
+static void limiter__hdr_update(const struct algo_params *p, struct limiter__hdr *h,
+                                const struct algo_result *r, int64_t now)
+{
+    int64_t used = r->limit - r->remaining;
+    /* remaining stops at 0: a key over a lowered limit used more than the
+     * limit says; keep the larger count while the same window lasts. */
+    if (r->remaining <= 0 && h->drain_at > now && h->used > used)
+        used = h->used;
+    h->used = used;
+    h->drain_at = limiter__sat_add(now, r->reset_after_ns > 0 ? r->reset_after_ns : 0);
+    limiter__shape(p, &h->shape_a, &h->shape_b);
+}
+
+/* Largest state a key may have on the stack (sliding-window at the top
+ * precision). */
+#define LIMITER_TMP_WORDS (2 + ALGO_PRECISION_MAX)
+
+/*
+ * One operation on key under p.  Finds the key, drops or converts a state of
+ * another algorithm or shape, runs op on the state (in place, or on a fresh
+ * state on the stack), then deletes the entry if the key is drained, or
+ * stores the stack state in a new entry if it is not.  OP_DECIDE fills out;
+ * OP_FIT fills *delay (and out with a peek); OP_REFUND and OP_PEEK fill out
+ * with a peek after the operation.
+ */
+static int limiter__run(struct limiter *lim, const char *key, size_t klen,
+                        const struct algo_params *p, enum limiter__op op, int64_t qty, int64_t now,
+                        struct algo_result *out, int64_t *delay)
+{
+    int64_t tmp[LIMITER_TMP_WORDS];
+    size_t ssz, off;
+    struct table_entry *e;
+    void *st;
+    int64_t carry = 0;
+    int rc, drained;
+
+    if (qty < 0)
+        return -SLUICE_EINVAL;
+    if (klen > TABLE_MAX_KEY)
+        return -SLUICE_ETOOBIG;
+    ssz = algo_state_size(p);
+    if (ssz == 0 || ssz > sizeof(tmp))
+        return -SLUICE_EINVAL;
+    off = p->kind == ALGO_GCRA ? 0 : LIMITER_HDR;
+    if (now < lim->last_now)
+        now = lim->last_now;
+    lim->last_now = now;
+    if (op == OP_DECIDE && (lim->decisions & (RECLAIM_EVERY - 1)) == 0)
+        table_reclaim_step(lim->table, now, RECLAIM_BUCKETS);
+
+    e = table_find(lim->table, key, klen);
+    if (e != NULL && e->tag != limiter__tag(p->kind)) {
+        table_delete(lim->table, e);
+        lim->reinitialised++;
+        e = NULL;
+    } else if (e != NULL && off != 0) {
+        struct limiter__hdr *h = table_entry_value(e);
+        int64_t a, b;
+        limiter__shape(p, &a, &b);
+        if (h->shape_a != a || h->shape_b != b) {
+            carry = limiter__carry(p, h, now);
+            table_delete(lim->table, e);
+            lim->reinitialised++;
+            e = NULL;
+        }
+    }
+    if (e != NULL) {
+        st = (char *)table_entry_value(e) + off;
+    } else {
+        st = tmp;
+        algo_init(p, st);
+        if (carry > 0 && (rc = algo_consume(p, st, carry, now)) < 0)
+            return rc;
+    }
+
+    switch (op) {
+    case OP_DECIDE:
+        rc = algo_decide(p, st, qty, now, out);
+        break;
+    case OP_FIT:
+        rc = algo_earliest_fit(p, st, qty, now, delay);
+        if (rc == 0)
+            rc = algo_decide(p, st, 0, now, out);
+        break;
+    case OP_REFUND:
+        rc = algo_refund(p, st, qty, now);
+        if (rc == 0)
+            rc = algo_decide(p, st, 0, now, out);
+        break;
+    default:
+        rc = algo_decide(p, st, 0, now, out);
+        break;
+    }
+    if (rc < 0) {
+        if (e == NULL)
+            algo_free(p, st);
+        return rc;
+    }
+
+    drained = algo_drained(p, st, now);
+    if (e != NULL) {
+        if (drained && !(e->flags & TABLE_F_PINNED)) {
+            table_delete(lim->table, e);
+            lim->touched_drained++;
+        } else if (off != 0) {
+            limiter__hdr_update(p, table_entry_value(e), out, now);
+        }
+    } else if (!drained) {
+        rc = table_insert(lim->table, key, klen, off + ssz, limiter__tag(p->kind), now, &e);
+        if (rc == 0) {
+            memcpy((char *)table_entry_value(e) + off, st, ssz);
+            if (off != 0)
+                limiter__hdr_update(p, table_entry_value(e), out, now);
+        } else {
+            algo_free(p, st);
+            if (rc == -SLUICE_EFULL && op == OP_DECIDE &&
+                lim->cfg.overflow == LIMITER_OVERFLOW_ALLOW) {
+                lim->overflow_allowed++;
+            } else if (rc == -SLUICE_EFULL && op == OP_DECIDE) {
+                /* Fail closed: limited, retry after one unit's share of
+                 * the period. */
+                lim->overflow_denied++;
+                out->limited = 1;
+                out->remaining = 0;
+                out->retry_after_ns = p->period_ns / p->count > 0 ? p->period_ns / p->count : 1;
+            } else if (rc != -SLUICE_EFULL) {
+                return rc;
+            }
+        }
+    } else {
+        algo_free(p, st);
+    }
+    if (op == OP_DECIDE) {
+        lim->decisions++;
+        if (out->limited)
+            lim->limited++;
+    }
+    return 0;
+}
+
+int limiter_decide(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
+                   int64_t qty, int64_t now_ns, struct algo_result *out)
+{
+    return limiter__run(lim, key, klen, p, OP_DECIDE, qty, now_ns, out, NULL);
+}
+
+int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
+                          const struct policy *pol, int64_t qty, int64_t now_ns,
+                          struct algo_result *out, int *would_limit)
+{
+    int rc = limiter__run(lim, key, klen, &pol->algo, OP_DECIDE, qty, now_ns, out, NULL);
+    if (rc < 0)
+        return rc;
+    if (would_limit != NULL)
+        *would_limit = out->limited;
+    if (out->limited && pol->dry_run) {
+        lim->dry_run_would_limit++;
+        out->limited = 0;
+        out->retry_after_ns = ALGO_NEVER;
+    }
+    return 0;
+}
+
+int limiter_refund(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
+                   int64_t qty, int64_t now_ns)
+{
+    struct algo_result r;
+    struct table_entry *e;
+    if (qty < 0 || algo_state_size(p) == 0)
+        return -SLUICE_EINVAL;
+    if (klen > TABLE_MAX_KEY)
+        return -SLUICE_ETOOBIG;
+    e = table_find(lim->table, key, klen);
+    if (e == NULL || e->tag != limiter__tag(p->kind))
+        return 0; /* nothing of this algorithm was taken */
+    return limiter__run(lim, key, klen, p, OP_REFUND, qty, now_ns, &r, NULL);
+}
+
+int limiter_reset(struct limiter *lim, const char *key, size_t klen)
+{
+    struct table_entry *e;
+    if (klen > TABLE_MAX_KEY)
+        return 0;
+    e = table_find(lim->table, key, klen);
+    if (e == NULL)
+        return 0;
+    table_delete(lim->table, e);
+    return 1;
+}
+
+int limiter_earliest_fit(struct limiter *lim, const char *key, size_t klen,
+                         const struct algo_params *p, int64_t qty, int64_t now_ns,
+                         int64_t *delay_ns)
+{
+    struct algo_result r;
+    return limiter__run(lim, key, klen, p, OP_FIT, qty, now_ns, &r, delay_ns);
+}
+
+static const struct algo_params *limiter__req_params(const struct limiter_req *q)
+{
+    return q->pol != NULL ? &q->pol->algo : q->p;
+}
+
+int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n, int64_t now_ns,
+                  struct algo_result *outs, int *allowed)
+{
+    int64_t delay;
+    size_t i, j;
+    int rc, ok = 1;
+
+    if (n == 0 || n > LIMITER_MULTI_MAX)
+        return -SLUICE_EINVAL;
+    for (i = 0; i < n; i++) {
+        if (reqs[i].qty < 0 || limiter__req_params(&reqs[i]) == NULL)
+            return -SLUICE_EINVAL;
+        for (j = 0; j < i; j++) {
+            if (reqs[i].klen == reqs[j].klen &&
+                (reqs[i].klen == 0 || memcmp(reqs[i].key, reqs[j].key, reqs[i].klen) == 0))
+                return -SLUICE_EINVAL;
+        }
+    }
+    if (now_ns < lim->last_now)
+        now_ns = lim->last_now;
+    /* Phase 1: would every key allow?  Nothing is charged. */
+    for (i = 0; i < n; i++) {
+        const struct limiter_req *q = &reqs[i];
+        rc = limiter__run(lim, q->key, q->klen, limiter__req_params(q), OP_FIT, q->qty, now_ns,
+                          &outs[i], &delay);
+        if (rc < 0)
+            return rc;
+        outs[i].limited = delay != 0;
+        outs[i].retry_after_ns = delay != 0 ? delay : ALGO_NEVER;
+        if (delay != 0 && q->pol != NULL && q->pol->dry_run)
+            lim->dry_run_would_limit++;
+        else if (delay != 0)
+            ok = 0;
+    }
+    lim->decisions++;
+    if (!ok) {
+        lim->limited++;
+        *allowed = 0;
+        return 0;
+    }
+    /* Phase 2: charge them all.  Distinct keys cannot interfere, so each
+     * allows as phase 1 said; a failure (out of memory, a full table)
+     * refunds the keys already charged. */
+    for (i = 0; i < n; i++) {
+        const struct limiter_req *q = &reqs[i];
+        const struct algo_params *p = limiter__req_params(q);
+        int refused = 0;
+        rc = limiter__run(lim, q->key, q->klen, p, OP_DECIDE, q->qty, now_ns, &outs[i], NULL);
+        lim->decisions--; /* one decision for the whole request */
+        if (rc == 0 && outs[i].limited) {
+            lim->limited--;
+            if (q->pol != NULL && q->pol->dry_run) {
+                outs[i].limited = 0;
+                outs[i].retry_after_ns = ALGO_NEVER;
+            } else {
+                refused = 1;
+            }
+        }
+        if (rc < 0 || refused) {
+            for (j = 0; j < i; j++) {
+                struct algo_result r;
+                (void)limiter__run(lim, reqs[j].key, reqs[j].klen, limiter__req_params(&reqs[j]),
+                                   OP_REFUND, reqs[j].qty, now_ns, &r, NULL);
+            }
+            if (rc < 0)
+                return rc;
+            lim->limited++;
+            *allowed = 0;
+            return 0;
+        }
+    }
+    *allowed = 1;
+    return 0;
+}
+
+void limiter_set_policies(struct limiter *lim, struct policy_set *set)
+{
+    struct policy_set *old = lim->policies;
+    lim->policies = policy_set_retain(set);
+    lim->has_match = 0;
+    for (size_t i = 0; i < policy_set_count(set); i++) {
+        if (policy_set_at(set, i)->match != NULL)
+            lim->has_match = 1;
+    }
+    policy_set_release(old);
+}
+
+struct policy_set *limiter_policies(const struct limiter *lim)
+{
+    return lim->policies;
+}
+
+/* CL.THROTTLE on a key a policy covers: the policy decides, the reply keeps
+ * redis-cell's shape and rounding. */
+static int limiter__throttle_policy(struct limiter *lim, const char *key, size_t klen,
+                                    const struct policy *pol, int64_t quantity, int64_t now_ns,
+                                    struct limiter_throttle_result *out)
+{
+    struct algo_result r;
+    int rc = limiter_decide_policy(lim, key, klen, pol, quantity, now_ns, &r, NULL);
+    if (rc < 0)
+        return rc;
+    out->limited = r.limited;
+    out->limit = r.limit;
+    out->remaining = r.remaining > 0 ? r.remaining : 0;
+    out->retry_after_s =
+        r.limited && r.retry_after_ns != ALGO_NEVER ? gcra_cell_seconds(r.retry_after_ns) : -1;
+    out->reset_after_s = gcra_cell_seconds(r.reset_after_ns);
+    return 0;
+}
+
 int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
                      int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
                      struct limiter_throttle_result *out)
@@ -126,6 +538,11 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
         return -SLUICE_EINVAL;
     if (klen > TABLE_MAX_KEY)
         return -SLUICE_ETOOBIG;
+    if (lim->has_match) {
+        const struct policy *pol = policy_set_match(lim->policies, key, klen);
+        if (pol != NULL)
+            return limiter__throttle_policy(lim, key, klen, pol, quantity, now_ns, out);
+    }
     rc = limiter__params(lim, max_burst, count, period_s, &p);
     if (rc < 0)
         return rc;
@@ -138,6 +555,12 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
 
     e = table_find(lim->table, key, klen);
     tat = GCRA_TAT_FULL;
+    if (e != NULL && e->tag != LIMITER_TAG_GCRA) {
+        /* Another algorithm's state: CL.THROTTLE is GCRA, start afresh. */
+        table_delete(lim->table, e);
+        lim->reinitialised++;
+        e = NULL;
+    }
     if (e != NULL)
         memcpy(&tat, table_entry_value(e), sizeof(tat));
     rc = gcra_decide(&tat, p, quantity, now_ns, &r);
@@ -219,4 +642,6 @@ void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out)
     out->overflow_allowed = lim->overflow_allowed;
     out->decisions = lim->decisions;
     out->limited = lim->limited;
+    out->dry_run_would_limit = lim->dry_run_would_limit;
+    out->reinitialised = lim->reinitialised;
 }

@@ -18,6 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "algo.h"
+
+struct policy;
+struct policy_set;
+
 /* What happens when a new key arrives and the table holds max_keys keys that
  * are all still limited (drained keys are always reclaimed first). */
 enum limiter_overflow {
@@ -44,13 +49,15 @@ struct limiter_throttle_result {
 };
 
 struct limiter_stats {
-    uint64_t keys;             /* keys currently held */
-    uint64_t reclaimed;        /* drained keys freed */
-    uint64_t evicted;          /* limited keys evicted by the overflow policy */
-    uint64_t overflow_denied;  /* requests denied by the overflow policy */
-    uint64_t overflow_allowed; /* requests allowed statelessly by the overflow policy */
-    uint64_t decisions;        /* throttle calls answered */
-    uint64_t limited;          /* of which limited */
+    uint64_t keys;                /* keys currently held */
+    uint64_t reclaimed;           /* drained keys freed */
+    uint64_t evicted;             /* limited keys evicted by the overflow policy */
+    uint64_t overflow_denied;     /* requests denied by the overflow policy */
+    uint64_t overflow_allowed;    /* requests allowed statelessly by the overflow policy */
+    uint64_t decisions;           /* throttle calls answered */
+    uint64_t limited;             /* of which limited */
+    uint64_t dry_run_would_limit; /* dry-run policies' refusals answered as allowed */
+    uint64_t reinitialised;       /* keys whose algorithm or shape changed (reset) */
 };
 
 struct limiter;
@@ -95,5 +102,90 @@ uint64_t limiter_scan(struct limiter *lim, uint64_t cursor, size_t count, limite
                       void *ud);
 
 void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out);
+
+/*
+ * ---- every algorithm (SL.* commands) ----
+ *
+ * A key's state is the state of the algorithm it was last decided with (the
+ * table tag says which).  When a call names another algorithm the key is
+ * re-initialised (a fresh key of the new algorithm).  When it names the same
+ * algorithm with other parameters (a config reload), the state is kept and
+ * the new parameters apply at once: gcra (a TAT) and sliding-log (admission
+ * timestamps) keep their state as is; token-bucket keeps its time to full
+ * (the GCRA view: the same debt in time, so fewer or more units under the new
+ * rate); fixed-window and sliding-window keep the units used in the current
+ * window if the window geometry (period, precision) is unchanged, and
+ * otherwise carry the units used so far into the new window until the old
+ * one would have ended.  CL.THROTTLE and the gcra algorithm share one state,
+ * so both may be used on one key.
+ */
+
+/*
+ * Decides qty units of key under p (qty 0 peeks and changes nothing) and
+ * fills *out (durations in ns).  Fails, changing nothing, with
+ * -SLUICE_EINVAL (invalid p, qty < 0), -SLUICE_ETOOBIG (key too long) or
+ * -SLUICE_ENOMEM.  The overflow policy's outcomes are answers.
+ */
+int limiter_decide(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
+                   int64_t qty, int64_t now_ns, struct algo_result *out);
+
+/*
+ * The same for a policy: p = pol->algo, and a dry-run policy answers a
+ * refusal as allowed (limited 0, retry -1) and counts it in
+ * dry_run_would_limit.  *would_limit (may be NULL) gets the real decision.
+ */
+int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
+                          const struct policy *pol, int64_t qty, int64_t now_ns,
+                          struct algo_result *out, int *would_limit);
+
+/* Gives back up to qty units (algo_refund: never beyond a fresh key).  An
+ * absent key or one of another algorithm is left alone.  Errors as
+ * limiter_decide. */
+int limiter_refund(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
+                   int64_t qty, int64_t now_ns);
+
+/* Forgets key (it becomes fresh).  Returns 1 if it was held, 0 if not. */
+int limiter_reset(struct limiter *lim, const char *key, size_t klen);
+
+/* When would qty fit (algo_earliest_fit on the key's state as it would be
+ * decided by limiter_decide): 0 now, ns from now, ALGO_NEVER.  Changes
+ * nothing.  Errors as limiter_decide. */
+int limiter_earliest_fit(struct limiter *lim, const char *key, size_t klen,
+                         const struct algo_params *p, int64_t qty, int64_t now_ns,
+                         int64_t *delay_ns);
+
+/* One key of an all-or-nothing request. */
+struct limiter_req {
+    const char *key;
+    size_t klen;
+    const struct algo_params *p; /* used when pol is NULL */
+    const struct policy *pol;    /* or NULL */
+    int64_t qty;
+};
+
+#define LIMITER_MULTI_MAX 16
+
+/*
+ * All or nothing over n <= LIMITER_MULTI_MAX distinct keys: every key is
+ * first evaluated without change; only if every one would allow (dry-run
+ * policies always do) are all charged, otherwise none is.  outs[i] is each
+ * key's answer (on refusal: as a peek of qty, so remaining is what the key
+ * has now; limited says which keys refused).  *allowed is the overall
+ * decision.  Fails with -SLUICE_EINVAL (n out of range, a duplicate key,
+ * bad params), -SLUICE_ETOOBIG, -SLUICE_ENOMEM (then nothing is charged).
+ */
+int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n, int64_t now_ns,
+                  struct algo_result *outs, int *allowed);
+
+/*
+ * The policy set that CL.THROTTLE consults and SL.* commands resolve names
+ * and prefixes in.  limiter_set_policies takes a new reference to set (NULL:
+ * none) and releases the previous one; limiter_policies borrows it (retain
+ * it to keep it across event-loop turns).  A key covered by a policy's match
+ * prefix is decided by that policy even under CL.THROTTLE (the reply stays
+ * redis-cell's): central configuration overrides client-supplied limits.
+ */
+void limiter_set_policies(struct limiter *lim, struct policy_set *set);
+struct policy_set *limiter_policies(const struct limiter *lim);
 
 #endif
