@@ -8,10 +8,12 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "commands_cluster.h"
 #include "sluice/error.h"
 
 struct commands {
     struct limiter *lim;
+    struct cluster *cluster; /* NULL when not clustered */
     size_t max_key;
     uint64_t started_ns;
 };
@@ -25,6 +27,7 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
     if (cmds == NULL)
         return -SLUICE_ENOMEM;
     cmds->lim = lim;
+    cmds->cluster = cfg ? cfg->cluster : NULL;
     cmds->max_key = (cfg && cfg->max_key_bytes) ? cfg->max_key_bytes : COMMANDS_DEFAULT_MAX_KEY;
     cmds->started_ns = uv_hrtime();
     *out = cmds;
@@ -117,6 +120,9 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
         resp_add_error(out, CELL_ERR "Zero rates are not supported");
         return SERVER_CONTINUE;
     }
+    /* Global keys are decided by the cluster's replica, local ones below. */
+    if (commands_cluster_throttle(cmds->cluster, argv[1], argvlen[1], v, out))
+        return SERVER_CONTINUE;
     struct limiter_throttle_result r;
     int rc = limiter_throttle(cmds->lim, argv[1], argvlen[1], v[0], v[1], v[2], v[3],
                               (int64_t)now_ns(c), &r);
@@ -546,6 +552,8 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         info_field(&t, "overflow_allowed", ls.overflow_allowed);
         resp_add_raw(&t, "\r\n", 2);
     }
+    if (section_wanted(argc, argv, argvlen, "cluster"))
+        commands_cluster_info(cmds->cluster, &t);
     /* Redis ends the text without the last blank line. */
     if (t.len >= 2)
         t.len -= 2;
@@ -555,6 +563,18 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
 }
 
 static size_t command_count(void);
+
+static int cmd_sl_members(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    return commands_cluster_members(cmds->cluster, argc, argv, argvlen, out);
+}
+
+static int cmd_sl_key(struct commands *cmds, struct server_client *c, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    return commands_cluster_key(cmds->cluster, argc, argv, argvlen, out);
+}
 
 static int cmd_command(struct commands *cmds, struct server_client *c, size_t argc,
                        const char **argv, const size_t *argvlen, struct resp_buf *out)
@@ -608,6 +628,8 @@ static const struct {
     {"config", 6, cmd_config},
     {"auth", 4, cmd_auth},
     {"scan", 4, cmd_scan},
+    {"sl.members", 10, cmd_sl_members},
+    {"sl.key", 6, cmd_sl_key},
 };
 
 static size_t command_count(void)

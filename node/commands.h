@@ -30,8 +30,11 @@
 
 #define COMMANDS_DEFAULT_MAX_KEY 512
 
+struct cluster;
+
 struct commands_config {
-    size_t max_key_bytes; /* 0 = COMMANDS_DEFAULT_MAX_KEY */
+    size_t max_key_bytes;    /* 0 = COMMANDS_DEFAULT_MAX_KEY */
+    struct cluster *cluster; /* borrowed; NULL: a node running alone */
 };
 
 struct commands;

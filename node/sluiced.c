@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <uv.h>
 
+#include "cluster.h"
 #include "commands.h"
 #include "limiter.h"
 #include "log.h"
@@ -51,6 +52,7 @@ static void usage(FILE *f)
             "  --help                   print this help and exit\n"
             "\n"
             "Signals: SIGINT and SIGTERM shut down cleanly and remove the socket.\n");
+    cluster_usage(f);
 }
 
 /* Parses a decimal size in [min, max]; returns 0 or -1. */
@@ -80,6 +82,7 @@ struct daemon {
     struct server *srv;
     struct commands *cmds;
     struct limiter *lim;
+    struct cluster *cluster; /* NULL when not clustered */
 };
 
 static void on_maintain(uv_timer_t *t)
@@ -93,6 +96,7 @@ static void on_signal(uv_signal_t *h, int signum)
     struct daemon *d = h->data;
     log_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     server_close(d->srv);
+    cluster_stop(d->cluster, NULL, NULL);
     uv_close((uv_handle_t *)&d->maintain, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
@@ -126,12 +130,15 @@ int main(int argc, char **argv)
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, OPT_HELP},
+        CLUSTER_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
     };
     struct server_config scfg = {.socket_mode = 0660};
     struct commands_config ccfg = {0};
     struct limiter_config lcfg = {.max_keys = 0, .overflow = LIMITER_OVERFLOW_EVICT};
     const char *socket_path = NULL;
+    struct cluster_options clopt;
+    cluster_options_init(&clopt);
     int opt;
     unsigned long long v;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -227,9 +234,14 @@ int main(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
-        default:
-            usage(stderr);
+        default: {
+            int taken = cluster_options_flag(&clopt, opt, optarg);
+            if (taken > 0)
+                break;
+            if (taken == 0)
+                usage(stderr);
             return 2;
+        }
         }
     }
     if (optind < argc) {
@@ -257,6 +269,13 @@ int main(int argc, char **argv)
         log_error("cannot create the limiter: %s", sluice_strerror(rc));
         goto out_loop;
     }
+    char clerr[512];
+    rc = cluster_start(&d.loop, &clopt, &d.cluster, clerr, sizeof(clerr));
+    if (rc < 0) {
+        log_error("cluster: %s", clerr);
+        goto out_limiter;
+    }
+    ccfg.cluster = d.cluster;
     rc = commands_create(d.lim, &ccfg, &d.cmds);
     if (rc < 0) {
         log_error("cannot create the command layer: %s", sluice_strerror(rc));
@@ -276,6 +295,7 @@ int main(int argc, char **argv)
     if (rc < 0) {
         log_error("%s", server_error(d.srv));
         server_close(d.srv);
+        cluster_stop(d.cluster, NULL, NULL);
         uv_run(&d.loop, UV_RUN_DEFAULT);
         goto out_server;
     }
@@ -298,6 +318,12 @@ out_server:
 out_cmds:
     commands_destroy(d.cmds);
 out_limiter:
+    if (d.cluster != NULL && rc < 0) {
+        cluster_stop(d.cluster, NULL, NULL);
+        uv_run(&d.loop, UV_RUN_DEFAULT);
+    }
+    cluster_destroy(d.cluster);
+    cluster_options_free(&clopt);
     limiter_destroy(d.lim);
 out_loop:
     if (uv_loop_close(&d.loop) != 0)

@@ -1,0 +1,567 @@
+/* cluster: keyring + gossip adapter + replica for the daemon (see cluster.h). */
+#include "cluster.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gossip/gossip.h"
+#include "gossip/keyring.h"
+#include "gossip/uv.h"
+#include "log.h"
+#include "replica.h"
+#include "sluice/error.h"
+
+#define DEFAULT_INTERVAL_MS     100
+#define DEFAULT_DNS_INTERVAL_MS 30000
+/* Lives are numbered in quarter seconds since 2024-01-01T00:00:00Z. */
+#define LIFE_EPOCH_S  1704067200LL
+#define LIFE_UNIT_NS  250000000LL
+#define NS_PER_SEC    1000000000LL
+#define GOSSIP_FANOUT 5 /* p99 delta propagation within 3 intervals at 16 nodes */
+
+struct cluster {
+    uv_loop_t *loop;
+    struct gossip_keyring *kr;
+    struct gossip_uv *g;
+    struct replica *r;
+    struct gossip_callbacks rcb; /* the replica's own callbacks */
+    uv_timer_t tick, leave;
+    int tick_open, leave_open;
+    int64_t clock_offset; /* realtime - monotonic at start */
+    int64_t interval_ms;
+    enum config_scope default_scope;
+    enum replica_policy partition;
+    char name[GOSSIP_NAME_MAX + 1];
+    char addr[GOSSIP_ADDR_STRLEN];
+    int stopping, pending;
+    void (*on_stopped)(void *ud);
+    void *stopped_ud;
+};
+
+/* ---- options ---- */
+
+void cluster_options_init(struct cluster_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->default_scope = -1;
+    o->partition = -1;
+    o->sync_timeout_ms = -1;
+}
+
+void cluster_options_free(struct cluster_options *o)
+{
+    if (o == NULL)
+        return;
+    if (o->join == o->join_buf)
+        o->join = NULL;
+    free(o->join_buf);
+    o->join_buf = NULL;
+}
+
+int cluster_options_apply_config(struct cluster_options *o, const struct config *cfg)
+{
+    if (cfg == NULL || !cfg->cluster)
+        return 0;
+    if (o->node_name == NULL)
+        o->node_name = cfg->node_name;
+    if (o->gossip_bind == NULL)
+        o->gossip_bind = cfg->gossip_bind;
+    if (o->key_file == NULL)
+        o->key_file = cfg->cluster_key_file;
+    if (o->label == NULL)
+        o->label = cfg->cluster_label;
+    if (o->gossip_interval_ms == 0)
+        o->gossip_interval_ms = cfg->gossip_interval_ms;
+    if (o->default_scope < 0)
+        o->default_scope = (int)cfg->default_scope;
+    if (o->join == NULL && cfg->njoin > 0) {
+        size_t len = 1;
+        for (size_t i = 0; i < cfg->njoin; i++)
+            len += strlen(cfg->join[i]) + 1;
+        char *buf = malloc(len);
+        if (buf == NULL)
+            return -SLUICE_ENOMEM;
+        buf[0] = '\0';
+        for (size_t i = 0; i < cfg->njoin; i++) {
+            if (i > 0)
+                strcat(buf, ",");
+            strcat(buf, cfg->join[i]);
+        }
+        free(o->join_buf);
+        o->join_buf = buf;
+        o->join = buf;
+    }
+    return 0;
+}
+
+/* Decimal in [min, max]; -1 otherwise. */
+static int parse_ms(const char *s, long long min, long long max, int64_t *out)
+{
+    if (s == NULL || *s == '\0')
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
+int cluster_options_flag(struct cluster_options *o, int opt, const char *arg)
+{
+    int64_t v;
+    switch (opt - CLUSTER_OPT_BASE) {
+    case 0:
+        if (arg[0] == '\0' || strlen(arg) > GOSSIP_NAME_MAX) {
+            fprintf(stderr, "sluiced: --node-name: 1 to %d bytes\n", GOSSIP_NAME_MAX);
+            return -1;
+        }
+        o->node_name = arg;
+        return 1;
+    case 1:
+        o->gossip_bind = arg;
+        return 1;
+    case 2:
+        o->advertise = arg;
+        return 1;
+    case 3:
+        o->join = arg;
+        return 1;
+    case 4:
+        o->key_file = arg;
+        return 1;
+    case 5:
+        o->label = arg;
+        return 1;
+    case 6:
+        if (parse_ms(arg, 10, 60000, &v) < 0) {
+            fprintf(stderr, "sluiced: --gossip-interval-ms: expected 10..60000, got '%s'\n", arg);
+            return -1;
+        }
+        o->gossip_interval_ms = v;
+        return 1;
+    case 7:
+        if (strcmp(arg, "local") == 0) {
+            o->default_scope = CONFIG_SCOPE_LOCAL;
+        } else if (strcmp(arg, "global") == 0) {
+            o->default_scope = CONFIG_SCOPE_GLOBAL;
+        } else {
+            fprintf(stderr, "sluiced: --default-scope: expected local or global, got '%s'\n", arg);
+            return -1;
+        }
+        return 1;
+    case 8:
+        if (strcmp(arg, "optimistic") == 0) {
+            o->partition = CONFIG_PARTITION_OPTIMISTIC;
+        } else if (strcmp(arg, "share") == 0) {
+            o->partition = CONFIG_PARTITION_SHARE;
+        } else {
+            fprintf(stderr, "sluiced: --partition-policy: expected optimistic or share, got '%s'\n",
+                    arg);
+            return -1;
+        }
+        return 1;
+    case 9:
+        o->insecure = 1;
+        return 1;
+    case 10:
+        if (parse_ms(arg, 10, 60000, &v) < 0) {
+            fprintf(stderr, "sluiced: --gossip-probe-interval-ms: expected 10..60000, got '%s'\n",
+                    arg);
+            return -1;
+        }
+        o->probe_interval_ms = v;
+        return 1;
+    case 11:
+        if (parse_ms(arg, 0, 600000, &v) < 0) {
+            fprintf(stderr, "sluiced: --sync-timeout-ms: expected 0..600000, got '%s'\n", arg);
+            return -1;
+        }
+        o->sync_timeout_ms = v;
+        return 1;
+    case 12:
+        if (parse_ms(arg, 100, 86400000, &v) < 0) {
+            fprintf(stderr, "sluiced: --dns-interval-ms: expected 100..86400000, got '%s'\n", arg);
+            return -1;
+        }
+        o->dns_interval_ms = v;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+void cluster_usage(FILE *f)
+{
+    fprintf(f, "\n"
+               "Cluster (global limits; without --gossip-bind the node runs alone and every\n"
+               "key is local):\n"
+               "  --gossip-bind IP:PORT    UDP address to gossip on (e.g. 10.0.0.5:7946)\n"
+               "  --advertise IP:PORT      address peers send to (required when binding 0.0.0.0)\n"
+               "  --join HOST:PORT[,...]   seeds; names are resolved by DNS now and every\n"
+               "                           --dns-interval-ms (a Kubernetes headless Service)\n"
+               "  --node-name NAME         this node's identity (default: the host name)\n"
+               "  --cluster-key-file FILE  gossip keys (`sluicectl keygen` prints one); required\n"
+               "  --insecure-no-encryption run a cluster without a key file (tests only)\n"
+               "  --cluster-label LABEL    clusters with other labels ignore each other\n"
+               "  --gossip-interval-ms N   delta and gossip period (default 100)\n"
+               "  --default-scope SCOPE    local or global: the scope of inline CL.THROTTLE\n"
+               "                           limits (default: global when clustered)\n"
+               "  --partition-policy P     optimistic (each side the full limit) or share (each\n"
+               "                           side its last known share; default)\n"
+               "  --gossip-probe-interval-ms N  failure-detector probe period (default 1000)\n"
+               "  --sync-timeout-ms N      after a start, answer global keys 'limited' until\n"
+               "                           state arrives from a peer, at most this long\n"
+               "                           (default 2000; 0 = serve at once)\n"
+               "  --dns-interval-ms N      re-resolution period of --join (default 30000)\n");
+}
+
+/* ---- clock and lives ---- */
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec;
+}
+
+/* Waits for the next quarter-second boundary and returns its number (see
+ * cluster.h, "Lives"). */
+static uint32_t new_life(void)
+{
+    int64_t now = realtime_ns();
+    int64_t unit = now / LIFE_UNIT_NS + 1;
+    int64_t wait = unit * LIFE_UNIT_NS - now;
+    struct timespec ts = {(time_t)(wait / NS_PER_SEC), (long)(wait % NS_PER_SEC)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    int64_t life = unit - LIFE_EPOCH_S * (NS_PER_SEC / LIFE_UNIT_NS);
+    if (life < 1)
+        life = 1;
+    if (life > (int64_t)UINT32_MAX)
+        life = UINT32_MAX;
+    return (uint32_t)life;
+}
+
+int64_t cluster_now_ns(const struct cluster *c)
+{
+    return (int64_t)uv_hrtime() + c->clock_offset;
+}
+
+/* ---- gossip callbacks: log membership, hand everything to the replica ---- */
+
+static const char *event_name(enum gossip_event ev)
+{
+    static const char *const names[] = {"joined",  "is suspected", "is alive",
+                                        "is dead", "left",         "is forgotten"};
+    return (unsigned)ev < sizeof(names) / sizeof(names[0]) ? names[ev] : "changed";
+}
+
+static void cluster__on_event(void *ud, enum gossip_event ev, const struct gossip_member_info *m)
+{
+    struct cluster *c = ud;
+    char addr[GOSSIP_ADDR_STRLEN];
+    if (gossip_addr_format(&m->addr, addr, sizeof(addr)) != 0)
+        strcpy(addr, "?");
+    if (ev == GOSSIP_EVENT_SUSPECT || ev == GOSSIP_EVENT_DEAD)
+        log_warn("cluster: member %s (%s) %s", m->name, addr, event_name(ev));
+    else
+        log_info("cluster: member %s (%s) %s", m->name, addr, event_name(ev));
+    if (c->rcb.on_event != NULL)
+        c->rcb.on_event(c->rcb.ud, ev, m);
+}
+
+static void cluster__on_payload(void *ud, const char *from, const uint8_t *p, size_t len)
+{
+    struct cluster *c = ud;
+    c->rcb.on_payload(c->rcb.ud, from, p, len);
+}
+
+static size_t cluster__state_fill(void *ud, uint64_t *cursor, uint8_t *buf, size_t cap)
+{
+    struct cluster *c = ud;
+    return c->rcb.state_fill(c->rcb.ud, cursor, buf, cap);
+}
+
+static void cluster__state_merge(void *ud, const char *from, const uint8_t *buf, size_t len)
+{
+    struct cluster *c = ud;
+    int was = replica_synced(c->r);
+    c->rcb.state_merge(c->rcb.ud, from, buf, len);
+    if (!was && replica_synced(c->r))
+        log_info("cluster: synced global state from %s", from);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct cluster *c = t->data;
+    replica_tick(c->r, cluster_now_ns(c));
+}
+
+/* ---- start / stop ---- */
+
+static void errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct cluster **out, char *err,
+                  size_t errlen)
+{
+    *out = NULL;
+    if (o->gossip_bind == NULL)
+        return 0;
+    if (o->key_file == NULL && !o->insecure) {
+        errf(err, errlen,
+             "a clustered node needs --cluster-key-file (create one with `sluicectl keygen`); "
+             "to run without encryption anyway, pass --insecure-no-encryption");
+        return -SLUICE_ECONFIG;
+    }
+    struct gossip_addr bind, adv;
+    memset(&adv, 0, sizeof(adv));
+    if (gossip_addr_parse(o->gossip_bind, &bind) != 0) {
+        errf(err, errlen, "gossip bind address '%s': expected IP:PORT or [IPv6]:PORT",
+             o->gossip_bind);
+        return -SLUICE_ECONFIG;
+    }
+    if (o->advertise != NULL && gossip_addr_parse(o->advertise, &adv) != 0) {
+        errf(err, errlen, "advertise address '%s': expected IP:PORT or [IPv6]:PORT", o->advertise);
+        return -SLUICE_ECONFIG;
+    }
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return -SLUICE_ENOMEM;
+    c->loop = loop;
+    c->interval_ms = o->gossip_interval_ms > 0 ? o->gossip_interval_ms : DEFAULT_INTERVAL_MS;
+    c->default_scope =
+        o->default_scope < 0 ? CONFIG_SCOPE_GLOBAL : (enum config_scope)o->default_scope;
+    c->partition = o->partition == CONFIG_PARTITION_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
+    if (o->node_name != NULL) {
+        snprintf(c->name, sizeof(c->name), "%s", o->node_name);
+    } else if (gethostname(c->name, sizeof(c->name) - 1) != 0 || c->name[0] == '\0') {
+        errf(err, errlen, "cannot read the host name; pass --node-name");
+        free(c);
+        return -SLUICE_ECONFIG;
+    }
+    int rc;
+    if (o->key_file != NULL) {
+        rc = gossip_keyring_create(&c->kr, o->label);
+        if (rc < 0) {
+            errf(err, errlen, "cluster label: at most %d bytes", GOSSIP_KEYRING_LABEL_MAX);
+            free(c);
+            return -SLUICE_ECONFIG;
+        }
+        rc = gossip_keyring_load_file(c->kr, o->key_file);
+        if (rc < 0) {
+            errf(err, errlen, "%s", gossip_keyring_last_error(c->kr));
+            gossip_keyring_destroy(c->kr);
+            free(c);
+            return -SLUICE_ECONFIG;
+        }
+    } else {
+        log_warn("cluster: gossip is NOT encrypted (--insecure-no-encryption)");
+    }
+
+    uint32_t life = new_life();
+    c->clock_offset = realtime_ns() - (int64_t)uv_hrtime();
+
+    struct replica_config rc_cfg;
+    memset(&rc_cfg, 0, sizeof(rc_cfg));
+    rc_cfg.node_name = c->name;
+    rc_cfg.boot_epoch = life;
+    rc_cfg.interval_ns = c->interval_ms * 1000000;
+    rc_cfg.default_policy = c->partition;
+    /* A lone first node (no seeds) has nobody to sync from. */
+    if (o->join == NULL)
+        rc_cfg.sync_timeout_ns = 0;
+    else
+        rc_cfg.sync_timeout_ns = o->sync_timeout_ms < 0 ? -1 : o->sync_timeout_ms * 1000000;
+    rc = replica_create(&c->r, &rc_cfg);
+    if (rc < 0) {
+        errf(err, errlen, "cannot create the replica: %s", sluice_strerror(rc));
+        gossip_keyring_destroy(c->kr);
+        free(c);
+        return rc == -SLUICE_ENOMEM ? rc : -SLUICE_ECONFIG;
+    }
+
+    struct gossip_config gc;
+    gossip_config_default(&gc);
+    gc.name = c->name;
+    gc.advertise = adv;
+    gc.keyring = c->kr;
+    gc.incarnation = life;
+    gc.gossip_interval_ms = c->interval_ms;
+    gc.gossip_nodes = GOSSIP_FANOUT;
+    if (o->probe_interval_ms > 0) {
+        gc.probe_interval_ms = o->probe_interval_ms;
+        gc.probe_timeout_ms = o->probe_interval_ms / 2 > 0 ? o->probe_interval_ms / 2 : 1;
+    }
+    replica_callbacks(c->r, &c->rcb);
+    gc.cb.ud = c;
+    gc.cb.on_event = cluster__on_event;
+    gc.cb.on_payload = cluster__on_payload;
+    gc.cb.state_fill = cluster__state_fill;
+    gc.cb.state_merge = cluster__state_merge;
+    rc = gossip_uv_start(loop, &gc, &bind, &c->g);
+    if (rc < 0) {
+        if (rc == -GOSSIP_EIO)
+            errf(err, errlen, "cannot bind the gossip socket to %s (in use?)", o->gossip_bind);
+        else if (rc == -GOSSIP_EINVAL)
+            errf(err, errlen,
+                 "cannot gossip on %s: a wildcard bind address needs --advertise IP:PORT",
+                 o->gossip_bind);
+        else
+            errf(err, errlen, "cannot start gossip on %s: %s", o->gossip_bind, gossip_strerror(rc));
+        replica_destroy(c->r);
+        gossip_keyring_destroy(c->kr);
+        free(c);
+        return rc == -GOSSIP_EIO ? -SLUICE_EIO : -SLUICE_ECONFIG;
+    }
+    replica_attach(c->r, gossip_uv_node(c->g));
+    struct gossip_addr local = adv;
+    if (local.family == 0)
+        gossip_uv_local_addr(c->g, &local);
+    if (gossip_addr_format(&local, c->addr, sizeof(c->addr)) != 0)
+        strcpy(c->addr, "?");
+    if (o->join != NULL) {
+        int64_t dns = o->dns_interval_ms > 0 ? o->dns_interval_ms : DEFAULT_DNS_INTERVAL_MS;
+        rc = gossip_uv_join_names(c->g, o->join, dns);
+        if (rc < 0) {
+            errf(err, errlen, "join list '%s': expected HOST:PORT[,HOST:PORT...]", o->join);
+            gossip_uv_stop(c->g, NULL, NULL);
+            c->g = NULL;
+            uv_run(loop, UV_RUN_NOWAIT); /* let the adapter's handles close */
+            replica_destroy(c->r);
+            gossip_keyring_destroy(c->kr);
+            free(c);
+            return -SLUICE_ECONFIG;
+        }
+    }
+    uv_timer_init(loop, &c->tick);
+    c->tick.data = c;
+    c->tick_open = 1;
+    uv_timer_start(&c->tick, on_tick, (uint64_t)c->interval_ms, (uint64_t)c->interval_ms);
+    uv_timer_init(loop, &c->leave);
+    c->leave.data = c;
+    c->leave_open = 1;
+    log_info("cluster: node %s gossiping on %s (advertised %s), life %u, %s, default scope %s, "
+             "partition policy %s",
+             c->name, o->gossip_bind, c->addr, (unsigned)life,
+             c->kr ? "encrypted" : "NOT encrypted",
+             c->default_scope == CONFIG_SCOPE_GLOBAL ? "global" : "local",
+             c->partition == REPLICA_SHARE ? "share" : "optimistic");
+    *out = c;
+    return 0;
+}
+
+static void cluster__closed_one(struct cluster *c)
+{
+    if (--c->pending == 0 && c->on_stopped != NULL)
+        c->on_stopped(c->stopped_ud);
+}
+
+static void cluster__handle_closed(uv_handle_t *h)
+{
+    cluster__closed_one(h->data);
+}
+
+static void cluster__gossip_closed(void *ud)
+{
+    cluster__closed_one(ud);
+}
+
+static void cluster__finish(struct cluster *c)
+{
+    c->pending = 3;
+    struct gossip_uv *g = c->g;
+    c->g = NULL;
+    replica_attach(c->r, NULL);
+    gossip_uv_stop(g, cluster__gossip_closed, c);
+    c->tick_open = c->leave_open = 0;
+    uv_close((uv_handle_t *)&c->tick, cluster__handle_closed);
+    uv_close((uv_handle_t *)&c->leave, cluster__handle_closed);
+}
+
+static void on_leave(uv_timer_t *t)
+{
+    cluster__finish(t->data);
+}
+
+void cluster_stop(struct cluster *c, void (*on_stopped)(void *ud), void *ud)
+{
+    if (c == NULL || c->stopping)
+        return;
+    c->stopping = 1;
+    c->on_stopped = on_stopped;
+    c->stopped_ud = ud;
+    uv_timer_stop(&c->tick);
+    if (gossip_node_leave(gossip_uv_node(c->g)) == 0) {
+        log_info("cluster: leaving");
+        uv_timer_start(&c->leave, on_leave, (uint64_t)(2 * c->interval_ms + 50), 0);
+    } else {
+        cluster__finish(c);
+    }
+}
+
+void cluster_destroy(struct cluster *c)
+{
+    if (c == NULL)
+        return;
+    replica_destroy(c->r);
+    gossip_keyring_destroy(c->kr);
+    free(c);
+}
+
+/* ---- decisions and views ---- */
+
+int cluster_decide(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
+                   const struct algo_params *p, int64_t qty, struct algo_result *out)
+{
+    if (c == NULL || c->stopping)
+        return 0;
+    enum config_scope scope = pol != NULL ? pol->scope : c->default_scope;
+    if (scope != CONFIG_SCOPE_GLOBAL || !algo_can_be_global(p->kind))
+        return 0;
+    enum replica_policy rp = c->partition;
+    if (pol != NULL)
+        rp = pol->partition == CONFIG_PARTITION_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
+    int rc = replica_throttle(c->r, key, klen, p, rp, qty, cluster_now_ns(c), out);
+    return rc < 0 ? rc : 1;
+}
+
+struct gossip_node *cluster_gossip(struct cluster *c)
+{
+    return c != NULL && c->g != NULL ? gossip_uv_node(c->g) : NULL;
+}
+
+struct replica *cluster_replica(struct cluster *c)
+{
+    return c != NULL ? c->r : NULL;
+}
+
+const char *cluster_node_name(const struct cluster *c)
+{
+    return c->name;
+}
+
+const char *cluster_address(const struct cluster *c)
+{
+    return c->addr;
+}
+
+enum config_scope cluster_default_scope(const struct cluster *c)
+{
+    return c->default_scope;
+}

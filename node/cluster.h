@@ -1,0 +1,155 @@
+/*
+ * cluster: the daemon's side of global limits.  One object owns the gossip
+ * keyring, the libgossip libuv adapter and the replica (node/replica.h), the
+ * clock global decisions use, and the scope rules that say which keys are
+ * global.
+ *
+ * Without a gossip bind address there is no cluster object at all (the
+ * daemon passes NULL around): every key is then local, whatever its scope
+ * says, and a single node behaves exactly like a standalone limiter.
+ *
+ * Clock.  Global decisions need a clock that never jumps (like the monotonic
+ * clock) and that other hosts can compare (like the real-time clock):
+ * cluster_now_ns() is the monotonic clock plus (realtime - monotonic)
+ * captured once at start.  Hosts synchronised by NTP agree to within its
+ * error, and a step of the wall clock while running changes nothing.
+ *
+ * Lives.  Each start is a new life numbered by its start time in quarter
+ * seconds since 2024-01-01 (fits 32 bits until 2058).  The replica's epochs
+ * and the gossip incarnation must grow across restarts, even a restart
+ * within the same quarter second: cluster_start() therefore waits for the
+ * next quarter-second boundary (at most 250 ms) before taking the number, so
+ * two lives can never share one.
+ *
+ * Everything runs on the event-loop thread.  Functions return 0 or a
+ * negative enum sluice_err.
+ */
+#ifndef SLUICE_CLUSTER_H
+#define SLUICE_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <getopt.h>
+#include <stdio.h>
+
+#include <uv.h>
+
+#include "algo.h"
+#include "config.h"
+#include "policy.h"
+
+struct cluster;
+struct gossip_node;
+struct replica;
+
+/*
+ * What the daemon's flags and the config file's [cluster] section say.
+ * Strings are borrowed until cluster_start() returns, except join, which
+ * cluster_options_apply_config() may point at the options' own buffer
+ * (freed by cluster_options_free).
+ */
+struct cluster_options {
+    const char *node_name;      /* NULL: the host name */
+    const char *gossip_bind;    /* "IP:PORT"; NULL: no cluster */
+    const char *advertise;      /* "IP:PORT" peers send to; NULL: the bound address */
+    const char *join;           /* "host:port,host:port", names resolved; NULL: none */
+    const char *key_file;       /* gossip key file (gossip/keyring.h) */
+    const char *label;          /* cluster label; NULL: "" */
+    int insecure;               /* 1: run without a key file (unsealed packets) */
+    int64_t gossip_interval_ms; /* delta and gossip period; 0 = 100 */
+    int default_scope;          /* enum config_scope, or -1: global when clustered */
+    int partition;              /* enum config_partition, or -1: share */
+    int64_t probe_interval_ms;  /* 0: libgossip's default (1000) */
+    int64_t sync_timeout_ms;    /* -1: 2000; fail-closed bound after a start */
+    int64_t dns_interval_ms;    /* join list re-resolution; 0 = 30000 */
+    char *join_buf;             /* owned by the options; see above */
+};
+
+/* Sets every field to "not given". */
+void cluster_options_init(struct cluster_options *o);
+/* Frees what the options own. */
+void cluster_options_free(struct cluster_options *o);
+
+/*
+ * Fills, from a loaded config's [cluster] section, every field the flags
+ * left unset (flags win).  Strings are borrowed from cfg, which must outlive
+ * cluster_start(); the join list is copied into o->join_buf.  Does nothing
+ * when cfg has no [cluster] section.  Fails with -SLUICE_ENOMEM.
+ */
+int cluster_options_apply_config(struct cluster_options *o, const struct config *cfg);
+
+/*
+ * Flag parsing for sluiced: CLUSTER_LONG_OPTIONS goes into the daemon's
+ * getopt_long table; for any option value it does not know the daemon calls
+ * cluster_options_flag(), which returns 1 (taken), 0 (not a cluster flag) or
+ * -1 (bad value; the message is printed on stderr).
+ */
+#define CLUSTER_OPT_BASE 0x1000
+/* clang-format off */
+#define CLUSTER_LONG_OPTIONS \
+    {"node-name", required_argument, NULL, CLUSTER_OPT_BASE + 0}, \
+    {"gossip-bind", required_argument, NULL, CLUSTER_OPT_BASE + 1}, \
+    {"advertise", required_argument, NULL, CLUSTER_OPT_BASE + 2}, \
+    {"join", required_argument, NULL, CLUSTER_OPT_BASE + 3}, \
+    {"cluster-key-file", required_argument, NULL, CLUSTER_OPT_BASE + 4}, \
+    {"cluster-label", required_argument, NULL, CLUSTER_OPT_BASE + 5}, \
+    {"gossip-interval-ms", required_argument, NULL, CLUSTER_OPT_BASE + 6}, \
+    {"default-scope", required_argument, NULL, CLUSTER_OPT_BASE + 7}, \
+    {"partition-policy", required_argument, NULL, CLUSTER_OPT_BASE + 8}, \
+    {"insecure-no-encryption", no_argument, NULL, CLUSTER_OPT_BASE + 9}, \
+    {"gossip-probe-interval-ms", required_argument, NULL, CLUSTER_OPT_BASE + 10}, \
+    {"sync-timeout-ms", required_argument, NULL, CLUSTER_OPT_BASE + 11}, \
+    {"dns-interval-ms", required_argument, NULL, CLUSTER_OPT_BASE + 12}
+/* clang-format on */
+int cluster_options_flag(struct cluster_options *o, int opt, const char *arg);
+/* The cluster part of `sluiced --help`. */
+void cluster_usage(FILE *f);
+
+/*
+ * Starts the cluster on loop: loads the key file, binds the gossip socket,
+ * creates the replica, joins the seeds.  Returns 0 with *out NULL when
+ * o->gossip_bind is NULL (no cluster).  On failure writes a message for a
+ * person into err (errlen bytes) and returns -SLUICE_ECONFIG (bad options:
+ * no key file without --insecure-no-encryption, a bad address or key file),
+ * -SLUICE_EIO (the socket could not be bound) or -SLUICE_ENOMEM; nothing is
+ * left running.  The caller owns *out: cluster_stop, run the loop until it
+ * reports, then cluster_destroy.
+ */
+int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct cluster **out, char *err,
+                  size_t errlen);
+
+/*
+ * Leaves the cluster gracefully (a "left" message, two gossip intervals to
+ * send it), then closes every handle; on_stopped(ud) (optional) runs on the
+ * loop when the last one has closed.  NULL or a second call: no-op.
+ */
+void cluster_stop(struct cluster *c, void (*on_stopped)(void *ud), void *ud);
+
+/* Frees everything.  Only after cluster_stop has completed (or the loop
+ * has finished running).  NULL is a no-op. */
+void cluster_destroy(struct cluster *c);
+
+/*
+ * The call site of every decision that may be global.  Decides qty units of
+ * key under limit p when the key is global: its scope is pol's (when a
+ * policy covers the key) or the cluster's default scope, and its algorithm
+ * can be global.  Returns 1 with *out filled when it decided, 0 when the key
+ * is local (the caller decides with its local limiter; always so when c is
+ * NULL), or a negative error from replica_throttle (-SLUICE_EINVAL,
+ * -SLUICE_EFULL, -SLUICE_ENOMEM) with nothing changed.
+ */
+int cluster_decide(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
+                   const struct algo_params *p, int64_t qty, struct algo_result *out);
+
+/* The cluster clock (see above). */
+int64_t cluster_now_ns(const struct cluster *c);
+
+/* Borrowed views for introspection; valid until cluster_stop. */
+struct gossip_node *cluster_gossip(struct cluster *c);
+struct replica *cluster_replica(struct cluster *c);
+const char *cluster_node_name(const struct cluster *c);
+/* The advertised gossip address, "IP:PORT". */
+const char *cluster_address(const struct cluster *c);
+enum config_scope cluster_default_scope(const struct cluster *c);
+
+#endif

@@ -1,0 +1,310 @@
+/* commands_cluster: cluster commands and CL.THROTTLE's global branch (see
+ * commands_cluster.h). */
+#include "commands_cluster.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "gcra.h"
+#include "gossip/gossip.h"
+#include "replica.h"
+#include "server.h"
+#include "sluice/error.h"
+
+#define CELL_ERR  "Cell error: Store error: "
+#define NS_PER_S  1000000000LL
+#define NS_PER_MS 1000000LL
+
+int commands_cluster_throttle(struct cluster *cl, const char *key, size_t klen, const int64_t v[4],
+                              struct resp_buf *out)
+{
+    if (cl == NULL)
+        return 0;
+    int64_t period_ns;
+    struct algo_params p;
+    if (__builtin_mul_overflow(v[2], NS_PER_S, &period_ns) ||
+        algo_params_init(&p, ALGO_GCRA, v[0], v[1], period_ns, 0) < 0) {
+        /* The local path words these errors; it answers them the same way. */
+        return 0;
+    }
+    struct algo_result r;
+    int rc = cluster_decide(cl, NULL, key, klen, &p, v[3], &r);
+    if (rc == 0)
+        return 0;
+    if (rc == -SLUICE_ENOMEM) {
+        resp_add_error(out, "ERR out of memory");
+        return 1;
+    }
+    if (rc == -SLUICE_EFULL) {
+        resp_add_error(out, "ERR too many global keys (the replica's table is full)");
+        return 1;
+    }
+    if (rc < 0) {
+        resp_add_error(out, CELL_ERR "invalid arguments");
+        return 1;
+    }
+    struct gcra_result g = {.limited = r.limited,
+                            .limit = r.limit,
+                            .remaining = r.remaining,
+                            .retry_after_ns = r.retry_after_ns,
+                            .reset_after_ns = r.reset_after_ns};
+    struct gcra_cell_reply cell;
+    gcra_to_cell(&g, &cell);
+    resp_add_array(out, 5);
+    resp_add_int(out, cell.limited);
+    resp_add_int(out, cell.limit);
+    resp_add_int(out, cell.remaining);
+    resp_add_int(out, cell.retry_after_s);
+    resp_add_int(out, cell.reset_after_s);
+    return 1;
+}
+
+/* ---- SL.MEMBERS ---- */
+
+static const char *state_name(enum gossip_member_state s)
+{
+    switch (s) {
+    case GOSSIP_MEMBER_ALIVE:
+        return "alive";
+    case GOSSIP_MEMBER_SUSPECT:
+        return "suspect";
+    case GOSSIP_MEMBER_DEAD:
+        return "dead";
+    case GOSSIP_MEMBER_LEFT:
+        return "left";
+    }
+    return "unknown";
+}
+
+struct members_ctx {
+    struct resp_buf *items;
+    size_t n;
+    int64_t now;
+};
+
+static int members_one(void *ud, const struct gossip_member_info *m)
+{
+    struct members_ctx *x = ud;
+    char addr[GOSSIP_ADDR_STRLEN];
+    if (gossip_addr_format(&m->addr, addr, sizeof(addr)) != 0)
+        strcpy(addr, "?");
+    int64_t ago = -1;
+    if (m->is_self)
+        ago = 0;
+    else if (m->last_heard_ns > 0)
+        ago = x->now > m->last_heard_ns ? (x->now - m->last_heard_ns) / NS_PER_MS : 0;
+    resp_add_array(x->items, 6);
+    resp_add_bulk_str(x->items, m->name);
+    resp_add_bulk_str(x->items, addr);
+    resp_add_bulk_str(x->items, state_name(m->state));
+    resp_add_int(x->items, ago);
+    resp_add_int(x->items, (int64_t)m->incarnation);
+    resp_add_int(x->items, m->is_self ? 1 : 0);
+    x->n++;
+    return 0;
+}
+
+int commands_cluster_members(struct cluster *cl, size_t argc, const char **argv,
+                             const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc != 1) {
+        resp_add_error(out, "ERR wrong number of arguments for 'sl.members' command");
+        return SERVER_CONTINUE;
+    }
+    struct gossip_node *g = cluster_gossip(cl);
+    if (g == NULL) {
+        resp_add_error(out, "ERR this node is not in a cluster (no --gossip-bind)");
+        return SERVER_CONTINUE;
+    }
+    struct resp_buf items;
+    resp_buf_init(&items);
+    struct members_ctx x = {.items = &items, .now = (int64_t)uv_hrtime()};
+    gossip_node_members(g, members_one, &x);
+    resp_add_array(out, x.n);
+    resp_add_raw(out, items.data ? items.data : "", items.len);
+    resp_buf_free(&items);
+    return SERVER_CONTINUE;
+}
+
+/* ---- SL.KEY ---- */
+
+struct slots_ctx {
+    struct resp_buf *items;
+    size_t n;
+    int64_t now;
+};
+
+static void add_double(struct resp_buf *b, double v)
+{
+    char s[64];
+    int n = snprintf(s, sizeof(s), "%.4f", v);
+    resp_add_bulk(b, s, n > 0 ? (size_t)n : 0);
+}
+
+static void slot_one(void *ud, const struct replica_slot_info *s)
+{
+    struct slots_ctx *x = ud;
+    char epoch[24];
+    /* Epochs use the full unsigned range: send them as text. */
+    int n = snprintf(epoch, sizeof(epoch), "%llu", (unsigned long long)s->epoch);
+    resp_add_array(x->items, 8);
+    resp_add_bulk_str(x->items, s->node);
+    resp_add_bulk(x->items, epoch, n > 0 ? (size_t)n : 0);
+    resp_add_int(x->items, s->count);
+    add_double(x->items, s->demand);
+    add_double(x->items, s->share);
+    resp_add_int(x->items, s->reachable ? 1 : 0);
+    resp_add_int(x->items, s->phantom);
+    resp_add_int(x->items, s->at_ns > 0 ? (x->now - s->at_ns) / NS_PER_MS : -1);
+    x->n++;
+}
+
+static void pair_int(struct resp_buf *b, const char *k, int64_t v)
+{
+    resp_add_bulk_str(b, k);
+    resp_add_int(b, v);
+}
+
+static void pair_str(struct resp_buf *b, const char *k, const char *v)
+{
+    resp_add_bulk_str(b, k);
+    resp_add_bulk_str(b, v);
+}
+
+int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, const size_t *argvlen,
+                         struct resp_buf *out)
+{
+    if (argc != 2) {
+        resp_add_error(out, "ERR wrong number of arguments for 'sl.key' command");
+        return SERVER_CONTINUE;
+    }
+    struct replica *r = cluster_replica(cl);
+    if (r == NULL) {
+        resp_add_null(out);
+        return SERVER_CONTINUE;
+    }
+    struct resp_buf slots;
+    resp_buf_init(&slots);
+    struct slots_ctx x = {.items = &slots, .now = cluster_now_ns(cl)};
+    struct replica_key_info info;
+    if (replica_key_info(r, argv[1], argvlen[1], x.now, &info, slot_one, &x) < 0) {
+        resp_buf_free(&slots);
+        resp_add_null(out);
+        return SERVER_CONTINUE;
+    }
+    resp_add_array(out, 24);
+    pair_str(out, "scope", "global");
+    pair_str(out, "algorithm", algo_name(info.params.kind));
+    pair_int(out, "burst", info.params.burst);
+    pair_int(out, "count", info.params.count);
+    pair_int(out, "period_ms", info.params.period_ns / NS_PER_MS);
+    pair_str(out, "policy", info.policy == REPLICA_SHARE ? "share" : "optimistic");
+    pair_int(out, "remaining", info.remaining);
+    pair_int(out, "debt_ms", info.debt_ns / NS_PER_MS);
+    pair_int(out, "reset_after_ms", info.reset_after_ns / NS_PER_MS);
+    resp_add_bulk_str(out, "share");
+    add_double(out, info.share);
+    pair_str(out, "synced", replica_synced(r) ? "yes" : "no");
+    resp_add_bulk_str(out, "slots");
+    resp_add_array(out, x.n);
+    resp_add_raw(out, slots.data ? slots.data : "", slots.len);
+    resp_buf_free(&slots);
+    return SERVER_CONTINUE;
+}
+
+/* ---- INFO cluster ---- */
+
+static void field_u(struct resp_buf *t, const char *name, uint64_t v)
+{
+    char line[160];
+    int n = snprintf(line, sizeof(line), "%s:%llu\r\n", name, (unsigned long long)v);
+    if (n > 0 && (size_t)n < sizeof(line))
+        resp_add_raw(t, line, (size_t)n);
+}
+
+static void field_s(struct resp_buf *t, const char *name, const char *v)
+{
+    char line[200];
+    int n = snprintf(line, sizeof(line), "%s:%s\r\n", name, v);
+    if (n > 0 && (size_t)n < sizeof(line))
+        resp_add_raw(t, line, (size_t)n);
+}
+
+struct count_ctx {
+    uint64_t by_state[4];
+};
+
+static int count_one(void *ud, const struct gossip_member_info *m)
+{
+    struct count_ctx *x = ud;
+    if ((unsigned)m->state < 4)
+        x->by_state[m->state]++;
+    return 0;
+}
+
+void commands_cluster_info(struct cluster *cl, struct resp_buf *t)
+{
+    resp_add_raw(t, "# Cluster\r\n", 11);
+    struct gossip_node *g = cluster_gossip(cl);
+    struct replica *r = cluster_replica(cl);
+    field_u(t, "cluster_enabled", cl != NULL ? 1 : 0);
+    if (cl != NULL) {
+        field_s(t, "node_name", cluster_node_name(cl));
+        field_s(t, "gossip_address", cluster_address(cl));
+        field_s(t, "default_scope",
+                cluster_default_scope(cl) == CONFIG_SCOPE_GLOBAL ? "global" : "local");
+    }
+    if (g != NULL) {
+        struct count_ctx x;
+        memset(&x, 0, sizeof(x));
+        gossip_node_members(g, count_one, &x);
+        field_u(t, "members_alive", x.by_state[GOSSIP_MEMBER_ALIVE]);
+        field_u(t, "members_suspect", x.by_state[GOSSIP_MEMBER_SUSPECT]);
+        field_u(t, "members_dead", x.by_state[GOSSIP_MEMBER_DEAD]);
+        field_u(t, "members_left", x.by_state[GOSSIP_MEMBER_LEFT]);
+        field_u(t, "incarnation", gossip_node_incarnation(g));
+        field_u(t, "health_score", (uint64_t)gossip_node_health(g));
+        struct gossip_stats gs;
+        gossip_node_stats(g, &gs);
+        field_u(t, "gossip_packets_sent", gs.packets_sent);
+        field_u(t, "gossip_bytes_sent", gs.bytes_sent);
+        field_u(t, "gossip_packets_received", gs.packets_received);
+        field_u(t, "gossip_bytes_received", gs.bytes_received);
+        field_u(t, "gossip_send_errors", gs.send_errors);
+        for (int i = 0; i < GOSSIP_DROP_MAX_; i++) {
+            char name[64];
+            snprintf(name, sizeof(name), "gossip_drops_%s", gossip_drop_name(i));
+            field_u(t, name, gs.drops[i]);
+        }
+        field_u(t, "gossip_payloads_dropped", gs.app_dropped);
+        field_u(t, "gossip_probe_failures", gs.probe_failures);
+        field_u(t, "gossip_suspicions", gs.suspicions);
+        field_u(t, "gossip_pushpulls", gs.pushpulls);
+    }
+    if (r != NULL) {
+        struct replica_stats rs;
+        replica_get_stats(r, &rs);
+        field_s(t, "synced", replica_synced(r) ? "yes" : "no");
+        field_u(t, "global_keys", rs.keys);
+        field_u(t, "global_decisions", rs.decisions);
+        field_u(t, "global_limited", rs.limited);
+        field_u(t, "unsynced_denials", rs.unsynced_denials);
+        field_u(t, "deltas_sent", rs.deltas_sent);
+        field_u(t, "delta_entries_sent", rs.delta_entries_sent);
+        field_u(t, "delta_bytes_sent", rs.delta_bytes_sent);
+        field_u(t, "deltas_received", rs.deltas_received);
+        field_u(t, "delta_bytes_received", rs.delta_bytes_received);
+        field_u(t, "slots_merged", rs.slots_merged);
+        field_u(t, "state_chunks_sent", rs.state_chunks_sent);
+        field_u(t, "state_chunks_merged", rs.state_chunks_merged);
+        field_u(t, "pours", rs.pours);
+        field_u(t, "units_poured", rs.units_poured);
+        field_u(t, "debt_events", rs.debt_events);
+        field_u(t, "phantom_units", rs.phantom_units);
+        field_u(t, "refunded_units", rs.refunded_units);
+        field_u(t, "gc_keys", rs.gc_keys);
+        field_u(t, "bad_delta_packets", rs.bad_packets);
+        field_u(t, "refused_full", rs.refused_full);
+    }
+    resp_add_raw(t, "\r\n", 2);
+}
