@@ -538,7 +538,14 @@ int cluster_decide(struct cluster *c, const struct policy *pol, const char *key,
     if (pol != NULL)
         rp = pol->partition == CONFIG_PARTITION_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
     int rc = replica_throttle(c->r, key, klen, p, rp, qty, cluster_now_ns(c), out);
-    return rc < 0 ? rc : 1;
+    if (rc < 0)
+        return rc;
+    if (pol != NULL && pol->dry_run && out->limited) {
+        /* Dry run: the decision is made and counted, the answer allows. */
+        out->limited = 0;
+        out->retry_after_ns = ALGO_NEVER;
+    }
+    return 1;
 }
 
 struct gossip_node *cluster_gossip(struct cluster *c)

@@ -133,7 +133,9 @@ void cluster_destroy(struct cluster *c);
  * The call site of every decision that may be global.  Decides qty units of
  * key under limit p when the key is global: its scope is pol's (when a
  * policy covers the key) or the cluster's default scope, and its algorithm
- * can be global.  Returns 1 with *out filled when it decided, 0 when the key
+ * can be global.  A dry-run policy's refusal is answered as allowed (the
+ * replica still counts it).  Returns 1 with *out filled when it decided, 0
+ * when the key
  * is local (the caller decides with its local limiter; always so when c is
  * NULL), or a negative error from replica_throttle (-SLUICE_EINVAL,
  * -SLUICE_EFULL, -SLUICE_ENOMEM) with nothing changed.

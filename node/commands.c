@@ -121,7 +121,7 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
         return SERVER_CONTINUE;
     }
     /* Global keys are decided by the cluster's replica, local ones below. */
-    if (commands_cluster_throttle(cmds->cluster, argv[1], argvlen[1], v, out))
+    if (commands_cluster_throttle(cmds->cluster, cmds->lim, argv[1], argvlen[1], v, out))
         return SERVER_CONTINUE;
     struct limiter_throttle_result r;
     int rc = limiter_throttle(cmds->lim, argv[1], argvlen[1], v[0], v[1], v[2], v[3],

@@ -15,20 +15,24 @@
 #define NS_PER_S  1000000000LL
 #define NS_PER_MS 1000000LL
 
-int commands_cluster_throttle(struct cluster *cl, const char *key, size_t klen, const int64_t v[4],
-                              struct resp_buf *out)
+int commands_cluster_throttle(struct cluster *cl, struct limiter *lim, const char *key, size_t klen,
+                              const int64_t v[4], struct resp_buf *out)
 {
     if (cl == NULL)
         return 0;
+    /* A key under a policy's prefix is decided by the policy, as locally. */
+    const struct policy *pol = policy_set_match(limiter_policies(lim), key, klen);
     int64_t period_ns;
     struct algo_params p;
-    if (__builtin_mul_overflow(v[2], NS_PER_S, &period_ns) ||
-        algo_params_init(&p, ALGO_GCRA, v[0], v[1], period_ns, 0) < 0) {
+    if (pol != NULL) {
+        p = pol->algo;
+    } else if (__builtin_mul_overflow(v[2], NS_PER_S, &period_ns) ||
+               algo_params_init(&p, ALGO_GCRA, v[0], v[1], period_ns, 0) < 0) {
         /* The local path words these errors; it answers them the same way. */
         return 0;
     }
     struct algo_result r;
-    int rc = cluster_decide(cl, NULL, key, klen, &p, v[3], &r);
+    int rc = cluster_decide(cl, pol, key, klen, &p, v[3], &r);
     if (rc == 0)
         return 0;
     if (rc == -SLUICE_ENOMEM) {

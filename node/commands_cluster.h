@@ -26,16 +26,18 @@
 #include <stdint.h>
 
 #include "cluster.h"
+#include "limiter.h"
 #include "resp.h"
 
 /*
  * CL.THROTTLE's global branch: burst, count, period (s) and quantity already
- * validated by the caller (v[0..3]).  When cluster_decide() takes the key,
+ * validated by the caller (v[0..3]); a key under a policy of lim's policy set
+ * is decided by that policy instead, as the local path does.  When cluster_decide() takes the key,
  * appends the five-integer reply (or an error reply) to out and returns 1;
  * returns 0, appending nothing, when the key is local.
  */
-int commands_cluster_throttle(struct cluster *cl, const char *key, size_t klen, const int64_t v[4],
-                              struct resp_buf *out);
+int commands_cluster_throttle(struct cluster *cl, struct limiter *lim, const char *key, size_t klen,
+                              const int64_t v[4], struct resp_buf *out);
 
 int commands_cluster_members(struct cluster *cl, size_t argc, const char **argv,
                              const size_t *argvlen, struct resp_buf *out);
