@@ -38,6 +38,7 @@ struct cluster {
     char name[GOSSIP_NAME_MAX + 1];
     char addr[GOSSIP_ADDR_STRLEN];
     int stopping, pending;
+    int mark_sent; /* state_fill: the empty-state mark went out last call */
     void (*on_stopped)(void *ud);
     void *stopped_ud;
 };
@@ -282,17 +283,37 @@ static void cluster__on_payload(void *ud, const char *from, const uint8_t *p, si
     c->rcb.on_payload(c->rcb.ud, from, p, len);
 }
 
+/*
+ * A node with no global state still answers an exchange with one chunk, this
+ * byte (never the first byte of a msgpack delta), so that a peer that just
+ * started learns "the cluster has nothing for you" at once instead of
+ * refusing every global key until its sync timeout.
+ */
+#define EMPTY_STATE_MARK 0xc1
+
 static size_t cluster__state_fill(void *ud, uint64_t *cursor, uint8_t *buf, size_t cap)
 {
     struct cluster *c = ud;
-    return c->rcb.state_fill(c->rcb.ud, cursor, buf, cap);
+    int at_start = *cursor == 0;
+    size_t n = c->rcb.state_fill(c->rcb.ud, cursor, buf, cap);
+    if (n == 0 && at_start && !c->mark_sent && cap > 0) {
+        buf[0] = EMPTY_STATE_MARK;
+        *cursor = 0;
+        c->mark_sent = 1; /* the next call ends the state */
+        return 1;
+    }
+    c->mark_sent = 0;
+    return n;
 }
 
 static void cluster__state_merge(void *ud, const char *from, const uint8_t *buf, size_t len)
 {
     struct cluster *c = ud;
     int was = replica_synced(c->r);
-    c->rcb.state_merge(c->rcb.ud, from, buf, len);
+    if (len == 1 && buf[0] == EMPTY_STATE_MARK)
+        replica_mark_synced(c->r);
+    else
+        c->rcb.state_merge(c->rcb.ud, from, buf, len);
     if (!was && replica_synced(c->r))
         log_info("cluster: synced global state from %s", from);
 }

@@ -3,6 +3,8 @@
  *
  *   sluicectl [-s PATH] throttle KEY BURST COUNT PERIOD [QTY]
  *   sluicectl [-s PATH] ping | info [SECTION] | keys [PATTERN] | raw ARG...
+ *   sluicectl [-s PATH] members | key KEY
+ *   sluicectl keygen [ID]
  *
  * Exit status: throttle exits 0 when allowed, 1 when limited; every command
  * exits 2 on an error (connection, protocol, or an error reply).
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gossip/keyring.h"
 #include "sluice/client.h"
 #include "sluice/error.h"
 
@@ -30,6 +33,9 @@ static void usage(FILE *f)
                "  info [SECTION] prints the daemon's INFO text\n"
                "  keys [PATTERN] lists the keys held (glob PATTERN), one per line\n"
                "  raw ARG...     sends any command and prints the reply like redis-cli\n"
+               "  members        the cluster's members: name, address, state, last heard\n"
+               "  key KEY        this node's view of a global key and its per-node slots\n"
+               "  keygen [ID]    prints a fresh cluster key file line (key id ID, default 1)\n"
                "\n"
                "Options:\n"
                "  -s PATH        socket path (default: $SLUICE_SOCKET, else\n"
@@ -165,6 +171,126 @@ static int cmd_keys(struct sluice_client *c, int argc, char **argv)
     return 0;
 }
 
+/* Text of a scalar reply element (integers and strings), for tables. */
+static const char *cell_text(const struct sluice_reply *e, char *buf, size_t cap)
+{
+    if (e->type == SLUICE_REPLY_INTEGER)
+        snprintf(buf, cap, "%lld", (long long)e->integer);
+    else if (e->type == SLUICE_REPLY_STRING || e->type == SLUICE_REPLY_STATUS)
+        snprintf(buf, cap, "%.*s", (int)e->len, e->str);
+    else
+        snprintf(buf, cap, "-");
+    return buf;
+}
+
+/* SL.MEMBERS as a table. */
+static int cmd_members(struct sluice_client *c)
+{
+    const char *a[1] = {"SL.MEMBERS"};
+    struct sluice_reply *r;
+    if (run(c, 1, a, &r) < 0)
+        return EXIT_ERR;
+    if (r->type != SLUICE_REPLY_ARRAY) {
+        fprintf(stderr, "sluicectl: unexpected reply to SL.MEMBERS\n");
+        sluice_reply_free(r);
+        return EXIT_ERR;
+    }
+    printf("%-24s %-24s %-8s %s\n", "NAME", "ADDRESS", "STATE", "LAST HEARD");
+    for (size_t i = 0; i < r->nelem; i++) {
+        const struct sluice_reply *m = r->elements[i];
+        if (m->type != SLUICE_REPLY_ARRAY || m->nelem < 6)
+            continue;
+        char f[4][80];
+        for (int k = 0; k < 4; k++)
+            cell_text(m->elements[k], f[k], sizeof(f[k]));
+        int self = m->elements[5]->type == SLUICE_REPLY_INTEGER && m->elements[5]->integer;
+        int64_t ago = m->elements[3]->type == SLUICE_REPLY_INTEGER ? m->elements[3]->integer : -1;
+        if (self)
+            printf("%-24s %-24s %-8s (this node)\n", f[0], f[1], f[2]);
+        else if (ago < 0)
+            printf("%-24s %-24s %-8s never\n", f[0], f[1], f[2]);
+        else
+            printf("%-24s %-24s %-8s %lld.%03llds ago\n", f[0], f[1], f[2], (long long)(ago / 1000),
+                   (long long)(ago % 1000));
+    }
+    sluice_reply_free(r);
+    return 0;
+}
+
+/* SL.KEY: "field: value" lines, then one line per slot. */
+static int cmd_key(struct sluice_client *c, int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "sluicectl: usage: key KEY\n");
+        return EXIT_ERR;
+    }
+    const char *a[2] = {"SL.KEY", argv[1]};
+    struct sluice_reply *r;
+    if (run(c, 2, a, &r) < 0)
+        return EXIT_ERR;
+    if (r->type == SLUICE_REPLY_NIL) {
+        printf("no global state for '%s' on this node\n", argv[1]);
+        sluice_reply_free(r);
+        return EXIT_LIMITED;
+    }
+    if (r->type != SLUICE_REPLY_ARRAY || r->nelem % 2 != 0) {
+        fprintf(stderr, "sluicectl: unexpected reply to SL.KEY\n");
+        sluice_reply_free(r);
+        return EXIT_ERR;
+    }
+    char k[80], v[80];
+    for (size_t i = 0; i + 1 < r->nelem; i += 2) {
+        const struct sluice_reply *val = r->elements[i + 1];
+        cell_text(r->elements[i], k, sizeof(k));
+        if (val->type != SLUICE_REPLY_ARRAY) {
+            printf("%s: %s\n", k, cell_text(val, v, sizeof(v)));
+            continue;
+        }
+        printf("%s: %zu\n", k, val->nelem);
+        printf("  %-24s %-20s %10s %10s %7s %9s %7s %8s\n", "NODE", "EPOCH", "COUNT", "DEMAND/s",
+               "SHARE", "REACHABLE", "PHANTOM", "AGE(ms)");
+        for (size_t j = 0; j < val->nelem; j++) {
+            const struct sluice_reply *s = val->elements[j];
+            if (s->type != SLUICE_REPLY_ARRAY || s->nelem < 8)
+                continue;
+            char f[8][80];
+            for (int x = 0; x < 8; x++)
+                cell_text(s->elements[x], f[x], sizeof(f[x]));
+            printf("  %-24s %-20s %10s %10s %7s %9s %7s %8s\n", f[0], f[1], f[2], f[3], f[4], f[5],
+                   f[6], f[7]);
+        }
+    }
+    sluice_reply_free(r);
+    return 0;
+}
+
+/* A key file line: "ID HEX use" (see gossip/keyring.h for the format). */
+static int cmd_keygen(int argc, char **argv)
+{
+    long id = 1;
+    if (argc > 2) {
+        fprintf(stderr, "sluicectl: usage: keygen [ID]\n");
+        return EXIT_ERR;
+    }
+    if (argc == 2) {
+        char *end;
+        errno = 0;
+        id = strtol(argv[1], &end, 10);
+        if (errno != 0 || *end != '\0' || argv[1][0] == '\0' || id < 0 || id > 255) {
+            fprintf(stderr, "sluicectl: keygen: ID must be 0..255, got '%s'\n", argv[1]);
+            return EXIT_ERR;
+        }
+    }
+    uint8_t key[GOSSIP_KEY_BYTES];
+    char hex[GOSSIP_KEY_HEX_BYTES];
+    gossip_keyring_generate_key(key);
+    gossip_keyring_key_to_hex(key, hex);
+    printf("%ld %s use\n", id, hex);
+    memset(key, 0, sizeof(key));
+    memset(hex, 0, sizeof(hex));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
@@ -199,8 +325,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "sluicectl: usage: raw ARG...\n");
         return EXIT_ERR;
     }
+    if (strcmp(cmd, "keygen") == 0)
+        return cmd_keygen(nargs, args);
     if (strcmp(cmd, "throttle") != 0 && strcmp(cmd, "ping") != 0 && strcmp(cmd, "info") != 0 &&
-        strcmp(cmd, "keys") != 0 && strcmp(cmd, "raw") != 0) {
+        strcmp(cmd, "keys") != 0 && strcmp(cmd, "raw") != 0 && strcmp(cmd, "members") != 0 &&
+        strcmp(cmd, "key") != 0) {
         fprintf(stderr, "sluicectl: unknown command '%s'\n", cmd);
         usage(stderr);
         return EXIT_ERR;
@@ -218,6 +347,10 @@ int main(int argc, char **argv)
         status = cmd_throttle(c, nargs, args);
     } else if (strcmp(cmd, "keys") == 0) {
         status = cmd_keys(c, nargs, args);
+    } else if (strcmp(cmd, "members") == 0) {
+        status = cmd_members(c);
+    } else if (strcmp(cmd, "key") == 0) {
+        status = cmd_key(c, nargs, args);
     } else if (strcmp(cmd, "ping") == 0) {
         const char *a[1] = {"PING"};
         status = cmd_simple(c, 1, a);
