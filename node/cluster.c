@@ -77,8 +77,12 @@ int cluster_options_apply_config(struct cluster_options *o, const struct config 
         o->label = cfg->cluster_label;
     if (o->gossip_interval_ms == 0)
         o->gossip_interval_ms = cfg->gossip_interval_ms;
-    if (o->default_scope < 0)
+    if (o->advertise == NULL)
+        o->advertise = cfg->advertise;
+    if (o->default_scope < 0 && cfg->default_scope_set)
         o->default_scope = (int)cfg->default_scope;
+    if (o->partition < 0)
+        o->partition = (int)cfg->partition_policy;
     if (o->join == NULL && cfg->njoin > 0) {
         size_t len = 1;
         for (size_t i = 0; i < cfg->njoin; i++)

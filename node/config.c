@@ -547,6 +547,19 @@ static int config__cluster_key(struct config_parser *ps, const char *k, const ch
         if (config__scope(v, &cfg->default_scope) < 0)
             BAD("default_scope: expected local or global, got '%s'", v);
         ps->default_scope_line = ps->line;
+        cfg->default_scope_set = 1;
+    } else if (strcmp(k, "advertise") == 0) {
+        if (config__hostport(v) < 0)
+            BAD("advertise: expected host:port, got '%s'", v);
+        if (config__set_str(&cfg->advertise, v) < 0)
+            NOMEM();
+    } else if (strcmp(k, "partition_policy") == 0) {
+        if (strcmp(v, "optimistic") == 0)
+            cfg->partition_policy = CONFIG_PARTITION_OPTIMISTIC;
+        else if (strcmp(v, "share") == 0)
+            cfg->partition_policy = CONFIG_PARTITION_SHARE;
+        else
+            BAD("partition_policy: expected optimistic or share, got '%s'", v);
     } else if (strcmp(k, "gossip_interval_ms") == 0) {
         if (config__uint(v, 10, 60000, &u) < 0 || u < 10)
             BAD("gossip_interval_ms: expected a number from 10 to 60000, got '%s'", v);
@@ -710,6 +723,7 @@ int config_defaults(struct config *cfg)
     cfg->max_clients = 1024;
     cfg->default_scope = CONFIG_SCOPE_LOCAL;
     cfg->gossip_interval_ms = 100;
+    cfg->partition_policy = CONFIG_PARTITION_SHARE;
     if (config__set_str(&cfg->socket, "/run/sluice/sluice.sock") < 0 ||
         config__set_str(&cfg->gossip_bind, "0.0.0.0:7946") < 0) {
         config_free(cfg);
@@ -730,6 +744,7 @@ void config_free(struct config *cfg)
         free(cfg->join[i]);
     free(cfg->join);
     free(cfg->cluster_key_file);
+    free(cfg->advertise);
     free(cfg->cluster_label);
     for (size_t i = 0; i < cfg->npolicies; i++) {
         free(cfg->policies[i].name);

@@ -71,6 +71,9 @@ struct config {
     char *cluster_key_file; /* NULL: no encryption key configured */
     char *cluster_label;    /* NULL: empty label */
     enum config_scope default_scope;
+    int default_scope_set; /* 1 when the file sets default_scope */
+    char *advertise;       /* "host:port" peers send to, or NULL (the bind address) */
+    enum config_partition partition_policy; /* inline global limits' policy */
     int64_t gossip_interval_ms;
     /* [policy NAME], in file order */
     struct config_policy *policies;
