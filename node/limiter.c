@@ -401,10 +401,16 @@ int limiter_reset(struct limiter *lim, const char *key, size_t klen)
 
 int limiter_earliest_fit(struct limiter *lim, const char *key, size_t klen,
                          const struct algo_params *p, int64_t qty, int64_t now_ns,
-                         int64_t *delay_ns)
+                         int64_t *delay_ns, struct algo_result *peek)
 {
     struct algo_result r;
-    return limiter__run(lim, key, klen, p, OP_FIT, qty, now_ns, &r, delay_ns);
+    int rc = limiter__run(lim, key, klen, p, OP_FIT, qty, now_ns, &r, delay_ns);
+    if (rc == 0 && peek != NULL) {
+        *peek = r;
+        peek->limited = *delay_ns != 0;
+        peek->retry_after_ns = *delay_ns != 0 ? *delay_ns : ALGO_NEVER;
+    }
+    return rc;
 }
 
 static const struct algo_params *limiter__req_params(const struct limiter_req *q)

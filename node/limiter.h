@@ -149,10 +149,13 @@ int limiter_reset(struct limiter *lim, const char *key, size_t klen);
 
 /* When would qty fit (algo_earliest_fit on the key's state as it would be
  * decided by limiter_decide): 0 now, ns from now, ALGO_NEVER.  Changes
- * nothing.  Errors as limiter_decide. */
+ * nothing.  If peek is not NULL it gets the answer a refusal of qty would
+ * give: limited = (delay != 0), retry_after_ns = the delay (ALGO_NEVER when
+ * allowed), limit, remaining and reset_after_ns as they are now.  Errors as
+ * limiter_decide. */
 int limiter_earliest_fit(struct limiter *lim, const char *key, size_t klen,
                          const struct algo_params *p, int64_t qty, int64_t now_ns,
-                         int64_t *delay_ns);
+                         int64_t *delay_ns, struct algo_result *peek);
 
 /* One key of an all-or-nothing request. */
 struct limiter_req {
