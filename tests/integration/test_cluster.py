@@ -1,0 +1,365 @@
+#!/usr/bin/python3
+"""Global limits on real sluiced processes, gossiping on 127.0.0.1.
+
+What a user of a sluice cluster cares about, checked end to end:
+  1. a clustered node refuses to start without a key file (and says how to
+     get one, or how to run unencrypted on purpose);
+  2. three nodes find each other: `sluicectl members` on each lists all three
+     alive;
+  3. clients hammer one global key (burst 10, 50/s) through all three nodes at
+     several times the limit: the cluster admits what one central GCRA would
+     (replaying the same requests), within +-10%; `sluicectl key` then shows
+     one slot per node;
+  4. one node is killed with SIGKILL mid-run and restarted: the other two
+     answer every request meanwhile, the restarted node does not hand out a
+     fresh burst, and the total still matches the central GCRA;
+  5. a node holding another key never appears among the members, and the
+     others count its packets as dropped.
+
+Every wait and load loop is bounded in time; every process is stopped at the
+end, even on failure.  Figures are printed so a run can be compared.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sluicetest  # noqa: E402
+
+import redis  # noqa: E402
+
+BURST, RATE = 10, 50  # the limit: burst 10, 50 per second
+PER_NODE_RPS = 150  # each node's client: 3x the whole limit
+CONVERGE_S = 20.0
+FAST = ["--gossip-probe-interval-ms", "200", "--log-level", "info"]
+
+
+def free_udp_ports(n):
+    """Ports free right now on 127.0.0.1 (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def write_key(path):
+    out = subprocess.run([sluicetest.SLUICECTL, "keygen"], check=True,
+                         capture_output=True, text=True).stdout
+    with open(path, "w") as f:
+        f.write(out)
+    os.chmod(path, 0o600)
+
+
+class Cluster:
+    """n sluiced nodes on 127.0.0.1, each joining all the others."""
+
+    def __init__(self, n, tmpdir, extra=()):
+        self.n = n
+        self.tmpdir = tmpdir
+        self.ports = free_udp_ports(n)
+        self.keyfile = os.path.join(tmpdir, "cluster.key")
+        write_key(self.keyfile)
+        self.extra = list(extra)
+        self.nodes = [None] * n
+        self.lives = [0] * n
+
+    def name(self, i):
+        return "node%d" % (i + 1)
+
+    def sock(self, i):
+        return os.path.join(self.tmpdir, "n%d.sock" % (i + 1))
+
+    def args(self, i, keyfile=None, port=None, name=None):
+        join = ",".join("127.0.0.1:%d" % p for p in self.ports)
+        return ["--node-name", name or self.name(i),
+                "--gossip-bind", "127.0.0.1:%d" % (port or self.ports[i]),
+                "--join", join, "--cluster-key-file", keyfile or self.keyfile] + FAST + self.extra
+
+    def start(self, i):
+        d = sluicetest.Daemon(*self.args(i), socket_path=self.sock(i), tmpdir=self.tmpdir)
+        self.lives[i] += 1  # before it answers: every answer is tagged with its life
+        d.start()
+        self.nodes[i] = d
+        return d
+
+    def start_all(self):
+        for i in range(self.n):
+            self.start(i)
+
+    def kill9(self, i):
+        self.nodes[i].kill()
+
+    def stop_all(self):
+        """SIGTERM every live node; returns the logs of those that failed."""
+        bad = []
+        for d in self.nodes:
+            if d is None or d.proc is None:
+                continue
+            try:
+                if d.proc.poll() is None:
+                    st = d.stop()
+                    if st != 0:
+                        bad.append("exit %d:\n%s" % (st, d.logtext()))
+            finally:
+                d.kill()
+                d.log.close()
+        return bad
+
+    def client(self, i, timeout=2.0):
+        return redis.Redis(unix_socket_path=self.sock(i), socket_timeout=timeout)
+
+    def members(self, i):
+        """{name: state} from SL.MEMBERS on node i."""
+        with self.client(i) as r:
+            rows = r.execute_command("SL.MEMBERS")
+        return {row[0].decode(): row[2].decode() for row in rows}
+
+    def wait_members(self, want, timeout=CONVERGE_S, nodes=None):
+        deadline = time.monotonic() + timeout
+        nodes = range(self.n) if nodes is None else nodes
+        while time.monotonic() < deadline:
+            ok = True
+            for i in nodes:
+                m = self.members(i)
+                if sorted(k for k, v in m.items() if v == "alive") != sorted(want):
+                    ok = False
+                    break
+            if ok:
+                return time.monotonic() - (deadline - timeout)
+            time.sleep(0.1)
+        raise AssertionError("members did not converge to %s: %s" %
+                             (want, [self.members(i) for i in nodes]))
+
+
+def info(cluster, i, section="cluster"):
+    with cluster.client(i) as r:
+        return r.info(section)
+
+
+# ---- load ----
+
+class Load:
+    """One client thread per node, each sending CL.THROTTLE at PER_NODE_RPS
+    for `duration` seconds.  Records (t, node, life, allowed) per answer and
+    (t, node, life, error) per failure.  down[i] marks a node we killed on
+    purpose, whose failures are expected."""
+
+    def __init__(self, cluster, key, duration, rps=PER_NODE_RPS):
+        self.c = cluster
+        self.key = key
+        self.duration = duration
+        self.rps = rps
+        self.answers = []
+        self.errors = []
+        self.down = [False] * cluster.n
+        self.lock = threading.Lock()
+        self.t0 = None
+
+    def worker(self, i):
+        period = 1.0 / self.rps
+        conn = None
+        nxt = time.monotonic()
+        end = self.t0 + self.duration
+        while True:
+            now = time.monotonic()
+            if now >= end:
+                break
+            if now < nxt:
+                time.sleep(nxt - now)
+            nxt += period
+            life = self.c.lives[i]
+            try:
+                if conn is None:
+                    conn = self.c.client(i)
+                rep = conn.execute_command("CL.THROTTLE", self.key, BURST, RATE, 1, 1)
+                t = time.monotonic() - self.t0
+                with self.lock:
+                    self.answers.append((t, i, life, rep[0] == 0))
+            except (redis.RedisError, OSError) as e:
+                t = time.monotonic() - self.t0
+                with self.lock:
+                    self.errors.append((t, i, life, self.down[i], repr(e)))
+                conn = None
+                time.sleep(0.01)
+        if conn is not None:
+            conn.close()
+
+    def run(self, events=()):
+        """events: (at_seconds, callable) run from this thread, in order."""
+        self.t0 = time.monotonic()
+        threads = [threading.Thread(target=self.worker, args=(i,), daemon=True)
+                   for i in range(self.c.n)]
+        for t in threads:
+            t.start()
+        for at, fn in sorted(events, key=lambda e: e[0]):
+            wait = self.t0 + at - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            fn()
+        for t in threads:
+            t.join(self.duration + 30)
+        self.answers.sort()
+        return self
+
+
+def oracle(answers, burst=BURST, rate=RATE):
+    """Units one central GCRA admits for the same requests at the same times."""
+    emission = 1.0 / rate
+    cap = (burst + 1) * emission
+    tat = None
+    admitted = 0
+    for t, *_ in answers:
+        if tat is None or tat < t:
+            tat = t
+        if tat + emission - t <= cap + 1e-9:
+            tat += emission
+            admitted += 1
+    return admitted
+
+
+def admitted(answers, node=None):
+    return sum(1 for a in answers if a[3] and (node is None or a[1] == node))
+
+
+# ---- scenarios ----
+
+def test_no_key_file_refused(tmp):
+    port = free_udp_ports(1)[0]
+    p = subprocess.run([sluicetest.SLUICED, "--socket", os.path.join(tmp, "nokey.sock"),
+                        "--gossip-bind", "127.0.0.1:%d" % port], capture_output=True,
+                       text=True, timeout=20)
+    assert p.returncode != 0, "a clustered node without a key file started"
+    assert "--cluster-key-file" in p.stderr and "--insecure-no-encryption" in p.stderr, p.stderr
+    print("ok: a clustered node without a key file refuses to start")
+
+
+def test_steady(c):
+    want = [c.name(i) for i in range(c.n)]
+    took = c.wait_members(want)
+    print("ok: %d nodes see each other after %.1f s" % (c.n, took))
+    out = subprocess.run([sluicetest.SLUICECTL, "-s", c.sock(0), "members"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr
+    for name in want:
+        assert name in out.stdout, out.stdout
+    assert out.stdout.count("alive") == c.n, out.stdout
+
+    load = Load(c, "steady", 8.0).run()
+    bad = list(load.errors)
+    assert not bad, "requests failed: %s" % bad[:5]
+    got, ref = admitted(load.answers), oracle(load.answers)
+    per = [admitted(load.answers, i) for i in range(c.n)]
+    ratio = got / ref
+    print("steady: %d requests, admitted %d (per node %s), central GCRA %d, ratio %.3f"
+          % (len(load.answers), got, per, ref, ratio))
+    assert 0.90 <= ratio <= 1.10, "admitted %d vs central GCRA %d" % (got, ref)
+
+    out = subprocess.run([sluicetest.SLUICECTL, "-s", c.sock(1), "key", "steady"],
+                         capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0, out.stderr + out.stdout
+    slot_lines = [ln for ln in out.stdout.splitlines() if ln.strip().startswith("node")]
+    assert "slots: %d" % c.n in out.stdout and len(slot_lines) == c.n, out.stdout
+    print("ok: sluicectl key shows %d slots" % c.n)
+
+
+def test_kill_restart(c):
+    victim = 2
+    restart_at = {}
+
+    def kill():
+        load.down[victim] = True
+        c.kill9(victim)
+
+    def restart():
+        c.nodes[victim].log.close()
+        c.start(victim)
+        restart_at["t"] = time.monotonic() - load.t0
+        load.down[victim] = False
+
+    load = Load(c, "restart", 10.0)
+    load.run(events=[(3.0, kill), (4.0, restart)])
+    others = [e for e in load.errors if e[1] != victim]
+    assert not others, "surviving nodes failed requests: %s" % others[:5]
+    unexpected = [e for e in load.errors if e[1] == victim and not e[3]
+                  and e[0] < 3.0]
+    assert not unexpected, "victim failed before it was killed: %s" % unexpected[:5]
+    got, ref = admitted(load.answers), oracle(load.answers)
+    ratio = got / ref
+    new_life = [a for a in load.answers if a[1] == victim and a[2] == c.lives[victim]]
+    first = new_life[:BURST + 1]
+    first_ok = sum(1 for a in first if a[3])
+    print("kill -9 + restart: admitted %d, central GCRA %d, ratio %.3f; restarted node "
+          "allowed %d of its first %d answers (a fresh burst would allow %d)"
+          % (got, ref, ratio, first_ok, len(first), BURST + 1))
+    assert len(first) == BURST + 1, "the restarted node answered only %d" % len(first)
+    assert first_ok <= (BURST + 1) // 2, "restarted node handed out a fresh burst"
+    assert 0.90 <= ratio <= 1.10, "admitted %d vs central GCRA %d" % (got, ref)
+    c.wait_members([c.name(i) for i in range(c.n)])
+    print("ok: the restarted node is a member again")
+
+
+def test_wrong_key(c, tmp):
+    other = os.path.join(tmp, "other.key")
+    write_key(other)
+    port = free_udp_ports(1)[0]
+    before = sum(int(info(c, i).get("gossip_drops_auth", 0)) for i in range(c.n))
+    d = sluicetest.Daemon(*c.args(0, keyfile=other, port=port, name="stranger"),
+                          socket_path=os.path.join(tmp, "stranger.sock"), tmpdir=tmp)
+    d.start()
+    try:
+        time.sleep(4.0)
+        for i in range(c.n):
+            assert "stranger" not in c.members(i), c.members(i)
+        with redis.Redis(unix_socket_path=d.path, socket_timeout=2) as r:
+            rows = r.execute_command("SL.MEMBERS")
+        assert [row[0].decode() for row in rows] == ["stranger"], rows
+        after = sum(int(info(c, i).get("gossip_drops_auth", 0)) for i in range(c.n))
+        print("ok: a node with another key never joins (%d packets dropped as auth failures)"
+              % (after - before))
+        assert after > before
+    finally:
+        st = d.stop()
+        d.close()
+    assert st == 0
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="sluice-cluster-")
+    c = None
+    failed = True
+    try:
+        test_no_key_file_refused(tmp)
+        c = Cluster(3, tmp)
+        c.start_all()
+        test_steady(c)
+        test_kill_restart(c)
+        test_wrong_key(c, tmp)
+        failed = False
+    finally:
+        bad = c.stop_all() if c is not None else []
+        if failed or bad:
+            for i in range(c.n if c else 0):
+                d = c.nodes[i]
+                if d is not None:
+                    print("---- log of %s ----\n%s" % (c.name(i), d.logtext()[-4000:]))
+        shutil.rmtree(tmp, ignore_errors=True)
+    if bad:
+        print("nodes exited badly:\n" + "\n".join(bad))
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
