@@ -9,14 +9,24 @@
 #include <unistd.h>
 
 #include "commands_cluster.h"
+#include "commands_sl.h"
 #include "sluice/error.h"
 
 struct commands {
     struct limiter *lim;
     struct cluster *cluster; /* NULL when not clustered */
+    struct commands_sl *sl;  /* NULL: no SL.* commands */
     size_t max_key;
     uint64_t started_ns;
+    /* Ids of the connections that chose RESP3 (HELLO 3), ascending (ids
+     * only grow, so appending keeps the order).  The server keeps no
+     * per-connection data for the command layer, so an id stays here after
+     * its client leaves; at RESP3_MAX_IDS the oldest is forgotten. */
+    uint64_t *resp3_ids;
+    size_t nresp3;
 };
+
+#define RESP3_MAX_IDS 65536
 
 typedef int (*handler_fn)(struct commands *cmds, struct server_client *c, size_t argc,
                           const char **argv, const size_t *argvlen, struct resp_buf *out);
@@ -28,6 +38,7 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
         return -SLUICE_ENOMEM;
     cmds->lim = lim;
     cmds->cluster = cfg ? cfg->cluster : NULL;
+    cmds->sl = cfg ? cfg->sl : NULL;
     cmds->max_key = (cfg && cfg->max_key_bytes) ? cfg->max_key_bytes : COMMANDS_DEFAULT_MAX_KEY;
     cmds->started_ns = uv_hrtime();
     *out = cmds;
@@ -36,7 +47,64 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
 
 void commands_destroy(struct commands *cmds)
 {
+    if (cmds != NULL)
+        free(cmds->resp3_ids);
     free(cmds);
+}
+
+/* Index of id in resp3_ids, or where it would go. */
+static size_t resp3_find(const struct commands *cmds, uint64_t id)
+{
+    size_t lo = 0, hi = cmds->nresp3;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cmds->resp3_ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int client_resp3(const struct commands *cmds, const struct server_client *c)
+{
+    if (c == NULL || cmds->nresp3 == 0)
+        return 0;
+    uint64_t id = server_client_id(c);
+    size_t i = resp3_find(cmds, id);
+    return i < cmds->nresp3 && cmds->resp3_ids[i] == id;
+}
+
+/* Records the connection's protocol; -SLUICE_ENOMEM. */
+static int client_set_resp3(struct commands *cmds, const struct server_client *c, int on)
+{
+    if (c == NULL)
+        return 0;
+    uint64_t id = server_client_id(c);
+    size_t i = resp3_find(cmds, id);
+    int present = i < cmds->nresp3 && cmds->resp3_ids[i] == id;
+    if (!on && present) {
+        memmove(cmds->resp3_ids + i, cmds->resp3_ids + i + 1,
+                (cmds->nresp3 - i - 1) * sizeof(uint64_t));
+        cmds->nresp3--;
+    } else if (on && !present) {
+        if (cmds->resp3_ids == NULL) {
+            cmds->resp3_ids = malloc(RESP3_MAX_IDS * sizeof(uint64_t));
+            if (cmds->resp3_ids == NULL)
+                return -SLUICE_ENOMEM;
+        }
+        if (cmds->nresp3 == RESP3_MAX_IDS) {
+            memmove(cmds->resp3_ids, cmds->resp3_ids + 1, (RESP3_MAX_IDS - 1) * sizeof(uint64_t));
+            cmds->nresp3--;
+            if (i > 0)
+                i--;
+        }
+        memmove(cmds->resp3_ids + i + 1, cmds->resp3_ids + i,
+                (cmds->nresp3 - i) * sizeof(uint64_t));
+        cmds->resp3_ids[i] = id;
+        cmds->nresp3++;
+    }
+    return 0;
 }
 
 int commands_parse_int64(const char *s, size_t len, int64_t *out)
@@ -221,14 +289,15 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
                      const size_t *argvlen, struct resp_buf *out)
 {
     size_t i = 1;
+    int64_t ver = client_resp3(cmds, c) ? 3 : 2;
     if (argc >= 2) {
-        int64_t ver;
         if (commands_parse_int64(argv[1], argvlen[1], &ver) < 0) {
             resp_add_error(out, "ERR Protocol version is not an integer or out of range");
             return SERVER_CONTINUE;
         }
-        if (ver != 2) {
-            /* RESP3 is not spoken; clients fall back to RESP2 on NOPROTO. */
+        /* RESP3 is a property of a connection: without one (unit tests)
+         * only RESP2 is spoken. */
+        if (ver != 2 && (ver != 3 || c == NULL)) {
             resp_add_error(out, "NOPROTO unsupported protocol version");
             return SERVER_CONTINUE;
         }
@@ -260,11 +329,19 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
             return SERVER_CONTINUE;
         }
     }
-    resp_add_array(out, 14);
+    if (client_set_resp3(cmds, c, ver == 3) < 0) {
+        resp_add_error(out, "ERR out of memory");
+        return SERVER_CONTINUE;
+    }
+    /* The reply is in the protocol just chosen: a map under RESP3. */
+    if (ver == 3)
+        resp_add_map(out, 7);
+    else
+        resp_add_array(out, 14);
     add_pair_str(out, "server", "sluice");
     add_pair_str(out, "version", SLUICE_REDIS_COMPAT_VERSION);
     resp_add_bulk_str(out, "proto");
-    resp_add_int(out, 2);
+    resp_add_int(out, ver);
     resp_add_bulk_str(out, "id");
     resp_add_int(out, c ? (int64_t)server_client_id(c) : 0);
     add_pair_str(out, "mode", "standalone");
@@ -554,6 +631,8 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
     }
     if (section_wanted(argc, argv, argvlen, "cluster"))
         commands_cluster_info(cmds->cluster, &t);
+    if (cmds->sl != NULL && section_wanted(argc, argv, argvlen, "policies"))
+        commands_sl_info(cmds->sl, &t);
     /* Redis ends the text without the last blank line. */
     if (t.len >= 2)
         t.len -= 2;
@@ -574,6 +653,17 @@ static int cmd_sl_key(struct commands *cmds, struct server_client *c, size_t arg
                       const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     return commands_cluster_key(cmds->cluster, argc, argv, argvlen, out);
+}
+
+/* SL.THROTTLE, SL.ACQUIRE, ...: see commands_sl.h. */
+static int cmd_sl(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                  const size_t *argvlen, struct resp_buf *out)
+{
+    if (cmds->sl == NULL) {
+        resp_add_error(out, "ERR SL commands are not enabled");
+        return SERVER_CONTINUE;
+    }
+    return commands_sl_dispatch(cmds->sl, c, client_resp3(cmds, c), argc, argv, argvlen, out);
 }
 
 static int cmd_command(struct commands *cmds, struct server_client *c, size_t argc,
@@ -630,6 +720,14 @@ static const struct {
     {"scan", 4, cmd_scan},
     {"sl.members", 10, cmd_sl_members},
     {"sl.key", 6, cmd_sl_key},
+    {"sl.throttle", 11, cmd_sl},
+    {"sl.peek", 7, cmd_sl},
+    {"sl.refund", 9, cmd_sl},
+    {"sl.reset", 8, cmd_sl},
+    {"sl.acquire", 10, cmd_sl},
+    {"sl.multi", 8, cmd_sl},
+    {"sl.policies", 11, cmd_sl},
+    {"sl.reload", 9, cmd_sl},
 };
 
 static size_t command_count(void)

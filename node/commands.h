@@ -3,7 +3,8 @@
  *
  * Enough of the Redis surface that unmodified clients work (redis-cli,
  * redis-benchmark, redis-py, ioredis): CL.THROTTLE with redis-cell's exact
- * replies and error texts, PING, ECHO, QUIT, HELLO (RESP2 only), CLIENT
+ * replies and error texts, PING, ECHO, QUIT, HELLO (2 or 3: RESP3 per
+ * connection, which changes the SL.* replies to maps), CLIENT
  * SETNAME/GETNAME/SETINFO/ID, INFO, COMMAND, CONFIG GET (minimal), SELECT 0,
  * and Redis's error for unknown commands.  Command names are
  * case-insensitive.
@@ -31,10 +32,12 @@
 #define COMMANDS_DEFAULT_MAX_KEY 512
 
 struct cluster;
+struct commands_sl;
 
 struct commands_config {
     size_t max_key_bytes;    /* 0 = COMMANDS_DEFAULT_MAX_KEY */
     struct cluster *cluster; /* borrowed; NULL: a node running alone */
+    struct commands_sl *sl;  /* borrowed; the SL.* commands (NULL: not offered) */
 };
 
 struct commands;

@@ -347,6 +347,16 @@ int resp_add_null(struct resp_buf *b)
     return resp_add_raw(b, "$-1\r\n", 5);
 }
 
+int resp_add_map(struct resp_buf *b, size_t npairs)
+{
+    return add_prefixed_int(b, '%', (int64_t)npairs);
+}
+
+int resp_add_null3(struct resp_buf *b)
+{
+    return resp_add_raw(b, "_\r\n", 3);
+}
+
 /* Appends <prefix><line>\r\n with CR/LF in line turned into spaces. */
 static int add_line(struct resp_buf *b, char prefix, const char *line)
 {

@@ -109,6 +109,10 @@ int resp_add_bulk_str(struct resp_buf *b, const char *s);
 int resp_add_array(struct resp_buf *b, size_t n);
 /* $-1\r\n, RESP2's null bulk string. */
 int resp_add_null(struct resp_buf *b);
+/* RESP3 (after HELLO 3): %n\r\n, a map of n key/value pairs (2n replies
+ * follow), and _\r\n, the null. */
+int resp_add_map(struct resp_buf *b, size_t npairs);
+int resp_add_null3(struct resp_buf *b);
 
 /* Writes v in decimal to dst (at least 21 bytes); returns the length. */
 size_t resp_format_int(char *dst, int64_t v);

@@ -17,8 +17,11 @@
 
 #include "cluster.h"
 #include "commands.h"
+#include "commands_sl.h"
+#include "config.h"
 #include "limiter.h"
 #include "log.h"
+#include "policy.h"
 #include "server.h"
 #include "sluice/client.h"
 #include "sluice/error.h"
@@ -48,10 +51,16 @@ static void usage(FILE *f)
             "  --on-full POLICY         when --max-keys keys are all still limiting:\n"
             "                           evict (default), deny (fail closed), allow (fail open)\n"
             "  --log-level LEVEL        debug, info (default), warn, error, off\n"
+            "  --config FILE            read the configuration (deploy/sluice.conf documents\n"
+            "                           it): its [sluiced] settings, named policies and\n"
+            "                           cluster; flags given here override the file.  An\n"
+            "                           invalid file stops sluiced (exit 2) naming the line.\n"
             "  --version                print the version and exit\n"
             "  --help                   print this help and exit\n"
             "\n"
-            "Signals: SIGINT and SIGTERM shut down cleanly and remove the socket.\n");
+            "Signals: SIGINT and SIGTERM shut down cleanly and remove the socket.  SIGHUP\n"
+            "reloads the policies from --config FILE (a bad file keeps the running ones and\n"
+            "logs why); so does `sluicectl reload`.\n");
     cluster_usage(f);
 }
 
@@ -77,8 +86,9 @@ static int parse_size(const char *s, unsigned long long min, unsigned long long 
 
 struct daemon {
     uv_loop_t loop;
-    uv_signal_t sigint, sigterm;
+    uv_signal_t sigint, sigterm, sighup;
     uv_timer_t maintain;
+    struct commands_sl *sl;
     struct server *srv;
     struct commands *cmds;
     struct limiter *lim;
@@ -96,13 +106,47 @@ static void on_signal(uv_signal_t *h, int signum)
     struct daemon *d = h->data;
     log_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     server_close(d->srv);
+    commands_sl_close(d->sl); /* after server_close has cancelled the waiters' clients */
+    uv_close((uv_handle_t *)&d->sighup, NULL);
     cluster_stop(d->cluster, NULL, NULL);
     uv_close((uv_handle_t *)&d->maintain, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
 }
 
+/* SIGHUP: reload the policies; a bad file keeps the running ones (the
+ * reload logs why and counts reload_failures). */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    struct daemon *d = h->data;
+    char err[512];
+    (void)signum;
+    log_info("received SIGHUP, reloading");
+    (void)commands_sl_reload(d->sl, err, sizeof(err));
+}
+
+/* Finds --config FILE / --config=FILE before the other flags are parsed,
+ * so that the file gives defaults and the flags override them. */
+static const char *find_config_flag(int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            break;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            path = argv[++i];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+    }
+    return path;
+}
+
+/* The configuration file, kept for the process's lifetime (its strings are
+ * used as flag values). */
+static struct config file_cfg;
+
 enum {
+    OPT_CONFIG = 200,
     OPT_SOCKET = 256,
     OPT_SOCKET_MODE,
     OPT_SOCKET_GROUP,
@@ -119,6 +163,7 @@ enum {
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
+        {"config", required_argument, NULL, OPT_CONFIG},
         {"socket", required_argument, NULL, OPT_SOCKET},
         {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
         {"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
@@ -141,8 +186,30 @@ int main(int argc, char **argv)
     cluster_options_init(&clopt);
     int opt;
     unsigned long long v;
+    const char *config_path = find_config_flag(argc, argv);
+    struct policy_set *policies = NULL;
+    if (config_path != NULL) {
+        char cerr[512];
+        if (config_load(config_path, &file_cfg, cerr, sizeof(cerr)) < 0) {
+            fprintf(stderr, "sluiced: %s\n", cerr);
+            return 2;
+        }
+        if (policy_set_build(&file_cfg, &policies) < 0) {
+            fprintf(stderr, "sluiced: %s: cannot build the policies\n", config_path);
+            return 2;
+        }
+        /* [sluiced] gives the defaults the flags below may override. */
+        socket_path = file_cfg.socket;
+        scfg.socket_mode = file_cfg.socket_mode;
+        scfg.max_clients = file_cfg.max_clients;
+        lcfg.max_keys = (size_t)file_cfg.max_keys;
+        lcfg.overflow = (enum limiter_overflow)file_cfg.on_full;
+        log_set_level((enum log_level)file_cfg.log_level);
+    }
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
+        case OPT_CONFIG:
+            break; /* read above */
         case OPT_SOCKET:
             socket_path = optarg;
             break;
@@ -275,7 +342,18 @@ int main(int argc, char **argv)
         log_error("cluster: %s", clerr);
         goto out_limiter;
     }
+    limiter_set_policies(d.lim, policies);
+    policy_set_release(policies);
+    policies = NULL;
+    struct commands_sl_config slcfg = {
+        .max_key_bytes = ccfg.max_key_bytes, .loop = &d.loop, .config_path = config_path};
+    rc = commands_sl_create(d.lim, &slcfg, &d.sl);
+    if (rc < 0) {
+        log_error("cannot create the command layer: %s", sluice_strerror(rc));
+        goto out_limiter;
+    }
     ccfg.cluster = d.cluster;
+    ccfg.sl = d.sl;
     rc = commands_create(d.lim, &ccfg, &d.cmds);
     if (rc < 0) {
         log_error("cannot create the command layer: %s", sluice_strerror(rc));
@@ -308,6 +386,9 @@ int main(int argc, char **argv)
     d.sigterm.data = &d;
     uv_signal_start(&d.sigint, on_signal, SIGINT);
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    uv_signal_init(&d.loop, &d.sighup);
+    d.sighup.data = &d;
+    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
     log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION_STRING,
              socket_path, scfg.socket_mode, scfg.max_clients ? scfg.max_clients : 10000);
     uv_run(&d.loop, UV_RUN_DEFAULT);
@@ -324,7 +405,10 @@ out_limiter:
     }
     cluster_destroy(d.cluster);
     cluster_options_free(&clopt);
+    commands_sl_destroy(d.sl);
+    policy_set_release(policies);
     limiter_destroy(d.lim);
+    config_free(&file_cfg);
 out_loop:
     if (uv_loop_close(&d.loop) != 0)
         log_warn("event loop closed with handles still open");

@@ -1,0 +1,668 @@
+/* commands_sl: the SL.* commands (grammar and replies in commands_sl.h). */
+#include "commands_sl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "acquire.h"
+#include "commands.h"
+#include "config.h"
+#include "log.h"
+#include "policy.h"
+#include "sluice/error.h"
+
+#define SL_DEFAULT_MAX_KEY 512
+#define NS_PER_MS          ((int64_t)1000000)
+/* Longest SL.ACQUIRE wait: one day. */
+#define SL_MAX_TIMEOUT_MS ((int64_t)86400000)
+
+struct commands_sl {
+    struct limiter *lim;
+    struct acquire *acq; /* NULL without a loop */
+    size_t max_key;
+    char *config_path;
+    uint64_t reloads, reload_failures;
+};
+
+int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg,
+                       struct commands_sl **out)
+{
+    struct commands_sl *sl = calloc(1, sizeof(*sl));
+    if (sl == NULL)
+        return -SLUICE_ENOMEM;
+    sl->lim = lim;
+    sl->max_key = cfg && cfg->max_key_bytes ? cfg->max_key_bytes : SL_DEFAULT_MAX_KEY;
+    if (cfg && cfg->config_path != NULL && (sl->config_path = strdup(cfg->config_path)) == NULL) {
+        free(sl);
+        return -SLUICE_ENOMEM;
+    }
+    if (cfg && cfg->loop != NULL) {
+        int rc = acquire_create(cfg->loop, lim, cfg->max_waiters, &sl->acq);
+        if (rc < 0) {
+            free(sl->config_path);
+            free(sl);
+            return rc;
+        }
+    }
+    *out = sl;
+    return 0;
+}
+
+void commands_sl_close(struct commands_sl *sl)
+{
+    if (sl != NULL)
+        acquire_close(sl->acq);
+}
+
+void commands_sl_destroy(struct commands_sl *sl)
+{
+    if (sl == NULL)
+        return;
+    acquire_destroy(sl->acq);
+    free(sl->config_path);
+    free(sl);
+}
+
+static int arg_is(const char *arg, size_t len, const char *word)
+{
+    return strlen(word) == len && strncasecmp(arg, word, len) == 0;
+}
+
+static const char *const sl_names[] = {"sl.throttle", "sl.peek",  "sl.refund",   "sl.reset",
+                                       "sl.acquire",  "sl.multi", "sl.policies", "sl.reload"};
+enum {
+    SL_THROTTLE,
+    SL_PEEK,
+    SL_REFUND,
+    SL_RESET,
+    SL_ACQUIRE,
+    SL_MULTI,
+    SL_POLICIES,
+    SL_RELOAD,
+    SL_NCMDS
+};
+
+static int sl__which(const char *argv0, size_t len)
+{
+    for (int i = 0; i < SL_NCMDS; i++) {
+        if (arg_is(argv0, len, sl_names[i]))
+            return i;
+    }
+    return -1;
+}
+
+int commands_sl_is(const char *argv0, size_t len)
+{
+    return sl__which(argv0, len) >= 0;
+}
+
+/* ---- arguments ---- */
+
+/* Options a command accepts after SPEC. */
+#define OPT_QTY     0x1u
+#define OPT_PEEK    0x2u
+#define OPT_TIMEOUT 0x4u
+
+struct sl_spec {
+    const struct policy *pol; /* the policy, or NULL for an inline limit */
+    struct algo_params inline_p;
+    const struct algo_params *p; /* what decides: &pol->algo or &inline_p */
+    int64_t qty;
+    int has_qty;
+    int peek;
+    int64_t timeout_ms;
+    int has_timeout;
+};
+
+static int sl__int(const char *s, size_t len, int64_t *v, struct resp_buf *out)
+{
+    if (commands_parse_int64(s, len, v) < 0) {
+        resp_add_error(out, "ERR value is not an integer or out of range");
+        return -1;
+    }
+    return 0;
+}
+
+static void sl__syntax(struct resp_buf *out, const char *arg, size_t len)
+{
+    int shown = len > 64 ? 64 : (int)len;
+    resp_add_errorf(out, "ERR syntax error near '%.*s'", shown, arg);
+}
+
+/*
+ * Parses SPEC and the allowed options from argv[*i] up to argc or (for
+ * SL.MULTI, stop_at_key) the next KEY word, for the key given.  On error
+ * appends the error reply and returns -1.
+ */
+static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_t argc,
+                     const char **argv, const size_t *argvlen, size_t *i, unsigned opts,
+                     int stop_at_key, struct sl_spec *s, struct resp_buf *out)
+{
+    const char *algo = NULL, *pname = NULL;
+    size_t algolen = 0, pnamelen = 0;
+    int64_t burst = 0, count = 0, period_ms = 0, precision = 0;
+    int has_burst = 0, has_rate = 0, has_precision = 0;
+
+    memset(s, 0, sizeof(*s));
+    s->qty = 1;
+    while (*i < argc) {
+        const char *a = argv[*i];
+        size_t al = argvlen[*i];
+        size_t left = argc - *i - 1;
+        if (stop_at_key && arg_is(a, al, "KEY"))
+            break;
+        if (arg_is(a, al, "POLICY") && left >= 1 && pname == NULL) {
+            pname = argv[*i + 1];
+            pnamelen = argvlen[*i + 1];
+            *i += 2;
+        } else if (arg_is(a, al, "ALGO") && left >= 1 && algo == NULL) {
+            algo = argv[*i + 1];
+            algolen = argvlen[*i + 1];
+            *i += 2;
+        } else if (arg_is(a, al, "BURST") && left >= 1) {
+            if (sl__int(argv[*i + 1], argvlen[*i + 1], &burst, out) < 0)
+                return -1;
+            has_burst = 1;
+            *i += 2;
+        } else if (arg_is(a, al, "RATE") && left >= 2) {
+            if (sl__int(argv[*i + 1], argvlen[*i + 1], &count, out) < 0 ||
+                sl__int(argv[*i + 2], argvlen[*i + 2], &period_ms, out) < 0)
+                return -1;
+            has_rate = 1;
+            *i += 3;
+        } else if (arg_is(a, al, "PRECISION") && left >= 1) {
+            if (sl__int(argv[*i + 1], argvlen[*i + 1], &precision, out) < 0)
+                return -1;
+            has_precision = 1;
+            *i += 2;
+        } else if (arg_is(a, al, "QTY") && left >= 1 && (opts & OPT_QTY)) {
+            if (sl__int(argv[*i + 1], argvlen[*i + 1], &s->qty, out) < 0)
+                return -1;
+            if (s->qty < 0) {
+                resp_add_error(out, "ERR QTY must not be negative");
+                return -1;
+            }
+            s->has_qty = 1;
+            *i += 2;
+        } else if (arg_is(a, al, "PEEK") && (opts & OPT_PEEK)) {
+            s->peek = 1;
+            *i += 1;
+        } else if (arg_is(a, al, "TIMEOUT") && left >= 1 && (opts & OPT_TIMEOUT)) {
+            if (sl__int(argv[*i + 1], argvlen[*i + 1], &s->timeout_ms, out) < 0)
+                return -1;
+            if (s->timeout_ms < 0 || s->timeout_ms > SL_MAX_TIMEOUT_MS) {
+                resp_add_errorf(out, "ERR TIMEOUT must be 0..%lld ms",
+                                (long long)SL_MAX_TIMEOUT_MS);
+                return -1;
+            }
+            s->has_timeout = 1;
+            *i += 2;
+        } else {
+            sl__syntax(out, a, al);
+            return -1;
+        }
+    }
+    if (pname != NULL && algo != NULL) {
+        resp_add_error(out, "ERR POLICY and ALGO are exclusive");
+        return -1;
+    }
+    if (algo == NULL && (has_burst || has_rate || has_precision)) {
+        resp_add_error(out, "ERR BURST, RATE and PRECISION need ALGO");
+        return -1;
+    }
+    struct policy_set *set = limiter_policies(sl->lim);
+    if (pname != NULL) {
+        s->pol = policy_set_find(set, pname, pnamelen);
+        if (s->pol == NULL) {
+            int shown = pnamelen > 64 ? 64 : (int)pnamelen;
+            resp_add_errorf(out, "ERR no such policy '%.*s'", shown, pname);
+            return -1;
+        }
+        s->p = &s->pol->algo;
+        return 0;
+    }
+    if (algo != NULL) {
+        char name[32];
+        enum algo_kind kind;
+        if (algolen >= sizeof(name)) {
+            algolen = sizeof(name) - 1;
+        }
+        memcpy(name, algo, algolen);
+        name[algolen] = '\0';
+        if (memchr(algo, '\0', algolen) != NULL || algo_from_name(name, &kind) < 0) {
+            resp_add_errorf(out,
+                            "ERR unknown algorithm '%s' (gcra, token-bucket, fixed-window, "
+                            "sliding-window, sliding-log)",
+                            name);
+            return -1;
+        }
+        if (!has_rate) {
+            resp_add_error(out, "ERR ALGO needs RATE count period_ms");
+            return -1;
+        }
+        int64_t period_ns;
+        if (count < 1 || period_ms < 1 || burst < 0 || precision < 0) {
+            resp_add_error(out, "ERR invalid limit: count and period_ms must be positive, "
+                                "burst and precision not negative");
+            return -1;
+        }
+        if (__builtin_mul_overflow(period_ms, NS_PER_MS, &period_ns)) {
+            resp_add_error(out, "ERR invalid limit: period_ms too large");
+            return -1;
+        }
+        int rc = algo_params_init(&s->inline_p, kind, burst, count, period_ns, precision);
+        if (rc < 0) {
+            resp_add_errorf(out, "ERR invalid limit: %s",
+                            rc == -SLUICE_ERANGE ? "out of range for the algorithm"
+                                                 : "precision must be 1..1000");
+            return -1;
+        }
+        s->p = &s->inline_p;
+        return 0;
+    }
+    s->pol = policy_set_match(set, key, klen);
+    if (s->pol == NULL) {
+        resp_add_error(out, "ERR no policy matches key and no ALGO given");
+        return -1;
+    }
+    s->p = &s->pol->algo;
+    return 0;
+}
+
+/* ---- replies ---- */
+
+static int64_t sl__ms(int64_t ns)
+{
+    if (ns <= 0)
+        return 0;
+    return ns / NS_PER_MS + (ns % NS_PER_MS != 0);
+}
+
+static void sl__pair_int(struct resp_buf *out, const char *k, int64_t v)
+{
+    resp_add_bulk_str(out, k);
+    resp_add_int(out, v);
+}
+
+/* One decision (see commands_sl.h); waited_ns < 0: no waited_ms field. */
+static void sl__reply(struct resp_buf *out, int resp3, const struct algo_result *r,
+                      enum algo_kind kind, const struct policy *pol, int64_t waited_ns)
+{
+    int64_t retry = r->limited && r->retry_after_ns != ALGO_NEVER ? sl__ms(r->retry_after_ns) : -1;
+    int64_t remaining = r->remaining > 0 ? r->remaining : 0;
+    if (!resp3) {
+        resp_add_array(out, waited_ns >= 0 ? 6 : 5);
+        resp_add_int(out, r->limited ? 1 : 0);
+        resp_add_int(out, r->limit);
+        resp_add_int(out, remaining);
+        resp_add_int(out, retry);
+        resp_add_int(out, sl__ms(r->reset_after_ns));
+        if (waited_ns >= 0)
+            resp_add_int(out, sl__ms(waited_ns));
+        return;
+    }
+    resp_add_map(out, waited_ns >= 0 ? 8 : 7);
+    sl__pair_int(out, "limited", r->limited ? 1 : 0);
+    sl__pair_int(out, "limit", r->limit);
+    sl__pair_int(out, "remaining", remaining);
+    sl__pair_int(out, "retry_after_ms", retry);
+    sl__pair_int(out, "reset_after_ms", sl__ms(r->reset_after_ns));
+    resp_add_bulk_str(out, "algorithm");
+    resp_add_bulk_str(out, algo_name(kind));
+    resp_add_bulk_str(out, "policy");
+    if (pol != NULL)
+        resp_add_bulk_str(out, pol->name);
+    else
+        resp_add_null3(out);
+    if (waited_ns >= 0)
+        sl__pair_int(out, "waited_ms", sl__ms(waited_ns));
+}
+
+static void sl__limiter_error(struct resp_buf *out, int rc)
+{
+    if (rc == -SLUICE_ENOMEM)
+        resp_add_error(out, "ERR out of memory");
+    else if (rc == -SLUICE_ETOOBIG)
+        resp_add_error(out, "ERR key too long");
+    else
+        resp_add_errorf(out, "ERR %s", sluice_strerror(rc));
+}
+
+static int sl__key_ok(struct commands_sl *sl, size_t klen, struct resp_buf *out)
+{
+    if (klen > sl->max_key) {
+        resp_add_errorf(out, "ERR key too long (%zu bytes, the limit is %zu)", klen, sl->max_key);
+        return 0;
+    }
+    return 1;
+}
+
+static int64_t sl__now(const struct server_client *c)
+{
+    return (int64_t)(c ? server_now_ns(server_client_server(c)) : uv_hrtime());
+}
+
+/* ---- SL.THROTTLE, SL.PEEK, SL.REFUND, SL.RESET ---- */
+
+static void sl__throttle(struct commands_sl *sl, struct server_client *c, int resp3, int cmd,
+                         size_t argc, const char **argv, const size_t *argvlen,
+                         struct resp_buf *out)
+{
+    static const char *const usage[] = {
+        [SL_THROTTLE] = "SL.THROTTLE key [POLICY name | ALGO algorithm [BURST b] RATE count "
+                        "period_ms [PRECISION p]] [QTY q] [PEEK]",
+        [SL_PEEK] = "SL.PEEK key [POLICY name | ALGO ...] [QTY q]",
+        [SL_REFUND] = "SL.REFUND key [POLICY name | ALGO ...] QTY q",
+    };
+    struct sl_spec s;
+    struct algo_result r;
+    size_t i = 2;
+    int rc;
+    if (argc < 2) {
+        resp_add_errorf(out, "ERR wrong number of arguments: %s", usage[cmd]);
+        return;
+    }
+    if (!sl__key_ok(sl, argvlen[1], out))
+        return;
+    unsigned opts = cmd == SL_THROTTLE ? OPT_QTY | OPT_PEEK : OPT_QTY;
+    if (sl__parse(sl, argv[1], argvlen[1], argc, argv, argvlen, &i, opts, 0, &s, out) < 0)
+        return;
+    int64_t now = sl__now(c);
+    if (cmd == SL_REFUND) {
+        if (!s.has_qty) {
+            resp_add_errorf(out, "ERR QTY is required: %s", usage[cmd]);
+            return;
+        }
+        rc = limiter_refund(sl->lim, argv[1], argvlen[1], s.p, s.qty, now);
+        if (rc == 0)
+            rc = limiter_decide(sl->lim, argv[1], argvlen[1], s.p, 0, now, &r);
+    } else {
+        int64_t qty = cmd == SL_PEEK || s.peek ? 0 : s.qty;
+        if (s.pol != NULL)
+            rc = limiter_decide_policy(sl->lim, argv[1], argvlen[1], s.pol, qty, now, &r, NULL);
+        else
+            rc = limiter_decide(sl->lim, argv[1], argvlen[1], s.p, qty, now, &r);
+    }
+    if (rc < 0) {
+        sl__limiter_error(out, rc);
+        return;
+    }
+    sl__reply(out, resp3, &r, s.p->kind, s.pol, -1);
+}
+
+/* ---- SL.ACQUIRE ---- */
+
+struct sl_wait {
+    struct commands_sl *sl;
+    struct server_client *c;
+    struct acquire_waiter *w;
+    int resp3;
+    enum algo_kind kind;
+    const struct policy *pol; /* valid while the waiter holds its set */
+};
+
+static void sl__acquire_done(void *ud, const struct algo_result *r, int64_t waited_ns)
+{
+    struct sl_wait *x = ud;
+    sl__reply(server_client_out(x->c), x->resp3, r, x->kind, x->pol, waited_ns);
+    server_client_unblock(x->c);
+    free(x);
+}
+
+static void sl__acquire_cancel(struct server_client *c, void *arg)
+{
+    struct sl_wait *x = arg;
+    (void)c;
+    acquire_cancel(x->sl->acq, x->w);
+    free(x);
+}
+
+static void sl__acquire(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                        const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    struct sl_spec s;
+    size_t i = 2;
+    if (argc < 2) {
+        resp_add_error(out, "ERR wrong number of arguments: SL.ACQUIRE key [POLICY name | ALGO "
+                            "...] [QTY q] TIMEOUT ms");
+        return;
+    }
+    if (!sl__key_ok(sl, argvlen[1], out))
+        return;
+    if (sl__parse(sl, argv[1], argvlen[1], argc, argv, argvlen, &i, OPT_QTY | OPT_TIMEOUT, 0, &s,
+                  out) < 0)
+        return;
+    if (!s.has_timeout) {
+        resp_add_error(out, "ERR TIMEOUT ms is required");
+        return;
+    }
+    if (sl->acq == NULL) {
+        resp_add_error(out, "ERR SL.ACQUIRE is not available");
+        return;
+    }
+    struct sl_wait *x = calloc(1, sizeof(*x));
+    if (x == NULL) {
+        resp_add_error(out, "ERR out of memory");
+        return;
+    }
+    x->sl = sl;
+    x->c = c;
+    x->resp3 = resp3;
+    x->kind = s.p->kind;
+    x->pol = s.pol;
+    struct acquire_req req = {argv[1],
+                              argvlen[1],
+                              s.pol ? NULL : s.p,
+                              s.pol,
+                              s.pol ? limiter_policies(sl->lim) : NULL,
+                              s.qty,
+                              s.timeout_ms * NS_PER_MS};
+    struct algo_result r;
+    int64_t waited;
+    int rc = acquire_submit(sl->acq, &req, sl__now(c), sl__acquire_done, x, &r, &waited, &x->w);
+    if (rc == 1) {
+        free(x);
+        sl__reply(out, resp3, &r, s.p->kind, s.pol, waited);
+    } else if (rc == 0 && c == NULL) {
+        acquire_cancel(sl->acq, x->w);
+        free(x);
+        resp_add_error(out, "ERR SL.ACQUIRE needs a connection to wait");
+    } else if (rc == 0) {
+        server_client_block(c, sl__acquire_cancel, x);
+    } else {
+        free(x);
+        if (rc == -SLUICE_EFULL)
+            resp_add_error(out, "ERR too many waiting requests");
+        else
+            sl__limiter_error(out, rc);
+    }
+}
+
+/* ---- SL.MULTI ---- */
+
+static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    struct sl_spec specs[LIMITER_MULTI_MAX];
+    struct limiter_req reqs[LIMITER_MULTI_MAX];
+    struct algo_result outs[LIMITER_MULTI_MAX];
+    int64_t qty = 1;
+    size_t i = 1, n = 0;
+    if (i + 1 < argc && arg_is(argv[i], argvlen[i], "QTY")) {
+        if (sl__int(argv[i + 1], argvlen[i + 1], &qty, out) < 0)
+            return;
+        if (qty < 0) {
+            resp_add_error(out, "ERR QTY must not be negative");
+            return;
+        }
+        i += 2;
+    }
+    while (i < argc) {
+        if (!arg_is(argv[i], argvlen[i], "KEY") || i + 1 >= argc) {
+            sl__syntax(out, argv[i], argvlen[i]);
+            return;
+        }
+        if (n == LIMITER_MULTI_MAX) {
+            resp_add_errorf(out, "ERR at most %d keys", LIMITER_MULTI_MAX);
+            return;
+        }
+        const char *key = argv[i + 1];
+        size_t klen = argvlen[i + 1];
+        if (!sl__key_ok(sl, klen, out))
+            return;
+        i += 2;
+        if (sl__parse(sl, key, klen, argc, argv, argvlen, &i, OPT_QTY, 1, &specs[n], out) < 0)
+            return;
+        reqs[n] = (struct limiter_req){key, klen, specs[n].pol ? NULL : specs[n].p, specs[n].pol,
+                                       specs[n].has_qty ? specs[n].qty : qty};
+        n++;
+    }
+    if (n == 0) {
+        resp_add_error(out, "ERR wrong number of arguments: SL.MULTI [QTY q] KEY k1 [SPEC] "
+                            "[QTY q1] KEY k2 ...");
+        return;
+    }
+    int allowed = 0;
+    int rc = limiter_multi(sl->lim, reqs, n, sl__now(c), outs, &allowed);
+    if (rc == -SLUICE_EINVAL) {
+        resp_add_error(out, "ERR duplicate key in SL.MULTI");
+        return;
+    }
+    if (rc < 0) {
+        sl__limiter_error(out, rc);
+        return;
+    }
+    resp_add_array(out, n + 1);
+    resp_add_int(out, allowed ? 0 : 1);
+    for (size_t k = 0; k < n; k++)
+        sl__reply(out, resp3, &outs[k], specs[k].p->kind, specs[k].pol, -1);
+}
+
+/* ---- SL.POLICIES, SL.RELOAD ---- */
+
+static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out)
+{
+    struct policy_set *set = limiter_policies(sl->lim);
+    size_t n = policy_set_count(set);
+    resp_add_array(out, n);
+    for (size_t i = 0; i < n; i++) {
+        const struct policy *p = policy_set_at(set, i);
+        if (resp3)
+            resp_add_map(out, 10);
+        else
+            resp_add_array(out, 20);
+        resp_add_bulk_str(out, "name");
+        resp_add_bulk_str(out, p->name);
+        resp_add_bulk_str(out, "algorithm");
+        resp_add_bulk_str(out, algo_name(p->algo.kind));
+        sl__pair_int(out, "burst", p->algo.burst);
+        sl__pair_int(out, "count", p->algo.count);
+        sl__pair_int(out, "period_ms", sl__ms(p->algo.period_ns));
+        sl__pair_int(out, "precision", p->algo.precision);
+        resp_add_bulk_str(out, "scope");
+        resp_add_bulk_str(out, p->scope == CONFIG_SCOPE_GLOBAL ? "global" : "local");
+        resp_add_bulk_str(out, "partition");
+        resp_add_bulk_str(out, p->partition == CONFIG_PARTITION_SHARE ? "share" : "optimistic");
+        resp_add_bulk_str(out, "match");
+        if (p->match == NULL)
+            resp3 ? resp_add_null3(out) : resp_add_null(out);
+        else
+            resp_add_bulk(out, p->match, p->match_len);
+        sl__pair_int(out, "dry_run", p->dry_run ? 1 : 0);
+    }
+}
+
+int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen)
+{
+    struct config cfg;
+    struct policy_set *set;
+    int rc;
+    if (sl->config_path == NULL) {
+        snprintf(err, errlen, "no config file (start sluiced with --config FILE)");
+        sl->reload_failures++;
+        return -SLUICE_EINVAL;
+    }
+    rc = config_load(sl->config_path, &cfg, err, errlen);
+    if (rc == 0) {
+        rc = policy_set_build(&cfg, &set);
+        if (rc < 0)
+            snprintf(err, errlen, "%s: cannot build the policies: %s", sl->config_path,
+                     sluice_strerror(rc));
+        config_free(&cfg);
+    }
+    if (rc < 0) {
+        sl->reload_failures++;
+        log_error("reload failed, keeping the running policies: %s", err);
+        return rc;
+    }
+    limiter_set_policies(sl->lim, set);
+    policy_set_release(set);
+    sl->reloads++;
+    log_info("reloaded %s: %zu policies", sl->config_path, policy_set_count(set));
+    return 0;
+}
+
+static void sl__info_field(struct resp_buf *t, const char *name, uint64_t v)
+{
+    char line[96];
+    int n = snprintf(line, sizeof(line), "%s:%llu\r\n", name, (unsigned long long)v);
+    if (n > 0)
+        resp_add_raw(t, line, (size_t)n);
+}
+
+void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text)
+{
+    struct limiter_stats ls;
+    limiter_get_stats(sl->lim, &ls);
+    resp_add_raw(text, "# Policies\r\n", 12);
+    sl__info_field(text, "policies", policy_set_count(limiter_policies(sl->lim)));
+    sl__info_field(text, "reloads", sl->reloads);
+    sl__info_field(text, "reload_failures", sl->reload_failures);
+    sl__info_field(text, "dry_run_would_limit", ls.dry_run_would_limit);
+    sl__info_field(text, "algorithm_changes", ls.reinitialised);
+    sl__info_field(text, "waiting_acquires", sl->acq ? acquire_waiting(sl->acq) : 0);
+    resp_add_raw(text, "\r\n", 2);
+}
+
+int commands_sl_dispatch(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                         const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    int cmd = argc > 0 ? sl__which(argv[0], argvlen[0]) : -1;
+    switch (cmd) {
+    case SL_THROTTLE:
+    case SL_PEEK:
+    case SL_REFUND:
+        sl__throttle(sl, c, resp3, cmd, argc, argv, argvlen, out);
+        break;
+    case SL_RESET:
+        if (argc != 2) {
+            resp_add_error(out, "ERR wrong number of arguments: SL.RESET key");
+            break;
+        }
+        resp_add_int(out, limiter_reset(sl->lim, argv[1], argvlen[1]));
+        break;
+    case SL_ACQUIRE:
+        sl__acquire(sl, c, resp3, argc, argv, argvlen, out);
+        break;
+    case SL_MULTI:
+        sl__multi(sl, c, resp3, argc, argv, argvlen, out);
+        break;
+    case SL_POLICIES:
+        sl__policies(sl, resp3, out);
+        break;
+    case SL_RELOAD: {
+        char err[512];
+        if (commands_sl_reload(sl, err, sizeof(err)) < 0)
+            resp_add_errorf(out, "ERR reload failed: %s", err);
+        else
+            resp_add_simple(out, "OK");
+        break;
+    }
+    default:
+        resp_add_error(out, "ERR unknown SL command");
+        break;
+    }
+    return SERVER_CONTINUE;
+}

@@ -1,0 +1,106 @@
+/*
+ * commands_sl: the SL.* commands, every algorithm and named policy over the
+ * socket.  commands.c routes the names below here.
+ *
+ * Grammar (words case-insensitive, integers strict decimal):
+ *
+ *   SPEC := POLICY name
+ *         | ALGO algorithm [BURST b] RATE count period_ms [PRECISION p]
+ *         | (nothing: the policy whose match prefix is the longest prefix
+ *            of the key; none -> "-ERR no policy matches key and no ALGO
+ *            given")
+ *   algorithm := gcra | token-bucket | fixed-window | sliding-window
+ *              | sliding-log
+ *
+ *   SL.THROTTLE key SPEC [QTY q] [PEEK]     decide q units (default 1)
+ *   SL.PEEK     key SPEC [QTY q]            = SL.THROTTLE ... QTY 0: the
+ *                                           state now, nothing taken
+ *   SL.REFUND   key SPEC QTY q              give back up to q units (never
+ *                                           beyond a fresh key); replies
+ *                                           as SL.PEEK after the refund
+ *   SL.RESET    key                         forget the key: :1 held, :0 not
+ *   SL.ACQUIRE  key SPEC [QTY q] TIMEOUT ms wait up to ms for q units
+ *   SL.MULTI [QTY q] KEY k1 SPEC [QTY q1] KEY k2 SPEC ...
+ *                                           all or nothing over <= 16
+ *                                           distinct keys
+ *   SL.POLICIES                             the loaded policies
+ *   SL.RELOAD                               reload the config file (as
+ *                                           SIGHUP): +OK or -ERR why
+ *
+ * Replies (durations in milliseconds, rounded up; retry_after_ms is -1
+ * when allowed or when q can never fit):
+ *
+ *   SL.THROTTLE, SL.PEEK, SL.REFUND:
+ *     RESP2  *5 [limited, limit, remaining, retry_after_ms, reset_after_ms]
+ *            (CL.THROTTLE's shape: limited is 0 allowed, 1 limited)
+ *     RESP3  %7 {limited, limit, remaining, retry_after_ms, reset_after_ms,
+ *                algorithm, policy (null for an inline ALGO)}
+ *   SL.ACQUIRE: the same plus waited_ms, the time the request waited:
+ *     RESP2  *6 [..5 fields.., waited_ms]      RESP3  %8 {.., waited_ms}
+ *   SL.MULTI:
+ *     *(1+n) [limited, r1, ..., rn], limited 1 when any key refused (then
+ *     no key was charged); ri is key i's SL.THROTTLE reply (on refusal: its
+ *     state now, limited saying whether that key refused)
+ *   SL.POLICIES: one element per policy, each field/value pairs (RESP2 a
+ *     flat array, RESP3 a map): name, algorithm, burst, count, period_ms,
+ *     precision, scope, partition, match (null if none), dry_run
+ *
+ * A dry-run policy decides and counts as usual but always answers allowed
+ * (INFO's dry_run_would_limit counts the refusals it hid).
+ */
+#ifndef SLUICE_COMMANDS_SL_H
+#define SLUICE_COMMANDS_SL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "limiter.h"
+#include "resp.h"
+#include "server.h"
+
+struct commands_sl_config {
+    size_t max_key_bytes;    /* 0 = 512 */
+    uv_loop_t *loop;         /* for SL.ACQUIRE; NULL: SL.ACQUIRE never waits */
+    const char *config_path; /* for SL.RELOAD (copied); NULL: no file */
+    size_t max_waiters;      /* 0 = ACQUIRE_DEFAULT_MAX_WAITERS */
+};
+
+struct commands_sl;
+
+/* Creates the SL.* layer over lim (borrowed).  -SLUICE_ENOMEM. */
+int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg,
+                       struct commands_sl **out);
+
+/* Drops waiting SL.ACQUIREs without answering and closes their timers:
+ * call after server_close (which cancels blocked clients), then run the
+ * loop, then commands_sl_destroy.  Idempotent. */
+void commands_sl_close(struct commands_sl *sl);
+void commands_sl_destroy(struct commands_sl *sl);
+
+/* 1 if argv0 (len bytes, any case) is an SL.* command handled here. */
+int commands_sl_is(const char *argv0, size_t len);
+
+/*
+ * Executes one SL.* command (a server_dispatch_fn with the connection's
+ * protocol: resp3 nonzero after HELLO 3).  c may be NULL (tests): then
+ * SL.ACQUIRE answers at once or with an error, never waits.  Appends one
+ * reply to out, or blocks c (SL.ACQUIRE) and answers later.
+ */
+int commands_sl_dispatch(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                         const char **argv, const size_t *argvlen, struct resp_buf *out);
+
+/*
+ * Reloads the policies from the config file (SIGHUP, SL.RELOAD): loads and
+ * builds a new set and swaps it in only if both succeed; otherwise keeps
+ * the running set, counts a reload failure, logs and returns the reason in
+ * err ("FILE:LINE: reason").  Returns 0 or -SLUICE_ECONFIG / -SLUICE_EIO /
+ * -SLUICE_ENOMEM / -SLUICE_EINVAL (no config file).  Only policies are
+ * reloaded; [sluiced] and [cluster] settings need a restart.
+ */
+int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen);
+
+/* Appends INFO's "# Policies" section (text, CRLF lines, blank line). */
+void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text);
+
+#endif
