@@ -316,6 +316,11 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    /* The file's [cluster] section fills what the cluster flags left unset. */
+    if (config_path != NULL && cluster_options_apply_config(&clopt, &file_cfg) < 0) {
+        fprintf(stderr, "sluiced: out of memory\n");
+        return 2;
+    }
     if (socket_path == NULL)
         socket_path = sluice_client_default_path();
     scfg.socket_path = socket_path;
