@@ -5,6 +5,9 @@
  *   sluicectl [-s PATH] ping | info [SECTION] | keys [PATTERN] | raw ARG...
  *   sluicectl [-s PATH] members | key KEY
  *   sluicectl keygen [ID]
+ *   sluicectl [-s PATH] sl|throttle-ex|peek|refund|acquire KEY [SPEC...]
+ *   sluicectl [-s PATH] multi [QTY q] KEY k1 [SPEC] KEY k2 ... | reset KEY
+ *   sluicectl [-s PATH] policies | reload
  *
  * Exit status: throttle exits 0 when allowed, 1 when limited; every command
  * exits 2 on an error (connection, protocol, or an error reply).
@@ -36,6 +39,19 @@ static void usage(FILE *f)
                "  members        the cluster's members: name, address, state, last heard\n"
                "  key KEY        this node's view of a global key and its per-node slots\n"
                "  keygen [ID]    prints a fresh cluster key file line (key id ID, default 1)\n"
+               "  sl KEY [SPEC] [QTY q] [PEEK]   (also throttle-ex)\n"
+               "                 SL.THROTTLE, SPEC = POLICY name | ALGO algorithm [BURST b]\n"
+               "                 RATE count period_ms [PRECISION p] (none: the key's policy);\n"
+               "                 exits 0 allowed, 1 limited\n"
+               "  acquire KEY [SPEC] [QTY q] TIMEOUT ms\n"
+               "                 waits up to ms for the units; exits 0 allowed, 1 limited\n"
+               "  multi [QTY q] KEY k1 [SPEC] KEY k2 [SPEC] ...\n"
+               "                 all or nothing over several keys; exits 0 allowed, 1 limited\n"
+               "  peek KEY [SPEC]          the key's state, nothing taken\n"
+               "  refund KEY [SPEC] QTY q  gives back up to q units\n"
+               "  reset KEY      forgets the key\n"
+               "  policies       the loaded policies\n"
+               "  reload         reloads the daemon's config file (as SIGHUP)\n"
                "\n"
                "Options:\n"
                "  -s PATH        socket path (default: $SLUICE_SOCKET, else\n"
@@ -291,6 +307,81 @@ static int cmd_keygen(int argc, char **argv)
     return 0;
 }
 
+/* sluicectl words for the SL.* commands. */
+static const char *sl_command(const char *word)
+{
+    static const char *const map[][2] = {
+        {"sl", "SL.THROTTLE"}, {"throttle-ex", "SL.THROTTLE"}, {"acquire", "SL.ACQUIRE"},
+        {"multi", "SL.MULTI"}, {"refund", "SL.REFUND"},        {"reset", "SL.RESET"},
+        {"peek", "SL.PEEK"},   {"policies", "SL.POLICIES"},    {"reload", "SL.RELOAD"},
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+        if (strcmp(word, map[i][0]) == 0)
+            return map[i][1];
+    }
+    return NULL;
+}
+
+/* Prints one SL decision ([limited, limit, remaining, retry_ms, reset_ms
+ * (, waited_ms)]); returns its limited flag, or -1 if r is not one. */
+static int print_decision(const struct sluice_reply *r, const char *indent)
+{
+    int64_t v[6];
+    if (r->type != SLUICE_REPLY_ARRAY || (r->nelem != 5 && r->nelem != 6))
+        return -1;
+    for (size_t i = 0; i < r->nelem; i++) {
+        if (r->elements[i]->type != SLUICE_REPLY_INTEGER)
+            return -1;
+        v[i] = r->elements[i]->integer;
+    }
+    printf("%s%s  limit=%lld remaining=%lld retry_after=%lldms reset_after=%lldms", indent,
+           v[0] ? "limited" : "allowed", (long long)v[1], (long long)v[2], (long long)v[3],
+           (long long)v[4]);
+    if (r->nelem == 6)
+        printf(" waited=%lldms", (long long)v[5]);
+    printf("\n");
+    return v[0] != 0;
+}
+
+/* The SL.* subcommands: sends the command with the user's arguments and
+ * prints decisions in words.  Exit status: 0 allowed (or done), 1 limited,
+ * 2 error. */
+static int cmd_sl(struct sluice_client *c, const char *slcmd, int argc, char **argv)
+{
+    const char **a = calloc((size_t)argc, sizeof(*a));
+    if (a == NULL)
+        return EXIT_ERR;
+    a[0] = slcmd;
+    for (int i = 1; i < argc; i++)
+        a[i] = argv[i];
+    struct sluice_reply *r;
+    int rc = run(c, argc, a, &r);
+    free(a);
+    if (rc < 0)
+        return EXIT_ERR;
+    int status = 0;
+    if (strcmp(slcmd, "SL.MULTI") == 0 && r->type == SLUICE_REPLY_ARRAY && r->nelem >= 1 &&
+        r->elements[0]->type == SLUICE_REPLY_INTEGER) {
+        status = r->elements[0]->integer ? EXIT_LIMITED : 0;
+        printf("%s\n", status ? "limited (nothing taken)" : "allowed");
+        for (size_t i = 1; i < r->nelem; i++)
+            print_decision(r->elements[i], "  ");
+    } else if (strcmp(slcmd, "SL.POLICIES") == 0 || strcmp(slcmd, "SL.RELOAD") == 0 ||
+               strcmp(slcmd, "SL.RESET") == 0) {
+        print_reply(r, 0);
+    } else {
+        int limited = print_decision(r, "");
+        if (limited < 0) {
+            fprintf(stderr, "sluicectl: unexpected reply to %s\n", slcmd);
+            status = EXIT_ERR;
+        } else if (strcmp(slcmd, "SL.PEEK") != 0 && strcmp(slcmd, "SL.REFUND") != 0) {
+            status = limited ? EXIT_LIMITED : 0;
+        }
+    }
+    sluice_reply_free(r);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"socket", required_argument, NULL, 's'},
@@ -329,7 +420,7 @@ int main(int argc, char **argv)
         return cmd_keygen(nargs, args);
     if (strcmp(cmd, "throttle") != 0 && strcmp(cmd, "ping") != 0 && strcmp(cmd, "info") != 0 &&
         strcmp(cmd, "keys") != 0 && strcmp(cmd, "raw") != 0 && strcmp(cmd, "members") != 0 &&
-        strcmp(cmd, "key") != 0) {
+        strcmp(cmd, "key") != 0 && sl_command(cmd) == NULL) {
         fprintf(stderr, "sluicectl: unknown command '%s'\n", cmd);
         usage(stderr);
         return EXIT_ERR;
@@ -345,6 +436,8 @@ int main(int argc, char **argv)
     int status;
     if (strcmp(cmd, "throttle") == 0) {
         status = cmd_throttle(c, nargs, args);
+    } else if (sl_command(cmd) != NULL) {
+        status = cmd_sl(c, sl_command(cmd), nargs, args);
     } else if (strcmp(cmd, "keys") == 0) {
         status = cmd_keys(c, nargs, args);
     } else if (strcmp(cmd, "members") == 0) {
