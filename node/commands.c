@@ -18,15 +18,7 @@ struct commands {
     struct commands_sl *sl;  /* NULL: no SL.* commands */
     size_t max_key;
     uint64_t started_ns;
-    /* Ids of the connections that chose RESP3 (HELLO 3), ascending (ids
-     * only grow, so appending keeps the order).  The server keeps no
-     * per-connection data for the command layer, so an id stays here after
-     * its client leaves; at RESP3_MAX_IDS the oldest is forgotten. */
-    uint64_t *resp3_ids;
-    size_t nresp3;
 };
-
-#define RESP3_MAX_IDS 65536
 
 typedef int (*handler_fn)(struct commands *cmds, struct server_client *c, size_t argc,
                           const char **argv, const size_t *argvlen, struct resp_buf *out);
@@ -47,64 +39,14 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
 
 void commands_destroy(struct commands *cmds)
 {
-    if (cmds != NULL)
-        free(cmds->resp3_ids);
     free(cmds);
 }
 
-/* Index of id in resp3_ids, or where it would go. */
-static size_t resp3_find(const struct commands *cmds, uint64_t id)
+/* The protocol is the connection's (server_client_proto): it goes away
+ * with the connection, so nothing here has to be pruned. */
+static int client_resp3(const struct server_client *c)
 {
-    size_t lo = 0, hi = cmds->nresp3;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cmds->resp3_ids[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-static int client_resp3(const struct commands *cmds, const struct server_client *c)
-{
-    if (c == NULL || cmds->nresp3 == 0)
-        return 0;
-    uint64_t id = server_client_id(c);
-    size_t i = resp3_find(cmds, id);
-    return i < cmds->nresp3 && cmds->resp3_ids[i] == id;
-}
-
-/* Records the connection's protocol; -SLUICE_ENOMEM. */
-static int client_set_resp3(struct commands *cmds, const struct server_client *c, int on)
-{
-    if (c == NULL)
-        return 0;
-    uint64_t id = server_client_id(c);
-    size_t i = resp3_find(cmds, id);
-    int present = i < cmds->nresp3 && cmds->resp3_ids[i] == id;
-    if (!on && present) {
-        memmove(cmds->resp3_ids + i, cmds->resp3_ids + i + 1,
-                (cmds->nresp3 - i - 1) * sizeof(uint64_t));
-        cmds->nresp3--;
-    } else if (on && !present) {
-        if (cmds->resp3_ids == NULL) {
-            cmds->resp3_ids = malloc(RESP3_MAX_IDS * sizeof(uint64_t));
-            if (cmds->resp3_ids == NULL)
-                return -SLUICE_ENOMEM;
-        }
-        if (cmds->nresp3 == RESP3_MAX_IDS) {
-            memmove(cmds->resp3_ids, cmds->resp3_ids + 1, (RESP3_MAX_IDS - 1) * sizeof(uint64_t));
-            cmds->nresp3--;
-            if (i > 0)
-                i--;
-        }
-        memmove(cmds->resp3_ids + i + 1, cmds->resp3_ids + i,
-                (cmds->nresp3 - i) * sizeof(uint64_t));
-        cmds->resp3_ids[i] = id;
-        cmds->nresp3++;
-    }
-    return 0;
+    return server_client_proto(c) == 3;
 }
 
 int commands_parse_int64(const char *s, size_t len, int64_t *out)
@@ -289,7 +231,7 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
                      const size_t *argvlen, struct resp_buf *out)
 {
     size_t i = 1;
-    int64_t ver = client_resp3(cmds, c) ? 3 : 2;
+    int64_t ver = client_resp3(c) ? 3 : 2;
     if (argc >= 2) {
         if (commands_parse_int64(argv[1], argvlen[1], &ver) < 0) {
             resp_add_error(out, "ERR Protocol version is not an integer or out of range");
@@ -329,10 +271,7 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
             return SERVER_CONTINUE;
         }
     }
-    if (client_set_resp3(cmds, c, ver == 3) < 0) {
-        resp_add_error(out, "ERR out of memory");
-        return SERVER_CONTINUE;
-    }
+    server_client_set_proto(c, (int)ver);
     /* The reply is in the protocol just chosen: a map under RESP3. */
     if (ver == 3)
         resp_add_map(out, 7);
@@ -663,7 +602,7 @@ static int cmd_sl(struct commands *cmds, struct server_client *c, size_t argc, c
         resp_add_error(out, "ERR SL commands are not enabled");
         return SERVER_CONTINUE;
     }
-    return commands_sl_dispatch(cmds->sl, c, client_resp3(cmds, c), argc, argv, argvlen, out);
+    return commands_sl_dispatch(cmds->sl, c, client_resp3(c), argc, argv, argvlen, out);
 }
 
 static int cmd_command(struct commands *cmds, struct server_client *c, size_t argc,

@@ -41,6 +41,7 @@ struct server_client {
     server_cancel_fn cancel;
     void *cancel_arg;
     char *name;
+    int proto; /* 2 or 3 (HELLO 3); 0 is read as 2 */
 };
 
 struct server {
@@ -132,6 +133,17 @@ uint64_t server_client_id(const struct server_client *c)
 const char *server_client_name(const struct server_client *c)
 {
     return c->name ? c->name : "";
+}
+
+int server_client_proto(const struct server_client *c)
+{
+    return c != NULL && c->proto == 3 ? 3 : 2;
+}
+
+void server_client_set_proto(struct server_client *c, int proto)
+{
+    if (c != NULL)
+        c->proto = proto == 3 ? 3 : 2;
 }
 
 int server_client_set_name(struct server_client *c, const char *name, size_t len)

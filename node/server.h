@@ -114,6 +114,15 @@ uint64_t server_client_id(const struct server_client *c);
 const char *server_client_name(const struct server_client *c);
 /* Copies name (len bytes, no NUL needed).  Fails with -SLUICE_ENOMEM. */
 int server_client_set_name(struct server_client *c, const char *name, size_t len);
+/*
+ * The protocol the client chose with HELLO: 2 (RESP2, every connection's
+ * start) or 3.  It lives and dies with the connection, so nothing has to be
+ * forgotten when the client leaves.  server_client_proto(NULL) is 2 (a
+ * command run without a connection, as in unit tests); setting anything but
+ * 3 means 2; setting on NULL does nothing.  Never fails.
+ */
+int server_client_proto(const struct server_client *c);
+void server_client_set_proto(struct server_client *c, int proto);
 struct resp_buf *server_client_out(struct server_client *c);
 void server_client_block(struct server_client *c, server_cancel_fn cancel, void *arg);
 void server_client_unblock(struct server_client *c);

@@ -153,7 +153,12 @@ static void test_connection_commands(void **state)
     assert_string_equal(run(f, "SELECT 1", NULL), "-ERR DB index is out of range\r\n");
     assert_string_equal(run(f, "SELECT x", NULL),
                         "-ERR value is not an integer or out of range\r\n");
+    /* RESP3 is a property of a connection (server_client_proto); without one
+     * HELLO 3 is refused.  The switch itself, and that it stays with its
+     * connection, is tested on a real daemon (integration/test_policies.py,
+     * integration/test_cluster_sl.py). */
     assert_string_equal(run(f, "HELLO 3", NULL), "-NOPROTO unsupported protocol version\r\n");
+    assert_string_equal(run(f, "HELLO 4", NULL), "-NOPROTO unsupported protocol version\r\n");
     assert_string_equal(run(f, "HELLO x", NULL),
                         "-ERR Protocol version is not an integer or out of range\r\n");
     assert_string_equal(run(f, "HELLO 2 BOGUS", NULL),
