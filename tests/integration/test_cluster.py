@@ -151,7 +151,7 @@ def info(cluster, i, section="cluster"):
 
 class Load:
     """One client thread per node, each sending CL.THROTTLE at PER_NODE_RPS
-    for `duration` seconds.  Records (t, node, life, allowed) per answer and
+    (or rps[i] when rps is a list) for `duration` seconds.  Records (t, node, life, allowed) per answer and
     (t, node, life, error) per failure.  down[i] marks a node we killed on
     purpose, whose failures are expected."""
 
@@ -167,7 +167,8 @@ class Load:
         self.t0 = None
 
     def worker(self, i):
-        period = 1.0 / self.rps
+        rps = self.rps[i] if isinstance(self.rps, (list, tuple)) else self.rps
+        period = 1.0 / rps
         conn = None
         nxt = time.monotonic()
         end = self.t0 + self.duration
