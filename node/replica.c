@@ -53,6 +53,7 @@ struct rkey {
     struct algo_params lp; /* this node's share of it, for decisions */
     enum replica_policy pol;
     void *state;
+    void *own; /* windows: this node's own admissions, checked against lp */
     char *key;
     size_t klen;
     struct rslot *slots;
@@ -226,6 +227,9 @@ static void replica__free_key(struct rkey *k)
         return;
     algo_free(&k->p, k->state);
     free(k->state);
+    if (k->own != NULL)
+        algo_free(&k->p, k->own);
+    free(k->own);
     free(k->slots);
     free(k->key);
     free(k);
@@ -271,11 +275,35 @@ static double replica__compute_share(struct replica *r, struct rkey *k)
     return total > 0 ? k->demand / total : 0;
 }
 
-/* Re-derives this node's decision parameters from its share. */
+static int replica__is_window(enum algo_kind kind)
+{
+    return kind == ALGO_FIXED_WINDOW || kind == ALGO_SLIDING_WINDOW;
+}
+
+/*
+ * Re-derives this node's decision parameters from its share.  gcra and
+ * token-bucket: a share of the burst, checked against the merged state.
+ * Windows: a share of the window's count, checked against this node's own
+ * admissions (k->own) in addition to the merged state against the full
+ * count.  Without it every node sees an empty window at each boundary and
+ * admits its own demand until the others' deltas arrive (a gossip interval
+ * or two): at 10x demand the cluster admitted about 1.7x the limit.  With
+ * demand-weighted shares the nodes' own counts add up to at most the count
+ * (rounding down costs at most one unit per node and window).
+ */
 static void replica__update_share(struct replica *r, struct rkey *k)
 {
     k->share = replica__compute_share(r, k);
     k->lp = k->p;
+    if (replica__is_window(k->p.kind)) {
+        double c = floor(k->share * (double)k->p.count);
+        int64_t n = c < 1 ? 1 : (c >= (double)k->p.count ? k->p.count : (int64_t)c);
+        struct algo_params wp;
+        if (n != k->p.count &&
+            algo_params_init(&wp, k->p.kind, k->p.burst, n, k->p.period_ns, k->p.precision) == 0)
+            k->lp = wp;
+        return;
+    }
     if (k->p.kind != ALGO_GCRA && k->p.kind != ALGO_TOKEN_BUCKET)
         return;
     double lim = floor(k->share * (double)k->p.limit);
@@ -306,14 +334,19 @@ static int replica__new_key(struct replica *r, const char *key, size_t klen,
         return -SLUICE_ENOMEM;
     k->state = calloc(1, algo_state_size(p));
     k->key = malloc(klen);
-    if (k->state == NULL || k->key == NULL) {
+    if (replica__is_window(p->kind))
+        k->own = calloc(1, algo_state_size(p));
+    if (k->state == NULL || k->key == NULL || (replica__is_window(p->kind) && k->own == NULL)) {
         free(k->state);
+        free(k->own);
         free(k->key);
         free(k);
         return -SLUICE_ENOMEM;
     }
     k->p = *p;
     algo_init(p, k->state);
+    if (k->own != NULL)
+        algo_init(p, k->own);
     memcpy(k->key, key, klen);
     k->klen = klen;
     k->pol = pol;
@@ -523,6 +556,54 @@ int replica_synced(const struct replica *r)
 
 /* ---- decisions ----------------------------------------------------------- */
 
+/*
+ * Decides qty (0 peeks) on k's state.  Windows: qty must fit both the merged
+ * window under the full count and this node's own admissions under its
+ * share (see replica__update_share); both are charged or neither, and
+ * remaining is the smaller of the two.  A refusal that only the share
+ * causes retries when this node's own window has moved on (its share may
+ * have grown by then).  Fails only for arguments algo_decide refuses.
+ */
+static int replica__decide(struct rkey *k, int64_t qty, int64_t now, struct algo_result *out)
+{
+    struct algo_result mine;
+    int64_t d_all, d_own;
+    if (k->own == NULL)
+        return algo_decide(&k->lp, k->state, qty, now, out);
+    int rc = algo_earliest_fit(&k->p, k->state, qty, now, &d_all);
+    if (rc == 0)
+        rc = algo_earliest_fit(&k->lp, k->own, qty, now, &d_own);
+    if (rc != 0)
+        return rc;
+    int fits = d_all == 0 && d_own == 0;
+    /* Peek both first: neither is charged unless both can be. */
+    rc = algo_decide(&k->p, k->state, 0, now, out);
+    if (rc == 0)
+        rc = algo_decide(&k->lp, k->own, 0, now, &mine);
+    if (rc != 0)
+        return rc;
+    if (fits && qty > 0) {
+        /* Windows cannot refuse what earliest_fit said fits, nor fail. */
+        if (algo_decide(&k->p, k->state, qty, now, out) != 0 ||
+            algo_decide(&k->lp, k->own, qty, now, &mine) != 0)
+            return -SLUICE_EINVAL;
+    }
+    if (mine.remaining < out->remaining)
+        out->remaining = mine.remaining;
+    if (!fits) {
+        out->limited = 1;
+        if (d_all == ALGO_NEVER)
+            out->retry_after_ns = ALGO_NEVER;
+        else if (d_own == ALGO_NEVER)
+            out->retry_after_ns = mine.reset_after_ns > d_all ? mine.reset_after_ns : d_all;
+        else
+            out->retry_after_ns = d_own > d_all ? d_own : d_all;
+        if (out->retry_after_ns == 0)
+            out->retry_after_ns = 1;
+    }
+    return 0;
+}
+
 int replica_throttle(struct replica *r, const char *key, size_t klen, const struct algo_params *p,
                      enum replica_policy pol, int64_t qty, int64_t now_ns, struct algo_result *out)
 {
@@ -555,12 +636,22 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
     } else if (!replica__same_params(&k->p, p) || k->pol != pol) {
         if (k->p.kind != p->kind || algo_state_size(&k->p) != algo_state_size(p)) {
             void *st = calloc(1, algo_state_size(p));
-            if (st == NULL)
+            void *mine = replica__is_window(p->kind) ? calloc(1, algo_state_size(p)) : NULL;
+            if (st == NULL || (replica__is_window(p->kind) && mine == NULL)) {
+                free(st);
+                free(mine);
                 return -SLUICE_ENOMEM;
+            }
             algo_free(&k->p, k->state);
             free(k->state);
+            if (k->own != NULL)
+                algo_free(&k->p, k->own);
+            free(k->own);
             k->state = st;
+            k->own = mine;
             algo_init(p, st);
+            if (mine != NULL)
+                algo_init(p, mine);
         }
         k->p = *p;
         k->pol = pol;
@@ -569,7 +660,7 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
     struct rslot *own = replica__own_slot(r, k);
     if (own == NULL)
         return -SLUICE_ENOMEM;
-    int rc = algo_decide(&k->lp, k->state, qty, r->now, out);
+    int rc = replica__decide(k, qty, r->now, out);
     if (rc != 0)
         return rc;
     out->limit = k->p.limit;
@@ -1034,7 +1125,7 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
     info->params = k->p;
     info->policy = k->pol;
     info->debt_ns = replica__debt(k, r->now);
-    if (algo_decide(&k->lp, k->state, 0, r->now, &res) == 0) {
+    if (replica__decide(k, 0, r->now, &res) == 0) {
         info->remaining = res.remaining;
         info->reset_after_ns = res.reset_after_ns;
     }

@@ -8,10 +8,22 @@
  * replays a run.
  *
  * Tolerances (admitted / oracle over the run):
- *   gcra, token-bucket   +-2%, the brief's target for the funnel.
- *   fixed-window         +-4%, and no window may admit more than
- *                        count + WINDOW_SLACK.  See window_slack() for why.
- *   sliding-window       the same as fixed-window.
+ *   gcra, token-bucket   +-2%, the target for the funnel.
+ *   fixed-window,        +-5%, and no single window may admit more than
+ *   sliding-window       count * 1.25.  Why not 2%: a window is a burst of
+ *                        the whole count at each boundary, which every node
+ *                        sees empty at once; what keeps the nodes from
+ *                        each admitting their demand until the others'
+ *                        deltas arrive (1.7x the limit before shares) is
+ *                        each node's cap on its own admissions, its
+ *                        demand-weighted share of the count.  The caps add
+ *                        up to the count only as far as the nodes' views of
+ *                        the demands agree: each knows its own demand now
+ *                        and the others' as last gossiped (an EWMA of 1 s),
+ *                        so the caps' sum drifts a few percent above the
+ *                        count (measured: +1..+3.5% over a run, at most
+ *                        +15% in one window).  The windows' own weak spot
+ *                        (2x count across a boundary) is the oracle's too.
  * The sliding log is refused as global by the config loader
  * (tests/unit/test_config.c) and by the replica itself (below).
  */
@@ -113,6 +125,16 @@ static double ratio(const struct ga_result *r)
     return (double)r->admitted / (double)r->oracle;
 }
 
+/* The window algorithms' bounds (see the top of the file). */
+static void window_ok(const struct ga_result *r, int64_t count)
+{
+    assert_true(fabs(ratio(r) - 1) <= 0.05);
+    assert_true(r->windows >= 20);
+    assert_true(r->worst_window <= count + count / 4);
+    /* ...and the limit is used, not starved by the caps. */
+    assert_true(r->oracle_window == count);
+}
+
 static void test_gcra(void **state)
 {
     (void)state;
@@ -138,7 +160,9 @@ static void test_fixed_window(void **state)
     (void)state;
     struct ga_result r;
     run_algo(ALGO_FIXED_WINDOW, 0, 100, GS_SEC, &r);
+    window_ok(&r, 100);
     run_algo(ALGO_FIXED_WINDOW, 0, 1000, GS_SEC, &r);
+    window_ok(&r, 1000);
 }
 
 static void test_sliding_window(void **state)
@@ -146,7 +170,9 @@ static void test_sliding_window(void **state)
     (void)state;
     struct ga_result r;
     run_algo(ALGO_SLIDING_WINDOW, 0, 100, GS_SEC, &r);
+    window_ok(&r, 100);
     run_algo(ALGO_SLIDING_WINDOW, 0, 1000, GS_SEC, &r);
+    window_ok(&r, 1000);
 }
 
 /* The replica refuses a kind that cannot be global, changing nothing. */
