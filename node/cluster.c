@@ -551,14 +551,30 @@ void cluster_destroy(struct cluster *c)
 
 /* ---- decisions and views ---- */
 
+int cluster_is_global(const struct cluster *c, const struct policy *pol, int scope,
+                      enum algo_kind kind)
+{
+    if (c == NULL || c->stopping || !algo_can_be_global(kind))
+        return 0;
+    if (pol != NULL)
+        scope = (int)pol->scope;
+    else if (scope < 0)
+        scope = (int)c->default_scope;
+    return scope == CONFIG_SCOPE_GLOBAL;
+}
+
 int cluster_decide(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
                    const struct algo_params *p, int64_t qty, struct algo_result *out)
 {
-    if (c == NULL || c->stopping)
+    if (!cluster_is_global(c, pol, -1, p->kind))
         return 0;
-    enum config_scope scope = pol != NULL ? pol->scope : c->default_scope;
-    if (scope != CONFIG_SCOPE_GLOBAL || !algo_can_be_global(p->kind))
-        return 0;
+    int rc = cluster_decide_global(c, pol, key, klen, p, qty, out);
+    return rc < 0 ? rc : 1;
+}
+
+int cluster_decide_global(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
+                          const struct algo_params *p, int64_t qty, struct algo_result *out)
+{
     enum replica_policy rp = c->partition;
     if (pol != NULL)
         rp = pol->partition == CONFIG_PARTITION_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
@@ -570,7 +586,7 @@ int cluster_decide(struct cluster *c, const struct policy *pol, const char *key,
         out->limited = 0;
         out->retry_after_ns = ALGO_NEVER;
     }
-    return 1;
+    return 0;
 }
 
 struct gossip_node *cluster_gossip(struct cluster *c)

@@ -143,6 +143,27 @@ void cluster_destroy(struct cluster *c);
 int cluster_decide(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
                    const struct algo_params *p, int64_t qty, struct algo_result *out);
 
+/*
+ * Whether a decision under pol (or, for an inline limit, pol NULL) goes to
+ * the replica: the scope is pol's; for an inline limit it is scope (enum
+ * config_scope, given explicitly by the client) or, when scope < 0, the
+ * cluster's default; and the algorithm must be able to be global.  Always 0
+ * when c is NULL or stopping.  Never fails.
+ */
+int cluster_is_global(const struct cluster *c, const struct policy *pol, int scope,
+                      enum algo_kind kind);
+
+/*
+ * Decides qty units (0 peeks) of a key the caller found global with
+ * cluster_is_global, in the replica: pol's partition policy or the
+ * cluster's, a dry-run policy's refusal answered as allowed.  c must not
+ * be NULL.  Returns 0 with *out filled or a negative error from
+ * replica_throttle (-SLUICE_EINVAL, -SLUICE_EFULL, -SLUICE_ENOMEM), nothing
+ * changed then.
+ */
+int cluster_decide_global(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
+                          const struct algo_params *p, int64_t qty, struct algo_result *out);
+
 /* The cluster clock (see above). */
 int64_t cluster_now_ns(const struct cluster *c);
 
