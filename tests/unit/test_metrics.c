@@ -1,0 +1,576 @@
+/*
+ * The Prometheus endpoint: the request parser at every split point and on
+ * malformed or oversized input, the exposition text byte for byte, and the
+ * HTTP server over loopback (answers, keep-alive, errors that close, the
+ * connection bound, the idle timeout).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "metrics.h"
+#include "sluice/error.h"
+#include "testutil.h"
+
+/* ---- parser ---- */
+
+static void parse_ok(const char *req, size_t len, size_t head_len, struct metrics_request *r)
+{
+    /* Every strict prefix needs more bytes; the whole head parses, with or
+     * without bytes of a next request after it. */
+    for (size_t k = 0; k < head_len; k++) {
+        struct metrics_request tmp;
+        assert_int_equal(metrics_parse_request(req, k, METRICS_MAX_REQUEST, &tmp), 0);
+    }
+    for (size_t k = head_len; k <= len; k++)
+        assert_int_equal(metrics_parse_request(req, k, METRICS_MAX_REQUEST, r), (int)head_len);
+}
+
+static void test_parse_get_every_split(void **state)
+{
+    (void)state;
+    const char *req = "GET /metrics?x=1 HTTP/1.1\r\nHost: 127.0.0.1:9464\r\n"
+                      "Accept: text/plain;version=0.0.4\r\nUser-Agent: Prometheus/2\r\n\r\n"
+                      "GET /health HTTP/1.1\r\n\r\n";
+    size_t head = strstr(req, "\r\n\r\n") + 4 - req;
+    struct metrics_request r;
+    parse_ok(req, strlen(req), head, &r);
+    assert_int_equal(r.method, METRICS_GET);
+    assert_int_equal(r.path_len, 8);
+    assert_memory_equal(r.path, "/metrics", 8);
+    assert_int_equal(r.keep_alive, 1);
+    assert_int_equal(r.has_body, 0);
+    /* The next request in the same buffer. */
+    assert_int_equal(metrics_parse_request(req + head, strlen(req + head), 8192, &r),
+                     (int)strlen(req + head));
+    assert_int_equal(r.path_len, 7);
+    assert_memory_equal(r.path, "/health", 7);
+}
+
+static void test_parse_variants(void **state)
+{
+    (void)state;
+    struct metrics_request r;
+    const char *head10 = "HEAD /health HTTP/1.0\n\n"; /* bare LF, HTTP/1.0 */
+    parse_ok(head10, strlen(head10), strlen(head10), &r);
+    assert_int_equal(r.method, METRICS_HEAD);
+    assert_int_equal(r.keep_alive, 0);
+
+    const char *ka10 = "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n";
+    parse_ok(ka10, strlen(ka10), strlen(ka10), &r);
+    assert_int_equal(r.keep_alive, 1);
+    assert_int_equal(r.path_len, 1);
+
+    const char *close11 = "GET /metrics HTTP/1.1\r\nconnection: TE, close\r\n\r\n";
+    parse_ok(close11, strlen(close11), strlen(close11), &r);
+    assert_int_equal(r.keep_alive, 0);
+
+    const char *post = "POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello";
+    size_t ph = strlen(post) - 5;
+    parse_ok(post, strlen(post), ph, &r);
+    assert_int_equal(r.method, METRICS_OTHER);
+    assert_int_equal(r.has_body, 1);
+
+    const char *zero = "GET /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
+    parse_ok(zero, strlen(zero), strlen(zero), &r);
+    assert_int_equal(r.has_body, 0);
+
+    const char *chunked = "GET /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+    parse_ok(chunked, strlen(chunked), strlen(chunked), &r);
+    assert_int_equal(r.has_body, 1);
+}
+
+static void test_parse_malformed(void **state)
+{
+    (void)state;
+    static const char *bad[] = {
+        "GARBAGE\r\n\r\n",
+        "get /metrics HTTP/1.1\r\n\r\n",
+        "GET metrics HTTP/1.1\r\n\r\n",
+        "GET /metrics HTTP/2.0\r\n\r\n",
+        "GET /metrics HTTP/1.1 extra\r\n\r\n",
+        "GET /metrics\r\n\r\n",
+        "GET  /metrics HTTP/1.1\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nNoColon\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\n: empty-name\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nContent-Length:\r\n\r\n",
+        "GET /met\rrics HTTP/1.1\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nX: a\x01b\r\n\r\n",
+        "ABCDEFGHIJKLMNOPQ / HTTP/1.1\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct metrics_request r;
+        int rc = metrics_parse_request(bad[i], strlen(bad[i]), METRICS_MAX_REQUEST, &r);
+        if (rc != -SLUICE_EPROTO)
+            fail_msg("case %zu (%s): got %d", i, bad[i], rc);
+    }
+    /* Noise is refused before a line end arrives (a TLS hello, a RESP
+     * command sent to the wrong port). */
+    struct metrics_request r;
+    assert_int_equal(metrics_parse_request("\x16\x03\x01", 3, 8192, &r), -SLUICE_EPROTO);
+    assert_int_equal(metrics_parse_request("*1\r\n$4\r\nPING", 12, 8192, &r), -SLUICE_EPROTO);
+    assert_int_equal(metrics_parse_request("GE", 2, 8192, &r), 0);
+}
+
+static void test_parse_size_bound(void **state)
+{
+    (void)state;
+    const size_t max = METRICS_MAX_REQUEST;
+    char *buf = malloc(max + 64);
+    assert_non_null(buf);
+    /* A head of exactly max bytes is accepted... */
+    const char *start = "GET /metrics HTTP/1.1\r\nX: ";
+    size_t sl = strlen(start);
+    memcpy(buf, start, sl);
+    memset(buf + sl, 'a', max - sl - 4);
+    memcpy(buf + max - 4, "\r\n\r\n", 4);
+    struct metrics_request r;
+    assert_int_equal(metrics_parse_request(buf, max, max, &r), (int)max);
+    /* ...one byte more is not, whatever follows... */
+    memset(buf + sl, 'a', max - sl - 3);
+    memcpy(buf + max - 3, "\r\n\r\n", 4);
+    assert_int_equal(metrics_parse_request(buf, max + 1, max, &r), -SLUICE_ETOOBIG);
+    assert_int_equal(metrics_parse_request(buf, max, max, &r), -SLUICE_ETOOBIG);
+    /* ...and short of the bound it simply needs more. */
+    assert_int_equal(metrics_parse_request(buf, max - 1, max, &r), 0);
+    free(buf);
+}
+
+/* Random bytes and mutated requests: the parser never claims more bytes
+ * than it was given and never crashes (run under the sanitizers). */
+static void test_parse_noise(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed("test_parse_noise");
+    const char *base = "GET /metrics HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n";
+    size_t bl = strlen(base);
+    char buf[128];
+    for (int it = 0; it < 20000; it++) {
+        size_t len = (size_t)test_rand_range(&seed, 0, (int64_t)bl);
+        memcpy(buf, base, bl);
+        int flips = (int)test_rand_range(&seed, 0, 3);
+        for (int f = 0; f < flips; f++)
+            buf[test_rand_range(&seed, 0, (int64_t)bl - 1)] = (char)test_rand(&seed);
+        size_t max = (size_t)test_rand_range(&seed, 1, 128);
+        struct metrics_request r;
+        int rc = metrics_parse_request(buf, len, max, &r);
+        assert_true(rc == 0 || rc == -SLUICE_EPROTO || rc == -SLUICE_ETOOBIG ||
+                    (rc > 0 && (size_t)rc <= len && (size_t)rc <= max));
+        if (rc > 0)
+            assert_true(r.path >= buf && r.path + r.path_len <= buf + rc);
+    }
+}
+
+/* ---- exposition ---- */
+
+static struct metrics_snapshot fixed_snapshot(int clustered)
+{
+    struct metrics_snapshot s;
+    memset(&s, 0, sizeof(s));
+    s.decisions = 42;
+    s.limited = 7;
+    s.keys = 3;
+    s.connected_clients = 2;
+    s.waiting_acquires = 1;
+    s.clustered = clustered;
+    s.members[0] = (struct metrics_label_value){"alive", 3};
+    s.members[1] = (struct metrics_label_value){"sus\"p\\e\nct", 1};
+    s.nmembers = 2;
+    s.drops[0] = (struct metrics_label_value){"auth", 5};
+    s.ndrops = 1;
+    s.gossip_bytes_sent = 18446744073709551615ull;
+    s.synced = 1;
+    return s;
+}
+
+static void test_render_exact(void **state)
+{
+    (void)state;
+    struct metrics_snapshot s = fixed_snapshot(0);
+    struct metrics_buf b = {0};
+    assert_int_equal(metrics_render(&s, &b), 0);
+    const char *first =
+        "# HELP sluice_decisions_total Rate-limit decisions answered on local keys.\n"
+        "# TYPE sluice_decisions_total counter\n"
+        "sluice_decisions_total 42\n"
+        "# HELP sluice_limited_total Decisions on local keys that refused the "
+        "request.\n"
+        "# TYPE sluice_limited_total counter\n"
+        "sluice_limited_total 7\n"
+        "# HELP sluice_keys Keys held in memory.\n"
+        "# TYPE sluice_keys gauge\n"
+        "sluice_keys 3\n";
+    assert_true(b.len > strlen(first));
+    assert_memory_equal(b.data, first, strlen(first));
+    const char *last = "# HELP sluice_waiting_acquires SL.ACQUIRE requests waiting now.\n"
+                       "# TYPE sluice_waiting_acquires gauge\n"
+                       "sluice_waiting_acquires 1\n";
+    assert_true(b.len >= strlen(last));
+    assert_string_equal(b.data + b.len - strlen(last), last);
+    assert_non_null(strstr(b.data, "\nsluice_connected_clients 2\n"));
+    assert_null(strstr(b.data, "gossip"));
+    assert_null(strstr(b.data, "sluice_synced"));
+    metrics_buf_free(&b);
+
+    s = fixed_snapshot(1);
+    assert_int_equal(metrics_render(&s, &b), 0);
+    const char *members = "# HELP sluice_cluster_members Cluster members known, by state.\n"
+                          "# TYPE sluice_cluster_members gauge\n"
+                          "sluice_cluster_members{state=\"alive\"} 3\n"
+                          "sluice_cluster_members{state=\"sus\\\"p\\\\e\\nct\"} 1\n";
+    assert_non_null(strstr(b.data, members));
+    assert_non_null(strstr(b.data, "# TYPE sluice_gossip_drops_total counter\n"
+                                   "sluice_gossip_drops_total{reason=\"auth\"} 5\n"));
+    assert_non_null(strstr(b.data, "\nsluice_gossip_bytes_sent_total 18446744073709551615\n"));
+    const char *tail = "# TYPE sluice_synced gauge\nsluice_synced 1\n";
+    assert_string_equal(b.data + b.len - strlen(tail), tail);
+    metrics_buf_free(&b);
+}
+
+/* Every line of the text is a HELP, a TYPE or a sample of the family the
+ * last TYPE named; no family appears twice. */
+static void test_render_grammar(void **state)
+{
+    (void)state;
+    struct metrics_snapshot s = fixed_snapshot(1);
+    struct metrics_buf b = {0};
+    assert_int_equal(metrics_render(&s, &b), 0);
+    assert_true(b.len > 0 && b.data[b.len - 1] == '\n');
+    char fam[128] = "", seen[8192] = " ";
+    size_t samples = 0;
+    for (char *line = b.data; *line != '\0';) {
+        char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        *nl = '\0';
+        char name[128], kind[32];
+        if (strncmp(line, "# HELP ", 7) == 0) {
+            assert_int_equal(sscanf(line + 7, "%127s", name), 1);
+            assert_int_equal(strncmp(name, "sluice_", 7), 0);
+        } else if (strncmp(line, "# TYPE ", 7) == 0) {
+            assert_int_equal(sscanf(line + 7, "%127s %31s", name, kind), 2);
+            assert_true(strcmp(kind, "counter") == 0 || strcmp(kind, "gauge") == 0);
+            if (strcmp(kind, "counter") == 0)
+                assert_non_null(strstr(name, "_total"));
+            char key[140];
+            snprintf(key, sizeof(key), " %s ", name);
+            assert_null(strstr(seen, key));
+            strncat(seen, key + 1, sizeof(seen) - strlen(seen) - 1);
+            snprintf(fam, sizeof(fam), "%s", name);
+        } else {
+            size_t fl = strlen(fam);
+            assert_true(fl > 0);
+            assert_int_equal(strncmp(line, fam, fl), 0);
+            const char *v = line + fl;
+            if (*v == '{') {
+                v = strstr(v, "\"} ");
+                assert_non_null(v);
+                v += 2;
+            }
+            assert_int_equal(*v, ' ');
+            char *end;
+            errno = 0;
+            (void)strtoull(v + 1, &end, 10);
+            assert_int_equal(errno, 0);
+            assert_int_equal(*end, '\0');
+            samples++;
+        }
+        line = nl + 1;
+    }
+    assert_true(samples >= 25);
+    metrics_buf_free(&b);
+}
+
+/* ---- the server over loopback ---- */
+
+static uv_loop_t loop;
+static int collects;
+
+static void collect(void *ud, struct metrics_snapshot *out)
+{
+    (void)ud;
+    collects++;
+    out->decisions = 1000 + (uint64_t)collects;
+}
+
+static struct metrics *start(size_t max_conns, uint64_t idle_ms)
+{
+    struct metrics_config cfg = {
+        .bind = "127.0.0.1:0", .max_conns = max_conns, .idle_timeout_ms = idle_ms};
+    struct metrics *m;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(metrics_create(&loop, &cfg, collect, NULL, &m), 0);
+    assert_int_equal(metrics_start(m), 0);
+    assert_true(metrics_port(m) > 0);
+    return m;
+}
+
+static void stop(struct metrics *m)
+{
+    metrics_close(m);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    metrics_destroy(m);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static int dial(struct metrics *m)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)metrics_port(m));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+    return fd;
+}
+
+struct reply {
+    char data[65536];
+    size_t len;
+    int closed;
+};
+
+/* Complete responses (head + Content-Length body) at the start of r. */
+static int complete(const struct reply *r)
+{
+    int n = 0;
+    size_t pos = 0;
+    while (pos < r->len) {
+        const char *end = memmem(r->data + pos, r->len - pos, "\r\n\r\n", 4);
+        if (end == NULL)
+            break;
+        const char *cl =
+            memmem(r->data + pos, (size_t)(end - r->data) - pos, "Content-Length: ", 16);
+        if (cl == NULL)
+            break;
+        size_t body = strtoul(cl + 16, NULL, 10);
+        size_t total = (size_t)(end + 4 - r->data) - pos + body;
+        if (pos + total > r->len)
+            break;
+        pos += total;
+        n++;
+    }
+    return n;
+}
+
+/* Sends req (may be NULL) and runs the loop until `want` responses arrived
+ * or (want < 0) the server closed; bounded by an iteration count. */
+static void exchange(int fd, const char *req, size_t len, int want, struct reply *r)
+{
+    size_t sent = 0;
+    for (int i = 0; i < 200000; i++) {
+        if (req != NULL && sent < len) {
+            ssize_t n = send(fd, req + sent, len - sent, MSG_NOSIGNAL);
+            if (n > 0)
+                sent += (size_t)n;
+        }
+        uv_run(&loop, UV_RUN_NOWAIT);
+        ssize_t n = recv(fd, r->data + r->len, sizeof(r->data) - r->len - 1, 0);
+        if (n > 0) {
+            r->len += (size_t)n;
+            r->data[r->len] = '\0';
+        } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+            r->closed = 1;
+            return;
+        }
+        if (want >= 0 && complete(r) >= want && sent == len)
+            return;
+        usleep(50);
+    }
+}
+
+/* Runs the loop and reads for about ms milliseconds (less if closed). */
+static void pump_ms(int fd, int ms, struct reply *r)
+{
+    for (int i = 0; i < ms * 10 && !r->closed; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        ssize_t n = recv(fd, r->data + r->len, sizeof(r->data) - r->len - 1, 0);
+        if (n > 0)
+            r->len += (size_t)n;
+        else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            r->closed = 1;
+        usleep(100);
+    }
+}
+
+static void test_server_answers(void **state)
+{
+    (void)state;
+    struct metrics *m = start(0, 0);
+    int fd = dial(m);
+    struct reply r = {.len = 0};
+    const char *two = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\n\r\n";
+    exchange(fd, two, strlen(two), 2, &r);
+    assert_int_equal(complete(&r), 2);
+    assert_int_equal(strncmp(r.data, "HTTP/1.1 200 OK\r\n", 17), 0);
+    assert_non_null(strstr(r.data, "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
+    assert_non_null(strstr(r.data, "Connection: keep-alive\r\n"));
+    assert_non_null(strstr(r.data, "\nsluice_decisions_total 1001\n"));
+    const char *h = strstr(r.data + 17, "HTTP/1.1 200 OK\r\n");
+    assert_non_null(h);
+    assert_non_null(strstr(h, "\r\n\r\nok\n"));
+    assert_int_equal(r.closed, 0);
+
+    /* The same connection still answers: 404, a HEAD without a body, then
+     * a 405 that closes. */
+    memset(&r, 0, sizeof(r));
+    const char *more = "GET /nope HTTP/1.1\r\n\r\nHEAD /metrics HTTP/1.1\r\n\r\n"
+                       "DELETE /metrics HTTP/1.1\r\n\r\n";
+    exchange(fd, more, strlen(more), -1, &r);
+    assert_int_equal(r.closed, 1);
+    assert_int_equal(strncmp(r.data, "HTTP/1.1 404 Not Found\r\n", 24), 0);
+    const char *head = strstr(r.data + 1, "HTTP/1.1 200 OK\r\n");
+    assert_non_null(head);
+    const char *m405 = strstr(head, "HTTP/1.1 405 Method Not Allowed\r\n");
+    assert_non_null(m405);
+    /* HEAD: headers only, so the 405 follows the blank line at once. */
+    assert_ptr_equal(strstr(head, "\r\n\r\n") + 4, m405);
+    assert_non_null(strstr(m405, "Allow: GET, HEAD\r\n"));
+    assert_non_null(strstr(m405, "Connection: close\r\n"));
+    close(fd);
+
+    struct metrics_stats st;
+    metrics_get_stats(m, &st);
+    assert_int_equal(st.scrapes, 2); /* GET and HEAD of /metrics */
+    assert_int_equal(st.requests, 5);
+    stop(m);
+}
+
+static void test_server_errors_close(void **state)
+{
+    (void)state;
+    struct metrics *m = start(0, 0);
+    /* Garbage: 400 and the connection ends. */
+    int fd = dial(m);
+    struct reply r = {.len = 0};
+    const char *junk = "\x16\x03\x01\x02\x00 hello\r\n\r\n";
+    exchange(fd, junk, strlen(junk), -1, &r);
+    assert_int_equal(r.closed, 1);
+    assert_int_equal(strncmp(r.data, "HTTP/1.1 400 Bad Request\r\n", 26), 0);
+    assert_non_null(strstr(r.data, "Connection: close\r\n"));
+    close(fd);
+
+    /* A head larger than the bound: 431, whatever the client keeps sending. */
+    fd = dial(m);
+    memset(&r, 0, sizeof(r));
+    size_t big = METRICS_MAX_REQUEST + 4096;
+    char *req = malloc(big);
+    assert_non_null(req);
+    memcpy(req, "GET /metrics HTTP/1.1\r\nX: ", 26);
+    memset(req + 26, 'a', big - 26);
+    exchange(fd, req, big, -1, &r);
+    free(req);
+    assert_int_equal(r.closed, 1);
+    assert_int_equal(strncmp(r.data, "HTTP/1.1 431 ", 13), 0);
+    close(fd);
+
+    /* HTTP/1.0 without keep-alive: answered, then closed. */
+    fd = dial(m);
+    memset(&r, 0, sizeof(r));
+    exchange(fd, "GET /health HTTP/1.0\r\n\r\n", 24, -1, &r);
+    assert_int_equal(r.closed, 1);
+    assert_int_equal(strncmp(r.data, "HTTP/1.1 200 OK\r\n", 17), 0);
+    close(fd);
+
+    struct metrics_stats st;
+    metrics_get_stats(m, &st);
+    assert_int_equal(st.bad_requests, 1);
+    assert_int_equal(st.too_big, 1);
+    stop(m);
+}
+
+static void test_server_bounds(void **state)
+{
+    (void)state;
+    struct metrics *m = start(2, 100);
+    int a = dial(m), b = dial(m);
+    struct reply ra = {.len = 0}, rb = {.len = 0}, rc = {.len = 0};
+    /* Half a request on each: they hold both slots. */
+    exchange(a, "GET /met", 8, 0, &ra);
+    exchange(b, "GET /met", 8, 0, &rb);
+    int c = dial(m);
+    exchange(c, NULL, 0, -1, &rc);
+    assert_int_equal(rc.closed, 1);
+    assert_int_equal(rc.len, 0);
+    close(c);
+    /* Trickling bytes does not keep a connection: a byte every ~30 ms
+     * for three idle periods, and the idle timer still closes both without
+     * an answer. */
+    for (int i = 0; i < 10 && !ra.closed; i++) {
+        exchange(a, "r", 1, 0, &ra);
+        pump_ms(a, 30, &ra);
+    }
+    assert_int_equal(ra.closed, 1);
+    exchange(b, NULL, 0, -1, &rb);
+    assert_int_equal(ra.closed, 1);
+    assert_int_equal(rb.closed, 1);
+    assert_int_equal(ra.len, 0);
+    close(a);
+    close(b);
+    /* A slot is free again. */
+    int d = dial(m);
+    struct reply rd = {.len = 0};
+    exchange(d, "GET /health HTTP/1.1\r\n\r\n", 24, 1, &rd);
+    assert_int_equal(complete(&rd), 1);
+    close(d);
+    struct metrics_stats st;
+    metrics_get_stats(m, &st);
+    assert_int_equal(st.refused, 1);
+    assert_int_equal(st.timeouts, 2);
+    stop(m);
+}
+
+static void test_bad_bind(void **state)
+{
+    (void)state;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    static const char *bad[] = {"nocolon", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:8x",
+                                "no.such.host.invalid:9464"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct metrics_config cfg = {.bind = bad[i]};
+        struct metrics *m;
+        assert_int_equal(metrics_create(&loop, &cfg, collect, NULL, &m), 0);
+        assert_int_equal(metrics_start(m), -SLUICE_EINVAL);
+        assert_non_null(strstr(metrics_error(m), "metrics"));
+        metrics_close(m);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        metrics_destroy(m);
+    }
+    struct metrics_config none = {.bind = NULL};
+    struct metrics *m;
+    assert_int_equal(metrics_create(&loop, &none, collect, NULL, &m), -SLUICE_EINVAL);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_get_every_split),
+        cmocka_unit_test(test_parse_variants),
+        cmocka_unit_test(test_parse_malformed),
+        cmocka_unit_test(test_parse_size_bound),
+        cmocka_unit_test(test_parse_noise),
+        cmocka_unit_test(test_render_exact),
+        cmocka_unit_test(test_render_grammar),
+        cmocka_unit_test(test_server_answers),
+        cmocka_unit_test(test_server_errors_close),
+        cmocka_unit_test(test_server_bounds),
+        cmocka_unit_test(test_bad_bind),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
