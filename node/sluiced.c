@@ -20,8 +20,11 @@
 #include "commands_sl.h"
 #include "config.h"
 #include "limiter.h"
+#include "gossip/gossip.h"
 #include "log.h"
+#include "metrics.h"
 #include "policy.h"
+#include "replica.h"
 #include "server.h"
 #include "sluice/client.h"
 #include "sluice/error.h"
@@ -51,6 +54,10 @@ static void usage(FILE *f)
             "  --on-full POLICY         when --max-keys keys are all still limiting:\n"
             "                           evict (default), deny (fail closed), allow (fail open)\n"
             "  --log-level LEVEL        debug, info (default), warn, error, off\n"
+            "  --metrics HOST:PORT      serve Prometheus metrics over HTTP at\n"
+            "                           http://HOST:PORT/metrics (and /health), e.g.\n"
+            "                           127.0.0.1:9464 or [::1]:9464; 'off' (default) serves\n"
+            "                           nothing.  Overrides the config file's metrics.\n"
             "  --config FILE            read the configuration (deploy/sluice.conf documents\n"
             "                           it): its [sluiced] settings, named policies and\n"
             "                           cluster; flags given here override the file.  An\n"
@@ -93,7 +100,92 @@ struct daemon {
     struct commands *cmds;
     struct limiter *lim;
     struct cluster *cluster; /* NULL when not clustered */
+    struct metrics *metrics; /* NULL when --metrics is off */
 };
+
+/* The value of "name:N" in INFO-style text, 0 if absent.  The policy
+ * layer's counters are only published as INFO text. */
+static uint64_t info_text_u64(const struct resp_buf *t, const char *name)
+{
+    size_t nl = strlen(name);
+    for (size_t i = 0; t->data != NULL && i + nl < t->len; i++) {
+        if ((i == 0 || t->data[i - 1] == '\n') && memcmp(t->data + i, name, nl) == 0 &&
+            t->data[i + nl] == ':')
+            return strtoull(t->data + i + nl + 1, NULL, 10);
+    }
+    return 0;
+}
+
+static int collect_member(void *ud, const struct gossip_member_info *m)
+{
+    struct metrics_snapshot *s = ud;
+    if ((unsigned)m->state < 4)
+        s->members[m->state].value++;
+    return 0;
+}
+
+/* Fills a scrape from every module's counters (metrics.c knows none). */
+static void daemon_collect(void *ud, struct metrics_snapshot *s)
+{
+    struct daemon *d = ud;
+    struct limiter_stats ls;
+    limiter_get_stats(d->lim, &ls);
+    s->decisions = ls.decisions;
+    s->limited = ls.limited;
+    s->keys = ls.keys;
+    s->reclaimed = ls.reclaimed;
+    s->evicted = ls.evicted;
+    s->overflow_denied = ls.overflow_denied;
+    s->overflow_allowed = ls.overflow_allowed;
+    s->dry_run_would_limit = ls.dry_run_would_limit;
+    struct server_stats ss;
+    server_get_stats(d->srv, &ss);
+    s->connected_clients = ss.connected_clients;
+    s->connections = ss.total_connections;
+    s->rejected_connections = ss.rejected_connections;
+    s->commands = ss.total_commands;
+    s->protocol_errors = ss.protocol_errors;
+    s->output_limit_disconnects = ss.output_limit_disconnects;
+    s->policies = policy_set_count(limiter_policies(d->lim));
+    struct resp_buf t;
+    resp_buf_init(&t);
+    commands_sl_info(d->sl, &t);
+    s->reloads = info_text_u64(&t, "reloads");
+    s->reload_failures = info_text_u64(&t, "reload_failures");
+    s->waiting_acquires = info_text_u64(&t, "waiting_acquires");
+    resp_buf_free(&t);
+    struct gossip_node *g = cluster_gossip(d->cluster);
+    if (g != NULL) {
+        static const char *const states[4] = {"alive", "suspect", "dead", "left"};
+        s->clustered = 1;
+        for (int i = 0; i < 4; i++)
+            s->members[i].label = states[i];
+        s->nmembers = 4;
+        gossip_node_members(g, collect_member, s);
+        struct gossip_stats gs;
+        gossip_node_stats(g, &gs);
+        s->gossip_packets_sent = gs.packets_sent;
+        s->gossip_packets_received = gs.packets_received;
+        s->gossip_bytes_sent = gs.bytes_sent;
+        s->gossip_bytes_received = gs.bytes_received;
+        for (int i = 0; i < GOSSIP_DROP_MAX_ && i < METRICS_MAX_LABELS; i++) {
+            s->drops[i].label = gossip_drop_name(i);
+            s->drops[i].value = gs.drops[i];
+            s->ndrops++;
+        }
+    }
+    struct replica *r = cluster_replica(d->cluster);
+    if (r != NULL) {
+        struct replica_stats rs;
+        replica_get_stats(r, &rs);
+        s->global_decisions = rs.decisions;
+        s->global_limited = rs.limited;
+        s->deltas_sent = rs.deltas_sent;
+        s->deltas_received = rs.deltas_received;
+        s->pours = rs.pours;
+        s->synced = replica_synced(r) ? 1 : 0;
+    }
+}
 
 static void on_maintain(uv_timer_t *t)
 {
@@ -106,6 +198,7 @@ static void on_signal(uv_signal_t *h, int signum)
     struct daemon *d = h->data;
     log_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     server_close(d->srv);
+    metrics_close(d->metrics);
     commands_sl_close(d->sl); /* after server_close has cancelled the waiters' clients */
     uv_close((uv_handle_t *)&d->sighup, NULL);
     cluster_stop(d->cluster, NULL, NULL);
@@ -156,6 +249,7 @@ enum {
     OPT_MAX_KEYS,
     OPT_ON_FULL,
     OPT_LOG_LEVEL,
+    OPT_METRICS,
     OPT_VERSION,
     OPT_HELP,
 };
@@ -173,6 +267,7 @@ int main(int argc, char **argv)
         {"max-keys", required_argument, NULL, OPT_MAX_KEYS},
         {"on-full", required_argument, NULL, OPT_ON_FULL},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"metrics", required_argument, NULL, OPT_METRICS},
         {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, OPT_HELP},
         CLUSTER_LONG_OPTIONS,
@@ -182,6 +277,7 @@ int main(int argc, char **argv)
     struct commands_config ccfg = {0};
     struct limiter_config lcfg = {.max_keys = 0, .overflow = LIMITER_OVERFLOW_EVICT};
     const char *socket_path = NULL;
+    const char *metrics_addr = NULL; /* NULL: off */
     struct cluster_options clopt;
     cluster_options_init(&clopt);
     int opt;
@@ -205,6 +301,7 @@ int main(int argc, char **argv)
         lcfg.max_keys = (size_t)file_cfg.max_keys;
         lcfg.overflow = (enum limiter_overflow)file_cfg.on_full;
         log_set_level((enum log_level)file_cfg.log_level);
+        metrics_addr = file_cfg.metrics;
     }
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
@@ -294,6 +391,9 @@ int main(int argc, char **argv)
             log_set_level(lvl);
             break;
         }
+        case OPT_METRICS:
+            metrics_addr = strcmp(optarg, "off") == 0 ? NULL : optarg;
+            break;
         case OPT_VERSION:
             printf("sluiced %s\n", SLUICE_VERSION_STRING);
             return 0;
@@ -382,6 +482,24 @@ int main(int argc, char **argv)
         uv_run(&d.loop, UV_RUN_DEFAULT);
         goto out_server;
     }
+    if (metrics_addr != NULL) {
+        struct metrics_config mcfg = {.bind = metrics_addr};
+        rc = metrics_create(&d.loop, &mcfg, daemon_collect, &d, &d.metrics);
+        if (rc == 0 && metrics_start(d.metrics) < 0) {
+            log_error("%s", metrics_error(d.metrics));
+            rc = -SLUICE_EIO;
+        } else if (rc < 0) {
+            log_error("cannot create the metrics endpoint: %s", sluice_strerror(rc));
+        }
+        if (rc < 0) {
+            metrics_close(d.metrics);
+            server_close(d.srv);
+            cluster_stop(d.cluster, NULL, NULL);
+            uv_run(&d.loop, UV_RUN_DEFAULT);
+            goto out_server;
+        }
+        log_info("metrics on http://%s/metrics", metrics_addr);
+    }
     uv_timer_init(&d.loop, &d.maintain);
     d.maintain.data = &d;
     uv_timer_start(&d.maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
@@ -400,6 +518,7 @@ int main(int argc, char **argv)
     log_info("stopped");
     status = 0;
 out_server:
+    metrics_destroy(d.metrics);
     server_destroy(d.srv);
 out_cmds:
     commands_destroy(d.cmds);
