@@ -29,8 +29,14 @@ struct acquire_queue;
 struct acquire_waiter {
     struct acquire_waiter *prev, *next;
     struct acquire_queue *q;
-    struct algo_params p;   /* the limit (a copy: inline limits die with the command) */
-    struct policy_set *set; /* retained while waiting, or NULL */
+    struct algo_params p;     /* the limit (a copy: inline limits die with the command) */
+    struct policy_set *set;   /* retained while waiting, or NULL */
+    const struct policy *pol; /* in set, or NULL */
+    /* A key decided elsewhere (acquire_submit_via): polled through decide
+     * at next_try_ns, when the last refusal said it may fit. */
+    acquire_decide_fn decide;
+    void *decide_ud;
+    int64_t next_try_ns;
     int dry_run;
     int64_t qty;
     int64_t start_ns, deadline_ns;
@@ -152,10 +158,13 @@ static void acquire__rearm(struct acquire_queue *q, int64_t now)
         if (w->deadline_ns < due)
             due = w->deadline_ns;
     }
-    if (q->head != NULL &&
-        limiter_earliest_fit(a->lim, q->key, q->klen, &q->head->p, q->head->qty, now, &delay,
-                             NULL) == 0 &&
-        delay != ALGO_NEVER) {
+    if (q->head != NULL && q->head->decide != NULL) {
+        if (q->head->next_try_ns < due)
+            due = q->head->next_try_ns;
+    } else if (q->head != NULL &&
+               limiter_earliest_fit(a->lim, q->key, q->klen, &q->head->p, q->head->qty, now, &delay,
+                                    NULL) == 0 &&
+               delay != ALGO_NEVER) {
         int64_t fit = acquire__sat_add(now, delay);
         if (fit < due)
             due = fit;
@@ -173,6 +182,15 @@ static void acquire__rearm(struct acquire_queue *q, int64_t now)
 static void acquire__refusal(struct acquire *a, struct acquire_waiter *w, int64_t now)
 {
     int64_t delay = ALGO_NEVER;
+    if (w->decide != NULL) {
+        /* The last poll's answer; the wait it still needs from now. */
+        w->r.limited = 1;
+        if (w->next_try_ns == INT64_MAX)
+            w->r.retry_after_ns = ALGO_NEVER;
+        else
+            w->r.retry_after_ns = w->next_try_ns > now ? w->next_try_ns - now : NS_PER_MS;
+        return;
+    }
     if (limiter_earliest_fit(a->lim, w->q->key, w->q->klen, &w->p, w->qty, now, &delay, &w->r) <
         0) {
         memset(&w->r, 0, sizeof(w->r));
@@ -180,6 +198,33 @@ static void acquire__refusal(struct acquire *a, struct acquire_waiter *w, int64_
     }
     w->r.limited = 1;
     w->r.retry_after_ns = delay == 0 ? NS_PER_MS : delay;
+}
+
+/*
+ * Asks a remote-decided waiter's decider for its units now.  Returns 0 when
+ * answered (allowed, or refused with an error from the decider: w->r says
+ * limited), 1 when refused for now: next_try_ns is when to ask again
+ * (INT64_MAX: it cannot fit; the deadline will answer).  Other traffic, here
+ * or on other nodes, may push the fit later: the timer then asks again.
+ */
+static int acquire__poll(struct acquire_waiter *w, int64_t now)
+{
+    int rc = w->decide(w->decide_ud, w->q->key, w->q->klen, &w->p, w->pol, w->qty, &w->r);
+    if (rc < 0) {
+        memset(&w->r, 0, sizeof(w->r));
+        w->r.limited = 1;
+        w->r.limit = w->p.limit;
+        w->r.retry_after_ns = ALGO_NEVER;
+        w->next_try_ns = INT64_MAX;
+        return 0;
+    }
+    if (!w->r.limited)
+        return 0;
+    if (w->r.retry_after_ns == ALGO_NEVER)
+        w->next_try_ns = INT64_MAX;
+    else
+        w->next_try_ns = acquire__sat_add(now, w->r.retry_after_ns > 0 ? w->r.retry_after_ns : 1);
+    return 1;
 }
 
 /*
@@ -194,6 +239,19 @@ static struct acquire_waiter *acquire__process(struct acquire_queue *q, int64_t 
     struct acquire_waiter *answered = NULL, **tail = &answered, *w, *next;
     while ((w = q->head) != NULL) {
         int64_t delay;
+        if (w->decide != NULL) {
+            if (now < w->next_try_ns && w->deadline_ns > now)
+                break;
+            if (acquire__poll(w, now) != 0 && w->deadline_ns > now)
+                break;
+            if (w->r.limited)
+                acquire__refusal(a, w, now);
+            acquire__unlink(w);
+            w->waited_ns = now - w->start_ns;
+            *tail = w;
+            tail = &w->next;
+            continue;
+        }
         int rc = limiter_earliest_fit(a->lim, q->key, q->klen, &w->p, w->qty, now, &delay, NULL);
         if (rc == 0 && delay == 0) {
             rc = limiter_decide(a->lim, q->key, q->klen, &w->p, w->qty, now, &w->r);
@@ -283,6 +341,14 @@ int acquire_submit(struct acquire *a, const struct acquire_req *req, int64_t now
                    acquire_done_fn done, void *ud, struct algo_result *r, int64_t *waited_ns,
                    struct acquire_waiter **wout)
 {
+    return acquire_submit_via(a, req, NULL, NULL, now_ns, done, ud, r, waited_ns, wout);
+}
+
+int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire_decide_fn decide,
+                       void *decide_ud, int64_t now_ns, acquire_done_fn done, void *ud,
+                       struct algo_result *r, int64_t *waited_ns, struct acquire_waiter **wout)
+{
+    int64_t next_try = now_ns;
     const struct algo_params *p;
     struct acquire_queue *q;
     struct acquire_waiter *w;
@@ -298,13 +364,27 @@ int acquire_submit(struct acquire *a, const struct acquire_req *req, int64_t now
     *waited_ns = 0;
     q = acquire__find(a, req->key, req->klen);
 
-    /* Dry-run limits never make anyone wait. */
-    if (req->pol != NULL && req->pol->dry_run) {
+    if (decide != NULL && q == NULL) {
+        /* Remote-decided, nobody waiting: take it now if it fits; wait only
+         * if the refusal says it may fit before the deadline.  Dry-run
+         * policies are answered allowed by the decider. */
+        rc = decide(decide_ud, req->key, req->klen, p, req->pol, req->qty, r);
+        if (rc < 0)
+            return rc;
+        if (!r->limited || r->retry_after_ns == ALGO_NEVER || r->retry_after_ns > req->timeout_ns)
+            return 1;
+        next_try = acquire__sat_add(now_ns, r->retry_after_ns > 0 ? r->retry_after_ns : 1);
+    } else if (decide != NULL) {
+        /* Behind the waiters (FIFO): asked when it reaches the head. */
+        memset(r, 0, sizeof(*r));
+        r->limit = p->limit;
+    } else if (req->pol != NULL && req->pol->dry_run) {
+        /* Dry-run limits never make anyone wait. */
         rc =
             limiter_decide_policy(a->lim, req->key, req->klen, req->pol, req->qty, now_ns, r, NULL);
         return rc < 0 ? rc : 1;
     }
-    if (q == NULL) {
+    if (decide == NULL && q == NULL) {
         rc = limiter_earliest_fit(a->lim, req->key, req->klen, p, req->qty, now_ns, &delay, r);
         if (rc < 0)
             return rc;
@@ -314,7 +394,7 @@ int acquire_submit(struct acquire *a, const struct acquire_req *req, int64_t now
         }
         if (delay == ALGO_NEVER || delay > req->timeout_ns)
             return 1; /* r is the refusal */
-    } else {
+    } else if (decide == NULL) {
         /* Behind the waiters: if even the whole queue's demand plus this
          * one would fit only after the deadline, say so now.  (When that
          * total exceeds what the key can hold at once there is no
@@ -345,6 +425,10 @@ int acquire_submit(struct acquire *a, const struct acquire_req *req, int64_t now
     }
     w->p = *p;
     w->set = req->pol != NULL ? policy_set_retain(req->set) : NULL;
+    w->pol = req->pol;
+    w->decide = decide;
+    w->decide_ud = decide_ud;
+    w->next_try_ns = next_try;
     w->qty = req->qty;
     w->start_ns = now_ns;
     w->deadline_ns = acquire__sat_add(now_ns, req->timeout_ns);

@@ -78,6 +78,33 @@ int acquire_submit(struct acquire *a, const struct acquire_req *req, int64_t now
                    acquire_done_fn done, void *ud, struct algo_result *r, int64_t *waited_ns,
                    struct acquire_waiter **w);
 
+/*
+ * Decides qty units of key under p (pol: the policy p came from, or NULL)
+ * somewhere other than the limiter, taking them if they fit now; fills *r
+ * as algo_decide would, and on a refusal r->retry_after_ns says when they
+ * may fit (ALGO_NEVER: never).  Returns 0 or a negative error.  Used for
+ * global keys, whose state is the cluster replica's.
+ */
+typedef int (*acquire_decide_fn)(void *ud, const char *key, size_t klen,
+                                 const struct algo_params *p, const struct policy *pol, int64_t qty,
+                                 struct algo_result *r);
+
+/*
+ * acquire_submit for a key decided by decide(decide_ud, ...) instead of the
+ * limiter (a global key).  The same FIFO and deadlines; since the decider
+ * cannot say when a quantity fits without trying, the head of a queue is
+ * asked (and takes its units if they fit) when the last refusal's
+ * retry_after says it may fit; remote consumption may push that later, and
+ * the timer then asks again.  A request submitted behind waiters is not
+ * asked until it reaches the head (its deadline answers it otherwise).
+ * Every ask is a decision the decider counts (a global key's demand
+ * estimate includes waiting requests, as it includes refused ones).
+ * Returns and fails as acquire_submit, plus the decider's errors.
+ */
+int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire_decide_fn decide,
+                       void *decide_ud, int64_t now_ns, acquire_done_fn done, void *ud,
+                       struct algo_result *r, int64_t *waited_ns, struct acquire_waiter **w);
+
 /* Withdraws a waiting request without answering it (its client left).
  * Waiters behind it move up.  Never fails. */
 void acquire_cancel(struct acquire *a, struct acquire_waiter *w);
