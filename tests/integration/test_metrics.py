@@ -1,0 +1,188 @@
+"""The Prometheus endpoint of a real sluiced: counters move by what clients
+did, the text parses as the exposition format line by line, bad requests get
+their error and the daemon keeps answering, and the flag, the config file
+and the cluster families behave as documented."""
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sluicetest  # noqa: E402
+from sluicetest import SLUICED, Daemon, recv_all  # noqa: E402
+
+import redis  # noqa: E402  (Debian python3-redis)
+
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABELS = r'\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*\}'
+SAMPLE = re.compile(r"^(%s)(%s)? (-?[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?|NaN|[+-]Inf)$"
+                    % (NAME, LABELS))
+HELP = re.compile(r"^# HELP (%s) .*$" % NAME)
+TYPE = re.compile(r"^# TYPE (%s) (counter|gauge|histogram|summary|untyped)$" % NAME)
+
+
+def free_tcp_port():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def parse_exposition(text):
+    """Checks the text line by line (version 0.0.4) and returns
+    {series: value}, series being the name plus its label text."""
+    assert text.endswith("\n"), "the text must end with a newline"
+    typed, helped, out = {}, set(), {}
+    current = None
+    for n, line in enumerate(text.split("\n")[:-1], 1):
+        m = HELP.match(line)
+        if m:
+            assert m.group(1) not in helped, "line %d: second HELP for %s" % (n, m.group(1))
+            helped.add(m.group(1))
+            continue
+        m = TYPE.match(line)
+        if m:
+            assert m.group(1) not in typed, "line %d: second TYPE for %s" % (n, m.group(1))
+            typed[m.group(1)] = m.group(2)
+            current = m.group(1)
+            continue
+        m = SAMPLE.match(line)
+        assert m, "line %d does not parse: %r" % (n, line)
+        name = m.group(1)
+        assert name == current, "line %d: sample %s outside its family %s" % (n, name, current)
+        if typed[name] == "counter":
+            assert name.endswith("_total"), name
+        series = name + (m.group(2) or "")
+        assert series not in out, "line %d: duplicate series %s" % (n, series)
+        out[series] = float(m.group(3))
+    assert helped == set(typed), "families without HELP or TYPE"
+    return out
+
+
+def scrape(port, path="/metrics"):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as r:
+        assert r.status == 200
+        return r.headers, r.read().decode()
+
+
+def raw(port, data):
+    """Sends bytes, returns everything the server answers until it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        return recv_all(s)
+
+
+class MetricsTest(unittest.TestCase):
+    def daemon(self, *extra):
+        self.port = free_tcp_port()
+        return Daemon("--metrics", "127.0.0.1:%d" % self.port, *extra)
+
+    def test_counters_follow_throttles(self):
+        with self.daemon() as d:
+            headers, text = scrape(self.port)
+            self.assertEqual(headers["Content-Type"], "text/plain; version=0.0.4; charset=utf-8")
+            before = parse_exposition(text)
+            r = redis.Redis(unix_socket_path=d.path, socket_timeout=10)
+            # burst 2: three allowed at once, then two refused.
+            answers = [r.execute_command("CL.THROTTLE", "m:1", 2, 1, 60, 1)[0]
+                       for _ in range(5)]
+            self.assertEqual(answers, [0, 0, 0, 1, 1])
+            after = parse_exposition(scrape(self.port)[1])
+            self.assertEqual(after["sluice_decisions_total"] - before["sluice_decisions_total"], 5)
+            self.assertEqual(after["sluice_limited_total"] - before["sluice_limited_total"], 2)
+            self.assertEqual(after["sluice_keys"], 1)
+            self.assertEqual(after["sluice_connected_clients"], 1)
+            self.assertGreaterEqual(after["sluice_commands_total"], 5)
+            self.assertNotIn("sluice_synced", after)  # not clustered
+            r.close()
+            _, body = scrape(self.port, "/health")
+            self.assertEqual(body, "ok\n")
+
+    def test_bad_requests_and_keeps_answering(self):
+        with self.daemon() as d:
+            out = raw(self.port, b"\x00\x01garbage that is not http\r\n\r\n")
+            self.assertTrue(out.startswith(b"HTTP/1.1 400 "), out[:40])
+            out = raw(self.port, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n")
+            self.assertTrue(out.startswith(b"HTTP/1.1 431 "), out[:40])
+            out = raw(self.port, b"POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi")
+            self.assertTrue(out.startswith(b"HTTP/1.1 405 "), out[:40])
+            with self.assertRaises(urllib.error.HTTPError) as cm:
+                scrape(self.port, "/nothing")
+            self.assertEqual(cm.exception.code, 404)
+            # A client that connects and says nothing does not block others.
+            idle = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            parse_exposition(scrape(self.port)[1])
+            idle.close()
+            # The RESP side is untouched.
+            r = redis.Redis(unix_socket_path=d.path, socket_timeout=10)
+            self.assertEqual(r.ping(), True)
+            r.close()
+
+    def test_keep_alive_pipelined(self):
+        with self.daemon():
+            req = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 3
+            req += b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n"
+            out = raw(self.port, req)
+            self.assertEqual(out.count(b"HTTP/1.1 200 OK\r\n"), 4)
+            self.assertEqual(out.count(b"Connection: keep-alive\r\n"), 3)
+            self.assertTrue(out.endswith(b"Connection: close\r\n\r\nok\n"))
+
+    def test_config_file_and_off(self):
+        port = free_tcp_port()
+        with tempfile.TemporaryDirectory() as tmp:
+            conf = os.path.join(tmp, "sluice.conf")
+            with open(conf, "w") as f:
+                f.write("[sluiced]\nmetrics = 127.0.0.1:%d\n" % port)
+            with Daemon("--config", conf):
+                self.assertIn("sluice_policies 0\n", scrape(port)[1])
+            # --metrics off overrides the file: nothing listens.
+            with Daemon("--config", conf, "--metrics", "off"):
+                with self.assertRaises(OSError):
+                    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+    def test_bad_address_refuses_to_start(self):
+        busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        with tempfile.TemporaryDirectory() as tmp:
+            for addr, why in (("127.0.0.1:%d" % busy.getsockname()[1], "cannot listen"),
+                              ("127.0.0.1:notaport", "not HOST:PORT")):
+                p = subprocess.run([SLUICED, "--socket", os.path.join(tmp, "s.sock"),
+                                    "--metrics", addr], capture_output=True, text=True,
+                                   timeout=30)
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(why, p.stdout + p.stderr)
+                self.assertFalse(os.path.exists(os.path.join(tmp, "s.sock")))
+        busy.close()
+
+    def test_cluster_families(self):
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        udp.bind(("127.0.0.1", 0))
+        gport = udp.getsockname()[1]
+        udp.close()
+        with self.daemon("--gossip-bind", "127.0.0.1:%d" % gport, "--insecure-no-encryption",
+                         "--node-name", "solo"):
+            deadline = time.monotonic() + 10
+            while True:
+                m = parse_exposition(scrape(self.port)[1])
+                if m.get("sluice_synced") == 1 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(m['sluice_cluster_members{state="alive"}'], 1)
+            self.assertEqual(m['sluice_cluster_members{state="dead"}'], 0)
+            self.assertIn('sluice_gossip_drops_total{reason="auth"}', m)
+            self.assertIn("sluice_gossip_packets_sent_total", m)
+            self.assertIn("sluice_deltas_sent_total", m)
+            self.assertEqual(m["sluice_synced"], 1)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
