@@ -135,6 +135,31 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(out.count(b"Connection: keep-alive\r\n"), 3)
             self.assertTrue(out.endswith(b"Connection: close\r\n\r\nok\n"))
 
+    def test_slow_reader_and_shutdown(self):
+        """A client that pipelines scrapes and never reads fills its socket:
+        the daemon keeps serving others, and SIGTERM still exits cleanly
+        (the Daemon context checks status 0, i.e. no sanitizer report)."""
+        with self.daemon():
+            hog = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            hog.setblocking(False)
+            req = b"GET /metrics HTTP/1.1\r\n\r\n" * 100
+            sent, blocked = 0, 0
+            # Until the daemon stops reading it (its answers are stuck), or
+            # 10000 requests: tens of MB of answers, more than the socket
+            # buffers hold.
+            while sent < 100 * len(req) and blocked < 50:
+                try:
+                    sent += hog.send(req)
+                    blocked = 0
+                except BlockingIOError:
+                    blocked += 1
+                    time.sleep(0.01)
+            half = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            half.sendall(b"GET /metr")
+            parse_exposition(scrape(self.port)[1])
+        hog.close()
+        half.close()
+
     def test_config_file_and_off(self):
         port = free_tcp_port()
         with tempfile.TemporaryDirectory() as tmp:
