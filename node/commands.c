@@ -31,6 +31,8 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
     cmds->lim = lim;
     cmds->cluster = cfg ? cfg->cluster : NULL;
     cmds->sl = cfg ? cfg->sl : NULL;
+    /* SL.* decide global keys through the same cluster as CL.THROTTLE. */
+    commands_sl_set_cluster(cmds->sl, cmds->cluster);
     cmds->max_key = (cfg && cfg->max_key_bytes) ? cfg->max_key_bytes : COMMANDS_DEFAULT_MAX_KEY;
     cmds->started_ns = uv_hrtime();
     *out = cmds;

@@ -7,10 +7,12 @@
 #include <strings.h>
 
 #include "acquire.h"
+#include "cluster.h"
 #include "commands.h"
 #include "config.h"
 #include "log.h"
 #include "policy.h"
+#include "replica.h"
 #include "sluice/error.h"
 
 #define SL_DEFAULT_MAX_KEY 512
@@ -20,6 +22,7 @@
 
 struct commands_sl {
     struct limiter *lim;
+    struct cluster *cl;  /* borrowed; NULL: a node running alone */
     struct acquire *acq; /* NULL without a loop */
     size_t max_key;
     char *config_path;
@@ -48,6 +51,12 @@ int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg
     }
     *out = sl;
     return 0;
+}
+
+void commands_sl_set_cluster(struct commands_sl *sl, struct cluster *cl)
+{
+    if (sl != NULL)
+        sl->cl = cl;
 }
 
 void commands_sl_close(struct commands_sl *sl)
@@ -114,6 +123,7 @@ struct sl_spec {
     int peek;
     int64_t timeout_ms;
     int has_timeout;
+    int scope; /* SCOPE given with ALGO: enum config_scope; -1 not given */
 };
 
 static int sl__int(const char *s, size_t len, int64_t *v, struct resp_buf *out)
@@ -147,6 +157,7 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
 
     memset(s, 0, sizeof(*s));
     s->qty = 1;
+    s->scope = -1;
     while (*i < argc) {
         const char *a = argv[*i];
         size_t al = argvlen[*i];
@@ -186,6 +197,16 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
             }
             s->has_qty = 1;
             *i += 2;
+        } else if (arg_is(a, al, "SCOPE") && left >= 1 && s->scope < 0) {
+            if (arg_is(argv[*i + 1], argvlen[*i + 1], "local")) {
+                s->scope = CONFIG_SCOPE_LOCAL;
+            } else if (arg_is(argv[*i + 1], argvlen[*i + 1], "global")) {
+                s->scope = CONFIG_SCOPE_GLOBAL;
+            } else {
+                resp_add_error(out, "ERR SCOPE must be local or global");
+                return -1;
+            }
+            *i += 2;
         } else if (arg_is(a, al, "PEEK") && (opts & OPT_PEEK)) {
             s->peek = 1;
             *i += 1;
@@ -210,6 +231,10 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
     }
     if (algo == NULL && (has_burst || has_rate || has_precision)) {
         resp_add_error(out, "ERR BURST, RATE and PRECISION need ALGO");
+        return -1;
+    }
+    if (algo == NULL && s->scope >= 0) {
+        resp_add_error(out, "ERR SCOPE needs ALGO (a policy has its own scope)");
         return -1;
     }
     struct policy_set *set = limiter_policies(sl->lim);
@@ -257,6 +282,11 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
             resp_add_errorf(out, "ERR invalid limit: %s",
                             rc == -SLUICE_ERANGE ? "out of range for the algorithm"
                                                  : "precision must be 1..1000");
+            return -1;
+        }
+        if (s->scope == CONFIG_SCOPE_GLOBAL && !algo_can_be_global(kind)) {
+            resp_add_errorf(out, "ERR %s cannot be global (it needs every admission's time)",
+                            algo_name(kind));
             return -1;
         }
         s->p = &s->inline_p;
@@ -324,6 +354,8 @@ static void sl__limiter_error(struct resp_buf *out, int rc)
 {
     if (rc == -SLUICE_ENOMEM)
         resp_add_error(out, "ERR out of memory");
+    else if (rc == -SLUICE_EFULL)
+        resp_add_error(out, "ERR too many global keys (the replica's table is full)");
     else if (rc == -SLUICE_ETOOBIG)
         resp_add_error(out, "ERR key too long");
     else
@@ -342,6 +374,42 @@ static int sl__key_ok(struct commands_sl *sl, size_t klen, struct resp_buf *out)
 static int64_t sl__now(const struct server_client *c)
 {
     return (int64_t)(c ? server_now_ns(server_client_server(c)) : uv_hrtime());
+}
+
+/* ---- scope ---- */
+
+/* 1 when the key of spec s is decided by the cluster's replica. */
+static int sl__is_global(const struct commands_sl *sl, const struct sl_spec *s)
+{
+    return cluster_is_global(sl->cl, s->pol, s->scope, s->p->kind);
+}
+
+/* The acquire layer's decider for global keys. */
+static int sl__global_decide(void *ud, const char *key, size_t klen, const struct algo_params *p,
+                             const struct policy *pol, int64_t qty, struct algo_result *r)
+{
+    struct commands_sl *sl = ud;
+    return cluster_decide_global(sl->cl, pol, key, klen, p, qty, r);
+}
+
+/* Turns a global key's peek (qty 0) into the refusal of qty: the replica
+ * cannot say when qty fits without trying, so the wait is estimated as
+ * the missing units at the limit's rate (gcra, token-bucket) or the time
+ * until the window has passed (windows); other nodes' traffic may make it
+ * longer. */
+static void sl__global_refusal(const struct algo_params *p, int64_t qty, struct algo_result *r)
+{
+    r->limited = 1;
+    if (qty > r->limit) {
+        r->retry_after_ns = ALGO_NEVER;
+    } else if (p->kind == ALGO_GCRA || p->kind == ALGO_TOKEN_BUCKET) {
+        int64_t missing = qty - (r->remaining > 0 ? r->remaining : 0), t;
+        int64_t em = p->period_ns / p->count > 0 ? p->period_ns / p->count : 1;
+        r->retry_after_ns =
+            __builtin_mul_overflow(missing > 0 ? missing : 1, em, &t) ? INT64_MAX : t;
+    } else {
+        r->retry_after_ns = r->reset_after_ns > 0 ? r->reset_after_ns : 1;
+    }
 }
 
 /* ---- SL.THROTTLE, SL.PEEK, SL.REFUND, SL.RESET ---- */
@@ -370,9 +438,17 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
     if (sl__parse(sl, argv[1], argvlen[1], argc, argv, argvlen, &i, opts, 0, &s, out) < 0)
         return;
     int64_t now = sl__now(c);
+    int global = sl__is_global(sl, &s);
     if (cmd == SL_REFUND) {
         if (!s.has_qty) {
             resp_add_errorf(out, "ERR QTY is required: %s", usage[cmd]);
+            return;
+        }
+        if (global) {
+            /* Every node has already counted the units in its slot of a
+             * grow-only counter: no node can take them back. */
+            resp_add_error(out, "ERR SL.REFUND cannot give back units of a global key (the "
+                                "cluster's counts only grow; they drain at the limit's rate)");
             return;
         }
         rc = limiter_refund(sl->lim, argv[1], argvlen[1], s.p, s.qty, now);
@@ -380,7 +456,9 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
             rc = limiter_decide(sl->lim, argv[1], argvlen[1], s.p, 0, now, &r);
     } else {
         int64_t qty = cmd == SL_PEEK || s.peek ? 0 : s.qty;
-        if (s.pol != NULL)
+        if (global)
+            rc = cluster_decide_global(sl->cl, s.pol, argv[1], argvlen[1], s.p, qty, &r);
+        else if (s.pol != NULL)
             rc = limiter_decide_policy(sl->lim, argv[1], argvlen[1], s.pol, qty, now, &r, NULL);
         else
             rc = limiter_decide(sl->lim, argv[1], argvlen[1], s.p, qty, now, &r);
@@ -461,7 +539,12 @@ static void sl__acquire(struct commands_sl *sl, struct server_client *c, int res
                               s.timeout_ms * NS_PER_MS};
     struct algo_result r;
     int64_t waited;
-    int rc = acquire_submit(sl->acq, &req, sl__now(c), sl__acquire_done, x, &r, &waited, &x->w);
+    int rc;
+    if (sl__is_global(sl, &s))
+        rc = acquire_submit_via(sl->acq, &req, sl__global_decide, sl, sl__now(c), sl__acquire_done,
+                                x, &r, &waited, &x->w);
+    else
+        rc = acquire_submit(sl->acq, &req, sl__now(c), sl__acquire_done, x, &r, &waited, &x->w);
     if (rc == 1) {
         free(x);
         sl__reply(out, resp3, &r, s.p->kind, s.pol, waited);
@@ -481,6 +564,82 @@ static void sl__acquire(struct commands_sl *sl, struct server_client *c, int res
 }
 
 /* ---- SL.MULTI ---- */
+
+/*
+ * SL.MULTI when some keys are global: every key is first evaluated without
+ * change (a global key by a replica peek, qty 0: it fits when qty <=
+ * remaining; a local key by limiter_earliest_fit; dry-run policies always
+ * fit), and only if all fit are the local keys charged (limiter_multi) and
+ * then the global ones.  Everything runs in one event-loop turn, so nothing
+ * changes between the check and the charge.  Errors as limiter_multi.
+ */
+static int sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
+                           const struct limiter_req *reqs, size_t n, int64_t now,
+                           struct algo_result *outs, int *allowed)
+{
+    struct limiter_req locals[LIMITER_MULTI_MAX];
+    struct algo_result louts[LIMITER_MULTI_MAX];
+    size_t nl = 0;
+    int all = 1, rc;
+    for (size_t k = 0; k < n; k++) {
+        for (size_t j = 0; j < k; j++) {
+            if (reqs[j].klen == reqs[k].klen && memcmp(reqs[j].key, reqs[k].key, reqs[k].klen) == 0)
+                return -SLUICE_EINVAL;
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        const struct sl_spec *s = &specs[k];
+        int dry = s->pol != NULL && s->pol->dry_run, fits;
+        if (sl__is_global(sl, s)) {
+            rc =
+                cluster_decide_global(sl->cl, s->pol, reqs[k].key, reqs[k].klen, s->p, 0, &outs[k]);
+            if (rc < 0)
+                return rc;
+            fits = dry || (!outs[k].limited && reqs[k].qty <= outs[k].remaining);
+            if (!fits)
+                sl__global_refusal(s->p, reqs[k].qty, &outs[k]);
+        } else {
+            int64_t delay;
+            rc = limiter_earliest_fit(sl->lim, reqs[k].key, reqs[k].klen, s->p, reqs[k].qty, now,
+                                      &delay, &outs[k]);
+            if (rc < 0)
+                return rc;
+            fits = dry || delay == 0;
+            outs[k].limited = !fits;
+            if (fits)
+                outs[k].retry_after_ns = ALGO_NEVER;
+            locals[nl++] = reqs[k];
+        }
+        all = all && fits;
+    }
+    *allowed = all;
+    if (!all)
+        return 0;
+    if (nl > 0) {
+        int lallowed = 0;
+        rc = limiter_multi(sl->lim, locals, nl, now, louts, &lallowed);
+        if (rc < 0)
+            return rc;
+        if (!lallowed) {
+            *allowed = 0; /* cannot happen in one loop turn; nothing was charged */
+            return 0;
+        }
+    }
+    for (size_t k = 0, l = 0; k < n; k++) {
+        const struct sl_spec *s = &specs[k];
+        if (!sl__is_global(sl, s)) {
+            outs[k] = louts[l++];
+            continue;
+        }
+        rc = cluster_decide_global(sl->cl, s->pol, reqs[k].key, reqs[k].klen, s->p, reqs[k].qty,
+                                   &outs[k]);
+        if (rc < 0)
+            return rc;
+        if (outs[k].limited)
+            *allowed = 0; /* cannot happen after the peek, see above */
+    }
+    return 0;
+}
 
 static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                       const char **argv, const size_t *argvlen, struct resp_buf *out)
@@ -524,8 +683,13 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
                             "[QTY q1] KEY k2 ...");
         return;
     }
-    int allowed = 0;
-    int rc = limiter_multi(sl->lim, reqs, n, sl__now(c), outs, &allowed);
+    int allowed = 0, rc, nglobal = 0;
+    for (size_t k = 0; k < n; k++)
+        nglobal += sl__is_global(sl, &specs[k]);
+    if (nglobal > 0)
+        rc = sl__multi_mixed(sl, specs, reqs, n, sl__now(c), outs, &allowed);
+    else
+        rc = limiter_multi(sl->lim, reqs, n, sl__now(c), outs, &allowed);
     if (rc == -SLUICE_EINVAL) {
         resp_add_error(out, "ERR duplicate key in SL.MULTI");
         return;
@@ -639,6 +803,14 @@ int commands_sl_dispatch(struct commands_sl *sl, struct server_client *c, int re
     case SL_RESET:
         if (argc != 2) {
             resp_add_error(out, "ERR wrong number of arguments: SL.RESET key");
+            break;
+        }
+        if (cluster_replica(sl->cl) != NULL &&
+            replica_key_total(cluster_replica(sl->cl), argv[1], argvlen[1]) >= 0) {
+            /* Forgetting it here would only hand this node a fresh quota
+             * while every other node still counts what it admitted. */
+            resp_add_error(out, "ERR SL.RESET cannot reset a global key (the cluster's counts "
+                                "only grow; it is fresh again once they have drained)");
             break;
         }
         resp_add_int(out, limiter_reset(sl->lim, argv[1], argvlen[1]));

@@ -6,6 +6,7 @@
  *
  *   SPEC := POLICY name
  *         | ALGO algorithm [BURST b] RATE count period_ms [PRECISION p]
+ *                [SCOPE local|global]
  *         | (nothing: the policy whose match prefix is the longest prefix
  *            of the key; none -> "-ERR no policy matches key and no ALGO
  *            given")
@@ -47,6 +48,26 @@
  *
  * A dry-run policy decides and counts as usual but always answers allowed
  * (INFO's dry_run_would_limit counts the refusals it hid).
+ *
+ * Scope.  On a clustered node a key is global when its policy's scope is
+ * global, or, for an inline ALGO, when SCOPE says so or (no SCOPE) the
+ * daemon's default scope is global; sliding-log is always local (SCOPE
+ * global with it is an error).  On a node running alone every key is local.
+ * Global keys are decided by the cluster's replica, like CL.THROTTLE's:
+ *   SL.THROTTLE, SL.PEEK  the replica's decision (PEEK: qty 0).
+ *   SL.MULTI      all keys are checked first (global ones by a replica
+ *                 peek: q fits when q <= remaining), and only if all fit
+ *                 are all charged; a refused global key's retry_after is
+ *                 an estimate (missing units at the rate, or the window's
+ *                 end).
+ *   SL.ACQUIRE    waits as for a local key; the head of the queue is asked
+ *                 again when the replica's last refusal said it may fit
+ *                 (other nodes' traffic may push that later).
+ *   SL.REFUND     refused with an error: every node counted the units in a
+ *                 grow-only counter, which nobody can decrement.
+ *   SL.RESET      refused with an error for a key the replica holds, for
+ *                 the same reason (forgetting it here would hand this node
+ *                 a fresh quota while the others still count).
  */
 #ifndef SLUICE_COMMANDS_SL_H
 #define SLUICE_COMMANDS_SL_H
@@ -71,6 +92,11 @@ struct commands_sl;
 /* Creates the SL.* layer over lim (borrowed).  -SLUICE_ENOMEM. */
 int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg,
                        struct commands_sl **out);
+
+/* Decides global keys through cl (borrowed, NULL: every key is local).
+ * commands_create() calls it with its cluster. */
+struct cluster;
+void commands_sl_set_cluster(struct commands_sl *sl, struct cluster *cl);
 
 /* Drops waiting SL.ACQUIREs without answering and closes their timers:
  * call after server_close (which cancels blocked clients), then run the
