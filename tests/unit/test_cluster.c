@@ -1,0 +1,201 @@
+/*
+ * cluster: the daemon's flags and config for clustering, the refusals a
+ * person must see at start, and which keys go to the replica.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "config.h"
+#include "policy.h"
+#include "sluice/error.h"
+
+static void test_flags(void **state)
+{
+    (void)state;
+    struct cluster_options o;
+    cluster_options_init(&o);
+    assert_null(o.gossip_bind);
+    assert_int_equal(o.default_scope, -1);
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 1, "127.0.0.1:7946"), 1);
+    assert_string_equal(o.gossip_bind, "127.0.0.1:7946");
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 7, "local"), 1);
+    assert_int_equal(o.default_scope, CONFIG_SCOPE_LOCAL);
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 8, "optimistic"), 1);
+    assert_int_equal(o.partition, CONFIG_PARTITION_OPTIMISTIC);
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 6, "250"), 1);
+    assert_int_equal(o.gossip_interval_ms, 250);
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 9, NULL), 1);
+    assert_int_equal(o.insecure, 1);
+    /* Bad values are refused with a message, unknown options passed on. */
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 7, "everywhere"), -1);
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 8, "pessimistic"), -1);
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 6, "5"), -1);
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 6, "12x"), -1);
+    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 0, ""), -1);
+    assert_int_equal(cluster_options_flag(&o, 'h', NULL), 0);
+    cluster_options_free(&o);
+}
+
+static void test_config_fills_what_flags_leave(void **state)
+{
+    (void)state;
+    static const char text[] = "[cluster]\n"
+                               "node_name = from-file\n"
+                               "gossip_bind = 127.0.0.1:7000\n"
+                               "advertise = 127.0.0.1:7001\n"
+                               "join = a:1, b:2\n"
+                               "cluster_key_file = /etc/k\n"
+                               "partition_policy = optimistic\n";
+    struct config cfg;
+    char err[256];
+    assert_int_equal(config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)), 0);
+    struct cluster_options o;
+    cluster_options_init(&o);
+    o.node_name = "from-flag";
+    assert_int_equal(cluster_options_apply_config(&o, &cfg), 0);
+    assert_string_equal(o.node_name, "from-flag"); /* flags win */
+    assert_string_equal(o.gossip_bind, "127.0.0.1:7000");
+    assert_string_equal(o.advertise, "127.0.0.1:7001");
+    assert_string_equal(o.join, "a:1,b:2");
+    assert_string_equal(o.key_file, "/etc/k");
+    assert_int_equal(o.partition, CONFIG_PARTITION_OPTIMISTIC);
+    /* default_scope not in the file: inline limits stay global. */
+    assert_int_equal(o.default_scope, -1);
+    cluster_options_free(&o);
+    config_free(&cfg);
+
+    /* No [cluster] section: nothing changes, no cluster. */
+    assert_int_equal(config_load_buffer("e.conf", "", 0, &cfg, err, sizeof(err)), 0);
+    cluster_options_init(&o);
+    assert_int_equal(cluster_options_apply_config(&o, &cfg), 0);
+    assert_null(o.gossip_bind);
+    cluster_options_free(&o);
+    config_free(&cfg);
+}
+
+static void finish(uv_loop_t *loop, struct cluster *c)
+{
+    cluster_stop(c, NULL, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    cluster_destroy(c);
+}
+
+static void test_start_refusals(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct cluster_options o;
+    struct cluster *c = (struct cluster *)1;
+    char err[512];
+
+    cluster_options_init(&o);
+    assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), 0);
+    assert_null(c); /* no bind address: no cluster, a lone node */
+
+    o.gossip_bind = "127.0.0.1:0";
+    assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), -SLUICE_ECONFIG);
+    assert_non_null(strstr(err, "--cluster-key-file"));
+    assert_non_null(strstr(err, "--insecure-no-encryption"));
+    assert_non_null(strstr(err, "sluicectl keygen"));
+
+    o.key_file = "/nonexistent/sluice.key";
+    assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), -SLUICE_ECONFIG);
+    assert_non_null(strstr(err, "/nonexistent/sluice.key"));
+
+    o.key_file = NULL;
+    o.insecure = 1;
+    o.gossip_bind = "localhost:7946";
+    assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), -SLUICE_ECONFIG);
+    assert_non_null(strstr(err, "IP:PORT"));
+
+    o.gossip_bind = "0.0.0.0:0";
+    assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), -SLUICE_ECONFIG);
+    assert_non_null(strstr(err, "--advertise"));
+
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+static void test_scope_routing(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct cluster_options o;
+    cluster_options_init(&o);
+    o.gossip_bind = "127.0.0.1:0";
+    o.insecure = 1;
+    o.node_name = "unit";
+    struct cluster *c;
+    char err[512];
+    assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), 0);
+    assert_non_null(c);
+    assert_string_equal(cluster_node_name(c), "unit");
+    assert_int_equal(cluster_default_scope(c), CONFIG_SCOPE_GLOBAL);
+    assert_non_null(cluster_gossip(c));
+
+    struct algo_params gcra, log;
+    assert_int_equal(algo_params_init(&gcra, ALGO_GCRA, 2, 10, 1000000000, 0), 0);
+    assert_int_equal(algo_params_init(&log, ALGO_SLIDING_LOG, 0, 10, 1000000000, 0), 0);
+    struct algo_result r;
+
+    /* Inline keys of a clustered node are global: the replica answers
+     * (a lone first node, no seeds, is synced at once). */
+    assert_int_equal(cluster_decide(c, NULL, "k", 1, &gcra, 1, &r), 1);
+    assert_int_equal(r.limited, 0);
+    assert_int_equal(r.limit, 3);
+    /* ... and the replica now holds the key. */
+    assert_int_equal(cluster_decide(c, NULL, "k", 1, &gcra, 0, &r), 1);
+
+    /* A sliding log cannot be global: the caller decides it locally. */
+    assert_int_equal(cluster_decide(c, NULL, "l", 1, &log, 1, &r), 0);
+
+    /* A policy's scope wins over the default. */
+    struct policy local = {.name = "p", .algo = gcra, .scope = CONFIG_SCOPE_LOCAL};
+    assert_int_equal(cluster_decide(c, &local, "k2", 2, &gcra, 1, &r), 0);
+    struct policy dry = {.name = "d",
+                         .algo = gcra,
+                         .scope = CONFIG_SCOPE_GLOBAL,
+                         .partition = CONFIG_PARTITION_SHARE,
+                         .dry_run = 1};
+    int limited_seen = 0;
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(cluster_decide(c, &dry, "d", 1, &gcra, 1, &r), 1);
+        limited_seen |= r.limited;
+    }
+    assert_int_equal(limited_seen, 0); /* dry run: always answered allowed */
+
+    /* The same limit without dry run refuses beyond burst + 1. */
+    struct policy real = dry;
+    real.dry_run = 0;
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(cluster_decide(c, &real, "e", 1, &gcra, 1, &r), 1);
+        limited_seen |= r.limited;
+    }
+    assert_int_equal(limited_seen, 1);
+
+    /* No cluster: everything is local. */
+    assert_int_equal(cluster_decide(NULL, NULL, "k", 1, &gcra, 1, &r), 0);
+    finish(&loop, c);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flags),
+        cmocka_unit_test(test_config_fills_what_flags_leave),
+        cmocka_unit_test(test_start_refusals),
+        cmocka_unit_test(test_scope_routing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
