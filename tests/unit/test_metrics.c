@@ -535,6 +535,38 @@ static void test_server_bounds(void **state)
     stop(m);
 }
 
+/* [::1]:0 binds IPv6 loopback and answers there (skipped without IPv6). */
+static void test_ipv6(void **state)
+{
+    (void)state;
+    struct metrics_config cfg = {.bind = "[::1]:0"};
+    struct metrics *m;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(metrics_create(&loop, &cfg, collect, NULL, &m), 0);
+    int rc = metrics_start(m);
+    int fd = rc == 0 ? socket(AF_INET6, SOCK_STREAM, 0) : -1;
+    if (fd >= 0) {
+        struct sockaddr_in6 a;
+        memset(&a, 0, sizeof(a));
+        a.sin6_family = AF_INET6;
+        a.sin6_port = htons((uint16_t)metrics_port(m));
+        a.sin6_addr = in6addr_loopback;
+        assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+        assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
+        struct reply r = {.len = 0};
+        exchange(fd, "GET /health HTTP/1.1\r\n\r\n", 24, 1, &r);
+        assert_int_equal(complete(&r), 1);
+        assert_non_null(strstr(r.data, "\r\n\r\nok\n"));
+        close(fd);
+    }
+    metrics_close(m);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    metrics_destroy(m);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    if (rc != 0)
+        skip();
+}
+
 static void test_bad_bind(void **state)
 {
     (void)state;
@@ -570,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_server_answers),
         cmocka_unit_test(test_server_errors_close),
         cmocka_unit_test(test_server_bounds),
+        cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_bad_bind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
