@@ -4,6 +4,7 @@ their error and the daemon keeps answering, and the flag, the config file
 and the cluster families behave as documented."""
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sluicetest  # noqa: E402
-from sluicetest import SLUICED, Daemon, recv_all  # noqa: E402
+from sluicetest import SLUICED, Daemon, recv_all, resp_command  # noqa: E402
 
 import redis  # noqa: E402  (Debian python3-redis)
 
@@ -172,6 +173,40 @@ class MetricsTest(unittest.TestCase):
             with Daemon("--config", conf, "--metrics", "off"):
                 with self.assertRaises(OSError):
                     socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+    def wait_metric(self, series, want, timeout=10):
+        deadline = time.monotonic() + timeout
+        while True:
+            m = parse_exposition(scrape(self.port)[1])
+            if m.get(series) == want or time.monotonic() > deadline:
+                self.assertEqual(m.get(series), want, series)
+                return m
+            time.sleep(0.05)
+
+    def test_policies_reloads_and_waiters(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            conf = os.path.join(tmp, "sluice.conf")
+            with open(conf, "w") as f:
+                f.write("[policy api]\nburst = 5\nrate = 10 per 1s\n"
+                        "[policy web]\nrate = 1 per 1s\n")
+            with self.daemon("--config", conf) as d:
+                m = parse_exposition(scrape(self.port)[1])
+                self.assertEqual(m["sluice_policies"], 2)
+                self.assertEqual(m["sluice_reloads_total"], 0)
+                d.proc.send_signal(signal.SIGHUP)
+                self.wait_metric("sluice_reloads_total", 1)
+                with open(conf, "w") as f:
+                    f.write("[policy api]\nrate = this is not a limit\n")
+                d.proc.send_signal(signal.SIGHUP)
+                m = self.wait_metric("sluice_reload_failures_total", 1)
+                self.assertEqual(m["sluice_policies"], 2)  # the running set is kept
+                # One acquire takes the only unit, the next one waits.
+                with d.connect() as s:
+                    cmd = resp_command("SL.ACQUIRE", "w", "ALGO", "gcra", "BURST", 0, "RATE", 1,
+                                       20000, "TIMEOUT", 30000)
+                    s.sendall(cmd + cmd)
+                    self.wait_metric("sluice_waiting_acquires", 1)
+                self.wait_metric("sluice_waiting_acquires", 0)
 
     def test_bad_address_refuses_to_start(self):
         busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
