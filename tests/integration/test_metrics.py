@@ -15,7 +15,6 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sluicetest  # noqa: E402
 from sluicetest import SLUICED, Daemon, recv_all, resp_command  # noqa: E402
 
 import redis  # noqa: E402  (Debian python3-redis)
