@@ -37,6 +37,7 @@ struct cluster {
     enum replica_policy partition;
     char name[GOSSIP_NAME_MAX + 1];
     char addr[GOSSIP_ADDR_STRLEN];
+    char *key_file; /* NULL when running without encryption */
     int stopping, pending;
     int mark_sent; /* state_fill: the empty-state mark went out last call */
     void (*on_stopped)(void *ud);
@@ -395,6 +396,12 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
             free(c);
             return -SLUICE_ECONFIG;
         }
+        c->key_file = strdup(o->key_file);
+        if (c->key_file == NULL) {
+            gossip_keyring_destroy(c->kr);
+            free(c);
+            return -SLUICE_ENOMEM;
+        }
     } else {
         log_warn("cluster: gossip is NOT encrypted (--insecure-no-encryption)");
     }
@@ -417,6 +424,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     if (rc < 0) {
         errf(err, errlen, "cannot create the replica: %s", sluice_strerror(rc));
         gossip_keyring_destroy(c->kr);
+        free(c->key_file);
         free(c);
         return rc == -SLUICE_ENOMEM ? rc : -SLUICE_ECONFIG;
     }
@@ -451,6 +459,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
             errf(err, errlen, "cannot start gossip on %s: %s", o->gossip_bind, gossip_strerror(rc));
         replica_destroy(c->r);
         gossip_keyring_destroy(c->kr);
+        free(c->key_file);
         free(c);
         return rc == -GOSSIP_EIO ? -SLUICE_EIO : -SLUICE_ECONFIG;
     }
@@ -470,6 +479,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
             uv_run(loop, UV_RUN_NOWAIT); /* let the adapter's handles close */
             replica_destroy(c->r);
             gossip_keyring_destroy(c->kr);
+            free(c->key_file);
             free(c);
             return -SLUICE_ECONFIG;
         }
@@ -546,7 +556,21 @@ void cluster_destroy(struct cluster *c)
         return;
     replica_destroy(c->r);
     gossip_keyring_destroy(c->kr);
+    free(c->key_file);
     free(c);
+}
+
+int cluster_reload_keys(struct cluster *c, char *err, size_t errlen)
+{
+    if (c == NULL || c->kr == NULL)
+        return 0;
+    if (gossip_keyring_load_file(c->kr, c->key_file) < 0) {
+        errf(err, errlen, "%s", gossip_keyring_last_error(c->kr));
+        return -SLUICE_ECONFIG;
+    }
+    log_info("cluster: reloaded %zu key(s) from %s, sealing with key %d",
+             gossip_keyring_count(c->kr), c->key_file, gossip_keyring_in_use(c->kr));
+    return 0;
 }
 
 /* ---- decisions and views ---- */

@@ -164,6 +164,15 @@ int cluster_is_global(const struct cluster *c, const struct policy *pol, int sco
 int cluster_decide_global(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
                           const struct algo_params *p, int64_t qty, struct algo_result *out);
 
+/*
+ * Re-reads the key file given at start (SIGHUP), so keys rotate without a
+ * restart: install the new key everywhere, then `use` it everywhere, then
+ * remove the old one (gossip/keyring.h).  All or nothing: on error the ring
+ * in use is kept and err names the file, line and reason.  Returns 0 (also
+ * when c is NULL or runs without a key file) or -SLUICE_ECONFIG.
+ */
+int cluster_reload_keys(struct cluster *c, char *err, size_t errlen);
+
 /* The cluster clock (see above). */
 int64_t cluster_now_ns(const struct cluster *c);
 

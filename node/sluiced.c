@@ -67,7 +67,8 @@ static void usage(FILE *f)
             "\n"
             "Signals: SIGINT and SIGTERM shut down cleanly and remove the socket.  SIGHUP\n"
             "reloads the policies from --config FILE (a bad file keeps the running ones and\n"
-            "logs why); so does `sluicectl reload`.\n");
+            "logs why); so does `sluicectl reload`.  SIGHUP also re-reads the cluster key\n"
+            "file, so keys rotate without a restart (install, use, remove).\n");
     cluster_usage(f);
 }
 
@@ -216,6 +217,9 @@ static void on_sighup(uv_signal_t *h, int signum)
     (void)signum;
     log_info("received SIGHUP, reloading");
     (void)commands_sl_reload(d->sl, err, sizeof(err));
+    /* Key rotation: a bad key file keeps the keys in use. */
+    if (cluster_reload_keys(d->cluster, err, sizeof(err)) < 0)
+        log_error("cluster: key file not reloaded, keeping the keys in use: %s", err);
 }
 
 /* Finds --config FILE / --config=FILE before the other flags are parsed,

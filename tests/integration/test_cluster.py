@@ -14,13 +14,16 @@ What a user of a sluice cluster cares about, checked end to end:
      answer every request meanwhile, the restarted node does not hand out a
      fresh burst, and the total still matches the central GCRA;
   5. a node holding another key never appears among the members, and the
-     others count its packets as dropped.
+     others count its packets as dropped;
+  6. keys rotate without a restart (SIGHUP: install, use, remove), members
+     stay alive, and a node holding only the new key then joins.
 
 Every wait and load loop is bounded in time; every process is stopped at the
 end, even on failure.  Figures are printed so a run can be compared.
 """
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -335,6 +338,43 @@ def test_wrong_key(c, tmp):
     assert st == 0
 
 
+def test_key_rotation(c, tmp):
+    """Rolling rotation with SIGHUP: install B, use B, remove A.  Members
+    stay alive throughout, and a newcomer holding only B joins at the end
+    (it could not if the running nodes still sealed with A)."""
+    with open(c.keyfile) as f:
+        old = f.read().split()[1]
+    new = subprocess.run([sluicetest.SLUICECTL, "keygen", "2"], check=True,
+                         capture_output=True, text=True).stdout.split()[1]
+    want = [c.name(i) for i in range(c.n)]
+    steps = [("install", "1 %s use\n2 %s\n" % (old, new)),
+             ("use", "1 %s\n2 %s use\n" % (old, new)),
+             ("remove", "2 %s use\n" % new)]
+    for name, text in steps:
+        with open(c.keyfile, "w") as f:
+            f.write(text)
+        for i in range(c.n):  # rolling: one node at a time
+            c.nodes[i].proc.send_signal(signal.SIGHUP)
+            time.sleep(0.3)
+        time.sleep(1.0)
+        c.wait_members(want, timeout=10)
+        print("ok: key rotation step '%s': all %d members alive" % (name, c.n))
+    port = free_udp_ports(1)[0]
+    d = sluicetest.Daemon(*c.args(0, port=port, name="newcomer"),
+                          socket_path=os.path.join(tmp, "newcomer.sock"), tmpdir=tmp)
+    d.start()
+    try:
+        c.wait_members(want + ["newcomer"], timeout=CONVERGE_S, nodes=[0])
+        print("ok: a node holding only the new key joins")
+    finally:
+        st = d.stop()
+        d.close()
+    assert st == 0
+    for i in range(c.n):
+        log = c.nodes[i].logtext()
+        assert "reloaded 1 key(s)" in log, log[-2000:]
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="sluice-cluster-")
     c = None
@@ -346,6 +386,7 @@ def main():
         test_steady(c)
         test_kill_restart(c)
         test_wrong_key(c, tmp)
+        test_key_rotation(c, tmp)
         failed = False
     finally:
         bad = c.stop_all() if c is not None else []
