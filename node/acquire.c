@@ -470,11 +470,15 @@ void acquire_close(struct acquire *a)
     a->closed = 1;
     while (a->list != NULL) {
         struct acquire_queue *q = a->list;
-        while (q->head != NULL) {
-            struct acquire_waiter *w = q->head;
-            acquire__unlink(w);
+        struct acquire_waiter *w, *next;
+        for (w = q->head; w != NULL; w = next) {
+            next = w->next;
+            a->waiting--;
             acquire__waiter_free(w);
         }
+        q->head = q->tail = NULL;
+        q->n = 0;
+        q->qty_sum = 0;
         acquire__queue_retire(a, q);
     }
 }

@@ -425,7 +425,7 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
         [SL_REFUND] = "SL.REFUND key [POLICY name | ALGO ...] QTY q",
     };
     struct sl_spec s;
-    struct algo_result r;
+    struct algo_result r = {0};
     size_t i = 2;
     int rc;
     if (argc < 2) {
@@ -741,7 +741,7 @@ static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out
 int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen)
 {
     struct config cfg;
-    struct policy_set *set;
+    struct policy_set *set = NULL;
     int rc;
     if (sl->config_path == NULL) {
         snprintf(err, errlen, "no config file (start sluiced with --config FILE)");
