@@ -776,17 +776,30 @@ static void sl__info_field(struct resp_buf *t, const char *name, uint64_t v)
         resp_add_raw(t, line, (size_t)n);
 }
 
-void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text)
+void commands_sl_get_stats(const struct commands_sl *sl, struct commands_sl_stats *out)
 {
     struct limiter_stats ls;
     limiter_get_stats(sl->lim, &ls);
+    memset(out, 0, sizeof(*out));
+    out->policies = policy_set_count(limiter_policies(sl->lim));
+    out->reloads = sl->reloads;
+    out->reload_failures = sl->reload_failures;
+    out->dry_run_would_limit = ls.dry_run_would_limit;
+    out->algorithm_changes = ls.reinitialised;
+    out->waiting_acquires = sl->acq ? acquire_waiting(sl->acq) : 0;
+}
+
+void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text)
+{
+    struct commands_sl_stats st;
+    commands_sl_get_stats(sl, &st);
     resp_add_raw(text, "# Policies\r\n", 12);
-    sl__info_field(text, "policies", policy_set_count(limiter_policies(sl->lim)));
-    sl__info_field(text, "reloads", sl->reloads);
-    sl__info_field(text, "reload_failures", sl->reload_failures);
-    sl__info_field(text, "dry_run_would_limit", ls.dry_run_would_limit);
-    sl__info_field(text, "algorithm_changes", ls.reinitialised);
-    sl__info_field(text, "waiting_acquires", sl->acq ? acquire_waiting(sl->acq) : 0);
+    sl__info_field(text, "policies", st.policies);
+    sl__info_field(text, "reloads", st.reloads);
+    sl__info_field(text, "reload_failures", st.reload_failures);
+    sl__info_field(text, "dry_run_would_limit", st.dry_run_would_limit);
+    sl__info_field(text, "algorithm_changes", st.algorithm_changes);
+    sl__info_field(text, "waiting_acquires", st.waiting_acquires);
     resp_add_raw(text, "\r\n", 2);
 }
 

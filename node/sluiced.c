@@ -104,19 +104,6 @@ struct daemon {
     struct metrics *metrics; /* NULL when --metrics is off */
 };
 
-/* The value of "name:N" in INFO-style text, 0 if absent.  The policy
- * layer's counters are only published as INFO text. */
-static uint64_t info_text_u64(const struct resp_buf *t, const char *name)
-{
-    size_t nl = strlen(name);
-    for (size_t i = 0; t->data != NULL && i + nl < t->len; i++) {
-        if ((i == 0 || t->data[i - 1] == '\n') && memcmp(t->data + i, name, nl) == 0 &&
-            t->data[i + nl] == ':')
-            return strtoull(t->data + i + nl + 1, NULL, 10);
-    }
-    return 0;
-}
-
 static int collect_member(void *ud, const struct gossip_member_info *m)
 {
     struct metrics_snapshot *s = ud;
@@ -147,14 +134,12 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->commands = ss.total_commands;
     s->protocol_errors = ss.protocol_errors;
     s->output_limit_disconnects = ss.output_limit_disconnects;
-    s->policies = policy_set_count(limiter_policies(d->lim));
-    struct resp_buf t;
-    resp_buf_init(&t);
-    commands_sl_info(d->sl, &t);
-    s->reloads = info_text_u64(&t, "reloads");
-    s->reload_failures = info_text_u64(&t, "reload_failures");
-    s->waiting_acquires = info_text_u64(&t, "waiting_acquires");
-    resp_buf_free(&t);
+    struct commands_sl_stats sls;
+    commands_sl_get_stats(d->sl, &sls);
+    s->policies = sls.policies;
+    s->reloads = sls.reloads;
+    s->reload_failures = sls.reload_failures;
+    s->waiting_acquires = sls.waiting_acquires;
     struct gossip_node *g = cluster_gossip(d->cluster);
     if (g != NULL) {
         static const char *const states[4] = {"alive", "suspect", "dead", "left"};

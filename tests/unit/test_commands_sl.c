@@ -222,6 +222,14 @@ static void test_dry_run_and_info(void **state)
     assert_non_null(strstr(text, "reloads:1\r\n"));
     free(text);
     resp_buf_free(&t);
+    /* The same counters, as the metrics endpoint reads them. */
+    struct commands_sl_stats st;
+    commands_sl_get_stats(f->sl, &st);
+    assert_int_equal(st.policies, 2);
+    assert_int_equal(st.reloads, 1);
+    assert_int_equal(st.reload_failures, 0);
+    assert_int_equal(st.dry_run_would_limit, 2);
+    assert_int_equal(st.waiting_acquires, 0);
 }
 
 static void test_acquire_without_connection(void **state)
@@ -265,6 +273,11 @@ static void test_policies_and_reload(void **state)
     assert_non_null(strstr(text, "reloads:2\r\n"));
     free(text);
     resp_buf_free(&t);
+    struct commands_sl_stats st;
+    commands_sl_get_stats(f->sl, &st);
+    assert_int_equal(st.reloads, 2);
+    assert_int_equal(st.reload_failures, 2);
+    assert_int_equal(st.policies, 1);
 }
 
 int main(void)
