@@ -5,8 +5,12 @@
  * answered limited, not before its deadline), immediate answers (fits now;
  * cannot fit before the deadline), cancellation (no answer, no leak, later
  * waiters still served), thousands of waiters, and a waiter outliving the
- * policy set it came from.  Only orderings and lower bounds on waits are
- * asserted, never upper bounds on time.
+ * policy set it came from.  The same for keys decided elsewhere
+ * (acquire_submit_via, global keys) through a fake decider: re-asked only
+ * when a refusal said it may fit, promises made stale by other nodes'
+ * consumption, deadlines, decider errors, FIFO, cancellation mid-wait.
+ * Only orderings, counts of asks and lower bounds on waits are asserted,
+ * never upper bounds on time.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -288,6 +292,288 @@ static void test_close_with_waiters(void **state)
     assert_int_equal(f->log.n, 1);
 }
 
+/* ---- keys decided elsewhere (acquire_submit_via) ---- */
+
+/*
+ * A fake decider standing in for the cluster's replica.  The key fits when
+ * the clock has reached avail_ns and no forced refusals are left; a refusal
+ * says "retry at avail_ns" (or retry_ns, or ALGO_NEVER).  While pushes are
+ * left, each check first finds that another node consumed since the last
+ * one: avail_ns moves to push_ns after max(avail_ns, now), so the time the
+ * previous refusal promised is stale when it is kept.  An allowed decision
+ * takes one slot: avail_ns moves to now + step_ns.  Every call is recorded.
+ */
+struct fake {
+    int refusals; /* refuse this many more times whatever the clock */
+    int pushes;   /* push avail_ns later after this many more refusals */
+    int never;    /* refuse with ALGO_NEVER */
+    int fail;     /* fail with this (negative) code */
+    int64_t avail_ns, push_ns, step_ns, retry_ns;
+    int calls;
+    int64_t asked_qty[64];
+    const struct policy *asked_pol;
+};
+
+static int fake_decide(void *ud, const char *key, size_t klen, const struct algo_params *p,
+                       const struct policy *pol, int64_t qty, struct algo_result *r)
+{
+    struct fake *fk = ud;
+    int64_t now = (int64_t)uv_hrtime();
+    (void)key;
+    (void)klen;
+    if (fk->calls < 64)
+        fk->asked_qty[fk->calls] = qty;
+    fk->calls++;
+    fk->asked_pol = pol;
+    if (fk->fail < 0)
+        return fk->fail;
+    memset(r, 0, sizeof(*r));
+    r->limit = p->limit;
+    if (fk->pushes > 0) {
+        fk->pushes--;
+        fk->avail_ns = (fk->avail_ns > now ? fk->avail_ns : now) + fk->push_ns;
+    }
+    if (fk->refusals == 0 && !fk->never && now >= fk->avail_ns) {
+        r->remaining = 0;
+        r->retry_after_ns = ALGO_NEVER;
+        fk->avail_ns = now + fk->step_ns;
+        return 0;
+    }
+    r->limited = 1;
+    if (fk->never)
+        r->retry_after_ns = ALGO_NEVER;
+    else if (fk->retry_ns > 0)
+        r->retry_after_ns = fk->retry_ns;
+    else
+        r->retry_after_ns = fk->avail_ns > now ? fk->avail_ns - now : 0;
+    if (fk->refusals > 0)
+        fk->refusals--;
+    return 0;
+}
+
+/* Submits through fk; returns 1 if answered at once (recorded), 0 when it
+ * waits, or the error. */
+static int submit_via(struct fixture *f, struct ctx *c, struct fake *fk, const char *key,
+                      const struct algo_params *p, int64_t qty, int64_t timeout_ns,
+                      struct acquire_waiter **w)
+{
+    struct acquire_req req = {key, strlen(key), p, NULL, NULL, qty, timeout_ns};
+    struct algo_result r;
+    int64_t waited = -1;
+    struct acquire_waiter *tmp;
+    c->log = &f->log;
+    int rc = acquire_submit_via(f->a, &req, fake_decide, fk, (int64_t)uv_hrtime(), on_done, c, &r,
+                                &waited, w ? w : &tmp);
+    if (rc == 1) {
+        assert_int_equal(waited, 0);
+        on_done(c, &r, waited);
+    }
+    return rc;
+}
+
+/* Refused three times (each refusal promising 5 ms), then allowed: the
+ * request waits, is asked again only when the last refusal said it may
+ * fit (four asks in all, no busy polling), and is answered allowed. */
+static void test_via_refuse_then_allow(void **state)
+{
+    struct fixture *f = *state;
+    struct algo_params p = mkp(ALGO_GCRA, 0, 1, S);
+    struct fake fk = {.refusals = 3, .retry_ns = 5 * MS};
+    struct ctx c = {.id = 1};
+    assert_int_equal(submit_via(f, &c, &fk, "g", &p, 1, 10 * S, NULL), 0);
+    assert_int_equal(fk.calls, 1);
+    assert_int_equal(acquire_waiting(f->a), 1);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(f->log.n, 1);
+    assert_int_equal(f->log.r[0].limited, 0);
+    assert_int_equal(fk.calls, 4);
+    assert_true(f->log.r[0].waited_ns >= 15 * MS - MS);
+    assert_int_equal(acquire_waiting(f->a), 0);
+}
+
+/* Each refusal's promise is made stale by other nodes' consumption: the
+ * waiter is asked again at the promised time, refused again with a later
+ * time, and finally allowed, never before the key really fits. */
+static void test_via_fit_moves_later(void **state)
+{
+    struct fixture *f = *state;
+    struct algo_params p = mkp(ALGO_GCRA, 0, 1, S);
+    int64_t t0 = (int64_t)uv_hrtime();
+    struct fake fk = {.avail_ns = t0 + 10 * MS, .pushes = 3, .push_ns = 20 * MS};
+    struct ctx c = {.id = 1};
+    assert_int_equal(submit_via(f, &c, &fk, "m", &p, 1, 10 * S, NULL), 0);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(f->log.n, 1);
+    assert_int_equal(f->log.r[0].limited, 0);
+    /* three stale promises, then the fit: 10 ms + 3 x 20 ms */
+    assert_int_equal(fk.pushes, 0);
+    assert_int_equal(fk.calls, 4);
+    assert_true(f->log.r[0].waited_ns >= 70 * MS - MS);
+}
+
+/* A deadline passing while the waiter keeps being refused answers it
+ * limited (not before the deadline), with a retry time; requests that
+ * cannot fit before their deadline, or ever, are answered at once; a
+ * decider's error is returned at once, or answers a waiter limited. */
+static void test_via_deadline_and_errors(void **state)
+{
+    struct fixture *f = *state;
+    struct algo_params p = mkp(ALGO_GCRA, 0, 1, S);
+    struct fake fk = {.refusals = 1000000, .retry_ns = 10 * MS};
+    struct ctx c[6];
+    for (int i = 0; i < 6; i++)
+        c[i].id = i;
+    assert_int_equal(submit_via(f, &c[0], &fk, "d", &p, 1, 50 * MS, NULL), 0);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(f->log.n, 1);
+    assert_int_equal(f->log.r[0].limited, 1);
+    assert_true(f->log.r[0].waited_ns >= 50 * MS);
+    assert_true(fk.calls >= 2);
+
+    /* the refusal's retry (10 ms) is beyond the 5 ms deadline: at once */
+    int calls = fk.calls;
+    assert_int_equal(submit_via(f, &c[1], &fk, "d", &p, 1, 5 * MS, NULL), 1);
+    assert_int_equal(f->log.r[1].limited, 1);
+    assert_int_equal(fk.calls, calls + 1);
+    /* never fits: at once */
+    struct fake never = {.never = 1};
+    assert_int_equal(submit_via(f, &c[2], &never, "d", &p, 1, 10 * S, NULL), 1);
+    assert_int_equal(f->log.r[2].limited, 1);
+    /* fits now: at once, allowed */
+    struct fake open = {.avail_ns = 0};
+    assert_int_equal(submit_via(f, &c[3], &open, "d", &p, 1, 10 * S, NULL), 1);
+    assert_int_equal(f->log.r[3].limited, 0);
+    /* the decider fails at submission: the error, nothing kept */
+    struct fake bad = {.fail = -SLUICE_EFULL};
+    assert_int_equal(submit_via(f, &c[4], &bad, "d", &p, 1, 10 * S, NULL), -SLUICE_EFULL);
+    assert_int_equal(acquire_waiting(f->a), 0);
+    /* ... or while the request waits: answered limited */
+    struct fake later = {.refusals = 1, .retry_ns = 2 * MS};
+    assert_int_equal(submit_via(f, &c[5], &later, "d", &p, 1, 10 * S, NULL), 0);
+    later.fail = -SLUICE_ENOMEM;
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(f->log.n, 5);
+    assert_int_equal(f->log.r[4].id, 5);
+    assert_int_equal(f->log.r[4].limited, 1);
+    assert_int_equal(later.calls, 2);
+    assert_int_equal(acquire_waiting(f->a), 0);
+}
+
+/* Waiters of one key are answered in order, a waiter is only asked once it
+ * is the head (not at submission, even if its smaller quantity would fit),
+ * and once the decider has been asked for one waiter it is never asked for
+ * an earlier one again. */
+static void test_via_fifo(void **state)
+{
+    struct fixture *f = *state;
+    struct algo_params p = mkp(ALGO_GCRA, 9, 1, S);
+    int64_t t0 = (int64_t)uv_hrtime();
+    /* one admission every 5 ms; nothing fits for 5 ms */
+    struct fake fk = {.avail_ns = t0 + 5 * MS, .step_ns = 5 * MS};
+    static const int64_t qty[4] = {3, 1, 2, 4};
+    struct ctx c[4];
+    for (int i = 0; i < 4; i++) {
+        c[i].id = i;
+        assert_int_equal(submit_via(f, &c[i], &fk, "q", &p, qty[i], 10 * S, NULL), 0);
+    }
+    assert_int_equal(fk.calls, 1); /* only the first was asked */
+    assert_int_equal(acquire_waiting(f->a), 4);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(f->log.n, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(f->log.r[i].id, i);
+        assert_int_equal(f->log.r[i].limited, 0);
+    }
+    assert_true(fk.calls <= 64);
+    int at = 0;
+    for (int k = 0; k < fk.calls; k++) {
+        while (at < 4 && fk.asked_qty[k] != qty[at])
+            at++;
+        if (at == 4)
+            fail_msg("ask %d for qty %lld out of FIFO order", k, (long long)fk.asked_qty[k]);
+    }
+    assert_int_equal(at, 3);
+    /* each admission came at least 5 ms after the previous one */
+    assert_true(f->log.r[3].waited_ns >= 20 * MS - MS);
+}
+
+struct cancel_ctx {
+    struct acquire *a;
+    struct acquire_waiter *w[2];
+    int calls_before; /* asks of the head when it was cancelled */
+    const struct fake *fk;
+};
+
+static void cancel_cb(uv_timer_t *t)
+{
+    struct cancel_ctx *x = t->data;
+    x->calls_before = x->fk->calls;
+    acquire_cancel(x->a, x->w[0]);
+    acquire_cancel(x->a, x->w[1]);
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+/* Cancelling waiters after they have been asked (mid-wait) answers nothing
+ * for them, the waiter behind moves up and is served, a key whose only
+ * waiter is cancelled goes away, and the policy set the waiters held is
+ * released (ASan reports any leak or use after free). */
+static void test_via_cancel_mid_wait(void **state)
+{
+    struct fixture *f = *state;
+    const char *text = "[policy g]\nalgorithm = gcra\nburst = 0\nrate = 1 per 1s\n";
+    struct config cfg;
+    char err[256];
+    struct policy_set *set;
+    assert_int_equal(config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)), 0);
+    assert_int_equal(policy_set_build(&cfg, &set), 0);
+    config_free(&cfg);
+    const struct policy *pol = policy_set_find(set, "g", 1);
+    assert_non_null(pol);
+
+    /* The cancel timer below is due against the loop's cached time, the
+     * head's re-asks against the clock: align the two first. */
+    uv_update_time(&f->loop);
+    /* the head is refused six times, re-asked every 5 ms */
+    struct fake fk = {.refusals = 6, .retry_ns = 5 * MS};
+    struct acquire_waiter *w[3];
+    struct ctx c[3];
+    for (int i = 0; i < 3; i++) {
+        struct acquire_req req = {"x", 1, NULL, pol, set, 1, 10 * S};
+        struct algo_result r;
+        int64_t waited;
+        c[i].id = i;
+        c[i].log = &f->log;
+        assert_int_equal(acquire_submit_via(f->a, &req, fake_decide, &fk, (int64_t)uv_hrtime(),
+                                            on_done, &c[i], &r, &waited, &w[i]),
+                         0);
+    }
+    assert_ptr_equal(fk.asked_pol, pol); /* the decider sees the policy */
+    policy_set_release(set);             /* the waiters hold it now */
+
+    /* a second key whose only waiter is cancelled at once */
+    struct algo_params p = mkp(ALGO_GCRA, 0, 1, S);
+    struct fake other = {.refusals = 1000000, .retry_ns = 5 * MS};
+    struct ctx oc = {.id = 9};
+    struct acquire_waiter *ow;
+    assert_int_equal(submit_via(f, &oc, &other, "y", &p, 1, 10 * S, &ow), 0);
+    acquire_cancel(f->a, ow);
+    assert_int_equal(acquire_waiting(f->a), 3);
+
+    /* cancel the head (asked a few times by then) and the last waiter */
+    struct cancel_ctx x = {f->a, {w[0], w[2]}, 0, &fk};
+    uv_timer_t t;
+    uv_timer_init(&f->loop, &t);
+    t.data = &x;
+    uv_timer_start(&t, cancel_cb, 15, 0);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_true(x.calls_before >= 2);
+    assert_int_equal(f->log.n, 1);
+    assert_int_equal(f->log.r[0].id, 1);
+    assert_int_equal(f->log.r[0].limited, 0);
+    assert_int_equal(acquire_waiting(f->a), 0);
+    assert_int_equal(other.calls, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +583,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_thousands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_policy_retained, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_with_waiters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_via_refuse_then_allow, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_via_fit_moves_later, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_via_deadline_and_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_via_fifo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_via_cancel_mid_wait, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
