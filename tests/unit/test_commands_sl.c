@@ -2,8 +2,10 @@
  * commands_sl: the SL.* commands byte for byte, without a socket.  Replies
  * in RESP2 and RESP3, every argument error, policies by name and prefix,
  * dry-run, SL.MULTI's all-or-nothing reply, SL.ACQUIRE's immediate answers,
- * SL.POLICIES, SL.RELOAD from a file (good, bad, missing) and INFO's
- * counters.
+ * SL.POLICIES, SL.RELOAD from a file (good, bad, missing), INFO's counters
+ * and commands_sl_get_stats, the SCOPE option's errors, and, on a node in a
+ * one-node cluster, global keys: held by the replica, SL.REFUND and SL.RESET
+ * refused, SL.MULTI over a global and a local key all or nothing.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,11 +16,14 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <uv.h>
 
+#include "cluster.h"
 #include "commands_sl.h"
 #include "config.h"
 #include "limiter.h"
 #include "policy.h"
+#include "replica.h"
 #include "sluice/error.h"
 
 struct fixture {
@@ -280,6 +285,190 @@ static void test_policies_and_reload(void **state)
     assert_int_equal(st.policies, 1);
 }
 
+/* Runs line and fails, showing the reply, unless it starts with want. */
+static void expect(struct fixture *f, const char *line, const char *want)
+{
+    const char *r = run(f, line);
+    if (strncmp(r, want, strlen(want)) != 0)
+        fail_msg("%s: got %s", line, r);
+}
+
+/* The SCOPE option's errors: it needs ALGO (a policy has its own scope),
+ * a value that is local or global, at most once, and sliding-log cannot be
+ * global.  Checked on a lone node, where no key is global anyway. */
+static void test_scope_errors(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *line, *want;
+    } cases[] = {
+        {"SL.THROTTLE k POLICY login SCOPE global",
+         "-ERR SCOPE needs ALGO (a policy has its own scope)\r\n"},
+        {"SL.THROTTLE login:x SCOPE local",
+         "-ERR SCOPE needs ALGO (a policy has its own scope)\r\n"},
+        {"SL.THROTTLE k ALGO sliding-log RATE 2 1000 SCOPE global",
+         "-ERR sliding-log cannot be global (it needs every admission's time)\r\n"},
+        {"SL.THROTTLE k ALGO gcra RATE 2 1000 SCOPE everywhere",
+         "-ERR SCOPE must be local or global\r\n"},
+        {"SL.THROTTLE k ALGO gcra RATE 2 1000 SCOPE", "-ERR syntax error near 'SCOPE'\r\n"},
+        {"SL.THROTTLE k ALGO gcra RATE 2 1000 SCOPE local SCOPE global",
+         "-ERR syntax error near 'SCOPE'\r\n"},
+        {"SL.MULTI KEY a ALGO sliding-log RATE 2 1000 SCOPE global",
+         "-ERR sliding-log cannot be global"},
+        {"SL.ACQUIRE k ALGO gcra RATE 2 1000 SCOPE nowhere TIMEOUT 5",
+         "-ERR SCOPE must be local or global\r\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *r = run(f, cases[i].line);
+        if (strncmp(r, cases[i].want, strlen(cases[i].want)) != 0)
+            fail_msg("%s: got %s", cases[i].line, r);
+    }
+    /* The valid forms, any case; a lone node decides them locally. */
+    expect(f, "SL.THROTTLE k ALGO sliding-log RATE 2 1000 scope LOCAL", "*5\r\n:0\r\n:2\r\n:1\r\n");
+    expect(f, "SL.THROTTLE g ALGO gcra BURST 1 RATE 2 1000 SCOPE Global",
+           "*5\r\n:0\r\n:2\r\n:1\r\n");
+    struct limiter_stats st;
+    limiter_get_stats(f->lim, &st);
+    assert_int_equal(st.keys, 2);
+}
+
+/* A node in a cluster of its own (loopback gossip, no seeds: synced at
+ * once), so that global keys exist without other nodes. */
+struct cfixture {
+    uv_loop_t loop;
+    struct cluster *cl;
+    struct fixture f;
+};
+
+static int csetup(void **state)
+{
+    struct cfixture *cf = calloc(1, sizeof(*cf));
+    assert_non_null(cf);
+    assert_int_equal(uv_loop_init(&cf->loop), 0);
+    struct cluster_options o;
+    cluster_options_init(&o);
+    o.gossip_bind = "127.0.0.1:0";
+    o.insecure = 1;
+    o.node_name = "unit";
+    char err[512];
+    assert_int_equal(cluster_start(&cf->loop, &o, &cf->cl, err, sizeof(err)), 0);
+    assert_non_null(cf->cl);
+    cluster_options_free(&o);
+    struct fixture *f = &cf->f;
+    snprintf(f->path, sizeof(f->path), "/tmp/sluice-test-slc-%ld.conf", (long)getpid());
+    write_file(f->path, "[policy shared]\nalgorithm = token-bucket\nburst = 1\nrate = 2 per 1h\n"
+                        "scope = global\nmatch = shared:\n"
+                        "[policy mine]\nalgorithm = gcra\nburst = 1\nrate = 2 per 1h\n"
+                        "scope = local\nmatch = mine:\n");
+    assert_int_equal(limiter_create(&f->lim, NULL), 0);
+    struct commands_sl_config cfg = {.config_path = f->path, .loop = &cf->loop};
+    assert_int_equal(commands_sl_create(f->lim, &cfg, &f->sl), 0);
+    commands_sl_set_cluster(f->sl, cf->cl);
+    assert_int_equal(commands_sl_reload(f->sl, err, sizeof(err)), 0);
+    resp_buf_init(&f->out);
+    *state = cf;
+    return 0;
+}
+
+static int cteardown(void **state)
+{
+    struct cfixture *cf = *state;
+    struct fixture *f = &cf->f;
+    commands_sl_close(f->sl);
+    cluster_stop(cf->cl, NULL, NULL);
+    uv_run(&cf->loop, UV_RUN_DEFAULT);
+    commands_sl_destroy(f->sl);
+    cluster_destroy(cf->cl);
+    limiter_destroy(f->lim);
+    assert_int_equal(uv_loop_close(&cf->loop), 0);
+    resp_buf_free(&f->out);
+    unlink(f->path);
+    free(f->text);
+    free(cf);
+    return 0;
+}
+
+/* On a clustered node: global keys (a global policy, an inline ALGO with
+ * the default scope or SCOPE global) are held by the replica, not the local
+ * limiter; SL.REFUND and SL.RESET refuse them with their reason; local keys
+ * (SCOPE local, a local policy, sliding-log) refund and reset as alone. */
+static void test_global_refund_reset_refused(void **state)
+{
+    struct cfixture *cf = *state;
+    struct fixture *f = &cf->f;
+    struct replica *rep = cluster_replica(cf->cl);
+    static const char *refund_err =
+        "-ERR SL.REFUND cannot give back units of a global key (the cluster's counts only "
+        "grow; they drain at the limit's rate)\r\n";
+    static const char *reset_err = "-ERR SL.RESET cannot reset a global key (the cluster's "
+                                   "counts only grow; it is fresh again once they have "
+                                   "drained)\r\n";
+    /* an inline limit takes the default scope (global) */
+    expect(f, "SL.THROTTLE g ALGO gcra BURST 1 RATE 2 3600000", "*5\r\n:0\r\n:2\r\n:1\r\n");
+    assert_int_equal(replica_key_total(rep, "g", 1), 1);
+    expect(f, "SL.REFUND g ALGO gcra BURST 1 RATE 2 3600000 QTY 1", refund_err);
+    expect(f, "SL.RESET g", reset_err);
+    /* nothing was given back */
+    assert_int_equal(replica_key_total(rep, "g", 1), 1);
+    expect(f, "SL.PEEK g ALGO gcra BURST 1 RATE 2 3600000", "*5\r\n:0\r\n:2\r\n:1\r\n");
+    /* SCOPE global, and a global policy by prefix or by name: refused
+     * before anything is decided */
+    expect(f, "SL.REFUND h ALGO gcra BURST 1 RATE 2 3600000 SCOPE global QTY 1", refund_err);
+    expect(f, "SL.REFUND shared:a QTY 1", refund_err);
+    expect(f, "SL.REFUND x POLICY shared QTY 1", refund_err);
+    expect(f, "SL.THROTTLE shared:a", "*5\r\n:0\r\n:2\r\n:1\r\n");
+    expect(f, "SL.RESET shared:a", reset_err);
+
+    /* local keys: refund and reset work */
+    const char *l = "SL.THROTTLE l ALGO gcra BURST 1 RATE 2 3600000 SCOPE local";
+    expect(f, l, "*5\r\n:0\r\n:2\r\n:1\r\n");
+    expect(f, l, "*5\r\n:0\r\n:2\r\n:0\r\n");
+    expect(f, "SL.REFUND l ALGO gcra BURST 1 RATE 2 3600000 SCOPE local QTY 1",
+           "*5\r\n:0\r\n:2\r\n:1\r\n");
+    assert_int_equal(replica_key_total(rep, "l", 1), -1);
+    expect(f, "SL.RESET l", ":1\r\n");
+    run(f, "SL.THROTTLE mine:a");
+    run(f, "SL.THROTTLE mine:a");
+    expect(f, "SL.REFUND mine:a QTY 1", "*5\r\n:0\r\n:2\r\n:1\r\n");
+    expect(f, "SL.RESET mine:a", ":1\r\n");
+    run(f, "SL.THROTTLE s ALGO sliding-log RATE 2 3600000");
+    assert_int_equal(replica_key_total(rep, "s", 1), -1);
+    expect(f, "SL.RESET s", ":1\r\n");
+    /* a key nobody holds */
+    expect(f, "SL.RESET nobody", ":0\r\n");
+    /* the local limiter never held a global key */
+    struct limiter_stats st;
+    limiter_get_stats(f->lim, &st);
+    assert_int_equal(st.keys, 0);
+}
+
+/* SL.MULTI over a global and a local key on a clustered node: all or
+ * nothing, and a refusal charges neither; SL.ACQUIRE without a connection
+ * answers a global key that fits at once. */
+static void test_global_multi_and_acquire(void **state)
+{
+    struct cfixture *cf = *state;
+    struct fixture *f = &cf->f;
+    struct replica *rep = cluster_replica(cf->cl);
+    const char *both = "SL.MULTI KEY shared:m KEY l ALGO fixed-window RATE 1 3600000 SCOPE local";
+    const char *r = run(f, both);
+    assert_true(strncmp(r, "*3\r\n:0\r\n", 8) == 0);
+    assert_int_equal(replica_key_total(rep, "shared:m", 8), 1);
+    /* the local key is spent: the global one is not charged */
+    r = run(f, both);
+    assert_true(strncmp(r, "*3\r\n:1\r\n", 8) == 0);
+    assert_int_equal(replica_key_total(rep, "shared:m", 8), 1);
+    /* SL.ACQUIRE of a global key that fits: answered at once, waited 0 */
+    expect(f, "SL.ACQUIRE shared:m TIMEOUT 1000", "*6\r\n:0\r\n:2\r\n:0\r\n:-1\r\n");
+    assert_int_equal(replica_key_total(rep, "shared:m", 8), 2);
+    /* ... that does not fit within the timeout: limited at once */
+    r = run(f, "SL.ACQUIRE shared:m TIMEOUT 10");
+    assert_true(strncmp(r, "*6\r\n:1\r\n:2\r\n:0\r\n", 16) == 0);
+    struct commands_sl_stats st;
+    commands_sl_get_stats(f->sl, &st);
+    assert_int_equal(st.waiting_acquires, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +478,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dry_run_and_info, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acquire_without_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_policies_and_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_scope_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_global_refund_reset_refused, csetup, cteardown),
+        cmocka_unit_test_setup_teardown(test_global_multi_and_acquire, csetup, cteardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
