@@ -79,8 +79,7 @@ int commands_parse_int64(const char *s, size_t len, int64_t *out)
     return 0;
 }
 
-/* Case-insensitive comparison of a length-delimited argument with a word. */
-static int arg_is(const char *arg, size_t len, const char *word)
+int commands_arg_is(const char *arg, size_t len, const char *word)
 {
     return strlen(word) == len && strncasecmp(arg, word, len) == 0;
 }
@@ -250,9 +249,9 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
     const char *setname = NULL;
     size_t setname_len = 0;
     for (; i < argc; i++) {
-        if (arg_is(argv[i], argvlen[i], "AUTH") && i + 2 < argc) {
+        if (commands_arg_is(argv[i], argvlen[i], "AUTH") && i + 2 < argc) {
             i += 2; /* no authentication: the socket's permissions are the gate */
-        } else if (arg_is(argv[i], argvlen[i], "SETNAME") && i + 1 < argc) {
+        } else if (commands_arg_is(argv[i], argvlen[i], "SETNAME") && i + 1 < argc) {
             setname = argv[i + 1];
             setname_len = argvlen[i + 1];
             i++;
@@ -303,11 +302,11 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
         resp_add_error(out, "ERR CLIENT needs a connection");
         return SERVER_CONTINUE;
     }
-    if (arg_is(sub, sublen, "ID")) {
+    if (commands_arg_is(sub, sublen, "ID")) {
         if (argc != 2)
             return reply_arity(out, "client|id");
         resp_add_int(out, (int64_t)server_client_id(c));
-    } else if (arg_is(sub, sublen, "GETNAME")) {
+    } else if (commands_arg_is(sub, sublen, "GETNAME")) {
         if (argc != 2)
             return reply_arity(out, "client|getname");
         const char *name = server_client_name(c);
@@ -315,7 +314,7 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
             resp_add_null(out);
         else
             resp_add_bulk_str(out, name);
-    } else if (arg_is(sub, sublen, "SETNAME")) {
+    } else if (commands_arg_is(sub, sublen, "SETNAME")) {
         if (argc != 3)
             return reply_arity(out, "client|setname");
         if (!name_is_valid(argv[2], argvlen[2])) {
@@ -326,10 +325,11 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
         } else {
             resp_add_simple(out, "OK");
         }
-    } else if (arg_is(sub, sublen, "SETINFO")) {
+    } else if (commands_arg_is(sub, sublen, "SETINFO")) {
         if (argc != 4)
             return reply_arity(out, "client|setinfo");
-        if (arg_is(argv[2], argvlen[2], "LIB-NAME") || arg_is(argv[2], argvlen[2], "LIB-VER")) {
+        if (commands_arg_is(argv[2], argvlen[2], "LIB-NAME") ||
+            commands_arg_is(argv[2], argvlen[2], "LIB-VER")) {
             resp_add_simple(out, "OK");
         } else {
             int shown = argvlen[2] > 128 ? 128 : (int)argvlen[2];
@@ -352,7 +352,7 @@ static int cmd_auth(struct commands *cmds, struct server_client *c, size_t argc,
         resp_add_error(out, "ERR AUTH <password> called without any password configured for "
                             "the default user. Are you sure your configuration is correct?");
     } else if (argc == 3) {
-        if (arg_is(argv[1], argvlen[1], "default"))
+        if (commands_arg_is(argv[1], argvlen[1], "default"))
             resp_add_simple(out, "OK");
         else
             resp_add_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
@@ -441,7 +441,7 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
             free(pattern);
             return SERVER_CONTINUE;
         }
-        if (arg_is(argv[i], argvlen[i], "COUNT")) {
+        if (commands_arg_is(argv[i], argvlen[i], "COUNT")) {
             if (commands_parse_int64(argv[i + 1], argvlen[i + 1], &count) < 0) {
                 resp_add_error(out, "ERR value is not an integer or out of range");
                 free(pattern);
@@ -452,7 +452,7 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
                 free(pattern);
                 return SERVER_CONTINUE;
             }
-        } else if (arg_is(argv[i], argvlen[i], "MATCH")) {
+        } else if (commands_arg_is(argv[i], argvlen[i], "MATCH")) {
             free(pattern);
             pattern = malloc(argvlen[i + 1] + 1);
             if (pattern == NULL) {
@@ -502,11 +502,19 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
 /* ---- introspection ---- */
 
 /* Appends "name:value\r\n" to a text buffer. */
-static void info_field(struct resp_buf *t, const char *name, uint64_t v)
+void commands_info_u64(struct resp_buf *t, const char *name, uint64_t v)
 {
-    char line[128];
+    char line[160];
     int n = snprintf(line, sizeof(line), "%s:%llu\r\n", name, (unsigned long long)v);
-    if (n > 0)
+    if (n > 0 && (size_t)n < sizeof(line))
+        resp_add_raw(t, line, (size_t)n);
+}
+
+void commands_info_str(struct resp_buf *t, const char *name, const char *v)
+{
+    char line[200];
+    int n = snprintf(line, sizeof(line), "%s:%s\r\n", name, v);
+    if (n > 0 && (size_t)n < sizeof(line))
         resp_add_raw(t, line, (size_t)n);
 }
 
@@ -515,8 +523,10 @@ static int section_wanted(size_t argc, const char **argv, const size_t *argvlen,
     if (argc < 2)
         return 1;
     for (size_t i = 1; i < argc; i++) {
-        if (arg_is(argv[i], argvlen[i], name) || arg_is(argv[i], argvlen[i], "all") ||
-            arg_is(argv[i], argvlen[i], "everything") || arg_is(argv[i], argvlen[i], "default"))
+        if (commands_arg_is(argv[i], argvlen[i], name) ||
+            commands_arg_is(argv[i], argvlen[i], "all") ||
+            commands_arg_is(argv[i], argvlen[i], "everything") ||
+            commands_arg_is(argv[i], argvlen[i], "default"))
             return 1;
     }
     return 0;
@@ -538,36 +548,36 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         resp_add_raw(&t, "sluice_version:" SLUICE_VERSION_STRING "\r\n",
                      strlen("sluice_version:" SLUICE_VERSION_STRING "\r\n"));
         resp_add_raw(&t, "redis_mode:standalone\r\n", 23);
-        info_field(&t, "process_id", (uint64_t)getpid());
+        commands_info_u64(&t, "process_id", (uint64_t)getpid());
         uint64_t up = (uv_hrtime() - cmds->started_ns) / 1000000000u;
-        info_field(&t, "uptime_in_seconds", up);
+        commands_info_u64(&t, "uptime_in_seconds", up);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "clients")) {
         resp_add_raw(&t, "# Clients\r\n", 11);
-        info_field(&t, "connected_clients", ss.connected_clients);
+        commands_info_u64(&t, "connected_clients", ss.connected_clients);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "stats")) {
         resp_add_raw(&t, "# Stats\r\n", 9);
-        info_field(&t, "total_connections_received", ss.total_connections);
-        info_field(&t, "total_commands_processed", ss.total_commands);
-        info_field(&t, "rejected_connections", ss.rejected_connections);
-        info_field(&t, "protocol_errors", ss.protocol_errors);
-        info_field(&t, "output_limit_disconnects", ss.output_limit_disconnects);
+        commands_info_u64(&t, "total_connections_received", ss.total_connections);
+        commands_info_u64(&t, "total_commands_processed", ss.total_commands);
+        commands_info_u64(&t, "rejected_connections", ss.rejected_connections);
+        commands_info_u64(&t, "protocol_errors", ss.protocol_errors);
+        commands_info_u64(&t, "output_limit_disconnects", ss.output_limit_disconnects);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "limiter")) {
         struct limiter_stats ls;
         limiter_get_stats(cmds->lim, &ls);
         resp_add_raw(&t, "# Limiter\r\n", 11);
-        info_field(&t, "keys", ls.keys);
-        info_field(&t, "decisions", ls.decisions);
-        info_field(&t, "limited", ls.limited);
-        info_field(&t, "reclaimed", ls.reclaimed);
-        info_field(&t, "evicted", ls.evicted);
-        info_field(&t, "overflow_denied", ls.overflow_denied);
-        info_field(&t, "overflow_allowed", ls.overflow_allowed);
+        commands_info_u64(&t, "keys", ls.keys);
+        commands_info_u64(&t, "decisions", ls.decisions);
+        commands_info_u64(&t, "limited", ls.limited);
+        commands_info_u64(&t, "reclaimed", ls.reclaimed);
+        commands_info_u64(&t, "evicted", ls.evicted);
+        commands_info_u64(&t, "overflow_denied", ls.overflow_denied);
+        commands_info_u64(&t, "overflow_allowed", ls.overflow_allowed);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "cluster"))
@@ -612,7 +622,7 @@ static int cmd_command(struct commands *cmds, struct server_client *c, size_t ar
 {
     /* Clients call COMMAND / COMMAND DOCS for hints and metadata only; an
      * empty answer makes them fall back to sending commands as typed. */
-    if (argc >= 2 && arg_is(argv[1], argvlen[1], "COUNT"))
+    if (argc >= 2 && commands_arg_is(argv[1], argvlen[1], "COUNT"))
         resp_add_int(out, (int64_t)command_count());
     else
         resp_add_array(out, 0);
@@ -624,11 +634,11 @@ static int cmd_config(struct commands *cmds, struct server_client *c, size_t arg
 {
     /* redis-benchmark asks for `save` and `appendonly`; sluice keeps no data
      * on disk, which is what these answers say. */
-    if (argc == 3 && arg_is(argv[1], argvlen[1], "GET")) {
-        if (arg_is(argv[2], argvlen[2], "save")) {
+    if (argc == 3 && commands_arg_is(argv[1], argvlen[1], "GET")) {
+        if (commands_arg_is(argv[2], argvlen[2], "save")) {
             resp_add_array(out, 2);
             add_pair_str(out, "save", "");
-        } else if (arg_is(argv[2], argvlen[2], "appendonly")) {
+        } else if (commands_arg_is(argv[2], argvlen[2], "appendonly")) {
             resp_add_array(out, 2);
             add_pair_str(out, "appendonly", "no");
         } else {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "commands.h"
 #include "gcra.h"
 #include "gossip/gossip.h"
 #include "replica.h"
@@ -218,22 +219,6 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
 
 /* ---- INFO cluster ---- */
 
-static void field_u(struct resp_buf *t, const char *name, uint64_t v)
-{
-    char line[160];
-    int n = snprintf(line, sizeof(line), "%s:%llu\r\n", name, (unsigned long long)v);
-    if (n > 0 && (size_t)n < sizeof(line))
-        resp_add_raw(t, line, (size_t)n);
-}
-
-static void field_s(struct resp_buf *t, const char *name, const char *v)
-{
-    char line[200];
-    int n = snprintf(line, sizeof(line), "%s:%s\r\n", name, v);
-    if (n > 0 && (size_t)n < sizeof(line))
-        resp_add_raw(t, line, (size_t)n);
-}
-
 struct count_ctx {
     uint64_t by_state[4];
 };
@@ -251,64 +236,64 @@ void commands_cluster_info(struct cluster *cl, struct resp_buf *t)
     resp_add_raw(t, "# Cluster\r\n", 11);
     struct gossip_node *g = cluster_gossip(cl);
     struct replica *r = cluster_replica(cl);
-    field_u(t, "cluster_enabled", cl != NULL ? 1 : 0);
+    commands_info_u64(t, "cluster_enabled", cl != NULL ? 1 : 0);
     if (cl != NULL) {
-        field_s(t, "node_name", cluster_node_name(cl));
-        field_s(t, "gossip_address", cluster_address(cl));
-        field_s(t, "default_scope",
-                cluster_default_scope(cl) == CONFIG_SCOPE_GLOBAL ? "global" : "local");
+        commands_info_str(t, "node_name", cluster_node_name(cl));
+        commands_info_str(t, "gossip_address", cluster_address(cl));
+        commands_info_str(t, "default_scope",
+                          cluster_default_scope(cl) == CONFIG_SCOPE_GLOBAL ? "global" : "local");
     }
     if (g != NULL) {
         struct count_ctx x;
         memset(&x, 0, sizeof(x));
         gossip_node_members(g, count_one, &x);
-        field_u(t, "members_alive", x.by_state[GOSSIP_MEMBER_ALIVE]);
-        field_u(t, "members_suspect", x.by_state[GOSSIP_MEMBER_SUSPECT]);
-        field_u(t, "members_dead", x.by_state[GOSSIP_MEMBER_DEAD]);
-        field_u(t, "members_left", x.by_state[GOSSIP_MEMBER_LEFT]);
-        field_u(t, "incarnation", gossip_node_incarnation(g));
-        field_u(t, "health_score", (uint64_t)gossip_node_health(g));
+        commands_info_u64(t, "members_alive", x.by_state[GOSSIP_MEMBER_ALIVE]);
+        commands_info_u64(t, "members_suspect", x.by_state[GOSSIP_MEMBER_SUSPECT]);
+        commands_info_u64(t, "members_dead", x.by_state[GOSSIP_MEMBER_DEAD]);
+        commands_info_u64(t, "members_left", x.by_state[GOSSIP_MEMBER_LEFT]);
+        commands_info_u64(t, "incarnation", gossip_node_incarnation(g));
+        commands_info_u64(t, "health_score", (uint64_t)gossip_node_health(g));
         struct gossip_stats gs;
         gossip_node_stats(g, &gs);
-        field_u(t, "gossip_packets_sent", gs.packets_sent);
-        field_u(t, "gossip_bytes_sent", gs.bytes_sent);
-        field_u(t, "gossip_packets_received", gs.packets_received);
-        field_u(t, "gossip_bytes_received", gs.bytes_received);
-        field_u(t, "gossip_send_errors", gs.send_errors);
+        commands_info_u64(t, "gossip_packets_sent", gs.packets_sent);
+        commands_info_u64(t, "gossip_bytes_sent", gs.bytes_sent);
+        commands_info_u64(t, "gossip_packets_received", gs.packets_received);
+        commands_info_u64(t, "gossip_bytes_received", gs.bytes_received);
+        commands_info_u64(t, "gossip_send_errors", gs.send_errors);
         for (int i = 0; i < GOSSIP_DROP_MAX_; i++) {
             char name[64];
             snprintf(name, sizeof(name), "gossip_drops_%s", gossip_drop_name(i));
-            field_u(t, name, gs.drops[i]);
+            commands_info_u64(t, name, gs.drops[i]);
         }
-        field_u(t, "gossip_payloads_dropped", gs.app_dropped);
-        field_u(t, "gossip_probe_failures", gs.probe_failures);
-        field_u(t, "gossip_suspicions", gs.suspicions);
-        field_u(t, "gossip_pushpulls", gs.pushpulls);
+        commands_info_u64(t, "gossip_payloads_dropped", gs.app_dropped);
+        commands_info_u64(t, "gossip_probe_failures", gs.probe_failures);
+        commands_info_u64(t, "gossip_suspicions", gs.suspicions);
+        commands_info_u64(t, "gossip_pushpulls", gs.pushpulls);
     }
     if (r != NULL) {
         struct replica_stats rs;
         replica_get_stats(r, &rs);
-        field_s(t, "synced", replica_synced(r) ? "yes" : "no");
-        field_u(t, "global_keys", rs.keys);
-        field_u(t, "global_decisions", rs.decisions);
-        field_u(t, "global_limited", rs.limited);
-        field_u(t, "unsynced_denials", rs.unsynced_denials);
-        field_u(t, "deltas_sent", rs.deltas_sent);
-        field_u(t, "delta_entries_sent", rs.delta_entries_sent);
-        field_u(t, "delta_bytes_sent", rs.delta_bytes_sent);
-        field_u(t, "deltas_received", rs.deltas_received);
-        field_u(t, "delta_bytes_received", rs.delta_bytes_received);
-        field_u(t, "slots_merged", rs.slots_merged);
-        field_u(t, "state_chunks_sent", rs.state_chunks_sent);
-        field_u(t, "state_chunks_merged", rs.state_chunks_merged);
-        field_u(t, "pours", rs.pours);
-        field_u(t, "units_poured", rs.units_poured);
-        field_u(t, "debt_events", rs.debt_events);
-        field_u(t, "phantom_units", rs.phantom_units);
-        field_u(t, "refunded_units", rs.refunded_units);
-        field_u(t, "gc_keys", rs.gc_keys);
-        field_u(t, "bad_delta_packets", rs.bad_packets);
-        field_u(t, "refused_full", rs.refused_full);
+        commands_info_str(t, "synced", replica_synced(r) ? "yes" : "no");
+        commands_info_u64(t, "global_keys", rs.keys);
+        commands_info_u64(t, "global_decisions", rs.decisions);
+        commands_info_u64(t, "global_limited", rs.limited);
+        commands_info_u64(t, "unsynced_denials", rs.unsynced_denials);
+        commands_info_u64(t, "deltas_sent", rs.deltas_sent);
+        commands_info_u64(t, "delta_entries_sent", rs.delta_entries_sent);
+        commands_info_u64(t, "delta_bytes_sent", rs.delta_bytes_sent);
+        commands_info_u64(t, "deltas_received", rs.deltas_received);
+        commands_info_u64(t, "delta_bytes_received", rs.delta_bytes_received);
+        commands_info_u64(t, "slots_merged", rs.slots_merged);
+        commands_info_u64(t, "state_chunks_sent", rs.state_chunks_sent);
+        commands_info_u64(t, "state_chunks_merged", rs.state_chunks_merged);
+        commands_info_u64(t, "pours", rs.pours);
+        commands_info_u64(t, "units_poured", rs.units_poured);
+        commands_info_u64(t, "debt_events", rs.debt_events);
+        commands_info_u64(t, "phantom_units", rs.phantom_units);
+        commands_info_u64(t, "refunded_units", rs.refunded_units);
+        commands_info_u64(t, "gc_keys", rs.gc_keys);
+        commands_info_u64(t, "bad_delta_packets", rs.bad_packets);
+        commands_info_u64(t, "refused_full", rs.refused_full);
     }
     resp_add_raw(t, "\r\n", 2);
 }

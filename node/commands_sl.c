@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "acquire.h"
 #include "cluster.h"
@@ -74,11 +73,6 @@ void commands_sl_destroy(struct commands_sl *sl)
     free(sl);
 }
 
-static int arg_is(const char *arg, size_t len, const char *word)
-{
-    return strlen(word) == len && strncasecmp(arg, word, len) == 0;
-}
-
 static const char *const sl_names[] = {"sl.throttle", "sl.peek",  "sl.refund",   "sl.reset",
                                        "sl.acquire",  "sl.multi", "sl.policies", "sl.reload"};
 enum {
@@ -96,7 +90,7 @@ enum {
 static int sl__which(const char *argv0, size_t len)
 {
     for (int i = 0; i < SL_NCMDS; i++) {
-        if (arg_is(argv0, len, sl_names[i]))
+        if (commands_arg_is(argv0, len, sl_names[i]))
             return i;
     }
     return -1;
@@ -162,33 +156,33 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
         const char *a = argv[*i];
         size_t al = argvlen[*i];
         size_t left = argc - *i - 1;
-        if (stop_at_key && arg_is(a, al, "KEY"))
+        if (stop_at_key && commands_arg_is(a, al, "KEY"))
             break;
-        if (arg_is(a, al, "POLICY") && left >= 1 && pname == NULL) {
+        if (commands_arg_is(a, al, "POLICY") && left >= 1 && pname == NULL) {
             pname = argv[*i + 1];
             pnamelen = argvlen[*i + 1];
             *i += 2;
-        } else if (arg_is(a, al, "ALGO") && left >= 1 && algo == NULL) {
+        } else if (commands_arg_is(a, al, "ALGO") && left >= 1 && algo == NULL) {
             algo = argv[*i + 1];
             algolen = argvlen[*i + 1];
             *i += 2;
-        } else if (arg_is(a, al, "BURST") && left >= 1) {
+        } else if (commands_arg_is(a, al, "BURST") && left >= 1) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &burst, out) < 0)
                 return -1;
             has_burst = 1;
             *i += 2;
-        } else if (arg_is(a, al, "RATE") && left >= 2) {
+        } else if (commands_arg_is(a, al, "RATE") && left >= 2) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &count, out) < 0 ||
                 sl__int(argv[*i + 2], argvlen[*i + 2], &period_ms, out) < 0)
                 return -1;
             has_rate = 1;
             *i += 3;
-        } else if (arg_is(a, al, "PRECISION") && left >= 1) {
+        } else if (commands_arg_is(a, al, "PRECISION") && left >= 1) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &precision, out) < 0)
                 return -1;
             has_precision = 1;
             *i += 2;
-        } else if (arg_is(a, al, "QTY") && left >= 1 && (opts & OPT_QTY)) {
+        } else if (commands_arg_is(a, al, "QTY") && left >= 1 && (opts & OPT_QTY)) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &s->qty, out) < 0)
                 return -1;
             if (s->qty < 0) {
@@ -197,20 +191,20 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
             }
             s->has_qty = 1;
             *i += 2;
-        } else if (arg_is(a, al, "SCOPE") && left >= 1 && s->scope < 0) {
-            if (arg_is(argv[*i + 1], argvlen[*i + 1], "local")) {
+        } else if (commands_arg_is(a, al, "SCOPE") && left >= 1 && s->scope < 0) {
+            if (commands_arg_is(argv[*i + 1], argvlen[*i + 1], "local")) {
                 s->scope = CONFIG_SCOPE_LOCAL;
-            } else if (arg_is(argv[*i + 1], argvlen[*i + 1], "global")) {
+            } else if (commands_arg_is(argv[*i + 1], argvlen[*i + 1], "global")) {
                 s->scope = CONFIG_SCOPE_GLOBAL;
             } else {
                 resp_add_error(out, "ERR SCOPE must be local or global");
                 return -1;
             }
             *i += 2;
-        } else if (arg_is(a, al, "PEEK") && (opts & OPT_PEEK)) {
+        } else if (commands_arg_is(a, al, "PEEK") && (opts & OPT_PEEK)) {
             s->peek = 1;
             *i += 1;
-        } else if (arg_is(a, al, "TIMEOUT") && left >= 1 && (opts & OPT_TIMEOUT)) {
+        } else if (commands_arg_is(a, al, "TIMEOUT") && left >= 1 && (opts & OPT_TIMEOUT)) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &s->timeout_ms, out) < 0)
                 return -1;
             if (s->timeout_ms < 0 || s->timeout_ms > SL_MAX_TIMEOUT_MS) {
@@ -649,7 +643,7 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
     struct algo_result outs[LIMITER_MULTI_MAX];
     int64_t qty = 1;
     size_t i = 1, n = 0;
-    if (i + 1 < argc && arg_is(argv[i], argvlen[i], "QTY")) {
+    if (i + 1 < argc && commands_arg_is(argv[i], argvlen[i], "QTY")) {
         if (sl__int(argv[i + 1], argvlen[i + 1], &qty, out) < 0)
             return;
         if (qty < 0) {
@@ -659,7 +653,7 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
         i += 2;
     }
     while (i < argc) {
-        if (!arg_is(argv[i], argvlen[i], "KEY") || i + 1 >= argc) {
+        if (!commands_arg_is(argv[i], argvlen[i], "KEY") || i + 1 >= argc) {
             sl__syntax(out, argv[i], argvlen[i]);
             return;
         }
@@ -768,14 +762,6 @@ int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen)
     return 0;
 }
 
-static void sl__info_field(struct resp_buf *t, const char *name, uint64_t v)
-{
-    char line[96];
-    int n = snprintf(line, sizeof(line), "%s:%llu\r\n", name, (unsigned long long)v);
-    if (n > 0)
-        resp_add_raw(t, line, (size_t)n);
-}
-
 void commands_sl_get_stats(const struct commands_sl *sl, struct commands_sl_stats *out)
 {
     struct limiter_stats ls;
@@ -794,12 +780,12 @@ void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text)
     struct commands_sl_stats st;
     commands_sl_get_stats(sl, &st);
     resp_add_raw(text, "# Policies\r\n", 12);
-    sl__info_field(text, "policies", st.policies);
-    sl__info_field(text, "reloads", st.reloads);
-    sl__info_field(text, "reload_failures", st.reload_failures);
-    sl__info_field(text, "dry_run_would_limit", st.dry_run_would_limit);
-    sl__info_field(text, "algorithm_changes", st.algorithm_changes);
-    sl__info_field(text, "waiting_acquires", st.waiting_acquires);
+    commands_info_u64(text, "policies", st.policies);
+    commands_info_u64(text, "reloads", st.reloads);
+    commands_info_u64(text, "reload_failures", st.reload_failures);
+    commands_info_u64(text, "dry_run_would_limit", st.dry_run_would_limit);
+    commands_info_u64(text, "algorithm_changes", st.algorithm_changes);
+    commands_info_u64(text, "waiting_acquires", st.waiting_acquires);
     resp_add_raw(text, "\r\n", 2);
 }
 
