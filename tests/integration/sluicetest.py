@@ -43,6 +43,32 @@ def wait_for_socket(path, proc=None, timeout=START_TIMEOUT):
     raise RuntimeError("socket %s did not appear within %.0fs" % (path, timeout))
 
 
+def free_udp_ports(n):
+    """n UDP ports free right now on 127.0.0.1 (held open together so they
+    differ).  Another process may take one before the caller binds it; the
+    tests accept that small race rather than passing sockets to children."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_tcp_port():
+    """A TCP port free right now on 127.0.0.1 (same race as above)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
 class Daemon:
     """A sluiced process on a private socket; use as a context manager."""
 

@@ -24,7 +24,6 @@ end, even on failure.  Figures are printed so a run can be compared.
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,20 +41,6 @@ CONVERGE_S = 20.0
 FAST = ["--gossip-probe-interval-ms", "200", "--log-level", "info"]
 
 
-def free_udp_ports(n):
-    """Ports free right now on 127.0.0.1 (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def write_key(path):
     out = subprocess.run([sluicetest.SLUICECTL, "keygen"], check=True,
                          capture_output=True, text=True).stdout
@@ -70,7 +55,7 @@ class Cluster:
     def __init__(self, n, tmpdir, extra=()):
         self.n = n
         self.tmpdir = tmpdir
-        self.ports = free_udp_ports(n)
+        self.ports = sluicetest.free_udp_ports(n)
         self.keyfile = os.path.join(tmpdir, "cluster.key")
         write_key(self.keyfile)
         self.extra = list(extra)
@@ -239,7 +224,7 @@ def admitted(answers, node=None):
 # ---- scenarios ----
 
 def test_no_key_file_refused(tmp):
-    port = free_udp_ports(1)[0]
+    port = sluicetest.free_udp_ports(1)[0]
     p = subprocess.run([sluicetest.SLUICED, "--socket", os.path.join(tmp, "nokey.sock"),
                         "--gossip-bind", "127.0.0.1:%d" % port], capture_output=True,
                        text=True, timeout=20)
@@ -316,7 +301,7 @@ def test_kill_restart(c):
 def test_wrong_key(c, tmp):
     other = os.path.join(tmp, "other.key")
     write_key(other)
-    port = free_udp_ports(1)[0]
+    port = sluicetest.free_udp_ports(1)[0]
     before = sum(int(info(c, i).get("gossip_drops_auth", 0)) for i in range(c.n))
     d = sluicetest.Daemon(*c.args(0, keyfile=other, port=port, name="stranger"),
                           socket_path=os.path.join(tmp, "stranger.sock"), tmpdir=tmp)
@@ -359,7 +344,7 @@ def test_key_rotation(c, tmp):
         time.sleep(1.0)
         c.wait_members(want, timeout=10)
         print("ok: key rotation step '%s': all %d members alive" % (name, c.n))
-    port = free_udp_ports(1)[0]
+    port = sluicetest.free_udp_ports(1)[0]
     d = sluicetest.Daemon(*c.args(0, port=port, name="newcomer"),
                           socket_path=os.path.join(tmp, "newcomer.sock"), tmpdir=tmp)
     d.start()

@@ -19,7 +19,6 @@ Every wait is bounded; every process is stopped at the end, even on failure.
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,23 +70,10 @@ match = lm:
 """
 
 
-def free_udp_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 class Nodes:
     def __init__(self, tmp):
         self.tmp = tmp
-        self.ports = free_udp_ports(N)
+        self.ports = sluicetest.free_udp_ports(N)
         self.conf = os.path.join(tmp, "sluice.conf")
         with open(self.conf, "w") as f:
             f.write(CONFIG)

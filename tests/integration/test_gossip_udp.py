@@ -18,12 +18,14 @@ Finds the agent at $SLUICE_TESTS_BIN/gossip_agent.
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sluicetest  # noqa: E402
 
 AGENT = os.path.join(os.environ.get("SLUICE_TESTS_BIN", "build/tests"), "gossip_agent")
 
@@ -41,20 +43,6 @@ CONVERGE_S = 20.0  # three nodes find each other
 QUIET_S = 4.0      # strangers are given this long to (fail to) get in
 DEAD_S = 15.0      # a killed node is declared dead (detection + suspicion)
 LEFT_S = 10.0
-
-
-def free_udp_ports(n):
-    """Ports free right now on 127.0.0.1 (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class Agent:
@@ -178,7 +166,7 @@ def main():
         bad_key = os.path.join(tmp.name, "bad.keys")
         write_key_file(good_key, 1, secrets.token_hex(32))
         write_key_file(bad_key, 1, secrets.token_hex(32))  # same id, other bytes
-        ports = free_udp_ports(5)
+        ports = sluicetest.free_udp_ports(5)
         seeds = ",".join("127.0.0.1:%d" % p for p in ports[:3])
         names = ["n1", "n2", "n3"]
 

@@ -15,7 +15,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicetest import SLUICED, Daemon, recv_all, resp_command  # noqa: E402
+from sluicetest import SLUICED, Daemon, free_tcp_port, recv_all, resp_command  # noqa: E402
 
 import redis  # noqa: E402  (Debian python3-redis)
 
@@ -25,15 +25,6 @@ SAMPLE = re.compile(r"^(%s)(%s)? (-?[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?|NaN|[+-
                     % (NAME, LABELS))
 HELP = re.compile(r"^# HELP (%s) .*$" % NAME)
 TYPE = re.compile(r"^# TYPE (%s) (counter|gauge|histogram|summary|untyped)$" % NAME)
-
-
-def free_tcp_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
 
 
 def parse_exposition(text):

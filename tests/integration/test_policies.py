@@ -7,7 +7,6 @@ and saying why, and reloads under load losing no state and no connection."""
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicetest import SLUICECTL, SLUICED, Daemon, recv_until, resp_command  # noqa: E402
+from sluicetest import SLUICECTL, Daemon, recv_until, resp_command  # noqa: E402
 
 import redis  # noqa: E402  (Debian python3-redis)
 

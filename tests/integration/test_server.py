@@ -14,7 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicetest import (SLUICECTL, SLUICED, Daemon, recv_all, recv_exact,  # noqa: E402
-                        recv_until, resp_command, wait_for_socket)
+                        recv_until, resp_command)
 
 import redis  # noqa: E402  (Debian python3-redis)
 
