@@ -111,6 +111,21 @@ static const char *const drop_names[GOSSIP_DROP_MAX_] = {
     [GOSSIP_DROP_STALE] = "stale",         [GOSSIP_DROP_LEFT] = "left",
 };
 
+const char *gossip_member_state_name(enum gossip_member_state s)
+{
+    switch (s) {
+    case GOSSIP_MEMBER_ALIVE:
+        return "alive";
+    case GOSSIP_MEMBER_SUSPECT:
+        return "suspect";
+    case GOSSIP_MEMBER_DEAD:
+        return "dead";
+    case GOSSIP_MEMBER_LEFT:
+        return "left";
+    }
+    return "unknown";
+}
+
 const char *gossip_drop_name(int reason)
 {
     if (reason < 0 || reason >= GOSSIP_DROP_MAX_)

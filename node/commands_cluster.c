@@ -66,21 +66,6 @@ int commands_cluster_throttle(struct cluster *cl, struct limiter *lim, const cha
 
 /* ---- SL.MEMBERS ---- */
 
-static const char *state_name(enum gossip_member_state s)
-{
-    switch (s) {
-    case GOSSIP_MEMBER_ALIVE:
-        return "alive";
-    case GOSSIP_MEMBER_SUSPECT:
-        return "suspect";
-    case GOSSIP_MEMBER_DEAD:
-        return "dead";
-    case GOSSIP_MEMBER_LEFT:
-        return "left";
-    }
-    return "unknown";
-}
-
 struct members_ctx {
     struct resp_buf *items;
     size_t n;
@@ -101,7 +86,7 @@ static int members_one(void *ud, const struct gossip_member_info *m)
     resp_add_array(x->items, 6);
     resp_add_bulk_str(x->items, m->name);
     resp_add_bulk_str(x->items, addr);
-    resp_add_bulk_str(x->items, state_name(m->state));
+    resp_add_bulk_str(x->items, gossip_member_state_name(m->state));
     resp_add_int(x->items, ago);
     resp_add_int(x->items, (int64_t)m->incarnation);
     resp_add_int(x->items, m->is_self ? 1 : 0);

@@ -142,10 +142,9 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->waiting_acquires = sls.waiting_acquires;
     struct gossip_node *g = cluster_gossip(d->cluster);
     if (g != NULL) {
-        static const char *const states[4] = {"alive", "suspect", "dead", "left"};
         s->clustered = 1;
         for (int i = 0; i < 4; i++)
-            s->members[i].label = states[i];
+            s->members[i].label = gossip_member_state_name((enum gossip_member_state)i);
         s->nmembers = 4;
         gossip_node_members(g, collect_member, s);
         struct gossip_stats gs;

@@ -66,6 +66,10 @@ enum gossip_member_state {
     GOSSIP_MEMBER_LEFT = 3,
 };
 
+/* Static name of a member state ("alive", "suspect", "dead", "left"), as
+ * INFO, SL.MEMBERS and the metrics label it; "unknown" for any other value. */
+const char *gossip_member_state_name(enum gossip_member_state s);
+
 /* A copy of one member's state; owned by whoever holds it. */
 struct gossip_member_info {
     char name[GOSSIP_NAME_MAX + 1];

@@ -41,21 +41,6 @@ struct agent {
     int leaving;
 };
 
-static const char *state_name(enum gossip_member_state s)
-{
-    switch (s) {
-    case GOSSIP_MEMBER_ALIVE:
-        return "alive";
-    case GOSSIP_MEMBER_SUSPECT:
-        return "suspect";
-    case GOSSIP_MEMBER_DEAD:
-        return "dead";
-    case GOSSIP_MEMBER_LEFT:
-        return "left";
-    }
-    return "unknown";
-}
-
 static const char *event_name(enum gossip_event ev)
 {
     switch (ev) {
@@ -91,7 +76,7 @@ static int print_member(void *ud, const struct gossip_member_info *m)
     char addr[GOSSIP_ADDR_STRLEN];
     if (gossip_addr_format(&m->addr, addr, sizeof(addr)) != 0)
         snprintf(addr, sizeof(addr), "?");
-    printf("member %s %s %s inc=%u%s\n", m->name, addr, state_name(m->state),
+    printf("member %s %s %s inc=%u%s\n", m->name, addr, gossip_member_state_name(m->state),
            (unsigned)m->incarnation, m->is_self ? " self" : "");
     return 0;
 }
