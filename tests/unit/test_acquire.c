@@ -100,6 +100,18 @@ static struct algo_params mkp(enum algo_kind k, int64_t burst, int64_t count, in
     return p;
 }
 
+/* The policy set a config text describes (the caller releases it). */
+static struct policy_set *load_set(const char *text)
+{
+    struct config cfg;
+    char err[256];
+    struct policy_set *set;
+    assert_int_equal(config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)), 0);
+    assert_int_equal(policy_set_build(&cfg, &set), 0);
+    config_free(&cfg);
+    return set;
+}
+
 /* Submits; returns 1 if answered at once (recorded with waited 0). */
 static int submit(struct fixture *f, struct ctx *c, const char *key, const struct algo_params *p,
                   int64_t qty, int64_t timeout_ns, struct acquire_waiter **w)
@@ -244,13 +256,8 @@ static void test_thousands(void **state)
 static void test_policy_retained(void **state)
 {
     struct fixture *f = *state;
-    const char *text = "[policy slow]\nalgorithm = gcra\nburst = 0\nrate = 1 per 20ms\n";
-    struct config cfg;
-    char err[256];
-    struct policy_set *set;
-    assert_int_equal(config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)), 0);
-    assert_int_equal(policy_set_build(&cfg, &set), 0);
-    config_free(&cfg);
+    struct policy_set *set =
+        load_set("[policy slow]\nalgorithm = gcra\nburst = 0\nrate = 1 per 20ms\n");
     const struct policy *pol = policy_set_find(set, "slow", 4);
     assert_non_null(pol);
     struct ctx c[3];
@@ -520,13 +527,7 @@ static void cancel_cb(uv_timer_t *t)
 static void test_via_cancel_mid_wait(void **state)
 {
     struct fixture *f = *state;
-    const char *text = "[policy g]\nalgorithm = gcra\nburst = 0\nrate = 1 per 1s\n";
-    struct config cfg;
-    char err[256];
-    struct policy_set *set;
-    assert_int_equal(config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)), 0);
-    assert_int_equal(policy_set_build(&cfg, &set), 0);
-    config_free(&cfg);
+    struct policy_set *set = load_set("[policy g]\nalgorithm = gcra\nburst = 0\nrate = 1 per 1s\n");
     const struct policy *pol = policy_set_find(set, "g", 1);
     assert_non_null(pol);
 

@@ -103,6 +103,18 @@ static const char *run(struct fixture *f, const char *line)
     return run3(f, 0, line);
 }
 
+/* INFO's "# Policies" section as text (valid until the next run or info). */
+static const char *info(struct fixture *f)
+{
+    f->out.len = 0;
+    commands_sl_info(f->sl, &f->out);
+    free(f->text);
+    f->text = strndup(f->out.data, f->out.len);
+    assert_non_null(f->text);
+    assert_true(strncmp(f->text, "# Policies\r\n", 12) == 0);
+    return f->text;
+}
+
 static void test_throttle_replies(void **state)
 {
     struct fixture *f = *state;
@@ -216,17 +228,10 @@ static void test_dry_run_and_info(void **state)
     struct fixture *f = *state;
     for (int i = 0; i < 3; i++)
         assert_true(strncmp(run(f, "SL.THROTTLE trial:x"), "*5\r\n:0\r\n", 8) == 0);
-    struct resp_buf t;
-    resp_buf_init(&t);
-    commands_sl_info(f->sl, &t);
-    assert_non_null(t.data);
-    assert_true(t.len > 0);
-    char *text = strndup(t.data, t.len);
+    const char *text = info(f);
     assert_non_null(strstr(text, "dry_run_would_limit:2\r\n"));
     assert_non_null(strstr(text, "policies:2\r\n"));
     assert_non_null(strstr(text, "reloads:1\r\n"));
-    free(text);
-    resp_buf_free(&t);
     /* The same counters, as the metrics endpoint reads them. */
     struct commands_sl_stats st;
     commands_sl_get_stats(f->sl, &st);
@@ -270,14 +275,9 @@ static void test_policies_and_reload(void **state)
     /* a missing file */
     unlink(f->path);
     assert_true(strncmp(run(f, "SL.RELOAD"), "-ERR reload failed: ", 20) == 0);
-    struct resp_buf t;
-    resp_buf_init(&t);
-    commands_sl_info(f->sl, &t);
-    char *text = strndup(t.data, t.len);
+    const char *text = info(f);
     assert_non_null(strstr(text, "reload_failures:2\r\n"));
     assert_non_null(strstr(text, "reloads:2\r\n"));
-    free(text);
-    resp_buf_free(&t);
     struct commands_sl_stats st;
     commands_sl_get_stats(f->sl, &st);
     assert_int_equal(st.reloads, 2);
