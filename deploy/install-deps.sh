@@ -4,13 +4,21 @@
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-PACKAGES=(
+# With --build-only, just what building the two programs needs (containers).
+BUILD_PACKAGES=(
   build-essential cmake pkg-config
-  libuv1-dev libmsgpack-dev libsodium-dev libinih-dev libcmocka-dev
+  libuv1-dev libmsgpack-dev libsodium-dev libinih-dev
+)
+TEST_PACKAGES=(
+  libcmocka-dev
   redis-server redis-tools python3 python3-redis
   clang clang-format clang-tidy cppcheck libclang-rt-14-dev
   valgrind gnuplot-nox iproute2 procps
 )
+BUILD_ONLY=0
+[ "${1:-}" = "--build-only" ] && BUILD_ONLY=1
+PACKAGES=("${BUILD_PACKAGES[@]}")
+[ $BUILD_ONLY -eq 1 ] || PACKAGES+=("${TEST_PACKAGES[@]}")
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -21,7 +29,7 @@ done
 
 # Node.js (for the ioredis client test) may come from elsewhere than Debian;
 # Debian's packages are used only when no node is on PATH.
-if ! command -v node >/dev/null 2>&1; then
+if [ $BUILD_ONLY -eq 0 ] && ! command -v node >/dev/null 2>&1; then
   for p in nodejs npm; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
