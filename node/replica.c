@@ -27,7 +27,11 @@
 #define PKT_MAX         9216
 #define AE_PENDING_MAX  256
 #define SYNC_DEFAULT    (2 * NS_PER_SEC)
-#define LEARN_INTERVALS 5 /* a cold key's peers are assumed unknown this long */
+#define LEARN_INTERVALS 5                /* a cold key's peers are assumed unknown this long */
+#define HIST_W_NS       (50 * 1000000LL) /* consumption history: bucket width */
+#define HIST_N          128              /* buckets: a horizon of 6.4 s */
+#define RATE_SLACK      1.1              /* own rate cap: share * rate * this (see update_share) */
+#define RATE_SHARE_MIN  0.02             /* nor below this fraction of the rate */
 
 struct rpeer {
     char name[GOSSIP_NAME_MAX + 1];
@@ -41,10 +45,33 @@ struct rslot {
     uint32_t peer;
     uint64_t epoch;
     int64_t count, at_ns, vtat_ns, stamp_ns;
-    double demand;   /* units/s */
-    int64_t phantom; /* units charged while unreachable, not yet matched */
-    double ph_acc;   /* fraction of a unit not yet charged */
-    int64_t ph_last; /* last charge time */
+    double demand;    /* units/s */
+    int64_t phantom;  /* units charged while unreachable, not yet matched */
+    double ph_acc;    /* fraction of a unit not yet charged */
+    int64_t ph_first; /* first charge of the outstanding phantom */
+    int64_t ph_last;  /* last charge time */
+};
+
+/*
+ * The consumption history of a gcra or token-bucket key: what every pour
+ * and admission of the last HIST_N buckets added, and the TAT the in-order
+ * recurrence gives after each bucket,
+ *     T_b = units_b > 0 ? max(T_{b-1}, t_b) + units_b * emission : T_{b-1}
+ * with t_b the bucket's start, from a checkpoint ck (everything older).  A
+ * pour dated in bucket b changes T from b on, and the idle time after b
+ * absorbs it exactly as an in-order GCRA would; the change of the newest
+ * T is what the live state moves by.  Without it, consumption that arrives
+ * late (a node that was frozen, a delta that waited in a socket queue) was
+ * poured on top of the current TAT: the node carried seconds of debt its
+ * busy peers never let it repay.  The bucket start as t_b errs on the
+ * strict side by at most one bucket of idle time.  2064 bytes per active
+ * key, freed when the key has been idle for a horizon.
+ */
+struct rhist {
+    int64_t newest; /* absolute index (time / HIST_W_NS) of the newest bucket */
+    int64_t ck;     /* model TAT before the oldest bucket */
+    int64_t units[HIST_N];
+    int64_t tat[HIST_N]; /* model TAT after each bucket; ring by index % HIST_N */
 };
 
 struct rkey {
@@ -53,7 +80,10 @@ struct rkey {
     struct algo_params lp; /* this node's share of it, for decisions */
     enum replica_policy pol;
     void *state;
-    void *own; /* windows: this node's own admissions, checked against lp */
+    void *own;       /* this node's own admissions, checked against lp (gcra and
+                        token-bucket keys: a gcra state) */
+    struct rhist *h; /* gcra, token-bucket: consumption history, NULL idle */
+    int64_t tb_frac; /* token-bucket: ns of a history change not yet applied */
     char *key;
     size_t klen;
     struct rslot *slots;
@@ -189,18 +219,255 @@ static int64_t replica__debt(const struct rkey *k, int64_t now)
     return res.reset_after_ns > full ? res.reset_after_ns - full : 0;
 }
 
-static void replica__pour(struct replica *r, struct rkey *k, int64_t qty, int64_t at)
+/* ---- consumption history (struct rhist) --------------------------------- */
+
+static int replica__has_hist(const struct algo_params *p)
 {
-    if (qty <= 0)
+    return p->kind == ALGO_GCRA || p->kind == ALGO_TOKEN_BUCKET;
+}
+
+static size_t hist_slot(int64_t idx)
+{
+    return (size_t)(idx % HIST_N);
+}
+
+static int64_t hist_final(const struct rhist *h)
+{
+    return h->tat[hist_slot(h->newest)];
+}
+
+static int64_t hist_oldest(const struct rhist *h)
+{
+    return h->newest - HIST_N + 1;
+}
+
+/* Moves the newest bucket to idx, folding what leaves the horizon into ck. */
+static void hist_advance(struct rhist *h, int64_t idx)
+{
+    if (idx <= h->newest)
         return;
-    if (at < 0)
-        at = 0;
-    if (algo_consume(&k->p, k->state, qty, at) != 0)
+    if (idx - h->newest >= HIST_N) {
+        h->ck = hist_final(h);
+        for (size_t i = 0; i < HIST_N; i++) {
+            h->units[i] = 0;
+            h->tat[i] = h->ck;
+        }
+        h->newest = idx;
         return;
+    }
+    for (int64_t j = h->newest + 1; j <= idx; j++) {
+        size_t s = hist_slot(j); /* held bucket j - HIST_N, the oldest */
+        h->ck = h->tat[s];
+        h->units[s] = 0;
+        h->tat[s] = h->tat[hist_slot(j - 1)];
+    }
+    h->newest = idx;
+}
+
+/* Re-runs the recurrence from bucket `from` (>= oldest); stops where a
+ * bucket's T comes out unchanged (the rest depends only on it). */
+static void hist_recompute(struct rhist *h, int64_t from, int64_t em)
+{
+    int64_t prev = from <= hist_oldest(h) ? h->ck : h->tat[hist_slot(from - 1)];
+    if (from < hist_oldest(h))
+        from = hist_oldest(h);
+    for (int64_t j = from; j <= h->newest; j++) {
+        size_t s = hist_slot(j);
+        int64_t v = prev;
+        if (h->units[s] > 0) {
+            int64_t t = j * HIST_W_NS;
+            v = sat_add(prev > t ? prev : t, sat_mul(h->units[s], em));
+        }
+        if (v == h->tat[s] && j > from)
+            break;
+        h->tat[s] = v;
+        prev = v;
+    }
+}
+
+/* Adds u units (negative: takes back, never below zero in a bucket) at
+ * bucket idx without recomputing; before the horizon they go to ck. */
+static void hist_put(struct rhist *h, int64_t idx, int64_t u, int64_t at, int64_t em)
+{
+    if (idx > h->newest)
+        idx = h->newest;
+    if (idx < hist_oldest(h)) {
+        if (u > 0)
+            h->ck = sat_add(h->ck > at ? h->ck : at, sat_mul(u, em));
+        else if (h->ck != GCRA_TAT_FULL)
+            h->ck = sat_add(h->ck, -sat_mul(-u, em));
+        return;
+    }
+    size_t s = hist_slot(idx);
+    h->units[s] = sat_add(h->units[s], u);
+    if (h->units[s] < 0)
+        h->units[s] = 0;
+}
+
+/*
+ * Spreads u units (either sign) evenly over the buckets of [t0, t1] and
+ * re-runs the recurrence once.  Returns the change of the newest T.
+ */
+static int64_t hist_spread(struct rhist *h, int64_t t0, int64_t t1, int64_t u, int64_t em)
+{
+    int64_t i0 = t0 / HIST_W_NS, i1 = t1 / HIST_W_NS;
+    if (i1 > h->newest)
+        i1 = h->newest;
+    if (i0 > i1)
+        i0 = i1;
+    if (i0 < hist_oldest(h) - 1)
+        i0 = hist_oldest(h) - 1; /* one lump for everything before the horizon */
+    int64_t nb = i1 - i0 + 1, per = u / nb, rem = u % nb;
+    int64_t old = hist_final(h);
+    for (int64_t j = i1; j >= i0; j--) {
+        int64_t q = per;
+        if (rem != 0) {
+            q += rem > 0 ? 1 : -1;
+            rem += rem > 0 ? -1 : 1;
+        }
+        if (q != 0)
+            hist_put(h, j, q, j < hist_oldest(h) ? t0 : j * HIST_W_NS, em);
+    }
+    hist_recompute(h, i0, em);
+    int64_t nw = hist_final(h);
+    if (old == GCRA_TAT_FULL) /* INT64_MAX: "from nothing", see replica__apply */
+        return nw == GCRA_TAT_FULL ? 0 : INT64_MAX;
+    if (nw == GCRA_TAT_FULL)
+        return 0;
+    return sat_add(nw, -old);
+}
+
+/* The key's history, created on first use from its live state. */
+static struct rhist *replica__hist(struct replica *r, struct rkey *k)
+{
+    if (!replica__has_hist(&k->p))
+        return NULL;
+    if (k->h == NULL) {
+        k->h = malloc(sizeof(*k->h));
+        if (k->h == NULL)
+            return NULL;
+        int64_t live = GCRA_TAT_FULL;
+        if (k->p.kind == ALGO_GCRA) {
+            live = *(const int64_t *)k->state;
+        } else {
+            struct algo_result res;
+            if (algo_decide(&k->p, k->state, 0, r->now, &res) == 0 && res.reset_after_ns > 0)
+                live = sat_add(r->now, res.reset_after_ns);
+        }
+        k->h->newest = (r->now > 0 ? r->now : 0) / HIST_W_NS;
+        k->h->ck = live;
+        for (size_t i = 0; i < HIST_N; i++) {
+            k->h->units[i] = 0;
+            k->h->tat[i] = live;
+        }
+    }
+    hist_advance(k->h, r->now / HIST_W_NS);
+    return k->h;
+}
+
+/*
+ * Moves the live state by d ns of TAT, the change the history computed
+ * (nw: the history's newest T after it).  gcra: the TAT itself (never below
+ * the history's own T when it grows: a fresh TAT has no history yet).
+ * token-bucket: the same change expressed at now, in whole units (the
+ * remainder is kept), as consumption or refund: only the part of the new
+ * TAT beyond now matters to a bucket that is full at now.
+ */
+static void replica__apply(struct replica *r, struct rkey *k, int64_t d, int64_t nw)
+{
+    if (d == 0)
+        return;
+    if (k->p.kind == ALGO_GCRA) {
+        int64_t *tat = k->state;
+        int64_t v;
+        if (d == INT64_MAX) /* the history was fresh: its T is all it knows */
+            v = *tat > nw ? *tat : nw;
+        else if (*tat == GCRA_TAT_FULL)
+            v = d > 0 ? nw : GCRA_TAT_FULL;
+        else
+            v = sat_add(*tat, d);
+        *tat = v;
+        return;
+    }
+    struct algo_result res;
+    int64_t em = replica__emission(&k->p);
+    if (algo_decide(&k->p, k->state, 0, r->now, &res) != 0)
+        return;
+    /* The bucket's TAT: now + reset_after; a full bucket's is some time
+     * at or before now, the history's own before this change. */
+    int64_t eq = r->now;
+    if (res.reset_after_ns > 0)
+        eq = sat_add(r->now, res.reset_after_ns);
+    else if (d != INT64_MAX && sat_add(nw, -d) < r->now)
+        eq = sat_add(nw, -d);
+    int64_t after = d == INT64_MAX ? nw : sat_add(eq, d);
+    int64_t eff = sat_add(after > r->now ? after : r->now, -(eq > r->now ? eq : r->now));
+    if (d == INT64_MAX && eff < 0)
+        eff = 0;
+    eff = sat_add(eff, k->tb_frac);
+    int64_t n = eff / em;
+    k->tb_frac = eff - n * em;
+    if (n > 0)
+        algo_consume(&k->p, k->state, n, r->now);
+    else if (n < 0)
+        algo_refund(&k->p, k->state, -n, r->now);
+}
+
+/* Records qty units admitted here at now in the history (O(1)). */
+static void replica__note_local(struct replica *r, struct rkey *k, int64_t qty)
+{
+    struct rhist *h = replica__hist(r, k);
+    if (h == NULL)
+        return;
+    hist_put(h, h->newest, qty, r->now, replica__emission(&k->p));
+    hist_recompute(h, h->newest, replica__emission(&k->p));
+}
+
+/*
+ * Pours qty units consumed elsewhere during [t0, t1] (t0 == t1: at one
+ * time); qty < 0 takes back units poured earlier (phantom).  gcra and
+ * token-bucket keys go through the history, so the order in which pours
+ * arrive does not matter within its horizon; windows add to the window of
+ * t1.
+ */
+static void replica__pour_span(struct replica *r, struct rkey *k, int64_t qty, int64_t t0,
+                               int64_t t1)
+{
+    if (qty == 0)
+        return;
+    if (t1 < 0)
+        t1 = 0;
+    if (t0 > t1 || t0 < 0)
+        t0 = t1;
+    struct rhist *h = replica__hist(r, k);
+    if (h != NULL) {
+        /* Dated after our latest clock reading (a peer's clock a little
+         * ahead, or our reading a tick old): the history moves on to it. */
+        hist_advance(h, t1 / HIST_W_NS);
+        int64_t d = hist_spread(h, t0, t1, qty, replica__emission(&k->p));
+        replica__apply(r, k, d, hist_final(h));
+    } else if (qty > 0) {
+        if (algo_consume(&k->p, k->state, qty, t1) != 0)
+            return;
+    } else {
+        algo_refund(&k->p, k->state, -qty, r->now);
+        r->st.refunded_units += (uint64_t)-qty;
+        return;
+    }
+    if (qty < 0) {
+        r->st.refunded_units += (uint64_t)-qty;
+        return;
+    }
     r->st.pours++;
     r->st.units_poured += (uint64_t)qty;
     if (replica__debt(k, r->now) > 0)
         r->st.debt_events++;
+}
+
+static void replica__pour(struct replica *r, struct rkey *k, int64_t qty, int64_t at)
+{
+    if (qty > 0)
+        replica__pour_span(r, k, qty, at, at);
 }
 
 static void replica__mark_dirty(struct replica *r, struct rkey *k)
@@ -230,6 +497,7 @@ static void replica__free_key(struct rkey *k)
     if (k->own != NULL)
         algo_free(&k->p, k->own);
     free(k->own);
+    free(k->h);
     free(k->slots);
     free(k->key);
     free(k);
@@ -280,6 +548,36 @@ static int replica__is_window(enum algo_kind kind)
     return kind == ALGO_FIXED_WINDOW || kind == ALGO_SLIDING_WINDOW;
 }
 
+/* Keys whose own admissions are checked too (k->own): windows (a window
+ * state under the share of the count), gcra and token-bucket (a gcra
+ * state under the share of burst and rate). */
+static int replica__needs_own(const struct algo_params *p)
+{
+    return replica__is_window(p->kind) || replica__has_hist(p);
+}
+
+static size_t replica__own_size(const struct algo_params *p)
+{
+    return replica__is_window(p->kind) ? algo_state_size(p) : sizeof(int64_t);
+}
+
+static void replica__own_init(const struct algo_params *p, void *own)
+{
+    if (replica__is_window(p->kind))
+        algo_init(p, own);
+    else
+        *(int64_t *)own = GCRA_TAT_FULL;
+}
+
+static int replica__own_drained(const struct rkey *k, int64_t now)
+{
+    if (k->own == NULL)
+        return 1;
+    if (replica__is_window(k->p.kind))
+        return algo_drained(&k->lp, k->own, now);
+    return gcra_is_drained(*(const int64_t *)k->own, now);
+}
+
 /*
  * Re-derives this node's decision parameters from its share.  gcra and
  * token-bucket: a share of the burst, checked against the merged state.
@@ -293,6 +591,7 @@ static int replica__is_window(enum algo_kind kind)
  */
 static void replica__update_share(struct replica *r, struct rkey *k)
 {
+    int64_t old_em = k->own != NULL && k->lp.kind == ALGO_GCRA ? k->lp.gcra.emission_ns : 0;
     k->share = replica__compute_share(r, k);
     k->lp = k->p;
     if (replica__is_window(k->p.kind)) {
@@ -304,15 +603,38 @@ static void replica__update_share(struct replica *r, struct rkey *k)
             k->lp = wp;
         return;
     }
-    if (k->p.kind != ALGO_GCRA && k->p.kind != ALGO_TOKEN_BUCKET)
+    if (!replica__has_hist(&k->p))
         return;
+    /* gcra, token-bucket: this node's own admissions (a gcra state) under
+     * its share of the burst and RATE_SLACK times its share of the rate;
+     * the merged state is checked under the full limit.  Checking the
+     * merged state under a share of the burst alone let the nodes with the
+     * larger shares keep it beyond the smaller ones' reach: at 5 nodes the
+     * smallest got 8% of its demand-weighted share.  With the rate shares,
+     * the merged state has room for everyone's share; the slack absorbs
+     * demand estimates that disagree a little (the merged check still
+     * holds the total). */
     double lim = floor(k->share * (double)k->p.limit);
     int64_t l = lim < 1 ? 1 : (lim >= (double)k->p.limit ? k->p.limit : (int64_t)lim);
-    if (l == k->p.limit)
-        return;
+    double rs = k->share * RATE_SLACK;
+    if (rs > 1)
+        rs = 1;
+    if (rs < RATE_SHARE_MIN)
+        rs = RATE_SHARE_MIN;
+    double per = (double)k->p.period_ns / rs;
     struct algo_params lp;
-    if (algo_params_init(&lp, k->p.kind, l - 1, k->p.count, k->p.period_ns, k->p.precision) == 0)
+    if (per < 4e18 && algo_params_init(&lp, ALGO_GCRA, l - 1, k->p.count, (int64_t)per, 0) == 0)
         k->lp = lp;
+    else if (algo_params_init(&lp, ALGO_GCRA, k->p.burst, k->p.count, k->p.period_ns, 0) == 0)
+        k->lp = lp;
+    /* The own TAT counts units at the old rate: keep the units, not the
+     * time, when the share moves (a unit taken at a tiny share must not
+     * block for seconds once the share has grown). */
+    int64_t *own = k->own, new_em = k->lp.gcra.emission_ns;
+    if (own != NULL && old_em > 0 && new_em != old_em && *own > r->now) {
+        double ahead = (double)(*own - r->now) * (double)new_em / (double)old_em;
+        *own = ahead < 4e18 ? sat_add(r->now, (int64_t)ahead) : INT64_MAX;
+    }
 }
 
 static int replica__same_params(const struct algo_params *a, const struct algo_params *b)
@@ -334,9 +656,9 @@ static int replica__new_key(struct replica *r, const char *key, size_t klen,
         return -SLUICE_ENOMEM;
     k->state = calloc(1, algo_state_size(p));
     k->key = malloc(klen);
-    if (replica__is_window(p->kind))
-        k->own = calloc(1, algo_state_size(p));
-    if (k->state == NULL || k->key == NULL || (replica__is_window(p->kind) && k->own == NULL)) {
+    if (replica__needs_own(p))
+        k->own = calloc(1, replica__own_size(p));
+    if (k->state == NULL || k->key == NULL || (replica__needs_own(p) && k->own == NULL)) {
         free(k->state);
         free(k->own);
         free(k->key);
@@ -346,7 +668,7 @@ static int replica__new_key(struct replica *r, const char *key, size_t klen,
     k->p = *p;
     algo_init(p, k->state);
     if (k->own != NULL)
-        algo_init(p, k->own);
+        replica__own_init(p, k->own);
     memcpy(k->key, key, klen);
     k->klen = klen;
     k->pol = pol;
@@ -530,11 +852,16 @@ void replica_member_event(struct replica *r, enum gossip_event ev, const char *n
         p->state = GOSSIP_MEMBER_ALIVE;
         p->last_heard = r->now;
         break;
+    /* A peer whose deltas arrived within the last two intervals (it sends
+     * at least a heartbeat that often) is alive whatever a late suspicion
+     * says, e.g. the death of a restarted node's previous life. */
     case GOSSIP_EVENT_SUSPECT:
-        p->state = GOSSIP_MEMBER_SUSPECT;
+        if (r->now - p->last_heard > 2 * r->cfg.interval_ns)
+            p->state = GOSSIP_MEMBER_SUSPECT;
         break;
     case GOSSIP_EVENT_DEAD:
-        p->state = GOSSIP_MEMBER_DEAD;
+        if (r->now - p->last_heard > 2 * r->cfg.interval_ns)
+            p->state = GOSSIP_MEMBER_DEAD;
         break;
     case GOSSIP_EVENT_LEFT:
         p->state = GOSSIP_MEMBER_LEFT;
@@ -636,8 +963,8 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
     } else if (!replica__same_params(&k->p, p) || k->pol != pol) {
         if (k->p.kind != p->kind || algo_state_size(&k->p) != algo_state_size(p)) {
             void *st = calloc(1, algo_state_size(p));
-            void *mine = replica__is_window(p->kind) ? calloc(1, algo_state_size(p)) : NULL;
-            if (st == NULL || (replica__is_window(p->kind) && mine == NULL)) {
+            void *mine = replica__needs_own(p) ? calloc(1, replica__own_size(p)) : NULL;
+            if (st == NULL || (replica__needs_own(p) && mine == NULL)) {
                 free(st);
                 free(mine);
                 return -SLUICE_ENOMEM;
@@ -651,7 +978,9 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
             k->own = mine;
             algo_init(p, st);
             if (mine != NULL)
-                algo_init(p, mine);
+                replica__own_init(p, mine);
+            free(k->h); /* a new state: its history starts now */
+            k->h = NULL;
         }
         k->p = *p;
         k->pol = pol;
@@ -671,6 +1000,7 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
         return 0;
     }
     if (qty > 0) {
+        replica__note_local(r, k, qty);
         int64_t base = own->vtat_ns > r->now ? own->vtat_ns : r->now;
         own->count = sat_add(own->count, qty);
         own->at_ns = own->stamp_ns = r->now;
@@ -688,6 +1018,7 @@ struct merge_ctx {
     const char *from;
     size_t from_len;
     enum delta_type type;
+    int64_t sent; /* the sender's clock when it sent the packet */
     /* The entry being merged and the sender's TAT to apply after its slots. */
     const char *cur;
     struct delta_entry tat_entry;
@@ -713,29 +1044,41 @@ static void replica__apply_tat(struct merge_ctx *m)
         !replica__same_params(&p, &k->p))
         return;
     int64_t *tat = k->state;
-    if (e->tat_ns > *tat) {
+    if (e->tat_ns > *tat && k->h == NULL) {
         *tat = e->tat_ns;
         k->last_change_ns = m->r->now;
     }
 }
 
-/* Sets real counts against phantom charged for the slot's node; gives back
- * any phantom beyond them once the record is newer than the last charge. */
-static int64_t replica__settle(struct replica *r, struct rkey *k, struct rslot *s, int64_t add,
-                               int64_t stamp)
+/*
+ * A record of the slot's node made at `stamp` (any epoch: a restarted node's
+ * new life too) replaces the phantom charged for it up to stamp: that
+ * phantom is taken back where it was charged (spread evenly over
+ * [ph_first, ph_last], the part up to stamp), and the real counts are
+ * poured at their own times by the caller.  gcra/token-bucket keys take it
+ * back through the history, exactly within its horizon; windows refund at
+ * now.  Phantom charged after stamp stays until a newer record comes.
+ */
+static void replica__settle(struct replica *r, struct rkey *k, struct rslot *s, int64_t stamp)
 {
-    if (s->phantom > 0 && add > 0) {
-        int64_t use = add < s->phantom ? add : s->phantom;
-        add -= use;
-        s->phantom -= use;
+    if (s->phantom <= 0 || stamp < s->ph_first)
+        return;
+    int64_t back = s->phantom, t1 = s->ph_last;
+    if (stamp < s->ph_last && s->ph_last > s->ph_first) {
+        double f = (double)(stamp - s->ph_first) / (double)(s->ph_last - s->ph_first);
+        back = (int64_t)((double)s->phantom * f);
+        t1 = stamp;
     }
-    if (s->phantom > 0 && stamp >= s->ph_last) {
-        if (algo_refund(&k->p, k->state, s->phantom, r->now) == 0)
-            r->st.refunded_units += (uint64_t)s->phantom;
+    if (back <= 0)
+        return;
+    replica__pour_span(r, k, -back, s->ph_first, t1);
+    s->phantom -= back;
+    if (s->phantom > 0) {
+        s->ph_first = t1;
+    } else {
         s->phantom = 0;
         s->ph_acc = 0;
     }
-    return add;
 }
 
 static void replica__merge_slot(void *ud, const struct delta_entry *e, const struct delta_slot *d)
@@ -793,7 +1136,7 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
     struct rslot *s = replica__slot(k, pi, 1);
     if (s == NULL)
         return;
-    int64_t add = -1;
+    int64_t add = -1, from = d->at_ns;
     if (d->epoch > s->epoch) {
         add = pending; /* a new epoch pours from zero */
         s->epoch = d->epoch;
@@ -802,6 +1145,12 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
         s->vtat_ns = d->vtat_ns;
     } else if (d->epoch == s->epoch && d->count > s->count) {
         add = d->count - s->count;
+        /* Units admitted since the last record we saw.  After a gap (lost
+         * deltas, a partition) they span it: spread them over it rather
+         * than pile them at its end, where they would be a debt that the
+         * time already passed should have repaid. */
+        if (s->at_ns != INT64_MIN && d->at_ns - s->at_ns > 2 * r->cfg.interval_ns)
+            from = s->at_ns;
         s->count = d->count;
         s->at_ns = d->at_ns;
         s->vtat_ns = d->vtat_ns;
@@ -814,15 +1163,22 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
     }
     if (add < 0)
         add = 0;
-    add = replica__settle(r, k, s, add, d->stamp_ns);
-    replica__pour(r, k, add, d->at_ns);
+    if (d->epoch >= s->epoch) {
+        /* The sender's own slot is current as of the packet. */
+        int64_t stamp = d->stamp_ns;
+        if (nlen == m->from_len && memcmp(name, m->from, nlen) == 0 && m->sent > stamp)
+            stamp = m->sent;
+        replica__settle(r, k, s, stamp);
+    }
+    if (add > 0)
+        replica__pour_span(r, k, add, from, d->at_ns);
     if (changed)
         k->last_change_ns = r->now;
 }
 
 int replica_receive(struct replica *r, const char *from, const uint8_t *buf, size_t len)
 {
-    struct merge_ctx m = {r, from, from != NULL ? strlen(from) : 0, DELTA_T_DELTA, NULL, {0}, 0};
+    struct merge_ctx m = {r, from, from != NULL ? strlen(from) : 0, DELTA_T_DELTA, 0, NULL, {0}, 0};
     enum delta_type type;
     int64_t sent;
     if (m.from_len == 0 || m.from_len > GOSSIP_NAME_MAX) {
@@ -841,6 +1197,7 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
             p->state = GOSSIP_MEMBER_ALIVE;
     }
     m.type = type;
+    m.sent = sent;
     if (type == DELTA_T_DELTA) {
         r->st.deltas_received++;
         r->st.delta_bytes_received += len;
@@ -1037,11 +1394,19 @@ static void replica__phantom(struct replica *r, struct rkey *k, int64_t dt)
             p->state == GOSSIP_MEMBER_LEFT || p->unreach_since == 0 ||
             r->now - p->unreach_since >= r->cfg.phantom_max_ns)
             continue;
-        s->ph_acc += s->demand / total * rate * (double)dt;
+        /* Only the time since it became unreachable: a tick that comes
+         * late (this node was frozen itself) charges nothing for the time
+         * nobody was heard. */
+        int64_t span = r->now - p->unreach_since;
+        if (span > dt)
+            span = dt;
+        s->ph_acc += s->demand / total * rate * (double)span;
         if (s->ph_acc >= 1) {
             int64_t n = (int64_t)s->ph_acc;
             s->ph_acc -= (double)n;
             replica__pour(r, k, n, r->now);
+            if (s->phantom <= 0)
+                s->ph_first = r->now;
             s->phantom = sat_add(s->phantom, n);
             s->ph_last = r->now;
             r->st.phantom_units += (uint64_t)n;
@@ -1056,7 +1421,7 @@ static int replica__collectable(const struct replica *r, const struct rkey *k)
     for (uint32_t i = 0; i < k->nslots; i++)
         if (k->slots[i].phantom > 0)
             return 0;
-    return algo_drained(&k->p, k->state, r->now);
+    return algo_drained(&k->p, k->state, r->now) && replica__own_drained(k, r->now);
 }
 
 void replica_tick(struct replica *r, int64_t now_ns)
@@ -1068,13 +1433,27 @@ void replica_tick(struct replica *r, int64_t now_ns)
         r->synced = 1;
     int64_t dt = r->last_tick >= 0 ? r->now - r->last_tick : 0;
     r->last_tick = r->now;
+    int back = 0;
     for (size_t i = 1; i < r->npeers; i++) {
         struct rpeer *p = &r->peers[i];
-        if (replica__reachable(r, p))
+        if (replica__reachable(r, p)) {
+            back |= p->unreach_since != 0;
             p->unreach_since = 0;
-        else if (p->unreach_since == 0)
+        } else if (p->unreach_since == 0) {
             p->unreach_since = r->now;
+        }
     }
+    /* A peer that comes back (a healed partition, a thawed or restarted
+     * node) may have charged phantom for us: re-send our own slots with a
+     * fresh stamp, so it can take that phantom back even for keys we have
+     * not admitted anything on since (a record older than the charge
+     * cannot settle it). */
+    if (back)
+        for (struct rkey *q = r->head; q != NULL; q = q->next)
+            if (q->self >= 0) {
+                q->slots[q->self].stamp_ns = r->now;
+                replica__mark_dirty(r, q);
+            }
     double alpha = dt > 0 ? 1.0 - exp(-(double)dt / (double)DEMAND_TAU_NS) : 0;
     struct rkey *k = r->head;
     while (k != NULL) {
@@ -1094,6 +1473,12 @@ void replica_tick(struct replica *r, int64_t now_ns)
                 replica__phantom(r, k, dt);
         }
         replica__update_share(r, k);
+        /* A history whose every bucket is older than a horizon of idle
+         * time holds nothing a late pour could need: free it. */
+        if (k->h != NULL && hist_final(k->h) < r->now - HIST_N * HIST_W_NS) {
+            free(k->h);
+            k->h = NULL;
+        }
         if (replica__collectable(r, k)) {
             replica__delete_key(r, k);
             r->st.gc_keys++;

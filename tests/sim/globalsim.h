@@ -3,7 +3,18 @@
  * node plus a replica, one global key, clients at every node sending
  * requests at a skewed demand, and an oracle: a single algorithm state that
  * sees every request the cluster receives at the same simulated time.
- * Partitions, loss, kill/restart and a synchronized first burst are options.
+ * Partitions, loss, kill/restart, a freeze (SIGSTOP-like) and a synchronized
+ * first burst are options.
+ *
+ * Freeze: node `frozen` stops for freeze_len from freeze_at: no ticks, no
+ * requests (its clients wait, nobody decides them, the oracle included), and
+ * its replica neither receives nor sends; the gossip payloads and state
+ * chunks addressed to it queue (GS_BACKLOG, beyond it they are dropped, like
+ * a full socket buffer).  At the thaw it does what an event loop does after
+ * SIGCONT: the overdue tick first, then the whole backlog at once, then new
+ * requests.  Its libgossip node keeps running (the simulator cannot pause
+ * it), so only the replica's silence tells its peers it is gone, as the
+ * replica's silence detection would on a real freeze.
  * Everything random comes from the seed, so a run replays exactly.
  */
 #ifndef SLUICE_GLOBALSIM_H
@@ -22,11 +33,12 @@
 #include "replica.h"
 #include "testutil.h"
 
-#define GS_MAX   32
-#define GS_SEC   1000000000LL
-#define GS_MSEC  1000000LL
-#define GS_STEP  (1 * GS_MSEC)
-#define GS_PROBE 4096
+#define GS_MAX     32
+#define GS_SEC     1000000000LL
+#define GS_MSEC    1000000LL
+#define GS_STEP    (1 * GS_MSEC)
+#define GS_PROBE   4096
+#define GS_BACKLOG 4096
 
 struct gs_cfg {
     int n;
@@ -50,6 +62,11 @@ struct gs_cfg {
     int burst_each;
     int track_prop;   /* measure per-delta propagation */
     int gossip_nodes; /* libgossip fanout; 0 = its default */
+    /* freeze node `frozen` during [freeze_at, freeze_at + freeze_len) */
+    int frozen;
+    int64_t freeze_at, freeze_len;
+    /* per-node admissions counted during [fair_at, fair_at + fair_len) */
+    int64_t fair_at, fair_len;
 };
 
 struct gs_result {
@@ -71,9 +88,19 @@ struct gs_result {
     double bytes_delta;  /* replica delta bytes per key delta entry */
     double delta_bytes_node_s;
     struct replica_stats st; /* summed */
+    /* The fairness window (fair_len > 0): per node, requests made and units
+     * admitted; and what the oracle admitted for the whole cluster. */
+    int64_t fair_req[GS_MAX], fair_admitted[GS_MAX], fair_oracle;
+    size_t backlog_dropped; /* payloads lost to a full backlog during a freeze */
 };
 
 struct gs;
+struct gs_msg {
+    char from[GOSSIP_NAME_MAX + 1];
+    uint8_t *buf;
+    size_t len;
+    int state; /* a state chunk (anti-entropy), not a payload */
+};
 struct gs_node {
     struct gs *gs;
     int idx;
@@ -81,6 +108,9 @@ struct gs_node {
     uint32_t boot;
     double next_arrival;
     int64_t admitted;
+    int frozen;
+    struct gs_msg *backlog; /* GS_BACKLOG entries while frozen */
+    size_t nbacklog, dropped;
 };
 
 struct gs_probe {
@@ -103,9 +133,38 @@ struct gs {
     size_t nprop;
 };
 
+/* Queues a message for a frozen node; 1 if queued (or dropped), 0 if the
+ * node is not frozen. */
+static inline int gs_hold(struct gs_node *nd, const char *from, const uint8_t *b, size_t len,
+                          int state)
+{
+    if (!nd->frozen)
+        return 0;
+    if (nd->backlog == NULL)
+        nd->backlog = calloc(GS_BACKLOG, sizeof(*nd->backlog));
+    if (nd->backlog == NULL || nd->nbacklog >= GS_BACKLOG) {
+        nd->dropped++;
+        return 1;
+    }
+    struct gs_msg *m = &nd->backlog[nd->nbacklog];
+    m->buf = malloc(len);
+    if (m->buf == NULL) {
+        nd->dropped++;
+        return 1;
+    }
+    memcpy(m->buf, b, len);
+    m->len = len;
+    m->state = state;
+    snprintf(m->from, sizeof(m->from), "%s", from);
+    nd->nbacklog++;
+    return 1;
+}
+
 static inline void gs_payload(void *ud, const char *from, const uint8_t *b, size_t len)
 {
     struct gs_node *nd = ud;
+    if (gs_hold(nd, from, b, len, 0))
+        return;
     if (nd->r != NULL)
         replica_receive(nd->r, from, b, len);
 }
@@ -113,12 +172,16 @@ static inline void gs_payload(void *ud, const char *from, const uint8_t *b, size
 static inline size_t gs_fill(void *ud, uint64_t *cursor, uint8_t *buf, size_t cap)
 {
     struct gs_node *nd = ud;
+    if (nd->frozen)
+        return 0;
     return nd->r != NULL ? replica_state_fill(nd->r, cursor, buf, cap) : 0;
 }
 
 static inline void gs_merge(void *ud, const char *from, const uint8_t *b, size_t len)
 {
     struct gs_node *nd = ud;
+    if (gs_hold(nd, from, b, len, 1))
+        return;
     if (nd->r != NULL && replica_receive(nd->r, from, b, len) == 0)
         replica_mark_synced(nd->r);
 }
@@ -126,8 +189,25 @@ static inline void gs_merge(void *ud, const char *from, const uint8_t *b, size_t
 static inline void gs_event(void *ud, enum gossip_event ev, const struct gossip_member_info *m)
 {
     struct gs_node *nd = ud;
-    if (nd->r != NULL)
+    if (nd->r != NULL && !nd->frozen)
         replica_member_event(nd->r, ev, m->name);
+}
+
+/* The thaw: delivers the backlog in arrival order and frees it. */
+static inline void gs_thaw(struct gs_node *nd)
+{
+    nd->frozen = 0;
+    for (size_t i = 0; i < nd->nbacklog; i++) {
+        struct gs_msg *m = &nd->backlog[i];
+        if (m->state)
+            gs_merge(nd, m->from, m->buf, m->len);
+        else
+            gs_payload(nd, m->from, m->buf, m->len);
+        free(m->buf);
+    }
+    nd->nbacklog = 0;
+    free(nd->backlog);
+    nd->backlog = NULL;
 }
 
 static inline int gs_new_replica(struct gs *g, int i, int64_t sync_timeout)
@@ -203,8 +283,12 @@ static inline int gs_init(struct gs *g, const struct gs_cfg *c)
 
 static inline void gs_destroy(struct gs *g)
 {
-    for (int i = 0; i < g->c.n; i++)
+    for (int i = 0; i < g->c.n; i++) {
+        for (size_t j = 0; j < g->nodes[i].nbacklog; j++)
+            free(g->nodes[i].backlog[j].buf);
+        free(g->nodes[i].backlog);
         replica_destroy(g->nodes[i].r);
+    }
     gossip_sim_destroy(g->sim);
 }
 
@@ -265,7 +349,7 @@ static inline int gs_request(struct gs *g, int i, int64_t now, struct gs_result 
 {
     struct algo_result ar, orc;
     struct gs_node *nd = &g->nodes[i];
-    if (nd->r == NULL)
+    if (nd->r == NULL || nd->frozen)
         return 0; /* the node is down: nobody sees this request */
     algo_decide(&g->p, g->oracle_state, 1, now, &orc);
     if (replica_throttle(nd->r, "k", 1, &g->p, g->c.pol, 1, now, &ar) != 0)
@@ -282,6 +366,11 @@ static inline int gs_request(struct gs *g, int i, int64_t now, struct gs_result 
         res->oracle_post += !orc.limited;
     }
     nd->admitted += ok;
+    if (g->c.fair_len > 0 && now >= g->c.fair_at && now < g->c.fair_at + g->c.fair_len) {
+        res->fair_req[i]++;
+        res->fair_admitted[i] += ok;
+        res->fair_oracle += !orc.limited;
+    }
     if (ok && g->c.track_prop && g->nprobes < GS_PROBE && test_rand(&g->rng) % 8 == 0) {
         struct replica_key_info info;
         struct gs_find f = {g->names[i], -1, 0};
@@ -302,6 +391,8 @@ static inline void gs_run(struct gs *g, struct gs_result *res)
         win_a = start + g->c.restart_at;
         win_b = win_a + 2 * GS_SEC;
     }
+    if (g->c.fair_len > 0)
+        g->c.fair_at += start; /* relative in the config, absolute from here on */
     for (int i = 0; i < g->c.n; i++)
         g->nodes[i].next_arrival =
             (double)start + (g->c.weight[i] > 0 ? gs_exp(g, rate * g->c.weight[i]) : 1e30);
@@ -336,6 +427,19 @@ static inline void gs_run(struct gs *g, struct gs_result *res)
             g->nodes[g->c.victim].admitted = 0;
             restarted = 1;
         }
+        int thawed = -1;
+        if (g->c.freeze_len > 0) {
+            struct gs_node *fz = &g->nodes[g->c.frozen];
+            if (!fz->frozen && rel >= g->c.freeze_at && rel < g->c.freeze_at + g->c.freeze_len)
+                fz->frozen = 1;
+            else if (fz->frozen && rel >= g->c.freeze_at + g->c.freeze_len) {
+                /* SIGCONT: the overdue timer, then the queued packets. */
+                if (fz->r != NULL)
+                    replica_tick(fz->r, now);
+                gs_thaw(fz);
+                thawed = g->c.frozen;
+            }
+        }
         int in_win = now >= win_a && now < win_b;
         int post = now >= win_b;
         if (g->c.burst_each > 0 && now == start + g->c.burst_at) {
@@ -349,7 +453,7 @@ static inline void gs_run(struct gs *g, struct gs_result *res)
                 gs_request(g, i, now, res, in_win, post);
                 nd->next_arrival += gs_exp(g, rate * g->c.weight[i]);
             }
-            if (nd->r != NULL)
+            if (nd->r != NULL && !nd->frozen && i != thawed)
                 replica_tick(nd->r, now);
         }
         if (restarted && in_win) {
@@ -401,6 +505,8 @@ static inline void gs_run(struct gs *g, struct gs_result *res)
         res->st.gc_keys += st.gc_keys;
         res->st.bad_packets += st.bad_packets;
     }
+    for (int i = 0; i < g->c.n; i++)
+        res->backlog_dropped += g->nodes[i].dropped;
     res->bytes_node_s = (double)total / g->c.n / secs;
     res->delta_bytes_node_s = (double)res->st.delta_bytes_sent / g->c.n / secs;
     res->bytes_delta = res->st.delta_entries_sent

@@ -149,11 +149,146 @@ static void test_restart_no_reset(void **state)
     assert_true(fabs(ratio(r.admitted, r.oracle) - 1) <= 0.02);
     /* The restarted node recovered the cluster's consumption at once (its
      * state is about as full as a peer's that never went away), or, if its
-     * join exchange brought no state, it failed closed meanwhile. */
+     * join exchange brought no state, it failed closed meanwhile, or it
+     * admitted no more than its own share allows (its rate share with the
+     * replica's 10% slack over those 600 ms, plus its share of the burst):
+     * a node's own admissions are capped by its share, so a merged view one
+     * gossip interval behind a peer's hands out no fresh quota. */
+    double w = c.weight[c.victim];
+    fprintf(stderr, "  victim admitted %lld in its first 600 ms back\n",
+            (long long)r.restart_early);
     assert_true(r.restart_peer_reset_ns > 0);
-    assert_true(r.restart_reset_ns >= r.restart_peer_reset_ns * 6 / 10 || r.restart_early == 0);
+    assert_true(r.restart_reset_ns >= r.restart_peer_reset_ns * 6 / 10 || r.restart_early == 0 ||
+                (double)r.restart_early <=
+                    0.6 * (double)c.count * w * 1.1 + (double)(c.burst + 1) * w + 1);
     /* No fresh burst on top of the rate in its first seconds back. */
     assert_true(r.restart_cluster_first <= r.restart_oracle_first + (c.burst + 1));
+}
+
+/*
+ * Fairness after a disruption: over the config's fairness window, every node
+ * that asked must admit at least FAIR_MIN of its demand-weighted fair share
+ * of what the oracle admitted (share_i = oracle * requests_i / requests).
+ * Returns the smallest ratio admitted_i / share_i, printed per node.
+ */
+/* Achieved: the worst node gets 0.34-1.0 of its share over seeds 1-8 (the
+ * smallest node varies most); before order-independent pours and rate
+ * shares it got 0.00-0.10.  The bound leaves room for that spread. */
+#define FAIR_MIN 0.25
+
+static double fairness(const struct gs_cfg *c, const struct gs_result *r)
+{
+    int64_t req = 0;
+    double worst = 1e9;
+    for (int i = 0; i < c->n; i++)
+        req += r->fair_req[i];
+    fprintf(stderr, "    fairness window: oracle %lld;", (long long)r->fair_oracle);
+    for (int i = 0; i < c->n; i++) {
+        if (r->fair_req[i] == 0)
+            continue;
+        double share = (double)r->fair_oracle * (double)r->fair_req[i] / (double)req;
+        double f = (double)r->fair_admitted[i] / share;
+        fprintf(stderr, " node %d %lld/%.0f (%.2f)", i, (long long)r->fair_admitted[i], share, f);
+        if (f < worst)
+            worst = f;
+    }
+    fprintf(stderr, "\n");
+    return worst;
+}
+
+/* Demand rising with the node's index, as in the real-process benchmark
+ * (node i asks (i + 1) parts): the last node is the busiest. */
+static void rising(struct gs_cfg *c, int n)
+{
+    c->n = n;
+    for (int i = 0; i < GS_MAX; i++)
+        c->weight[i] = i < n ? (double)(i + 1) : 0;
+}
+
+/*
+ * A node stops for 5 s (SIGSTOP) and resumes: on resuming it handles the
+ * peers' deltas of the whole freeze at once, after its overdue tick.  The
+ * consumption they carry happened during the freeze and has drained since:
+ * the node must count it at its own times, not on top of what it admits
+ * after the thaw, or it carries seconds of debt that the busy peers never
+ * let it repay (it answered 0 for the rest of the run).
+ */
+static void freeze(int n, enum replica_policy pol)
+{
+    struct gs_cfg c;
+    struct gs_result r;
+    gs_default(&c, seed);
+    rising(&c, n);
+    c.pol = pol;
+    c.frozen = n - 1;
+    c.freeze_at = 9 * GS_SEC;
+    c.freeze_len = 5 * GS_SEC;
+    c.fair_at = 14 * GS_SEC;
+    c.fair_len = 10 * GS_SEC;
+    c.duration_ns = 30 * GS_SEC;
+    run(&c, &r);
+    /* Under share, the peers hold the silent node's last known share of the
+     * rate for it while it is silent (they cannot tell a freeze from a
+     * partition): the oracle, which sees no requests from a frozen node,
+     * admits that much more.  The reference is the oracle less that share
+     * over the freeze. */
+    double held = 0, wsum = 0;
+    for (int i = 0; i < n; i++)
+        wsum += c.weight[i];
+    if (pol == REPLICA_SHARE)
+        held = c.weight[c.frozen] / wsum * (double)c.freeze_len / (double)c.duration_ns;
+    double ref = (double)r.oracle * (1 - held);
+    fprintf(stderr,
+            "  freeze n=%d %s: admitted %lld oracle %lld ratio %.4f; reference %.0f (share held "
+            "%.1f%%) ratio %.4f (backlog dropped %zu)\n",
+            n, pol == REPLICA_SHARE ? "share" : "optimistic", (long long)r.admitted,
+            (long long)r.oracle, ratio(r.admitted, r.oracle), ref, 100 * held,
+            (double)r.admitted / ref, r.backlog_dropped);
+    double worst = fairness(&c, &r);
+    assert_true(fabs((double)r.admitted / ref - 1) <= 0.05);
+    assert_true(worst >= FAIR_MIN);
+}
+
+static void test_freeze(void **state)
+{
+    (void)state;
+    freeze(3, REPLICA_SHARE);
+    freeze(5, REPLICA_SHARE);
+    freeze(3, REPLICA_OPTIMISTIC);
+}
+
+/*
+ * kill -9 a node under the share policy and restart it 2 s later: its peers
+ * charged phantom consumption for it while it was gone; that must stop when
+ * its new life's counts flow, and must not be charged on top of them, or the
+ * untouched nodes starve while the cluster stays below the limit.
+ */
+static void restart_share(int n)
+{
+    struct gs_cfg c;
+    struct gs_result r;
+    gs_default(&c, seed);
+    rising(&c, n);
+    c.pol = REPLICA_SHARE;
+    c.victim = 1;
+    c.kill_at = 18 * GS_SEC;
+    c.restart_at = 20 * GS_SEC;
+    c.fair_at = 23 * GS_SEC;
+    c.fair_len = 10 * GS_SEC;
+    c.duration_ns = 33 * GS_SEC;
+    run(&c, &r);
+    fprintf(stderr, "  restart n=%d share: admitted %lld oracle %lld ratio %.4f\n", n,
+            (long long)r.admitted, (long long)r.oracle, ratio(r.admitted, r.oracle));
+    double worst = fairness(&c, &r);
+    assert_true(fabs(ratio(r.admitted, r.oracle) - 1) <= 0.05);
+    assert_true(worst >= FAIR_MIN);
+}
+
+static void test_restart_share(void **state)
+{
+    (void)state;
+    restart_share(3);
+    restart_share(5);
 }
 
 static void first_burst(int64_t count, int64_t burst)
@@ -192,6 +327,8 @@ int main(void)
         cmocka_unit_test(test_partition_policies),
         cmocka_unit_test(test_restart_no_reset),
         cmocka_unit_test(test_first_burst),
+        cmocka_unit_test(test_freeze),
+        cmocka_unit_test(test_restart_share),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
