@@ -488,14 +488,16 @@ static void replica__mark_dirty(struct replica *r, struct rkey *k)
 
 /* ---- keys ---------------------------------------------------------------- */
 
+static int replica__is_window(enum algo_kind kind);
+
 static void replica__free_key(struct rkey *k)
 {
     if (k == NULL)
         return;
     algo_free(&k->p, k->state);
     free(k->state);
-    if (k->own != NULL)
-        algo_free(&k->p, k->own);
+    if (k->own != NULL && replica__is_window(k->p.kind))
+        algo_free(&k->p, k->own); /* gcra/token-bucket: a plain gcra TAT */
     free(k->own);
     free(k->h);
     free(k->slots);
@@ -971,7 +973,7 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
             }
             algo_free(&k->p, k->state);
             free(k->state);
-            if (k->own != NULL)
+            if (k->own != NULL && replica__is_window(k->p.kind))
                 algo_free(&k->p, k->own);
             free(k->own);
             k->state = st;

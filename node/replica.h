@@ -22,7 +22,14 @@
  *    algo_consume() at `at` (the origin's time), never clamped: remote
  *    consumption may push the state into debt, so N nodes cannot each refill
  *    what others used.  An old count arriving late, poured at its old time,
- *    cannot limit anything now.
+ *    cannot limit anything now: gcra and token-bucket keys keep a history
+ *    of consumption in 50 ms buckets over 6.4 s (2064 bytes per key while
+ *    it is active, freed after a horizon of idle time) and recompute the
+ *    in-order TAT from the pour's bucket on, so a late pour (a node thawed
+ *    after SIGSTOP handling seconds of deltas at once) weighs what it would
+ *    have in order; older than the horizon, it is charged at the horizon's
+ *    start.  Units that span a gap of more than 2 intervals since the
+ *    slot's previous record are spread over the gap.
  *  - vtat: the time at which this slot's consumption alone would have drained
  *    (vtat = max(vtat, t) + q * emission).  A slot never seen before (new
  *    peer, new epoch, restarted receiver, key created from gossip) is poured
@@ -41,8 +48,11 @@
  * with the table's SCAN cursor; successive exchanges continue where the last
  * one stopped, so a table larger than one exchange is covered over several.
  * For gcra keys a chunk also carries the sender's TAT (its merged view of
- * every slot): after pouring the chunk's slot increments, the receiver takes
- * TAT = max(its TAT, the sender's).  Both are lower bounds of the cluster's
+ * every slot): after pouring the chunk's slot increments, a receiver that
+ * holds no history for the key (it never saw it, or was idle for a horizon)
+ * takes TAT = max(its TAT, the sender's); one with a history does not, as
+ * the max copied one node's transient debt (phantom not yet taken back) to
+ * the others, which then starved.  Both are lower bounds of the cluster's
  * consumption, so the max never counts anything twice, and a node that never
  * saw the key (a restarted one) learns its recent history at once; per-slot
  * vtat pours alone would miss consumption that only the union of the slots
@@ -56,7 +66,12 @@
  * share = 1 / live nodes.  N nodes starting a burst at once thus admit about
  * one burst in total (bound: burst + 1 + N - 1, from rounding up to one
  * unit), not N bursts.  Remote consumption still flows in as pours, so the
- * rate converges on the global rate.  Window algorithms (fixed-window,
+ * rate converges on the global rate.  gcra and token-bucket keys also cap
+ * this node's own admissions (a gcra state) at its share of the burst and
+ * 1.1 x its share of the rate (at least 2% of it), while the merged state is
+ * checked under the full limit: with the burst share alone on the merged
+ * state, the nodes with larger shares kept it beyond the smaller ones' reach
+ * (the smallest of 5 got 8% of its demand-weighted share).  Window algorithms (fixed-window,
  * sliding-window) check a request against the merged window under the full
  * count AND against this node's own admissions under its share of the count
  * (at least one unit): every window boundary is a burst of the whole count
@@ -73,9 +88,14 @@
  *  - REPLICA_SHARE: while a peer with demand is unreachable, its last known
  *    share of the rate is charged locally as phantom consumption (for at
  *    most phantom_max_ns, then it is assumed gone; never for a peer that
- *    left).  Its real counts, when they arrive, are first set against the
- *    phantom (no double counting); phantom beyond the real counts is given
- *    back (algo_refund) once a record newer than the charge arrives.
+ *    left), and only for time since it became unreachable (a node that was
+ *    frozen itself charges nothing for its own silence).  Any record of that
+ *    node (any epoch: a restarted node's new life too) made after the charge
+ *    takes the phantom back where it was charged (through the history) and
+ *    its real counts are poured at their own times: no double counting.  A
+ *    node that sees a peer come back re-sends its own slots with a fresh
+ *    stamp so the peer can settle even keys it has not admitted on since.
+ *    SUSPECT/DEAD events are ignored for a peer heard within 2 intervals.
  *
  * Restart.  A new replica is "unsynced" until it merges its first
  * anti-entropy chunk (libgossip pushes and pulls with a seed at join) or
