@@ -14,6 +14,20 @@
  * overwrites those bytes.  `consumed` says how many bytes the command used;
  * the caller drops them and parses again for the next pipelined command.
  *
+ * Wire format of a request (RESP2 array of bulk strings) and of the replies
+ * this module writes:
+ *
+ *   request   *3\r\n $11\r\n CL.THROTTLE\r\n $7\r\n user:42\r\n $2\r\n 15\r\n
+ *             +----+-----+ +----+------+------------+ ...
+ *             | *  | argc| | $  | len  | len bytes  |   each part ends in CRLF
+ *             +----+-----+ +----+------+------------+
+ *   replies   +OK\r\n            simple string
+ *             -ERR reason\r\n    error
+ *             :42\r\n            integer
+ *             $5\r\nhello\r\n   bulk string ($-1\r\n: null)
+ *             *5\r\n...          array of n replies
+ *             %2\r\n... _\r\n   RESP3 map of n key/value pairs, RESP3 null
+ *
  * Both request forms Redis accepts are understood: arrays of bulk strings
  * (what client libraries send) and inline commands (`PING\r\n`, what telnet
  * and hand-typed input send; split on spaces and tabs, no quoting).
