@@ -264,9 +264,12 @@ static void hist_advance(struct rhist *h, int64_t idx)
     h->newest = idx;
 }
 
-/* Re-runs the recurrence from bucket `from` (>= oldest); stops where a
- * bucket's T comes out unchanged (the rest depends only on it). */
-static void hist_recompute(struct rhist *h, int64_t from, int64_t em)
+/* Re-runs the recurrence from bucket `from` (>= oldest) after the buckets
+ * [from, upto] changed; past upto it stops where a bucket's T comes out
+ * unchanged (the rest depends only on it).  Stopping earlier skipped units
+ * put in later buckets: a pour spread over a gap with fewer units than
+ * buckets lands in the newest ones only, and was never applied at all. */
+static void hist_recompute(struct rhist *h, int64_t from, int64_t upto, int64_t em)
 {
     int64_t prev = from <= hist_oldest(h) ? h->ck : h->tat[hist_slot(from - 1)];
     if (from < hist_oldest(h))
@@ -278,7 +281,7 @@ static void hist_recompute(struct rhist *h, int64_t from, int64_t em)
             int64_t t = j * HIST_W_NS;
             v = sat_add(prev > t ? prev : t, sat_mul(h->units[s], em));
         }
-        if (v == h->tat[s] && j > from)
+        if (v == h->tat[s] && j > from && j > upto)
             break;
         h->tat[s] = v;
         prev = v;
@@ -328,7 +331,7 @@ static int64_t hist_spread(struct rhist *h, int64_t t0, int64_t t1, int64_t u, i
         if (q != 0)
             hist_put(h, j, q, j < hist_oldest(h) ? t0 : j * HIST_W_NS, em);
     }
-    hist_recompute(h, i0, em);
+    hist_recompute(h, i0, i1, em);
     int64_t nw = hist_final(h);
     if (old == GCRA_TAT_FULL) /* INT64_MAX: "from nothing", see replica__apply */
         return nw == GCRA_TAT_FULL ? 0 : INT64_MAX;
@@ -404,8 +407,14 @@ static void replica__apply(struct replica *r, struct rkey *k, int64_t d, int64_t
     int64_t eff = sat_add(after > r->now ? after : r->now, -(eq > r->now ? eq : r->now));
     if (d == INT64_MAX && eff < 0)
         eff = 0;
+    /* Rounded UP, the remainder (in (-em, 0]) carried to the next change.
+     * The change ends eff ns past now, inside a unit: a gcra with that TAT
+     * has that unit in use (remaining = floor of what is left), so the
+     * bucket must too.  Rounding down left every receiver one unit a peer
+     * had taken (it ends less than a unit's time after now whenever the
+     * pour arrives a little after it happened), and each admitted it. */
     eff = sat_add(eff, k->tb_frac);
-    int64_t n = eff / em;
+    int64_t n = eff / em + (eff % em > 0);
     k->tb_frac = eff - n * em;
     if (n > 0)
         algo_consume(&k->p, k->state, n, r->now);
@@ -416,11 +425,15 @@ static void replica__apply(struct replica *r, struct rkey *k, int64_t d, int64_t
 /* Records qty units admitted here at now in the history (O(1)). */
 static void replica__note_local(struct replica *r, struct rkey *k, int64_t qty)
 {
+    /* A history created here starts from the live state, which already
+     * holds these units: adding them again made it a unit stricter than
+     * the state, and every later pour was measured against that. */
+    int fresh = k->h == NULL;
     struct rhist *h = replica__hist(r, k);
-    if (h == NULL)
+    if (h == NULL || fresh)
         return;
     hist_put(h, h->newest, qty, r->now, replica__emission(&k->p));
-    hist_recompute(h, h->newest, replica__emission(&k->p));
+    hist_recompute(h, h->newest, h->newest, replica__emission(&k->p));
 }
 
 /*
@@ -1480,6 +1493,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
         if (k->h != NULL && hist_final(k->h) < r->now - HIST_N * HIST_W_NS) {
             free(k->h);
             k->h = NULL;
+            k->tb_frac = 0; /* the next history starts from the live state */
         }
         if (replica__collectable(r, k)) {
             replica__delete_key(r, k);

@@ -354,6 +354,78 @@ static void test_remote_debt(void **state)
     bus_free(&b);
 }
 
+/*
+ * A global token bucket of 10 (burst 9), refilling one unit every 6 minutes:
+ * one node takes all 10, one every 100 ms, its deltas reaching the others
+ * 70 ms after each admission.  Every other node must then see nothing left
+ * and admit nothing until a unit refills, and exactly one unit after that.
+ * The pours reach a bucket through the consumption history's TAT, which
+ * runs ahead of "now" by less than a whole unit's time (the delivery lag):
+ * rounding that part down left one unit in every other node's bucket.
+ */
+static void test_token_bucket_exact_capacity(void **state)
+{
+    (void)state;
+    struct bus b;
+    struct algo_params p;
+    struct algo_result res;
+    const int64_t hour = 3600 * SEC, em = hour / 10;
+    assert_int_equal(algo_params_init(&p, ALGO_TOKEN_BUCKET, 9, 10, hour, 0), 0);
+    bus_init(&b, 3);
+    int64_t now = 10 * SEC;
+    for (int i = 0; i < 3; i++) /* every node knows the key, none has demand */
+        assert_int_equal(replica_throttle(b.m[i].r, "tb", 2, &p, REPLICA_OPTIMISTIC, 0, now, &res),
+                         0);
+    bus_tick(&b, now);
+    now += SEC; /* past the learning window */
+    bus_tick(&b, now);
+    int64_t got = 0;
+    for (int i = 0; i < 10; i++) {
+        now += 30 * MSEC;
+        assert_int_equal(replica_throttle(b.m[0].r, "tb", 2, &p, REPLICA_OPTIMISTIC, 1, now, &res),
+                         0);
+        got += !res.limited;
+        now += 70 * MSEC;
+        /* The peers' clocks are at the delivery time (as in the daemon,
+         * which reads its clock every loop turn), then n0 flushes: they
+         * hear of the unit 70 ms after it was taken. */
+        for (int k = 2; k >= 0; k--)
+            replica_tick(b.m[k].r, now);
+    }
+    assert_int_equal(got, 10);
+    now += 800 * MSEC;
+    bus_tick(&b, now);
+    for (int i = 1; i < 3; i++) {
+        struct replica_key_info info;
+        assert_int_equal(replica_key_info(b.m[i].r, "tb", 2, now, &info, NULL, NULL), 0);
+        fprintf(stderr, "  node %d: remaining %lld\n", i, (long long)info.remaining);
+        assert_int_equal(info.remaining, 0);
+        assert_int_equal(replica_throttle(b.m[i].r, "tb", 2, &p, REPLICA_OPTIMISTIC, 1, now, &res),
+                         0);
+        assert_true(res.limited);
+        assert_true(res.retry_after_ns > 0 && res.retry_after_ns <= em);
+    }
+    assert_int_equal(replica_key_total(b.m[1].r, "tb", 2), 10);
+    /* One refill later: exactly one more unit in the whole cluster. */
+    int64_t t = now;
+    for (int64_t step = 0; step < em / SEC + 2; step++) {
+        t += SEC;
+        bus_tick(&b, t);
+    }
+    int64_t more = 0;
+    for (int i = 1; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            assert_int_equal(
+                replica_throttle(b.m[i].r, "tb", 2, &p, REPLICA_OPTIMISTIC, 1, t, &res), 0);
+            more += !res.limited;
+            t += 100 * MSEC;
+            for (int k = 2; k >= 0; k--)
+                replica_tick(b.m[k].r, t);
+        }
+    assert_int_equal(more, 1);
+    bus_free(&b);
+}
+
 /* Random slot histories delivered in any order, duplicated or partly lost
  * (the latest record of each node always arrives): the same final slots. */
 struct slot_view {
@@ -642,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_codec_truncation_and_garbage),
         cmocka_unit_test(test_codec_bounds),
         cmocka_unit_test(test_remote_debt),
+        cmocka_unit_test(test_token_bucket_exact_capacity),
         cmocka_unit_test(test_merge_laws),
         cmocka_unit_test(test_epoch_replacement),
         cmocka_unit_test(test_restart_recovers),
