@@ -39,6 +39,7 @@ struct rpeer {
     int state;             /* enum gossip_member_state, or -1 unknown */
     int64_t last_heard;    /* replica clock */
     int64_t unreach_since; /* first tick seen unreachable, 0 = reachable */
+    int64_t last_sent;     /* latest sender clock of its packets, INT64_MIN none */
 };
 
 struct rslot {
@@ -111,6 +112,7 @@ struct replica {
     char name[GOSSIP_NAME_MAX + 1];
     uint32_t key_ctr;
     int64_t now, created_ns, last_tick, next_flush, last_sent;
+    int64_t hb_until; /* heartbeat every flush until then (a key learned from gossip) */
     int synced;
     uint64_t ae_cursor;
     struct rkey *ae_pending[AE_PENDING_MAX];
@@ -191,6 +193,7 @@ static struct rpeer *replica__peer(struct replica *r, const char *name, size_t l
     p->len = len;
     p->state = -1;
     p->last_heard = r->now;
+    p->last_sent = INT64_MIN;
     if (idx != NULL)
         *idx = (uint32_t)r->npeers;
     r->npeers++;
@@ -550,9 +553,24 @@ static double replica__compute_share(struct replica *r, struct rkey *k)
     total += others;
     if (others <= 0) {
         /* Nobody else is known to want this key: alone, unless the key is
-         * young and the others may simply not have been heard yet. */
-        if (r->now - k->created_ns < LEARN_INTERVALS * r->cfg.interval_ns)
-            return 1.0 / (double)replica__live(r);
+         * young and the others may simply not have been heard yet.  A peer
+         * is heard once a packet it sent half an interval after the key
+         * appeared here has arrived: any packet a node sends after its own
+         * first request for a key carries that key (its flush sends every
+         * key asked for since the last one), so a peer that started at the
+         * same time cannot look idle, and half an interval covers clocks a
+         * little apart.  Only the peers not heard yet split the burst with
+         * this node, so a lone consumer gets the whole burst after about
+         * one interval instead of 1/N of it for LEARN_INTERVALS. */
+        if (r->now - k->created_ns < LEARN_INTERVALS * r->cfg.interval_ns) {
+            size_t live = replica__live(r), heard = 0;
+            int64_t after = sat_add(k->created_ns, r->cfg.interval_ns / 2);
+            for (size_t i = 1; i < r->npeers; i++)
+                if (r->peers[i].last_sent >= after && replica__reachable(r, &r->peers[i]))
+                    heard++;
+            size_t unknown = heard + 1 < live ? live - heard : 1;
+            return 1.0 / (double)unknown;
+        }
         return 1.0;
     }
     return total > 0 ? k->demand / total : 0;
@@ -1129,6 +1147,10 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
             return;
         if (replica__new_key(r, e->key, e->klen, &p, (enum replica_policy)e->policy, &k) != 0)
             return;
+        /* The origin may be sharing out a young key's burst until every
+         * peer is heard (replica__compute_share): tell it soon that this
+         * node is here, and idle for the key. */
+        r->hb_until = sat_add(r->now, LEARN_INTERVALS * r->cfg.interval_ns);
     }
     double demand = (double)d->demand_milli / 1000.0;
     if (pi == 0) {
@@ -1208,6 +1230,8 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
     struct rpeer *p = replica__peer(r, from, m.from_len, NULL);
     if (p != NULL && p != &r->peers[0]) {
         p->last_heard = r->now;
+        if (sent > p->last_sent)
+            p->last_sent = sent;
         if (p->state != GOSSIP_MEMBER_LEFT)
             p->state = GOSSIP_MEMBER_ALIVE;
     }
@@ -1318,7 +1342,7 @@ static void replica__flush(struct replica *r)
     if (!can_send)
         return;
     /* A heartbeat keeps silence meaningful for partition detection. */
-    if (w.nentries > 0 ||
+    if (w.nentries > 0 || r->now < r->hb_until ||
         (table_count(r->t) > 0 && r->now - r->last_sent >= 2 * r->cfg.interval_ns))
         replica__send(r, &w);
 }

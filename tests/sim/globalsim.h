@@ -124,7 +124,9 @@ struct gs {
     struct gossip_sim *sim;
     struct gs_node nodes[GS_MAX];
     struct algo_params p;
-    uint64_t oracle_state[8];
+    struct algo_params oracle_p; /* what oracle_state was made for (p may be replaced) */
+    void *oracle_state;          /* algo_state_size(&p) bytes: a sliding window's grows with
+                                    its precision (88 bytes at 10) */
     uint64_t rng;
     char names[GS_MAX][16];
     struct gs_probe probes[GS_PROBE];
@@ -239,6 +241,11 @@ static inline int gs_init(struct gs *g, const struct gs_cfg *c)
         g->c.interval_ns = 100 * GS_MSEC;
     if (algo_params_init(&g->p, c->kind, c->burst, c->count, c->period_ns, 0) != 0)
         return -1;
+    /* calloc: 8-aligned, as algo_init wants. */
+    g->oracle_p = g->p;
+    g->oracle_state = calloc(1, algo_state_size(&g->p));
+    if (g->oracle_state == NULL)
+        return -1;
     algo_init(&g->p, g->oracle_state);
     struct gossip_sim_link l = {.drop = c->loss, .delay_ns = 1 * GS_MSEC, .jitter_ns = 2 * GS_MSEC};
     if (gossip_sim_create(&g->sim, c->seed, &l) != 0)
@@ -290,6 +297,9 @@ static inline void gs_destroy(struct gs *g)
         replica_destroy(g->nodes[i].r);
     }
     gossip_sim_destroy(g->sim);
+    if (g->oracle_state != NULL)
+        algo_free(&g->oracle_p, g->oracle_state);
+    free(g->oracle_state);
 }
 
 /* The count node i's replica holds in node j's slot, or -1. */

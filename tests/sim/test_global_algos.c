@@ -45,8 +45,8 @@ struct ga_result {
 
 /*
  * One run.  The harness (globalsim.h) provides the nodes, the gossip
- * simulator and the replicas; the oracle lives here because its state must
- * fit any algorithm (a sliding window needs 8 bytes per sub-window).
+ * simulator, the replicas and the oracle (its state sized for the
+ * algorithm: a sliding window needs 8 bytes per sub-window).
  */
 static void run_algo(enum algo_kind kind, int64_t burst, int64_t count, int64_t period_ns,
                      struct ga_result *res)
@@ -55,15 +55,12 @@ static void run_algo(enum algo_kind kind, int64_t burst, int64_t count, int64_t 
     struct gs *g = calloc(1, sizeof(*g));
     assert_non_null(g);
     gs_default(&c, seed);
-    c.kind = ALGO_GCRA; /* the harness's own oracle; ours is below */
+    c.kind = kind;
     c.burst = burst;
     c.count = count;
     c.period_ns = period_ns;
     assert_int_equal(gs_init(g, &c), 0);
-    assert_int_equal(algo_params_init(&g->p, kind, burst, count, period_ns, 0), 0);
-    void *oracle = calloc(1, algo_state_size(&g->p));
-    assert_non_null(oracle);
-    algo_init(&g->p, oracle);
+    void *oracle = g->oracle_state;
 
     memset(res, 0, sizeof(*res));
     int64_t start = gossip_sim_now(g->sim), end = start + (int64_t)(30 * GS_SEC * gs_scale());
@@ -107,8 +104,6 @@ static void run_algo(enum algo_kind kind, int64_t burst, int64_t count, int64_t 
         replica_get_stats(g->nodes[i].r, &st);
         assert_int_equal(st.bad_packets, 0);
     }
-    algo_free(&g->p, oracle);
-    free(oracle);
     gs_destroy(g);
     free(g);
     fprintf(stderr,

@@ -426,6 +426,39 @@ static void test_token_bucket_exact_capacity(void **state)
     bus_free(&b);
 }
 
+/*
+ * A node that alone asks for a key nobody has used gets the whole burst:
+ * one request every 100 ms on a cold key of 10 (burst 9, 10 per hour) in a
+ * cluster of 3 is allowed 10 times in a row, then limited.  A young key's
+ * burst is split among the peers not heard from yet; the idle ones are heard
+ * within about an interval (they announce themselves when they learn of the
+ * key), so the lone node is not refused in the middle of its burst.
+ */
+static void test_lone_consumer_full_burst(void **state)
+{
+    (void)state;
+    struct bus b;
+    struct algo_params p;
+    struct algo_result res;
+    char got[16] = {0};
+    assert_int_equal(algo_params_init(&p, ALGO_TOKEN_BUCKET, 9, 10, 3600 * SEC, 0), 0);
+    bus_init(&b, 3);
+    int64_t now = 10 * SEC;
+    bus_tick(&b, now);
+    for (int i = 0; i < 14; i++) {
+        now += 30 * MSEC;
+        assert_int_equal(replica_throttle(b.m[0].r, "tb", 2, &p, REPLICA_OPTIMISTIC, 1, now, &res),
+                         0);
+        got[i] = res.limited ? '1' : '0';
+        now += 70 * MSEC;
+        for (int k = 2; k >= 0; k--)
+            replica_tick(b.m[k].r, now);
+    }
+    fprintf(stderr, "  lone node answered %s\n", got);
+    assert_string_equal(got, "00000000001111");
+    bus_free(&b);
+}
+
 /* Random slot histories delivered in any order, duplicated or partly lost
  * (the latest record of each node always arrives): the same final slots. */
 struct slot_view {
@@ -715,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_codec_bounds),
         cmocka_unit_test(test_remote_debt),
         cmocka_unit_test(test_token_bucket_exact_capacity),
+        cmocka_unit_test(test_lone_consumer_full_burst),
         cmocka_unit_test(test_merge_laws),
         cmocka_unit_test(test_epoch_replacement),
         cmocka_unit_test(test_restart_recovers),
