@@ -63,13 +63,20 @@
  * local admission check uses this node's share of the burst: share =
  * demand_self / sum(demand of reachable-or-charged nodes), at least one unit;
  * for a key whose peers' demand is not known yet (cold key, first burst)
- * share = 1 / live nodes.  N nodes starting a burst at once thus admit about
+ * share = 1 / (live nodes not heard from since the key appeared here): a
+ * peer counts as heard once a packet it sent half an interval after that
+ * has arrived (any packet sent after a node's first request for a key
+ * carries the key), and a node that learns a key from gossip heartbeats
+ * every flush for LEARN_INTERVALS, so a lone consumer has the whole burst
+ * after about one interval.  N nodes starting a burst at once thus admit about
  * one burst in total (bound: burst + 1 + N - 1, from rounding up to one
  * unit), not N bursts.  Remote consumption still flows in as pours, so the
  * rate converges on the global rate.  gcra and token-bucket keys also cap
  * this node's own admissions (a gcra state) at its share of the burst and
  * 1.1 x its share of the rate (at least 2% of it), while the merged state is
- * checked under the full limit: with the burst share alone on the merged
+ * checked under the full limit with room kept aside for the peers'
+ * admissions not heard of yet (their rates times the measured delivery
+ * delay plus half an interval): with the burst share alone on the merged
  * state, the nodes with larger shares kept it beyond the smaller ones' reach
  * (the smallest of 5 got 8% of its demand-weighted share).  Window algorithms (fixed-window,
  * sliding-window) check a request against the merged window under the full
