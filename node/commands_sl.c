@@ -413,8 +413,8 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
                          struct resp_buf *out)
 {
     static const char *const usage[] = {
-        [SL_THROTTLE] = "SL.THROTTLE key [POLICY name | ALGO algorithm [BURST b] RATE count "
-                        "period_ms [PRECISION p]] [QTY q] [PEEK]",
+        [SL_THROTTLE] = ("SL.THROTTLE key [POLICY name | ALGO algorithm [BURST b] RATE count "
+                         "period_ms [PRECISION p]] [QTY q] [PEEK]"),
         [SL_PEEK] = "SL.PEEK key [POLICY name | ALGO ...] [QTY q]",
         [SL_REFUND] = "SL.REFUND key [POLICY name | ALGO ...] QTY q",
     };
