@@ -325,6 +325,8 @@ static int64_t hist_spread(struct rhist *h, int64_t t0, int64_t t1, int64_t u, i
         i0 = i1;
     if (i0 < hist_oldest(h) - 1)
         i0 = hist_oldest(h) - 1; /* one lump for everything before the horizon */
+    if (i1 < i0)
+        i1 = i0; /* all of [t0, t1] is before the horizon: only the lump (nb 0 divided) */
     int64_t nb = i1 - i0 + 1, per = u / nb, rem = u % nb;
     int64_t old = hist_final(h);
     for (int64_t j = i1; j >= i0; j--) {
@@ -525,8 +527,14 @@ static void replica__free_key(struct rkey *k)
 
 static void replica__table_free(void *ud, struct table_entry *e)
 {
-    (void)ud;
+    struct replica *r = ud;
     struct rkey **pk = table_entry_value(e);
+    /* An anti-entropy exchange sent in chunks keeps the keys of its next
+     * chunk between calls; a key collected or evicted meanwhile must not be
+     * read there (it was: a use after free under load). */
+    for (size_t i = r->ae_next; i < r->ae_npending; i++)
+        if (r->ae_pending[i] == *pk)
+            r->ae_pending[i] = NULL;
     replica__free_key(*pk);
     *pk = NULL;
 }
@@ -1432,6 +1440,10 @@ size_t replica_state_fill(struct replica *r, uint64_t *cursor, uint8_t *buf, siz
     delta_writer_init(&w, buf, cap, DELTA_T_STATE, r->now);
     for (;;) {
         while (r->ae_next < r->ae_npending) {
+            if (r->ae_pending[r->ae_next] == NULL) { /* freed since collected */
+                r->ae_next++;
+                continue;
+            }
             int rc = replica__ae_write(r, &w, r->ae_pending[r->ae_next]);
             if (rc == -SLUICE_ETOOBIG && w.nentries > 0)
                 goto done; /* next chunk */
