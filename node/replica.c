@@ -98,7 +98,15 @@ struct rkey {
     double sent_demand;
     double share;
     int dirty;
+    int64_t dirty_since; /* when it last became dirty: its wait, for aging */
+    int64_t sent_count;  /* own slot's count as last sent */
     int64_t created_ns, last_change_ns;
+};
+
+/* A dirty key ranked for a flush (replica__flush). */
+struct rprio {
+    double score;
+    struct rkey *k;
 };
 
 struct replica {
@@ -106,6 +114,7 @@ struct replica {
     struct rkey *head;
     struct rkey **dirty;
     size_t ndirty, dirty_cap;
+    struct rprio *prio; /* dirty_cap entries: the flush's ranking */
     struct rpeer *peers;
     size_t npeers;
     struct gossip_node *g;
@@ -500,10 +509,15 @@ static void replica__mark_dirty(struct replica *r, struct rkey *k)
         if (v == NULL)
             return; /* retried at the next change; the slot stays correct */
         r->dirty = v;
+        struct rprio *pv = realloc(r->prio, cap * sizeof(*pv));
+        if (pv == NULL)
+            return;
+        r->prio = pv;
         r->dirty_cap = cap;
     }
     r->dirty[r->ndirty++] = k;
     k->dirty = 1;
+    k->dirty_since = r->now;
 }
 
 /* ---- keys ---------------------------------------------------------------- */
@@ -864,6 +878,7 @@ void replica_destroy(struct replica *r)
         return;
     table_destroy(r->t);
     free(r->dirty);
+    free(r->prio);
     free(r->peers);
     free(r);
 }
@@ -1359,38 +1374,125 @@ static void replica__slot_wire(const struct replica *r, const struct rkey *k, co
     d->demand_milli = replica__milli(s->peer == 0 ? k->demand : s->demand);
 }
 
+/* Bytes of deltas one flush may hand to the channel (replica.h, "Flush
+ * budget"); SIZE_MAX without libgossip unless flush_bytes is set. */
+static size_t replica__budget(const struct replica *r, size_t cap)
+{
+    if (r->cfg.flush_bytes > 0)
+        return r->cfg.flush_bytes;
+    if (r->g == NULL)
+        return SIZE_MAX;
+    size_t fan = r->cfg.gossip_fanout > 0 ? (size_t)r->cfg.gossip_fanout : 3;
+    size_t mult = r->cfg.retransmit_mult > 0 ? (size_t)r->cfg.retransmit_mult : 4;
+    size_t lg = 0;
+    for (size_t x = replica__live(r) + 1; x > 1; x = (x + 9) / 10)
+        lg++; /* ceil(log10(N + 1)), as libgossip counts transmits */
+    size_t b = fan * cap / (mult * (lg > 0 ? lg : 1));
+    return b > cap / 4 ? b : cap / 4;
+}
+
+/* Pressure of a dirty key: >= 0.5 when it must go now (its cluster demand
+ * is half its rate or more, or its unsent units half its burst), else its
+ * wait in intervals scaled below 0.5, so the longest waiting go first. */
+static double replica__pressure(const struct replica *r, const struct rkey *k)
+{
+    double rate = (double)k->p.count * (double)NS_PER_SEC / (double)k->p.period_ns;
+    double demand = k->demand;
+    for (uint32_t i = 0; i < k->nslots; i++)
+        if ((int)i != k->self)
+            demand += k->slots[i].demand;
+    double p = rate > 0 ? demand / rate : 1;
+    int64_t burst = k->p.burst > 0 ? k->p.burst : k->p.count;
+    double u = (double)(k->slots[k->self].count - k->sent_count) / (double)(burst > 0 ? burst : 1);
+    if (u > p)
+        p = u;
+    if (p >= 0.5)
+        return 1.0 + p;
+    double wait = (double)(r->now - k->dirty_since) / (double)r->cfg.interval_ns;
+    return 0.49 * wait / (1.0 + wait);
+}
+
+static int replica__prio_cmp(const void *a, const void *b)
+{
+    double x = ((const struct rprio *)a)->score, y = ((const struct rprio *)b)->score;
+    return x > y ? -1 : x < y;
+}
+
+struct flush_ctx {
+    struct delta_writer w;
+    size_t cap, used; /* bytes handed to the channel this flush */
+};
+
+/* Adds k's own slot, sending the packet first when it is full. */
+static void replica__flush_key(struct replica *r, struct flush_ctx *f, struct rkey *k)
+{
+    struct delta_entry e;
+    struct delta_slot d;
+    replica__entry(k, &e);
+    replica__slot_wire(r, k, &k->slots[k->self], 1, &d);
+    int rc = delta_writer_add(&f->w, &e, &d, 1);
+    if (rc == -SLUICE_ETOOBIG && f->w.nentries > 0) {
+        f->used += f->w.len;
+        replica__send(r, &f->w);
+        delta_writer_init(&f->w, r->pkt, f->cap, DELTA_T_DELTA, r->now);
+        rc = delta_writer_add(&f->w, &e, &d, 1);
+    }
+    if (rc != 0)
+        r->st.bad_packets++; /* a key too long for any payload */
+    k->dirty = 0;
+    k->sent_demand = k->demand;
+    k->sent_count = k->slots[k->self].count;
+}
+
 static void replica__flush(struct replica *r)
 {
-    size_t cap = replica__max_payload(r);
-    struct delta_writer w;
+    struct flush_ctx f;
+    f.cap = replica__max_payload(r);
+    f.used = 0;
     int can_send = r->g != NULL || r->cfg.broadcast != NULL;
-    delta_writer_init(&w, r->pkt, cap, DELTA_T_DELTA, r->now);
+    size_t budget = replica__budget(r, f.cap);
+    delta_writer_init(&f.w, r->pkt, f.cap, DELTA_T_DELTA, r->now);
+    size_t n = 0;
     for (size_t i = 0; i < r->ndirty; i++) {
         struct rkey *k = r->dirty[i];
-        k->dirty = 0;
-        if (k->self < 0 || !can_send)
+        if (k->self < 0 || !can_send) {
+            k->dirty = 0;
             continue;
-        struct delta_entry e;
-        struct delta_slot d;
-        replica__entry(k, &e);
-        replica__slot_wire(r, k, &k->slots[k->self], 1, &d);
-        int rc = delta_writer_add(&w, &e, &d, 1);
-        if (rc == -SLUICE_ETOOBIG && w.nentries > 0) {
-            replica__send(r, &w);
-            delta_writer_init(&w, r->pkt, cap, DELTA_T_DELTA, r->now);
-            rc = delta_writer_add(&w, &e, &d, 1);
         }
-        if (rc != 0)
-            r->st.bad_packets++; /* a key too long for any payload */
-        k->sent_demand = k->demand;
+        r->prio[n].k = k;
+        r->prio[n].score = budget == SIZE_MAX ? 0 : replica__pressure(r, k);
+        n++;
     }
-    r->ndirty = 0;
+    if (budget != SIZE_MAX && n > 1)
+        qsort(r->prio, n, sizeof(*r->prio), replica__prio_cmp);
+    /* Pressing keys up to 3/4 of the budget, then the longest waiting,
+     * then pressing ones again with whatever is left. */
+    size_t hot = budget == SIZE_MAX ? SIZE_MAX : budget - budget / 4;
+    for (int pass = 0; pass < 3; pass++) {
+        size_t lim = pass == 0 ? hot : budget;
+        for (size_t i = 0; i < n; i++) {
+            struct rkey *k = r->prio[i].k;
+            int pressing = r->prio[i].score >= 1.0;
+            if (!k->dirty || (pass == 1 && pressing) ||
+                (pass != 1 && !pressing && budget != SIZE_MAX))
+                continue;
+            if (f.used + f.w.len >= lim)
+                break;
+            replica__flush_key(r, &f, k);
+        }
+    }
+    /* Keys not sent stay dirty, in their order of arrival. */
+    size_t w = 0;
+    for (size_t i = 0; i < r->ndirty; i++)
+        if (r->dirty[i]->dirty)
+            r->dirty[w++] = r->dirty[i];
+    r->ndirty = w;
     if (!can_send)
         return;
     /* A heartbeat keeps silence meaningful for partition detection. */
-    if (w.nentries > 0 || r->now < r->hb_until ||
+    if (f.w.nentries > 0 || r->now < r->hb_until ||
         (table_count(r->t) > 0 && r->now - r->last_sent >= 2 * r->cfg.interval_ns))
-        replica__send(r, &w);
+        replica__send(r, &f.w);
 }
 
 /* ---- anti-entropy -------------------------------------------------------- */

@@ -44,6 +44,20 @@
  * changed own slots of many keys per payload (node/delta.h), each with its
  * limit's parameters so a peer that never saw the key can build it, and a
  * heartbeat (an empty delta) at least every 2 intervals while it holds keys.
+ *
+ * Flush budget.  libgossip's payload channel carries, per gossip interval,
+ * about fanout packets of one payload each, and every payload is sent
+ * retransmit_mult x ceil(log10(N + 1)) times; its queue sends the newest
+ * first and drops the oldest when full.  Broadcasting every changed key
+ * each interval (20,000 active keys, ~67 bytes an entry) overflowed it: the
+ * hot keys' deltas waited behind or were dropped with the rest, and each
+ * node admitted the full limit (2.8x the oracle in the soak).  So a flush
+ * sends at most fanout x max_payload / transmits bytes, the keys chosen by
+ * pressure: a key whose cluster demand nears its rate, or whose unsent
+ * units near its burst, goes first (up to 3/4 of the budget); the rest of
+ * the budget goes to the other keys, longest waiting first, so none waits
+ * forever.  Keys not sent stay dirty: slots are cumulative, a postponed
+ * delta loses only time.
  * Anti-entropy (gossip push-pull) sends every slot of every key, chunked
  * with the table's SCAN cursor; successive exchanges continue where the last
  * one stopped, so a table larger than one exchange is covered over several.
@@ -150,6 +164,12 @@ struct replica_config {
     void *broadcast_ud;
     size_t max_payload;  /* 0 = 1200 */
     size_t cluster_size; /* live nodes assumed when no gossip node; 0 = 1 */
+    /* The payload channel's capacity (see "Flush budget"): libgossip's
+     * gossip_nodes and app retransmit multiplier as configured; 0 = its
+     * defaults (3, 4).  flush_bytes > 0 overrides the derived budget. */
+    int gossip_fanout;
+    int retransmit_mult;
+    size_t flush_bytes;
 };
 
 struct replica_stats {

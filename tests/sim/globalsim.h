@@ -67,6 +67,14 @@ struct gs_cfg {
     int64_t freeze_at, freeze_len;
     /* per-node admissions counted during [fair_at, fair_at + fair_len) */
     int64_t fair_at, fair_len;
+    /* Background load: every node sends cold_rate requests/s, each to one of
+     * cold_keys other global keys (limit cold_count per second, burst
+     * cold_count) picked at random, far below their limits.  With cold keys
+     * the replicas tick at their own deadline (as the daemon's timer does),
+     * not every step: each tick walks every key. */
+    int cold_keys;
+    double cold_rate;
+    int64_t cold_count;
 };
 
 struct gs_result {
@@ -92,6 +100,9 @@ struct gs_result {
      * admitted; and what the oracle admitted for the whole cluster. */
     int64_t fair_req[GS_MAX], fair_admitted[GS_MAX], fair_oracle;
     size_t backlog_dropped; /* payloads lost to a full backlog during a freeze */
+    int64_t cold_requests, cold_admitted;
+    uint64_t app_dropped; /* payloads libgossip dropped from full queues, all nodes */
+    uint64_t keys_end;    /* global keys held at the end, all nodes */
 };
 
 struct gs;
@@ -108,6 +119,7 @@ struct gs_node {
     uint32_t boot;
     double next_arrival;
     int64_t admitted;
+    double next_cold;
     int frozen;
     struct gs_msg *backlog; /* GS_BACKLOG entries while frozen */
     size_t nbacklog, dropped;
@@ -124,6 +136,7 @@ struct gs {
     struct gossip_sim *sim;
     struct gs_node nodes[GS_MAX];
     struct algo_params p;
+    struct algo_params cold_p;
     struct algo_params oracle_p; /* what oracle_state was made for (p may be replaced) */
     void *oracle_state;          /* algo_state_size(&p) bytes: a sliding window's grows with
                                     its precision (88 bytes at 10) */
@@ -240,6 +253,9 @@ static inline int gs_init(struct gs *g, const struct gs_cfg *c)
     if (g->c.interval_ns == 0)
         g->c.interval_ns = 100 * GS_MSEC;
     if (algo_params_init(&g->p, c->kind, c->burst, c->count, c->period_ns, 0) != 0)
+        return -1;
+    if (c->cold_keys > 0 &&
+        algo_params_init(&g->cold_p, ALGO_GCRA, c->cold_count, c->cold_count, GS_SEC, 0) != 0)
         return -1;
     /* calloc: 8-aligned, as algo_init wants. */
     g->oracle_p = g->p;
@@ -403,9 +419,13 @@ static inline void gs_run(struct gs *g, struct gs_result *res)
     }
     if (g->c.fair_len > 0)
         g->c.fair_at += start; /* relative in the config, absolute from here on */
-    for (int i = 0; i < g->c.n; i++)
+    for (int i = 0; i < g->c.n; i++) {
         g->nodes[i].next_arrival =
             (double)start + (g->c.weight[i] > 0 ? gs_exp(g, rate * g->c.weight[i]) : 1e30);
+        g->nodes[i].next_cold =
+            (double)start +
+            (g->c.cold_keys > 0 && g->c.cold_rate > 0 ? gs_exp(g, g->c.cold_rate / GS_SEC) : 1e30);
+    }
     int parted = 0, killed = 0, restarted = 0;
     uint64_t b0[GS_MAX], b1[GS_MAX];
     for (int i = 0; i < g->c.n; i++)
@@ -463,7 +483,22 @@ static inline void gs_run(struct gs *g, struct gs_result *res)
                 gs_request(g, i, now, res, in_win, post);
                 nd->next_arrival += gs_exp(g, rate * g->c.weight[i]);
             }
-            if (nd->r != NULL && !nd->frozen && i != thawed)
+            while (nd->next_cold <= (double)now) {
+                char key[24];
+                struct algo_result ar;
+                int len = snprintf(key, sizeof(key), "cold:%u",
+                                   (unsigned)(test_rand(&g->rng) % (uint64_t)g->c.cold_keys));
+                if (nd->r != NULL && !nd->frozen) {
+                    if (replica_throttle(nd->r, key, (size_t)len, &g->cold_p, g->c.pol, 1, now,
+                                         &ar) != 0)
+                        abort();
+                    res->cold_requests++;
+                    res->cold_admitted += !ar.limited;
+                }
+                nd->next_cold += gs_exp(g, g->c.cold_rate / GS_SEC);
+            }
+            if (nd->r != NULL && !nd->frozen && i != thawed &&
+                (g->c.cold_keys == 0 || now >= replica_next_deadline(nd->r)))
                 replica_tick(nd->r, now);
         }
         if (restarted && in_win) {
@@ -500,6 +535,9 @@ static inline void gs_run(struct gs *g, struct gs_result *res)
         uint64_t s, r;
         gossip_sim_bytes(g->sim, i, &s, &r);
         total += s - b0[i];
+        struct gossip_stats gst;
+        gossip_node_stats(gossip_sim_node(g->sim, i), &gst);
+        res->app_dropped += gst.app_dropped;
         struct replica_stats st;
         if (g->nodes[i].r == NULL)
             continue;
@@ -514,6 +552,7 @@ static inline void gs_run(struct gs *g, struct gs_result *res)
         res->st.unsynced_denials += st.unsynced_denials;
         res->st.gc_keys += st.gc_keys;
         res->st.bad_packets += st.bad_packets;
+        res->keys_end += st.keys;
     }
     for (int i = 0; i < g->c.n; i++)
         res->backlog_dropped += g->nodes[i].dropped;
