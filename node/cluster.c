@@ -415,6 +415,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     rc_cfg.boot_epoch = life;
     rc_cfg.interval_ns = c->interval_ms * 1000000;
     rc_cfg.default_policy = c->partition;
+    rc_cfg.gossip_fanout = GOSSIP_FANOUT; /* sizes the delta budget per flush */
     /* A lone first node (no seeds) has nobody to sync from. */
     if (o->join == NULL)
         rc_cfg.sync_timeout_ns = 0;
