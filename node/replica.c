@@ -32,6 +32,8 @@
 #define HIST_N          128              /* buckets: a horizon of 6.4 s */
 #define RATE_SLACK      1.1              /* own rate cap: share * rate * this (see update_share) */
 #define RATE_SHARE_MIN  0.02             /* nor below this fraction of the rate */
+#define WIRE_SPAN_NS    (1LL << 60)      /* wire times are clamped to now +- this (36 years) */
+#define WIRE_AHEAD_NS   (3600 * NS_PER_SEC) /* event times: at most this ahead of now */
 
 struct rpeer {
     char name[GOSSIP_NAME_MAX + 1];
@@ -240,9 +242,12 @@ static int replica__has_hist(const struct algo_params *p)
     return p->kind == ALGO_GCRA || p->kind == ALGO_TOKEN_BUCKET;
 }
 
+/* Ring slot of bucket idx.  idx is negative while the clock is within a
+ * horizon of zero (hist_oldest, from - 1), and C's % keeps the sign: the
+ * plain idx % HIST_N indexed far outside the arrays. */
 static size_t hist_slot(int64_t idx)
 {
-    return (size_t)(idx % HIST_N);
+    return (size_t)(((idx % HIST_N) + HIST_N) % HIST_N);
 }
 
 static int64_t hist_final(const struct rhist *h)
@@ -1170,10 +1175,35 @@ static void replica__settle(struct replica *r, struct rkey *k, struct rslot *s, 
     }
 }
 
-static void replica__merge_slot(void *ud, const struct delta_entry *e, const struct delta_slot *d)
+/*
+ * A time from the wire, clamped to [now - WIRE_SPAN_NS, now + ahead].
+ * Times travel relative to the sender's clock and are rebuilt saturated, so
+ * any int64 can arrive: a sender's "never" (INT64_MIN) comes back as a time
+ * near INT64_MIN, a saturated horizon near INT64_MAX, and a hostile packet
+ * anything.  Clamping rather than rejecting keeps what the legitimate
+ * extremes mean (drained long ago, busy far ahead) while every difference
+ * of two clamped times, or of one and now, fits in an int64 with room to
+ * spare: the merge and pour paths subtract them freely.  Event times (an
+ * increase, a record, a send) get ahead = WIRE_AHEAD_NS, far more than any
+ * clock skew or a clock reading a few ticks old: a unit dated years ahead would move the
+ * consumption history there and hold the key for as long.  Horizons (vtat, TAT) may lie far ahead
+ * and get WIRE_SPAN_NS.  Never fails.
+ */
+static int64_t replica__wire_time(const struct replica *r, int64_t t, int64_t ahead)
+{
+    int64_t lo = sat_add(r->now, -WIRE_SPAN_NS), hi = sat_add(r->now, ahead);
+    return t < lo ? lo : t > hi ? hi : t;
+}
+
+static void replica__merge_slot(void *ud, const struct delta_entry *e, const struct delta_slot *wd)
 {
     struct merge_ctx *m = ud;
     struct replica *r = m->r;
+    struct delta_slot dc = *wd;
+    const struct delta_slot *d = &dc;
+    dc.at_ns = replica__wire_time(r, wd->at_ns, WIRE_AHEAD_NS);
+    dc.vtat_ns = replica__wire_time(r, wd->vtat_ns, WIRE_SPAN_NS);
+    dc.stamp_ns = replica__wire_time(r, wd->stamp_ns, WIRE_AHEAD_NS);
     struct algo_params p;
     uint32_t pi;
     const char *name = d->node_len ? d->node : m->from;
@@ -1187,6 +1217,7 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
         m->cur = e->key;
         if (m->type == DELTA_T_STATE && e->has_tat && p.kind == ALGO_GCRA) {
             m->tat_entry = *e;
+            m->tat_entry.tat_ns = replica__wire_time(r, e->tat_ns, WIRE_SPAN_NS);
             m->tat_pending = 1;
         }
     }
@@ -1288,6 +1319,7 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
         r->st.bad_packets++;
         return rc;
     }
+    sent = replica__wire_time(r, sent, WIRE_AHEAD_NS);
     struct rpeer *p = replica__peer(r, from, m.from_len, NULL);
     if (p != NULL && p != &r->peers[0]) {
         p->last_heard = r->now;

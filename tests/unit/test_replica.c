@@ -739,6 +739,88 @@ static void test_bad_arguments(void **state)
     replica_destroy(r);
 }
 
+/* One delta from `from` carrying a single slot of gcra key k (burst 9, 10/s)
+ * with the given times, encoded at sender clock 0 so that the decoded times
+ * are exactly these. */
+static void send_slot(struct replica *r, const char *from, uint64_t epoch, int64_t count,
+                      int64_t at, int64_t vtat, int64_t stamp)
+{
+    struct delta_entry e = {.key = "k",
+                            .klen = 1,
+                            .kind = ALGO_GCRA,
+                            .policy = REPLICA_OPTIMISTIC,
+                            .burst = 9,
+                            .count = 10,
+                            .period_ns = SEC};
+    struct delta_slot sl = {.node = "",
+                            .node_len = 0,
+                            .epoch = epoch,
+                            .count = count,
+                            .at_ns = at,
+                            .vtat_ns = vtat,
+                            .stamp_ns = stamp};
+    uint8_t buf[512];
+    struct delta_writer w;
+    delta_writer_init(&w, buf, sizeof(buf), DELTA_T_DELTA, 0);
+    assert_int_equal(delta_writer_add(&w, &e, &sl, 1), 0);
+    size_t len = delta_writer_finish(&w);
+    assert_true(len > 0);
+    assert_int_equal(replica_receive(r, from, buf, len), 0);
+}
+
+/*
+ * Times at the ends of int64 from a peer (a sender's "never" arrives as
+ * -9223372036854775803; hostile packets send anything) are merged without
+ * overflow (UBSan) and keep their meaning: the counts are merged, a unit
+ * dated absurdly far ahead is taken within the hour rather than decades
+ * ahead, and the key recovers at its rate afterwards.
+ */
+static void test_merge_extreme_times(void **state)
+{
+    (void)state;
+    struct bus b;
+    bus_init(&b, 1);
+    struct algo_params p = limit(9, 10, SEC);
+    int64_t now = 100 * SEC;
+    bus_tick(&b, now);
+    struct replica *r = b.m[0].r;
+    send_slot(r, "n1", 1, 1, now, now + 100 * MSEC, now);
+    send_slot(r, "n1", 1, 3, INT64_MIN + 5, INT64_MAX, INT64_MIN + 5);
+    send_slot(r, "n1", 1, 4, INT64_MAX, INT64_MIN, INT64_MAX);
+    send_slot(r, "n1", 2, 2, INT64_MIN + 5, INT64_MAX - 3, INT64_MAX);
+    send_slot(r, "n1", 3, 1, INT64_MAX, INT64_MAX, INT64_MIN);
+    assert_int_equal(replica_key_total(r, "k", 1), 1);
+    /* Three hours later every unit has drained: the whole burst is there. */
+    now += 3 * 3600 * SEC;
+    bus_tick(&b, now);
+    assert_int_equal(take(r, "k", &p, 20, now), 10);
+    bus_free(&b);
+}
+
+/*
+ * Pours while the clock is within a history horizon (6.4 s) of zero: the
+ * oldest bucket's index is negative there, and the ring slot of bucket -1
+ * was read far outside the history (ASan).  The pours must also count: the
+ * node that heard a peer take the whole burst admits nothing.
+ */
+static void test_pour_near_clock_zero(void **state)
+{
+    (void)state;
+    struct bus b;
+    bus_init(&b, 1);
+    struct algo_params p = limit(9, 10, SEC);
+    int64_t now = 100 * MSEC;
+    take(b.m[0].r, "k", &p, 0, now);
+    bus_tick(&b, now);
+    /* A peer took 12 at clock 0 (all 12 undrained then), then 2 more: the
+     * TAT is 1.4 s, 1.3 s past now, beyond the 1 s a full burst allows. */
+    send_slot(b.m[0].r, "p", 7, 12, 0, 1200 * MSEC, 0);
+    send_slot(b.m[0].r, "p", 7, 14, 0, 1400 * MSEC, 0);
+    assert_int_equal(replica_key_total(b.m[0].r, "k", 1), 14);
+    assert_int_equal(take(b.m[0].r, "k", &p, 5, now), 0);
+    bus_free(&b);
+}
+
 int main(void)
 {
     seed = test_seed("test_replica");
@@ -754,6 +836,8 @@ int main(void)
         cmocka_unit_test(test_restart_recovers),
         cmocka_unit_test(test_gc_cluster_wide),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_merge_extreme_times),
+        cmocka_unit_test(test_pour_near_clock_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
