@@ -435,8 +435,8 @@ static void replica__apply(struct replica *r, struct rkey *k, int64_t d, int64_t
      * had taken (it ends less than a unit's time after now whenever the
      * pour arrives a little after it happened), and each admitted it. */
     eff = sat_add(eff, k->tb_frac);
-    int64_t n = eff / em + (eff % em > 0);
-    k->tb_frac = eff - n * em;
+    int64_t rem = eff % em, n = eff / em + (rem > 0);
+    k->tb_frac = rem > 0 ? rem - em : rem; /* eff - n * em, which overflows at a saturated eff */
     if (n > 0)
         algo_consume(&k->p, k->state, n, r->now);
     else if (n < 0)
