@@ -554,6 +554,14 @@ static void replica__table_free(void *ud, struct table_entry *e)
     for (size_t i = r->ae_next; i < r->ae_npending; i++)
         if (r->ae_pending[i] == *pk)
             r->ae_pending[i] = NULL;
+    /* A key collected while dirty leaves the dirty array, in order. */
+    if (*pk != NULL && (*pk)->dirty) {
+        size_t w = 0;
+        for (size_t i = 0; i < r->ndirty; i++)
+            if (r->dirty[i] != *pk)
+                r->dirty[w++] = r->dirty[i];
+        r->ndirty = w;
+    }
     replica__free_key(*pk);
     *pk = NULL;
 }
@@ -881,6 +889,7 @@ void replica_destroy(struct replica *r)
 {
     if (r == NULL)
         return;
+    r->ndirty = 0; /* every key goes: no need to unlink each from the array */
     table_destroy(r->t);
     free(r->dirty);
     free(r->prio);
@@ -1140,7 +1149,8 @@ static void replica__apply_tat(struct merge_ctx *m)
     int64_t *tat = k->state;
     if (e->tat_ns > *tat && k->h == NULL) {
         *tat = e->tat_ns;
-        k->last_change_ns = m->r->now;
+        if (e->tat_ns > m->r->now) /* a drained TAT changes nothing: no new grace */
+            k->last_change_ns = m->r->now;
     }
 }
 
@@ -1228,9 +1238,13 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
     struct rkey *k = replica__find(r, e->key, e->klen);
     int64_t pending = replica__pending(&p, d->count, d->at_ns, d->vtat_ns);
     if (k == NULL) {
-        /* Build the key only if the slot still matters now. */
-        if (d->vtat_ns <= r->now && d->demand_milli == 0 &&
-            !(m->type == DELTA_T_STATE && e->has_tat && e->tat_ns > r->now))
+        /* Build the key only if the slot still matters now: one whose
+         * every unit is drained would pour nothing, so the key's absence
+         * is equivalent.  Its demand alone does not count (a peer's
+         * estimate of an idle key decays for minutes): rebuilding on it
+         * brought keys every node had collected back from the anti-entropy
+         * of a peer still holding them, each for a new grace. */
+        if (d->vtat_ns <= r->now && !(m->type == DELTA_T_STATE && e->has_tat && e->tat_ns > r->now))
             return;
         if (replica__new_key(r, e->key, e->klen, &p, (enum replica_policy)e->policy, &k) != 0)
             return;
@@ -1249,7 +1263,8 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
             k->prev_epoch = d->epoch;
             k->prev_count = d->count;
             replica__pour(r, k, pending, d->at_ns);
-            k->last_change_ns = r->now;
+            if (pending > 0)
+                k->last_change_ns = r->now;
         } else if (d->epoch == k->prev_epoch && d->count > k->prev_count) {
             replica__pour(r, k, d->count - k->prev_count, d->at_ns);
             k->prev_count = d->count;
@@ -1279,11 +1294,15 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
         s->at_ns = d->at_ns;
         s->vtat_ns = d->vtat_ns;
     }
-    int changed = add >= 0;
+    /* Only units poured restart the grace: a record carrying no growth
+     * (a fresher stamp, a demand estimate decaying after the load stopped,
+     * a known epoch re-sent by anti-entropy) leaves the state as it was,
+     * and refreshing on it kept idle keys alive on every peer for as long
+     * as any peer kept talking about them. */
+    int changed = add > 0;
     if (d->epoch >= s->epoch && d->stamp_ns > s->stamp_ns) {
         s->stamp_ns = d->stamp_ns;
         s->demand = demand;
-        changed = 1;
     }
     if (add < 0)
         add = 0;
@@ -1521,9 +1540,11 @@ static void replica__flush(struct replica *r)
     r->ndirty = w;
     if (!can_send)
         return;
-    /* A heartbeat keeps silence meaningful for partition detection. */
+    /* A heartbeat keeps silence meaningful for partition detection, also
+     * from a node that holds no key: its peers may still hold keys with
+     * its slot, and a silence there charged phantom for it. */
     if (f.w.nentries > 0 || r->now < r->hb_until ||
-        (table_count(r->t) > 0 && r->now - r->last_sent >= 2 * r->cfg.interval_ns))
+        (r->npeers > 1 && r->now - r->last_sent >= 2 * r->cfg.interval_ns))
         replica__send(r, &f.w);
 }
 
@@ -1637,12 +1658,26 @@ static void replica__phantom(struct replica *r, struct rkey *k, int64_t dt)
     }
 }
 
+/*
+ * Whether k can be dropped: nothing requested since the last tick, no
+ * units poured or admitted for the grace, no phantom to take back, and the
+ * state drained at now.  A dirty key blocks only while its own slot holds
+ * units not yet sent; a record dirty for a new demand estimate or stamp
+ * alone goes with the key (its peers lose nothing a pour would need, and
+ * the decaying demand of thousands of idle keys re-marked them dirty
+ * faster than the flush budget drained them: they were never collected).
+ */
 static int replica__collectable(const struct replica *r, const struct rkey *k)
 {
-    if (k->dirty || k->req_acc > 0 || r->now - k->last_change_ns < r->cfg.gc_grace_ns)
+    if (k->req_acc > 0 || r->now - k->last_change_ns < r->cfg.gc_grace_ns)
         return 0;
+    if (k->dirty && k->self >= 0 && k->slots[k->self].count != k->sent_count)
+        return 0;
+    /* Phantom not taken back blocks only while it is recent: once the
+     * state has drained past it a refund cannot change it, and the peer
+     * that would settle it may have collected the key and say no more. */
     for (uint32_t i = 0; i < k->nslots; i++)
-        if (k->slots[i].phantom > 0)
+        if (k->slots[i].phantom > 0 && r->now - k->slots[i].ph_last < r->cfg.gc_grace_ns)
             return 0;
     return algo_drained(&k->p, k->state, r->now) && replica__own_drained(k, r->now);
 }

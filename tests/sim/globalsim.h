@@ -75,6 +75,8 @@ struct gs_cfg {
     int cold_keys;
     double cold_rate;
     int64_t cold_count;
+    int64_t cold_until;  /* cold requests stop this long after the start; 0 = never */
+    int64_t gc_grace_ns; /* replicas' gc grace; 0 = their default */
 };
 
 struct gs_result {
@@ -233,6 +235,7 @@ static inline int gs_new_replica(struct gs *g, int i, int64_t sync_timeout)
     rc.interval_ns = g->c.interval_ns;
     rc.default_policy = g->c.pol;
     rc.sync_timeout_ns = sync_timeout;
+    rc.gc_grace_ns = g->c.gc_grace_ns;
     if (replica_create(&g->nodes[i].r, &rc) != 0)
         return -1;
     replica_attach(g->nodes[i].r, gossip_sim_node(g->sim, i));
@@ -488,7 +491,8 @@ static inline void gs_run(struct gs *g, struct gs_result *res)
                 struct algo_result ar;
                 int len = snprintf(key, sizeof(key), "cold:%u",
                                    (unsigned)(test_rand(&g->rng) % (uint64_t)g->c.cold_keys));
-                if (nd->r != NULL && !nd->frozen) {
+                if (nd->r != NULL && !nd->frozen &&
+                    (g->c.cold_until == 0 || rel < g->c.cold_until)) {
                     if (replica_throttle(nd->r, key, (size_t)len, &g->cold_p, g->c.pol, 1, now,
                                          &ar) != 0)
                         abort();

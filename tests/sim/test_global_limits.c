@@ -353,6 +353,51 @@ static void test_many_keys(void **state)
     assert_true(r.cold_admitted >= r.cold_requests * 99 / 100);
 }
 
+/* Many global keys touched for a while, then silence: after the drain, the
+ * grace and a few anti-entropy rounds no node holds any, also when a node
+ * was frozen or restarted in between (its peers re-send their slots when it
+ * comes back; a restarted node hears of the keys again by anti-entropy). */
+static void idle_gc(int mode)
+{
+    struct gs_cfg c;
+    struct gs_result r;
+    gs_default(&c, seed);
+    c.demand_mult = 1e-9; /* no hot key */
+    c.cold_keys = SIM_SANITIZED ? 1000 : 3000;
+    c.cold_rate = 500;
+    c.cold_count = 10;
+    c.cold_until = 4 * GS_SEC;
+    c.gc_grace_ns = 5 * GS_SEC;
+    c.duration_ns = 60 * GS_SEC;
+    if (mode == 1) {
+        c.frozen = 2;
+        c.freeze_at = 3 * GS_SEC;
+        c.freeze_len = 3 * GS_SEC;
+    } else if (mode == 2) {
+        c.victim = 3;
+        c.kill_at = 3 * GS_SEC;
+        c.restart_at = 5 * GS_SEC;
+    }
+    run(&c, &r);
+    fprintf(stderr, "  %s: %lld cold requests, then silence; keys left %llu, collected %llu\n",
+            mode == 0   ? "plain"
+            : mode == 1 ? "freeze"
+                        : "restart",
+            (long long)r.cold_requests, (unsigned long long)r.keys_end,
+            (unsigned long long)r.st.gc_keys);
+    assert_true(r.cold_requests > 0);
+    assert_true(r.st.gc_keys > 0);
+    assert_int_equal(r.keys_end, 0);
+}
+
+static void test_idle_gc(void **state)
+{
+    (void)state;
+    idle_gc(0);
+    idle_gc(1);
+    idle_gc(2);
+}
+
 int main(void)
 {
     seed = test_seed("test_global_limits");
@@ -367,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_freeze),
         cmocka_unit_test(test_restart_share),
         cmocka_unit_test(test_many_keys),
+        cmocka_unit_test(test_idle_gc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
