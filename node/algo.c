@@ -179,11 +179,6 @@ void algo_free(const struct algo_params *p, void *state)
         ops->init(p, state);
 }
 
-void algo_reset(const struct algo_params *p, void *state)
-{
-    algo_free(p, state);
-}
-
 int algo_drained(const struct algo_params *p, const void *state, int64_t now_ns)
 {
     const struct algo_ops *ops = algo__ops(p);

@@ -169,9 +169,6 @@ int algo_decide(const struct algo_params *p, void *state, int64_t qty, int64_t n
  */
 int algo_refund(const struct algo_params *p, void *state, int64_t qty, int64_t now_ns);
 
-/* Back to a fresh key, releasing any ring.  Never fails. */
-void algo_reset(const struct algo_params *p, void *state);
-
 /* 1 when the state at now_ns equals a fresh key's (the key can be reclaimed
  * without changing any future answer), else 0.  0 for bad arguments. */
 int algo_drained(const struct algo_params *p, const void *state, int64_t now_ns);
