@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "resp.h"
 #include "sluice/error.h"
 
 #define CLIENT_MAX_DEPTH 16
@@ -282,19 +283,6 @@ static int read_reply(struct sluice_client *c, int depth, struct sluice_reply **
     return 0;
 }
 
-static size_t fmt_uint(char *dst, size_t v)
-{
-    char tmp[24];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (size_t i = 0; i < n; i++)
-        dst[i] = tmp[n - 1 - i];
-    return n;
-}
-
 int sluice_client_command(struct sluice_client *c, int argc, const char *const *argv,
                           const size_t *argvlen, struct sluice_reply **reply)
 {
@@ -308,13 +296,13 @@ int sluice_client_command(struct sluice_client *c, int argc, const char *const *
         return -SLUICE_ENOMEM;
     size_t n = 0;
     req[n++] = '*';
-    n += fmt_uint(req + n, (size_t)argc);
+    n += resp_format_int(req + n, argc);
     req[n++] = '\r';
     req[n++] = '\n';
     for (int i = 0; i < argc; i++) {
         size_t l = argvlen ? argvlen[i] : strlen(argv[i]);
         req[n++] = '$';
-        n += fmt_uint(req + n, l);
+        n += resp_format_int(req + n, (int64_t)l);
         req[n++] = '\r';
         req[n++] = '\n';
         memcpy(req + n, argv[i], l);
