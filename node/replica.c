@@ -527,17 +527,69 @@ static void replica__mark_dirty(struct replica *r, struct rkey *k)
 
 /* ---- keys ---------------------------------------------------------------- */
 
-static int replica__is_window(enum algo_kind kind);
-
-static void replica__free_key(struct rkey *k)
+static int replica__is_window(enum algo_kind kind)
 {
-    if (k == NULL)
-        return;
+    return kind == ALGO_FIXED_WINDOW || kind == ALGO_SLIDING_WINDOW;
+}
+
+/* Keys whose own admissions are checked too (k->own): windows (a window
+ * state under the share of the count), gcra and token-bucket (a gcra
+ * state under the share of burst and rate). */
+static int replica__needs_own(const struct algo_params *p)
+{
+    return replica__is_window(p->kind) || replica__has_hist(p);
+}
+
+static size_t replica__own_size(const struct algo_params *p)
+{
+    return replica__is_window(p->kind) ? algo_state_size(p) : sizeof(int64_t);
+}
+
+static void replica__own_init(const struct algo_params *p, void *own)
+{
+    if (replica__is_window(p->kind))
+        algo_init(p, own);
+    else
+        *(int64_t *)own = GCRA_TAT_FULL;
+}
+
+/*
+ * Allocates and initialises the states a key of limit p holds: the merged
+ * state and, for keys that check their own admissions, the own state (NULL
+ * otherwise).  -SLUICE_ENOMEM with nothing allocated; the caller owns both.
+ */
+static int replica__state_alloc(const struct algo_params *p, void **state, void **own)
+{
+    void *st = calloc(1, algo_state_size(p));
+    void *mine = replica__needs_own(p) ? calloc(1, replica__own_size(p)) : NULL;
+    if (st == NULL || (replica__needs_own(p) && mine == NULL)) {
+        free(st);
+        free(mine);
+        return -SLUICE_ENOMEM;
+    }
+    algo_init(p, st);
+    if (mine != NULL)
+        replica__own_init(p, mine);
+    *state = st;
+    *own = mine;
+    return 0;
+}
+
+/* Frees k's merged and own states (under k->p); the pointers dangle after. */
+static void replica__state_free(struct rkey *k)
+{
     algo_free(&k->p, k->state);
     free(k->state);
     if (k->own != NULL && replica__is_window(k->p.kind))
         algo_free(&k->p, k->own); /* gcra/token-bucket: a plain gcra TAT */
     free(k->own);
+}
+
+static void replica__free_key(struct rkey *k)
+{
+    if (k == NULL)
+        return;
+    replica__state_free(k);
     free(k->h);
     free(k->slots);
     free(k->key);
@@ -611,32 +663,6 @@ static double replica__compute_share(struct replica *r, struct rkey *k)
         return 1.0;
     }
     return total > 0 ? k->demand / total : 0;
-}
-
-static int replica__is_window(enum algo_kind kind)
-{
-    return kind == ALGO_FIXED_WINDOW || kind == ALGO_SLIDING_WINDOW;
-}
-
-/* Keys whose own admissions are checked too (k->own): windows (a window
- * state under the share of the count), gcra and token-bucket (a gcra
- * state under the share of burst and rate). */
-static int replica__needs_own(const struct algo_params *p)
-{
-    return replica__is_window(p->kind) || replica__has_hist(p);
-}
-
-static size_t replica__own_size(const struct algo_params *p)
-{
-    return replica__is_window(p->kind) ? algo_state_size(p) : sizeof(int64_t);
-}
-
-static void replica__own_init(const struct algo_params *p, void *own)
-{
-    if (replica__is_window(p->kind))
-        algo_init(p, own);
-    else
-        *(int64_t *)own = GCRA_TAT_FULL;
 }
 
 static int replica__own_drained(const struct rkey *k, int64_t now)
@@ -746,21 +772,13 @@ static int replica__new_key(struct replica *r, const char *key, size_t klen,
     struct rkey *k = calloc(1, sizeof(*k));
     if (k == NULL)
         return -SLUICE_ENOMEM;
-    k->state = calloc(1, algo_state_size(p));
     k->key = malloc(klen);
-    if (replica__needs_own(p))
-        k->own = calloc(1, replica__own_size(p));
-    if (k->state == NULL || k->key == NULL || (replica__needs_own(p) && k->own == NULL)) {
-        free(k->state);
-        free(k->own);
+    if (k->key == NULL || replica__state_alloc(p, &k->state, &k->own) != 0) {
         free(k->key);
         free(k);
         return -SLUICE_ENOMEM;
     }
     k->p = *p;
-    algo_init(p, k->state);
-    if (k->own != NULL)
-        replica__own_init(p, k->own);
     memcpy(k->key, key, klen);
     k->klen = klen;
     k->pol = pol;
@@ -1065,23 +1083,12 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
             return rc;
     } else if (!replica__same_params(&k->p, p) || k->pol != pol) {
         if (k->p.kind != p->kind || algo_state_size(&k->p) != algo_state_size(p)) {
-            void *st = calloc(1, algo_state_size(p));
-            void *mine = replica__needs_own(p) ? calloc(1, replica__own_size(p)) : NULL;
-            if (st == NULL || (replica__needs_own(p) && mine == NULL)) {
-                free(st);
-                free(mine);
+            void *st, *mine;
+            if (replica__state_alloc(p, &st, &mine) != 0)
                 return -SLUICE_ENOMEM;
-            }
-            algo_free(&k->p, k->state);
-            free(k->state);
-            if (k->own != NULL && replica__is_window(k->p.kind))
-                algo_free(&k->p, k->own);
-            free(k->own);
+            replica__state_free(k);
             k->state = st;
             k->own = mine;
-            algo_init(p, st);
-            if (mine != NULL)
-                replica__own_init(p, mine);
             free(k->h); /* a new state: its history starts now */
             k->h = NULL;
         }
