@@ -458,7 +458,7 @@ static void refute(struct gossip_node *n, uint32_t accused_inc)
     broadcast_member(n, self);
 }
 
-/* An unreaped, or tombstoned, member coming (back) to life. */
+/* A new, unreaped or tombstoned member coming (back) to life. */
 static void revive(struct gossip_node *n, struct member *m, uint32_t inc,
                    const struct gossip_addr *addr)
 {
@@ -494,19 +494,10 @@ static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
         m = member_add(&n->t, msg->name.ptr, msg->name.len);
         if (m == NULL)
             return;
-        m->incarnation = msg->incarnation;
-        m->addr = msg->addr;
-        m->state = GOSSIP_MEMBER_ALIVE;
-        m->state_since = n->now;
-        n->live++;
-        plist_add(n, m);
-        broadcast_member(n, m);
-        emit(n, GOSSIP_EVENT_JOIN, m);
-        return;
+        m->state = GOSSIP_MEMBER_DEAD; /* not yet live: revive counts it, emits JOIN */
+    } else if (msg->incarnation <= m->incarnation) {
+        return; /* equal incarnation never wins: suspect/dead/left beat alive there */
     }
-    /* Equal incarnation never wins: suspect/dead/left beat alive there. */
-    if (msg->incarnation <= m->incarnation)
-        return;
     revive(n, m, msg->incarnation, &msg->addr);
 }
 
