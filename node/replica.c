@@ -485,8 +485,6 @@ static void replica__pour_span(struct replica *r, struct rkey *k, int64_t qty, i
             return;
     } else {
         algo_refund(&k->p, k->state, -qty, r->now);
-        r->st.refunded_units += (uint64_t)-qty;
-        return;
     }
     if (qty < 0) {
         r->st.refunded_units += (uint64_t)-qty;
