@@ -36,7 +36,6 @@
 #include <string.h>
 
 #define LIMITER_DEFAULT_MAX_KEYS ((size_t)1 << 22)
-#define LIMITER_TAG_GCRA         1
 /* Every RECLAIM_EVERY calls, visit RECLAIM_BUCKETS buckets for drained keys:
  * about one key per call amortized without touching the table on every call. */
 #define RECLAIM_EVERY   8u
@@ -71,6 +70,8 @@ static uint8_t limiter__tag(enum algo_kind k)
 {
     return (uint8_t)(k + 1);
 }
+/* CL.THROTTLE's keys must be the SL.* gcra keys: one tag for both. */
+#define LIMITER_TAG_GCRA limiter__tag(ALGO_GCRA)
 
 /* A GCRA key equals an absent key from the moment its TAT is reached; the
  * other layouts keep that time in their first 8 bytes too. */
