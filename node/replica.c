@@ -143,6 +143,18 @@ static void replica__now(struct replica *r, int64_t now)
         r->now = now;
 }
 
+/* The clock of an operation that may decide (throttle, tick): the first
+ * one starts the sync timeout, and once it has passed the replica decides
+ * without waiting for a full state. */
+static void replica__advance(struct replica *r, int64_t now)
+{
+    replica__now(r, now);
+    if (r->created_ns < 0)
+        r->created_ns = r->now;
+    if (!r->synced && r->now - r->created_ns >= r->cfg.sync_timeout_ns)
+        r->synced = 1;
+}
+
 /* Emission interval in ns (time one unit takes to drain). */
 static int64_t replica__emission(const struct algo_params *p)
 {
@@ -1057,11 +1069,7 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
         qty < 0 || now_ns < 0 || algo_state_size(p) == 0 || !algo_can_be_global(p->kind) ||
         (pol != REPLICA_OPTIMISTIC && pol != REPLICA_SHARE))
         return -SLUICE_EINVAL;
-    replica__now(r, now_ns);
-    if (r->created_ns < 0)
-        r->created_ns = r->now;
-    if (!r->synced && r->now - r->created_ns >= r->cfg.sync_timeout_ns)
-        r->synced = 1;
+    replica__advance(r, now_ns);
     if (!r->synced) {
         /* Fail closed until the cluster's counts are known (bounded). */
         memset(out, 0, sizeof(*out));
@@ -1689,11 +1697,7 @@ static int replica__collectable(const struct replica *r, const struct rkey *k)
 
 void replica_tick(struct replica *r, int64_t now_ns)
 {
-    replica__now(r, now_ns);
-    if (r->created_ns < 0)
-        r->created_ns = r->now;
-    if (!r->synced && r->now - r->created_ns >= r->cfg.sync_timeout_ns)
-        r->synced = 1;
+    replica__advance(r, now_ns);
     int64_t dt = r->last_tick >= 0 ? r->now - r->last_tick : 0;
     r->last_tick = r->now;
     int back = 0;
