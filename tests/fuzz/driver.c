@@ -17,7 +17,9 @@
 #include <time.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-/* Optional: a target may provide seed inputs, NULL-terminated. */
+/* Optional: a target may provide seed inputs, NULL-terminated, and their
+ * lengths in *lens; a target whose seeds are all NUL-terminated text may leave
+ * *lens NULL, and each seed's length is then its strlen. */
 __attribute__((weak)) const char *const *fuzz_seed_inputs(size_t **lens);
 
 static uint64_t rng;
@@ -86,7 +88,9 @@ int main(int argc, char **argv)
         size_t *lens = NULL;
         const char *const *seeds = fuzz_seed_inputs(&lens);
         for (size_t i = 0; seeds != NULL && seeds[i] != NULL && npool < POOL; i++) {
-            size_t l = lens[i] < MAXLEN ? lens[i] : MAXLEN;
+            size_t l = lens != NULL ? lens[i] : strlen(seeds[i]);
+            if (l > MAXLEN)
+                l = MAXLEN;
             memcpy(pool[npool], seeds[i], l);
             pool_len[npool++] = l;
         }

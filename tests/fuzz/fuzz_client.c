@@ -25,13 +25,9 @@ static const char *const seeds[] = {
     "*3\r\n$0\r\n\r\n:9223372036854775807\r\n+OK\r\n",
     NULL,
 };
-static size_t seed_lens[sizeof(seeds) / sizeof(seeds[0])];
-
 const char *const *fuzz_seed_inputs(size_t **lens)
 {
-    for (size_t i = 0; seeds[i] != NULL; i++)
-        seed_lens[i] = strlen(seeds[i]);
-    *lens = seed_lens;
+    (void)lens; /* text seeds: the driver takes their strlen */
     return seeds;
 }
 
