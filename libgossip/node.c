@@ -795,8 +795,7 @@ static int app_fresh(struct member *m, uint32_t inc, uint64_t seq)
     return 1;
 }
 
-static void on_app(struct gossip_node *n, const struct proto_msg *msg, const uint8_t *raw,
-                   size_t raw_len)
+static void on_app(struct gossip_node *n, const struct proto_msg *msg)
 {
     struct member *m = member_find(&n->t, msg->name.ptr, msg->name.len);
     char origin[GOSSIP_NAME_MAX + 1];
@@ -809,9 +808,14 @@ static void on_app(struct gossip_node *n, const struct proto_msg *msg, const uin
     memcpy(origin, msg->name.ptr, msg->name.len);
     origin[msg->name.len] = '\0';
     n->st.app_delivered++;
-    /* Relay only what can be de-duplicated, or an unknown origin would echo. */
-    if (m != NULL && raw != NULL)
-        bcast_push(&n->aq, 0, raw, raw_len);
+    /* Relay only what can be de-duplicated, or an unknown origin would echo.
+     * Encoded here, not on receipt: duplicates (most copies) never need it. */
+    if (m != NULL) {
+        uint8_t raw[PKT_MAX];
+        size_t raw_len;
+        if (proto_encode_msg(msg, raw, sizeof(raw), &raw_len) == 0)
+            bcast_push(&n->aq, 0, raw, raw_len);
+    }
     n->st.app_dropped = n->aq.dropped;
     if (n->cfg.cb.on_payload != NULL)
         n->cfg.cb.on_payload(n->cfg.cb.ud, origin, msg->data, msg->data_len);
@@ -977,15 +981,9 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         case PROTO_LEFT:
             on_dead(n, m->name.ptr, m->name.len, m->incarnation, 1);
             break;
-        case PROTO_APP: {
-            uint8_t raw[PKT_MAX];
-            size_t raw_len;
-            const uint8_t *rp = NULL;
-            if (proto_encode_msg(m, raw, sizeof(raw), &raw_len) == 0)
-                rp = raw;
-            on_app(n, m, rp, raw_len);
+        case PROTO_APP:
+            on_app(n, m);
             break;
-        }
         case PROTO_PUSHPULL:
             break; /* after membership, below */
         }
