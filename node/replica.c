@@ -1455,16 +1455,24 @@ static size_t replica__budget(const struct replica *r, size_t cap)
     return b > cap / 4 ? b : cap / 4;
 }
 
+/* k's demand over the cluster, units/s: this node's estimate and every
+ * peer slot's last reported one, reachable or not. */
+static double replica__cluster_demand(const struct rkey *k)
+{
+    double d = k->demand;
+    for (uint32_t i = 0; i < k->nslots; i++)
+        if ((int)i != k->self)
+            d += k->slots[i].demand;
+    return d;
+}
+
 /* Pressure of a dirty key: >= 0.5 when it must go now (its cluster demand
  * is half its rate or more, or its unsent units half its burst), else its
  * wait in intervals scaled below 0.5, so the longest waiting go first. */
 static double replica__pressure(const struct replica *r, const struct rkey *k)
 {
     double rate = (double)k->p.count * (double)NS_PER_SEC / (double)k->p.period_ns;
-    double demand = k->demand;
-    for (uint32_t i = 0; i < k->nslots; i++)
-        if ((int)i != k->self)
-            demand += k->slots[i].demand;
+    double demand = replica__cluster_demand(k);
     double p = rate > 0 ? demand / rate : 1;
     int64_t burst = k->p.burst > 0 ? k->p.burst : k->p.count;
     double u = (double)(k->slots[k->self].count - k->sent_count) / (double)(burst > 0 ? burst : 1);
@@ -1637,10 +1645,7 @@ done:
 
 static void replica__phantom(struct replica *r, struct rkey *k, int64_t dt)
 {
-    double total = k->demand;
-    for (uint32_t i = 0; i < k->nslots; i++)
-        if ((int)i != k->self)
-            total += k->slots[i].demand;
+    double total = replica__cluster_demand(k);
     if (total <= 0)
         return;
     double rate = (double)k->p.count / (double)k->p.period_ns; /* units per ns */
@@ -1784,10 +1789,7 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
     }
     info->share = k->share;
     info->nslots = k->nslots;
-    double total = k->demand;
-    for (uint32_t i = 0; i < k->nslots; i++)
-        if ((int)i != k->self)
-            total += k->slots[i].demand;
+    double total = replica__cluster_demand(k);
     for (uint32_t i = 0; fn != NULL && i < k->nslots; i++) {
         const struct rslot *s = &k->slots[i];
         struct replica_slot_info si;
