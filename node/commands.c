@@ -222,12 +222,6 @@ static int name_is_valid(const char *s, size_t len)
     return 1;
 }
 
-static void add_pair_str(struct resp_buf *out, const char *k, const char *v)
-{
-    resp_add_bulk_str(out, k);
-    resp_add_bulk_str(out, v);
-}
-
 static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                      const size_t *argvlen, struct resp_buf *out)
 {
@@ -278,14 +272,14 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
         resp_add_map(out, 7);
     else
         resp_add_array(out, 14);
-    add_pair_str(out, "server", "sluice");
-    add_pair_str(out, "version", SLUICE_REDIS_COMPAT_VERSION);
+    resp_add_pair_str(out, "server", "sluice");
+    resp_add_pair_str(out, "version", SLUICE_REDIS_COMPAT_VERSION);
     resp_add_bulk_str(out, "proto");
     resp_add_int(out, ver);
     resp_add_bulk_str(out, "id");
     resp_add_int(out, c ? (int64_t)server_client_id(c) : 0);
-    add_pair_str(out, "mode", "standalone");
-    add_pair_str(out, "role", "master");
+    resp_add_pair_str(out, "mode", "standalone");
+    resp_add_pair_str(out, "role", "master");
     resp_add_bulk_str(out, "modules");
     resp_add_array(out, 0);
     return SERVER_CONTINUE;
@@ -637,10 +631,10 @@ static int cmd_config(struct commands *cmds, struct server_client *c, size_t arg
     if (argc == 3 && commands_arg_is(argv[1], argvlen[1], "GET")) {
         if (commands_arg_is(argv[2], argvlen[2], "save")) {
             resp_add_array(out, 2);
-            add_pair_str(out, "save", "");
+            resp_add_pair_str(out, "save", "");
         } else if (commands_arg_is(argv[2], argvlen[2], "appendonly")) {
             resp_add_array(out, 2);
-            add_pair_str(out, "appendonly", "no");
+            resp_add_pair_str(out, "appendonly", "no");
         } else {
             resp_add_array(out, 0);
         }

@@ -149,18 +149,6 @@ static void slot_one(void *ud, const struct replica_slot_info *s)
     x->n++;
 }
 
-static void pair_int(struct resp_buf *b, const char *k, int64_t v)
-{
-    resp_add_bulk_str(b, k);
-    resp_add_int(b, v);
-}
-
-static void pair_str(struct resp_buf *b, const char *k, const char *v)
-{
-    resp_add_bulk_str(b, k);
-    resp_add_bulk_str(b, v);
-}
-
 int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, const size_t *argvlen,
                          struct resp_buf *out)
 {
@@ -183,18 +171,18 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
         return SERVER_CONTINUE;
     }
     resp_add_array(out, 24);
-    pair_str(out, "scope", "global");
-    pair_str(out, "algorithm", algo_name(info.params.kind));
-    pair_int(out, "burst", info.params.burst);
-    pair_int(out, "count", info.params.count);
-    pair_int(out, "period_ms", info.params.period_ns / NS_PER_MS);
-    pair_str(out, "policy", info.policy == REPLICA_SHARE ? "share" : "optimistic");
-    pair_int(out, "remaining", info.remaining);
-    pair_int(out, "debt_ms", info.debt_ns / NS_PER_MS);
-    pair_int(out, "reset_after_ms", info.reset_after_ns / NS_PER_MS);
+    resp_add_pair_str(out, "scope", "global");
+    resp_add_pair_str(out, "algorithm", algo_name(info.params.kind));
+    resp_add_pair_int(out, "burst", info.params.burst);
+    resp_add_pair_int(out, "count", info.params.count);
+    resp_add_pair_int(out, "period_ms", info.params.period_ns / NS_PER_MS);
+    resp_add_pair_str(out, "policy", info.policy == REPLICA_SHARE ? "share" : "optimistic");
+    resp_add_pair_int(out, "remaining", info.remaining);
+    resp_add_pair_int(out, "debt_ms", info.debt_ns / NS_PER_MS);
+    resp_add_pair_int(out, "reset_after_ms", info.reset_after_ns / NS_PER_MS);
     resp_add_bulk_str(out, "share");
     add_double(out, info.share);
-    pair_str(out, "synced", replica_synced(r) ? "yes" : "no");
+    resp_add_pair_str(out, "synced", replica_synced(r) ? "yes" : "no");
     resp_add_bulk_str(out, "slots");
     resp_add_array(out, x.n);
     resp_add_raw(out, slots.data ? slots.data : "", slots.len);

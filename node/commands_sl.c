@@ -304,12 +304,6 @@ static int64_t sl__ms(int64_t ns)
     return ns / NS_PER_MS + (ns % NS_PER_MS != 0);
 }
 
-static void sl__pair_int(struct resp_buf *out, const char *k, int64_t v)
-{
-    resp_add_bulk_str(out, k);
-    resp_add_int(out, v);
-}
-
 /* One decision (see commands_sl.h); waited_ns < 0: no waited_ms field. */
 static void sl__reply(struct resp_buf *out, int resp3, const struct algo_result *r,
                       enum algo_kind kind, const struct policy *pol, int64_t waited_ns)
@@ -328,20 +322,19 @@ static void sl__reply(struct resp_buf *out, int resp3, const struct algo_result 
         return;
     }
     resp_add_map(out, waited_ns >= 0 ? 8 : 7);
-    sl__pair_int(out, "limited", r->limited ? 1 : 0);
-    sl__pair_int(out, "limit", r->limit);
-    sl__pair_int(out, "remaining", remaining);
-    sl__pair_int(out, "retry_after_ms", retry);
-    sl__pair_int(out, "reset_after_ms", sl__ms(r->reset_after_ns));
-    resp_add_bulk_str(out, "algorithm");
-    resp_add_bulk_str(out, algo_name(kind));
+    resp_add_pair_int(out, "limited", r->limited ? 1 : 0);
+    resp_add_pair_int(out, "limit", r->limit);
+    resp_add_pair_int(out, "remaining", remaining);
+    resp_add_pair_int(out, "retry_after_ms", retry);
+    resp_add_pair_int(out, "reset_after_ms", sl__ms(r->reset_after_ns));
+    resp_add_pair_str(out, "algorithm", algo_name(kind));
     resp_add_bulk_str(out, "policy");
     if (pol != NULL)
         resp_add_bulk_str(out, pol->name);
     else
         resp_add_null3(out);
     if (waited_ns >= 0)
-        sl__pair_int(out, "waited_ms", sl__ms(waited_ns));
+        resp_add_pair_int(out, "waited_ms", sl__ms(waited_ns));
 }
 
 static void sl__limiter_error(struct resp_buf *out, int rc)
@@ -711,24 +704,21 @@ static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out
             resp_add_map(out, 10);
         else
             resp_add_array(out, 20);
-        resp_add_bulk_str(out, "name");
-        resp_add_bulk_str(out, p->name);
-        resp_add_bulk_str(out, "algorithm");
-        resp_add_bulk_str(out, algo_name(p->algo.kind));
-        sl__pair_int(out, "burst", p->algo.burst);
-        sl__pair_int(out, "count", p->algo.count);
-        sl__pair_int(out, "period_ms", sl__ms(p->algo.period_ns));
-        sl__pair_int(out, "precision", p->algo.precision);
-        resp_add_bulk_str(out, "scope");
-        resp_add_bulk_str(out, p->scope == CONFIG_SCOPE_GLOBAL ? "global" : "local");
-        resp_add_bulk_str(out, "partition");
-        resp_add_bulk_str(out, p->partition == CONFIG_PARTITION_SHARE ? "share" : "optimistic");
+        resp_add_pair_str(out, "name", p->name);
+        resp_add_pair_str(out, "algorithm", algo_name(p->algo.kind));
+        resp_add_pair_int(out, "burst", p->algo.burst);
+        resp_add_pair_int(out, "count", p->algo.count);
+        resp_add_pair_int(out, "period_ms", sl__ms(p->algo.period_ns));
+        resp_add_pair_int(out, "precision", p->algo.precision);
+        resp_add_pair_str(out, "scope", p->scope == CONFIG_SCOPE_GLOBAL ? "global" : "local");
+        resp_add_pair_str(out, "partition",
+                          p->partition == CONFIG_PARTITION_SHARE ? "share" : "optimistic");
         resp_add_bulk_str(out, "match");
         if (p->match == NULL)
             resp3 ? resp_add_null3(out) : resp_add_null(out);
         else
             resp_add_bulk(out, p->match, p->match_len);
-        sl__pair_int(out, "dry_run", p->dry_run ? 1 : 0);
+        resp_add_pair_int(out, "dry_run", p->dry_run ? 1 : 0);
     }
 }
 

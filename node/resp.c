@@ -410,3 +410,17 @@ int resp_add_bulk_str(struct resp_buf *b, const char *s)
 {
     return resp_add_bulk(b, s, strlen(s));
 }
+
+int resp_add_pair_int(struct resp_buf *b, const char *k, int64_t v)
+{
+    if (resp_add_bulk_str(b, k) < 0)
+        return -SLUICE_ENOMEM;
+    return resp_add_int(b, v);
+}
+
+int resp_add_pair_str(struct resp_buf *b, const char *k, const char *v)
+{
+    if (resp_add_bulk_str(b, k) < 0)
+        return -SLUICE_ENOMEM;
+    return resp_add_bulk_str(b, v);
+}

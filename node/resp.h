@@ -127,6 +127,10 @@ int resp_add_null(struct resp_buf *b);
  * follow), and _\r\n, the null. */
 int resp_add_map(struct resp_buf *b, size_t npairs);
 int resp_add_null3(struct resp_buf *b);
+/* One field of a map (or of RESP2's flat field/value array): the bulk
+ * string k, then v. -SLUICE_ENOMEM may leave k appended without v. */
+int resp_add_pair_int(struct resp_buf *b, const char *k, int64_t v);
+int resp_add_pair_str(struct resp_buf *b, const char *k, const char *v);
 
 /* Writes v in decimal to dst (at least 21 bytes); returns the length. */
 size_t resp_format_int(char *dst, int64_t v);
