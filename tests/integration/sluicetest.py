@@ -186,3 +186,20 @@ def resp_command(*args):
             a = str(a).encode()
         out += b"$%d\r\n%s\r\n" % (len(a), a)
     return out
+
+
+def gcra_oracle(answers, burst, rate):
+    """Units one central GCRA (burst, rate per second) admits for the same
+    requests at the same times; answers are tuples sorted by their first
+    field, the request's time in seconds."""
+    emission = 1.0 / rate
+    cap = (burst + 1) * emission
+    tat = None
+    admitted = 0
+    for t, *_ in answers:
+        if tat is None or tat < t:
+            tat = t
+        if tat + emission - t <= cap + 1e-9:
+            tat += emission
+            admitted += 1
+    return admitted

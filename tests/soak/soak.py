@@ -597,22 +597,6 @@ class Soak:
         return bad
 
 
-def oracle(answers):
-    """Units one central GCRA admits for the same requests at the same times
-    (as tests/integration/test_cluster.py computes it)."""
-    emission = 1.0 / HOT_RATE
-    cap = (HOT_BURST + 1) * emission
-    tat = None
-    admitted = 0
-    for t, *_ in answers:
-        if tat is None or tat < t:
-            tat = t
-        if tat + emission - t <= cap + 1e-9:
-            tat += emission
-            admitted += 1
-    return admitted
-
-
 def report(s, fails):
     log("load %.0f s, %d requests (bound %d), %d replies" % (
         s.load_end, s.requests, s.max_requests, s.ok))
@@ -660,7 +644,7 @@ def report(s, fails):
             "stopped (%s)" % (s.peak_keys, s.keys_after, s.global_after, s.reclaim,
                               ", ".join(s.keys_split)))
     ans = sorted(s.hot)
-    got, ref = sum(1 for a in ans if a[2]), oracle(ans)
+    got, ref = sum(1 for a in ans if a[2]), sluicetest.gcra_oracle(ans, HOT_BURST, HOT_RATE)
     ratio = got / ref if ref else 0.0
     per = [sum(1 for a in ans if a[2] and a[1] == i) for i in range(N)]
     log("soak ratio admitted/oracle %.3f (hot key: %d answers, admitted %d, per node %s, "
