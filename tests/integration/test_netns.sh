@@ -9,7 +9,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 export SLUICE_BIN=${SLUICE_BIN:-$ROOT/build/bin}
 # A subnet of its own, so a cluster someone runs by hand is not disturbed.
-export SLUICE_NETNS_SUBNET=10.78.$((RANDOM % 250)).
+export SLUICE_NETNS_SUBNET=10.78.$((RANDOM % 250))
 
 probe=slc-probe-$$
 if ! ip netns add "$probe" 2>/dev/null; then
@@ -17,7 +17,6 @@ if ! ip netns add "$probe" 2>/dev/null; then
   exit 0
 fi
 ip netns del "$probe"
-SLUICE_NETNS_SUBNET=${SLUICE_NETNS_SUBNET%.}
 
 before=$(ip netns list | grep -c '^slc-' || true)
 out=$(mktemp)
