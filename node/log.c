@@ -18,11 +18,6 @@ void log_set_level(enum log_level level)
     current_level = level;
 }
 
-enum log_level log_get_level(void)
-{
-    return current_level;
-}
-
 int log_parse_level(const char *name, enum log_level *level)
 {
     static const struct {

@@ -15,7 +15,6 @@ enum log_level { LOG_DEBUG = 0, LOG_INFO = 1, LOG_WARN = 2, LOG_ERROR = 3, LOG_O
 
 /* Messages below level are dropped (default LOG_INFO). */
 void log_set_level(enum log_level level);
-enum log_level log_get_level(void);
 /* Parses "debug", "info", "warn"/"warning", "error", "off".  Returns 0 or
  * -SLUICE_EINVAL for an unknown name (level untouched). */
 int log_parse_level(const char *name, enum log_level *level);
