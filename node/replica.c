@@ -1251,13 +1251,19 @@ static void replica__merge_slot(void *ud, const struct delta_entry *e, const str
     struct rkey *k = replica__find(r, e->key, e->klen);
     int64_t pending = replica__pending(&p, d->count, d->at_ns, d->vtat_ns);
     if (k == NULL) {
-        /* Build the key only if the slot still matters now: one whose
-         * every unit is drained would pour nothing, so the key's absence
-         * is equivalent.  Its demand alone does not count (a peer's
-         * estimate of an idle key decays for minutes): rebuilding on it
-         * brought keys every node had collected back from the anti-entropy
-         * of a peer still holding them, each for a new grace. */
-        if (d->vtat_ns <= r->now && !(m->type == DELTA_T_STATE && e->has_tat && e->tat_ns > r->now))
+        /* Build the key only if the slot still matters now: units not yet
+         * drained (they will be poured), or demand behind units admitted
+         * within the grace (the origin is using the key: its demand sets
+         * the shares).  A record of an idle key (drained units, a demand
+         * estimate that decays for minutes after the last admission) is
+         * not enough: rebuilding on it brought keys every node had
+         * collected back from the anti-entropy of a peer still holding
+         * them, each for a new grace.  Wire times are clamped, so
+         * r->now - d->at_ns cannot overflow. */
+        int live = d->vtat_ns > r->now ||
+                   (d->demand_milli > 0 && r->now - d->at_ns < r->cfg.gc_grace_ns) ||
+                   (m->type == DELTA_T_STATE && e->has_tat && e->tat_ns > r->now);
+        if (!live)
             return;
         if (replica__new_key(r, e->key, e->klen, &p, (enum replica_policy)e->policy, &k) != 0)
             return;
