@@ -36,7 +36,7 @@ struct member {
 #define NK_DIRTY    0x02u /* report at the next tick */
 #define NK_IDLE     0x04u /* the idle report went out */
 #define NK_LEASED   0x08u /* a lease arrived at least once */
-#define NK_DEGRADED 0x10u /* owner silent: the partition policy applies */
+#define NK_DEGRADED 0x10u /* owner silent: the node keeps its last lease */
 
 /* Local state of a window algorithm under a lease: its own params with the
  * node's share of the count, then the algorithm's state. */
@@ -52,7 +52,7 @@ struct nkey {
     uint32_t owner;    /* member id */
     uint8_t policy, flags;
     double share, fshare;
-    double tokens, shadow; /* the lease bucket and its debt-keeping shadow */
+    double tokens;  /* the lease bucket */
     int64_t last_ns;       /* last refill */
     double demand, acc;    /* units/s; units requested since dem_at */
     double rep_demand;     /* demand at the last report */
@@ -82,6 +82,7 @@ struct okey {
     uint32_t idx;
     uint8_t policy, dirty;
     int64_t created_at, computed_at;
+    int64_t tat; /* optimistic keys: the cluster's reported consumption as a GCRA */
     uint32_t n, cap;
     struct orep *reps;
 };
@@ -255,36 +256,24 @@ static double replica__cap(const struct nkey *k, double share)
     return c;
 }
 
-/* The share the bucket enforces: the lease, or the whole limit for an
- * optimistic key whose owner is silent. */
-static double replica__eff_share(const struct nkey *k)
-{
-    if ((k->flags & NK_DEGRADED) && k->policy == REPLICA_OPTIMISTIC)
-        return 1.0;
-    return k->share;
-}
-
 static void replica__refill(struct nkey *k, int64_t now)
 {
     if (now <= k->last_ns)
         return;
     double dt = (double)(now - k->last_ns);
     double rate = replica__rate(&k->p);
-    double es = replica__eff_share(k);
-    double cap = replica__cap(k, es), scap = replica__cap(k, k->share);
+    double es = k->share;
+    double cap = replica__cap(k, es);
     k->tokens += dt * rate * es;
     if (k->tokens > cap)
         k->tokens = cap;
-    k->shadow += dt * rate * k->share;
-    if (k->shadow > scap)
-        k->shadow = scap;
     k->last_ns = now;
 }
 
 /* (Re)builds the window state for the current share. */
 static int replica__window_apply(struct nkey *k)
 {
-    double es = replica__eff_share(k);
+    double es = k->share;
     int64_t cnt = (int64_t)floor(es * (double)k->p.count);
     if (cnt < 1)
         cnt = 1;
@@ -315,12 +304,9 @@ static void replica__set_share(struct nkey *k, double share, int64_t now)
 {
     replica__refill(k, now);
     k->share = share;
-    double cap = replica__cap(k, replica__eff_share(k));
+    double cap = replica__cap(k, k->share);
     if (k->tokens > cap)
         k->tokens = cap;
-    double scap = replica__cap(k, share);
-    if (k->shadow > scap)
-        k->shadow = scap;
     if (replica__windowed(&k->p))
         (void)replica__window_apply(k);
 }
@@ -573,7 +559,6 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
         if (k->tokens > cap)
             k->tokens = cap;
     }
-    k->shadow = k->tokens;
     if (replica__windowed(p))
         (void)replica__window_apply(k);
 }
@@ -597,7 +582,7 @@ static int64_t replica__ns_for(double units, double rate_per_ns)
 static void replica__bucket_decide(struct replica *r, struct nkey *k, int64_t qty,
                                    struct algo_result *out)
 {
-    double es = replica__eff_share(k);
+    double es = k->share;
     double cap = replica__cap(k, es);
     double rate = replica__rate(&k->p) * es;
     double need = (double)qty;
@@ -610,7 +595,6 @@ static void replica__bucket_decide(struct replica *r, struct nkey *k, int64_t qt
         out->retry_after_ns = ALGO_NEVER;
         if (qty > 0) {
             k->tokens -= need;
-            k->shadow -= need;
             k->admitted += (uint64_t)qty;
             if (k->tokens < 0)
                 r->st.debt_events++;
@@ -754,9 +738,21 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
         rp->member = from;
         rp->sent_share = -1.0;
     }
-    if (rp->life != life) {
+    int same_life = rp->life == life;
+    if (!same_life) {
         rp->life = life;
         rp->sent_share = -1.0; /* a new life needs its lease */
+    }
+    /* Optimistic keys keep the cluster's consumption, poured as reports
+     * bring it: what a side admitted beyond the limit during a partition
+     * arrives at once after healing and is repaid (see replica__compute).
+     * Only increments of a life already known are poured, so a new owner
+     * or a restarted node counts nothing twice. */
+    if (o->policy == REPLICA_OPTIMISTIC && same_life && e->admitted > rp->admitted &&
+        rp->last_at > 0) {
+        double add = (double)(e->admitted - rp->admitted) * (double)p.period_ns / (double)p.count;
+        int64_t base = o->tat > r->now ? o->tat : r->now;
+        o->tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
     }
     rp->demand = (double)e->demand_milli / 1000.0;
     rp->fshare = (double)e->frozen_share / (double)WIRE_ONE;
@@ -780,6 +776,39 @@ static int replica__rep_live(const struct replica *r, const struct orep *rp, int
 
 static void replica__apply_lease(struct replica *r, struct nkey *k, double share, uint64_t flags,
                                  int64_t now);
+
+/* A silent reporter whose share is released rather than held: the failure
+ * detector calls it unreachable and this node sees a strict majority of
+ * the members it knows.  A side that has lost the majority (or an even
+ * split) cannot tell a death from a partition and holds every silent
+ * share; a majority lets a dead minority's share go, so a crash costs the
+ * others nothing for long. */
+static int replica__majority(const struct replica *r)
+{
+    size_t known = 0;
+    for (size_t i = 0; i < r->nmem; i++)
+        known += r->mem[i].in_view;
+    return 2 * r->nlive > known;
+}
+
+static int replica__presumed_dead(const struct replica *r, const struct orep *rp)
+{
+    const struct member *m = &r->mem[rp->member];
+    if (!m->in_view || m->live)
+        return 0;
+    return replica__majority(r);
+}
+
+/* How far an optimistic key's reported consumption is beyond what the
+ * limit allows (ns; <= 0: none).  The allowance is the burst plus 2 s of
+ * the rate, so reports that arrive late or together never look like debt. */
+static int64_t replica__debt(const struct okey *o, int64_t now)
+{
+    double em = (double)o->p.period_ns / (double)o->p.count;
+    double tol = (double)o->p.limit * em + 2.0 * (double)NS_PER_SEC;
+    double over = (double)o->tat - (double)now - tol;
+    return over > 9e18 ? INT64_MAX : (int64_t)over;
+}
 
 /* Demand-weighted split of avail among the live reporters: shares in
  * proportion to demand (requested units per second, refused ones included,
@@ -867,7 +896,7 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         if (live) {
             nlive++;
             dsum += idle ? 0.0 : rp->demand;
-        } else if (o->policy == REPLICA_SHARE && !idle) {
+        } else if (o->policy == REPLICA_SHARE && !idle && !replica__presumed_dead(r, rp)) {
             reserved += rp->share;
         }
         if (!idle && !((rp->flags & REP_YOUNG) && rp->admitted == 0))
@@ -879,25 +908,54 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
     if (nlive == 0)
         return;
     double avail = o->policy == REPLICA_SHARE ? 1.0 - reserved : 1.0;
+    if (o->policy == REPLICA_OPTIMISTIC && replica__debt(o, now) > 0)
+        avail = 0.0; /* repaying: nobody admits until the cluster is back */
     if (avail < 0.0)
         avail = 0.0;
     int64_t since = o->created_at > r->view_changed_at ? o->created_at : r->view_changed_at;
-    int settled = r->complete && now - since >= r->silence && now - r->born >= r->silence;
+    /* Settled: the view has held still for a silence window, this owner is
+     * not new to it, and the view is whole or this side is a strict
+     * majority (whose silent minority is presumed dead). */
+    int whole = r->complete || replica__majority(r);
+    int settled = whole && now - since >= r->silence && now - r->born >= r->silence;
     int caution = o->policy == REPLICA_SHARE && !settled;
     /* The cold verdict needs an owner that has heard every reporter: a
      * settled view, and not a young owner with nothing yet. */
-    if (!(r->complete && now - r->view_changed_at >= r->silence && !replica__young(r, now)))
+    if (!(whole && now - r->view_changed_at >= r->silence && !replica__young(r, now)))
         cold = 0;
     uint64_t lflags = (cold ? WIRE_L_COLD : 0) | (settled ? WIRE_L_SETTLED : 0);
     replica__split(r, o, avail, dsum, now);
+    if (caution) {
+        /* Until the owner has heard everyone through a settled, complete
+         * view, nobody grows beyond the share it held when the cluster was
+         * whole, and reporters without one split what those leave. */
+        double held = 0.0, fresh = 0.0;
+        for (uint32_t i = 0; i < o->n; i++) {
+            struct orep *rp = &o->reps[i];
+            if (!replica__rep_live(r, rp, now))
+                continue;
+            if (rp->fshare > 0.0) {
+                if (rp->share > rp->fshare)
+                    rp->share = rp->fshare;
+                held += rp->share;
+            } else {
+                fresh += rp->share;
+            }
+        }
+        double room = avail - held;
+        if (room < 0.0)
+            room = 0.0;
+        for (uint32_t i = 0; fresh > room && i < o->n; i++) {
+            struct orep *rp = &o->reps[i];
+            if (replica__rep_live(r, rp, now) && rp->fshare <= 0.0)
+                rp->share *= room / fresh;
+        }
+    }
     for (uint32_t i = 0; i < o->n; i++) {
         struct orep *rp = &o->reps[i];
         if (!replica__rep_live(r, rp, now))
             continue;
         double w = rp->share;
-        if (caution && rp->fshare > 0.0 && w > rp->fshare)
-            w = rp->fshare;
-        rp->share = w;
         double diff = fabs(w - rp->sent_share);
         int changed = rp->sent_share < 0.0 || diff > SHARE_EPS * (rp->sent_share + 0.01);
         if (!changed && !(rp->flags & REP_FRESH))
@@ -925,19 +983,11 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
 static void replica__apply_lease(struct replica *r, struct nkey *k, double share, uint64_t flags,
                                  int64_t now)
 {
-    int was_degraded = (k->flags & NK_DEGRADED) != 0;
     k->last_lease = now;
     k->flags &= (uint8_t)~NK_DEGRADED;
-    if (was_degraded) {
-        /* Back from an optimistic stretch: what went beyond the share is
-         * owed, at the share's rate. */
-        replica__refill(k, now);
-        if (k->tokens > k->shadow)
-            k->tokens = k->shadow;
-    }
     if ((k->flags & NK_YOUNG) && (flags & WIRE_L_COLD)) {
         replica__set_share(k, share, now);
-        k->tokens = k->shadow = replica__cap(k, share);
+        k->tokens = replica__cap(k, share);
     } else {
         replica__set_share(k, share, now);
     }
@@ -1044,7 +1094,7 @@ static int replica__contested(const struct nkey *k)
 
 static int replica__full(const struct nkey *k)
 {
-    return k->tokens >= replica__cap(k, replica__eff_share(k)) - 1e-9 && k->shadow >= 0.0;
+    return k->tokens >= replica__cap(k, k->share) - 1e-9;
 }
 
 /* Queues k's report to its owner (or hands it to itself); returns the
@@ -1120,12 +1170,10 @@ void replica_tick(struct replica *r, int64_t now_ns)
         replica__demand(k, now);
         replica__refill(k, now);
         uint32_t owner = replica__owner(r, k, table_entry_key(e), e->klen);
-        int silent = owner != r->self && now - k->last_lease > r->silence &&
-                     now - k->last_report < r->silence; /* asked, no answer */
-        if (silent && !(k->flags & NK_DEGRADED)) {
+        /* Asked, no answer for two silence windows: shown as degraded (the
+         * node keeps its last lease until the key moves to a live owner). */
+        if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence)
             k->flags |= NK_DEGRADED;
-            replica__set_share(k, k->share, now);
-        }
         if (k->flags & NK_DIRTY) {
             size_t b = replica__report(r, e, now);
             budget = b > budget ? 0 : budget - b;
@@ -1147,7 +1195,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
         struct okey *o = okey_of(te);
         if (o->dirty || now - o->computed_at >= ACTIVE_EVERY * r->interval)
             replica__compute(r, te, now);
-        if (o->n == 0 && now - o->computed_at >= r->silence) {
+        if (o->n == 0) { /* every reporter idle, gone or silent for long */
             r->st.owned_gc++;
             table_delete(r->owned, te); /* swaps the last record into i */
             continue;
@@ -1195,7 +1243,7 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
         struct nkey *k = nkey_of(e);
         replica__refill(k, r->now);
         uint32_t owner = replica__owner(r, k, key, klen);
-        double es = replica__eff_share(k);
+        double es = k->share;
         double rate = replica__rate(&k->p) * es;
         info->params = k->p;
         info->policy = (enum replica_policy)k->policy;
@@ -1204,9 +1252,6 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
         info->remaining = k->tokens > 0 ? (int64_t)floor(k->tokens) : 0;
         int64_t reset = replica__ns_for(replica__cap(k, es) - k->tokens, rate);
         info->reset_after_ns = reset == INT64_MAX ? 0 : reset;
-        int64_t debt = k->shadow < 0 ? replica__ns_for(-k->shadow, replica__rate(&k->p) * k->share)
-                                     : 0;
-        info->debt_ns = debt == INT64_MAX ? 0 : debt;
         info->owner = r->mem[owner].name;
         info->owned = owner == r->self;
         info->degraded = (k->flags & NK_DEGRADED) != 0;
@@ -1219,6 +1264,8 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
     }
     if (te != NULL) {
         struct okey *o = okey_of(te);
+        int64_t debt = o->policy == REPLICA_OPTIMISTIC ? replica__debt(o, r->now) : 0;
+        info->debt_ns = debt > 0 ? debt : 0;
         info->nslots = o->n;
         for (uint32_t i = 0; fn != NULL && i < o->n; i++) {
             struct orep *rp = &o->reps[i];

@@ -28,13 +28,15 @@
 #define FS_SEC   1000000000LL
 #define FS_MSEC  1000000LL
 #define FS_WHEEL 8192 /* ms slots; arrivals further out wait a turn */
+#define FS_ORC_WORDS 16 /* int64 words of oracle state per key (precision <= 14) */
 
 struct fs_cfg {
     int n;               /* nodes */
     int keys;            /* global keys, each busy on every node */
     double demand;       /* per key: total demand / limit rate */
     double skew;         /* node i's demand weight ~ 1 / (i + 1)^skew */
-    int64_t burst;       /* per key (gcra) */
+    enum algo_kind kind; /* every key's algorithm (gcra by default) */
+    int64_t burst;       /* per key (gcra, token-bucket) */
     int64_t rate_lo, rate_hi; /* per key: units per second, uniform */
     double loss;         /* message loss */
     int64_t latency_ns, jitter_ns;
@@ -51,6 +53,8 @@ struct fs_cfg {
     int64_t die_at; int dier;                 /* crash, no restart */
     int64_t skew_node; int64_t skew_ns;       /* node skew_node's clock offset */
     int64_t skew_node2; int64_t skew2_ns;
+    int64_t burst_at; int burst_each;         /* every node, every key, at once */
+    int64_t restart_window;                   /* restarted_ok counts this long */
     int quiet;
     int trace; /* print cumulative admitted and oracle every 250 ms */
 };
@@ -84,7 +88,7 @@ struct fleetsim {
     struct fs_node *nd;
     char **keyname;
     struct algo_params *kp;
-    int64_t *orc_state;   /* oracle GCRA TAT per key */
+    int64_t *orc_state;   /* oracle state per key (FS_ORC_WORDS words) */
     uint64_t *orc_ok, *ok, *req;
     uint64_t *win_ok, *win_orc; /* inside the partition window */
     struct fs_stream *st;
@@ -95,7 +99,7 @@ struct fleetsim {
     /* messages: binary heap by time */
     struct fs_msg *q;
     size_t nq, capq;
-    int64_t now;
+    int64_t now, t0; /* now: the simulation's clock; t0: the scenario's start */
     uint64_t bytes_sent, msgs_sent, msgs_lost;
     int view_dirty;
     int64_t view_at;
@@ -136,6 +140,7 @@ static inline int fs_reachable(const struct fleetsim *s, int a, int b, int64_t t
 {
     if (!s->nd[a].up || !s->nd[b].up)
         return 0;
+    t -= s->t0;
     if (s->c.part_len > 0 && t >= s->c.part_at && t < s->c.part_at + s->c.part_len)
         return (a < s->c.split) == (b < s->c.split);
     return 1;
@@ -203,7 +208,7 @@ static inline int fs_send(void *ud, const char *to, const uint8_t *buf, size_t l
 
 static inline void fs_views(struct fleetsim *s)
 {
-    int64_t t = s->now - s->c.detect_ns; /* what failure detection reports now */
+    int64_t t = s->now - s->t0 - s->c.detect_ns; /* what failure detection reports now */
     struct replica_member *m = malloc((size_t)s->c.n * sizeof(*m));
     for (int i = 0; i < s->c.n; i++) {
         if (!s->nd[i].up)
@@ -269,11 +274,11 @@ static inline int fs_init(struct fleetsim *s, const struct fs_cfg *c)
     if (c->n > 1024)
         return -1;
     s->rng = c->seed ? c->seed : 1;
-    s->now = 2 * 3600 * FS_SEC; /* room for clocks an hour behind */
+    s->now = s->t0 = 2 * 3600 * FS_SEC; /* room for clocks an hour behind */
     s->nd = calloc((size_t)c->n, sizeof(*s->nd));
     s->keyname = calloc((size_t)c->keys, sizeof(char *));
     s->kp = calloc((size_t)c->keys, sizeof(*s->kp));
-    s->orc_state = calloc((size_t)c->keys, sizeof(int64_t));
+    s->orc_state = calloc((size_t)c->keys * FS_ORC_WORDS, sizeof(int64_t));
     s->orc_ok = calloc((size_t)c->keys, sizeof(uint64_t));
     s->ok = calloc((size_t)c->keys, sizeof(uint64_t));
     s->req = calloc((size_t)c->keys, sizeof(uint64_t));
@@ -303,7 +308,10 @@ static inline int fs_init(struct fleetsim *s, const struct fs_cfg *c)
         int64_t rate = c->rate_lo + (int64_t)(fs_rand01(s) * (double)(c->rate_hi - c->rate_lo + 1));
         if (rate > c->rate_hi)
             rate = c->rate_hi;
-        algo_params_init(&s->kp[k], ALGO_GCRA, c->burst, rate, FS_SEC, 0);
+        if (algo_params_init(&s->kp[k], c->kind, c->burst, rate, FS_SEC, 0) != 0 ||
+            algo_state_size(&s->kp[k]) > FS_ORC_WORDS * sizeof(int64_t))
+            return -1;
+        algo_init(&s->kp[k], &s->orc_state[(size_t)k * FS_ORC_WORDS]);
         for (int i = 0; i < c->n; i++) {
             struct fs_stream *x = &s->st[s->nst];
             x->node = i;
@@ -346,6 +354,7 @@ static inline void fs_destroy(struct fleetsim *s)
 
 static inline int fs_in_window(const struct fleetsim *s, int64_t t)
 {
+    t -= s->t0;
     return s->c.part_len > 0 && t >= s->c.part_at && t < s->c.part_at + s->c.part_len;
 }
 
@@ -355,7 +364,7 @@ static inline void fs_request(struct fleetsim *s, struct fs_stream *x, int64_t t
     if (!s->nd[i].up) /* clients of a dead node get no answer; the oracle sees nothing */
         return;
     struct algo_result ro, rr;
-    algo_decide(&s->kp[k], &s->orc_state[k], 1, s->now - t0, &ro);
+    algo_decide(&s->kp[k], &s->orc_state[(size_t)k * FS_ORC_WORDS], 1, s->now - t0, &ro);
     s->req[k]++;
     if (!ro.limited)
         s->orc_ok[k]++;
@@ -363,8 +372,9 @@ static inline void fs_request(struct fleetsim *s, struct fs_stream *x, int64_t t
                               s->c.pol, 1, s->now + s->nd[i].offset, &rr);
     if (rc == 0 && !rr.limited) {
         s->ok[k]++;
-        if (s->c.restart_at > 0 && i < s->c.victims && s->now >= s->c.restart_at &&
-            s->now < s->c.restart_at + FS_SEC)
+        int64_t rw = s->c.restart_window > 0 ? s->c.restart_window : FS_SEC;
+        if (s->c.restart_at > 0 && i < s->c.victims && s->now - t0 >= s->c.restart_at &&
+            s->now - t0 < s->c.restart_at + rw)
             s->restarted_ok++;
     }
     if (fs_in_window(s, s->now)) {
@@ -408,6 +418,13 @@ static inline void fs_run(struct fleetsim *s)
             fs_stop_node(s, s->c.dier);
             s->view_dirty = 1;
         }
+        if (s->c.burst_at > 0 && rel == s->c.burst_at)
+            for (int i = 0; i < s->c.n; i++)
+                for (int k = 0; k < s->c.keys; k++)
+                    for (int b = 0; b < s->c.burst_each; b++) {
+                        struct fs_stream x = {.node = i, .key = k};
+                        fs_request(s, &x, t0);
+                    }
         /* views: refreshed every 50 ms (detection delays make them move) */
         if (s->view_dirty || s->now - last_view >= 50 * FS_MSEC) {
             fs_views(s);

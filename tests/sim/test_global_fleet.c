@@ -1,0 +1,274 @@
+/*
+ * Global limits at fleet scale in the simulator (tests/sim/fleetsim.h),
+ * against one central GCRA per key that sees every request (the oracle).
+ * Every key is hammered from every node at a skewed demand (node i's weight
+ * ~ 1/(i+1)) at 10x its limit unless stated; keys' rates are drawn between
+ * 20 and 100 per second, burst 10; 100 ms intervals; membership changes are
+ * seen 2 s after they happen.  Seeded: SLUICE_SEED=<n> replays a run.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "fleetsim.h"
+
+static uint64_t seed;
+
+static void run(const struct fs_cfg *c, struct fs_result *r, const char *what)
+{
+    struct fleetsim s;
+    assert_int_equal(fs_init(&s, c), 0);
+    fs_run(&s);
+    fs_result(&s, r);
+    uint64_t bad = 0;
+    for (int i = 0; i < c->n; i++) {
+        struct replica_stats st;
+        if (s.nd[i].r == NULL)
+            continue;
+        replica_get_stats(s.nd[i].r, &st);
+        bad += st.bad_packets;
+    }
+    fprintf(stderr,
+            "  %s: %d nodes x %d keys, loss %.0f%%: ratio %.4f p99_key %.3f worst_key %.3f "
+            "min_key %.3f window %.3f, %.0f B/node/s\n",
+            what, c->n, c->keys, c->loss * 100, r->ratio, r->p99_key, r->worst_key, r->min_key,
+            r->win_ratio, r->bytes_node_s);
+    assert_int_equal(bad, 0);
+    fs_destroy(&s);
+}
+
+/* 16 nodes x 1,000 busy keys at 10x skewed demand: the brief's figure. */
+static void test_16x1000(void **state)
+{
+    (void)state;
+    struct fs_cfg c;
+    struct fs_result r;
+    fs_default(&c, seed);
+    c.n = 16;
+    c.keys = 1000;
+    c.seconds = 10;
+    run(&c, &r, "steady");
+    assert_true(fabs(r.ratio - 1.0) <= 0.02);
+    assert_true(r.worst_key <= 1.10);
+}
+
+/* 5 nodes x 100 keys with 10% of messages lost. */
+static void test_loss(void **state)
+{
+    (void)state;
+    struct fs_cfg c;
+    struct fs_result r;
+    fs_default(&c, seed);
+    c.loss = 0.10;
+    c.seconds = 20;
+    run(&c, &r, "loss");
+    assert_true(fabs(r.ratio - 1.0) <= 0.05);
+    assert_true(r.worst_key <= 1.10);
+}
+
+/* 100 nodes: shares that follow demand, not N. */
+static void test_100_nodes(void **state)
+{
+    (void)state;
+    struct fs_cfg c;
+    struct fs_result r;
+    fs_default(&c, seed);
+    c.n = 100;
+    c.keys = 50;
+    c.seconds = 10;
+    c.loss = 0.10;
+    run(&c, &r, "100 nodes");
+    assert_true(fabs(r.ratio - 1.0) <= 0.05);
+    assert_true(r.worst_key <= 1.10);
+}
+
+/* A node joins, one dies (crash, never back) and one leaves gracefully,
+ * each mid-run. */
+static void test_churn_members(void **state)
+{
+    (void)state;
+    struct fs_cfg c;
+    struct fs_result r;
+    fs_default(&c, seed);
+    c.n = 8;
+    c.keys = 100;
+    c.seconds = 30;
+    c.join_at = 5 * FS_SEC;
+    c.die_at = 10 * FS_SEC;
+    c.dier = 2;
+    c.leave_at = 15 * FS_SEC;
+    c.leaver = 4;
+    c.trace = getenv("FS_TRACE") != NULL;
+    run(&c, &r, "join, death, leave");
+    assert_true(fabs(r.ratio - 1.0) <= 0.05);
+}
+
+/* A 10 s two-way partition under the share policy: each side holds its
+ * last known share, so the whole cluster admits at most 10% over the
+ * oracle during it. */
+static void test_partition_share(void **state)
+{
+    (void)state;
+    struct fs_cfg c;
+    struct fs_result r;
+    fs_default(&c, seed);
+    c.n = 6;
+    c.keys = 100;
+    c.seconds = 30;
+    c.part_at = 10 * FS_SEC;
+    c.part_len = 10 * FS_SEC;
+    c.split = 3;
+    run(&c, &r, "partition, share");
+    assert_true(r.win_ratio <= 1.10);
+    assert_true(r.win_ratio >= 0.80);
+    assert_true(fabs(r.ratio - 1.0) <= 0.10);
+}
+
+/* The same partition under the optimistic policy: each side enforces the
+ * full limit (about twice the oracle during it) and repays the excess once
+ * healed, so the whole run stays near the oracle. */
+static void test_partition_optimistic(void **state)
+{
+    (void)state;
+    struct fs_cfg c;
+    struct fs_result r;
+    fs_default(&c, seed);
+    c.n = 6;
+    c.keys = 100;
+    c.seconds = 60;
+    c.part_at = 10 * FS_SEC;
+    c.part_len = 10 * FS_SEC;
+    c.split = 3;
+    c.pol = REPLICA_OPTIMISTIC;
+    run(&c, &r, "partition, optimistic");
+    assert_true(r.win_ratio >= 1.30);
+    assert_true(r.ratio <= 1.12);
+}
+
+/* Two of three nodes killed at once and restarted: no fresh quota.  A
+ * fresh quota would be a whole burst (11) per key per restarted node in
+ * their first moments; what they admit in their first 200 ms must stay
+ * within their part of the rate. */
+static void test_restart_two_of_three(void **state)
+{
+    (void)state;
+    struct fs_cfg c;
+    struct fs_result r;
+    fs_default(&c, seed);
+    c.n = 3;
+    c.keys = 100;
+    c.seconds = 20;
+    c.rate_lo = 20;
+    c.rate_hi = 40;
+    c.kill_at = 8 * FS_SEC;
+    c.restart_at = 8 * FS_SEC + 500 * FS_MSEC;
+    c.victims = 2;
+    c.restart_window = 200 * FS_MSEC;
+    struct fleetsim s;
+    assert_int_equal(fs_init(&s, &c), 0);
+    fs_run(&s);
+    fs_result(&s, &r);
+    fprintf(stderr, "  restart: ratio %.4f, restarted nodes admitted %llu in their first 200 ms\n",
+            r.ratio, (unsigned long long)s.restarted_ok);
+    /* The rate alone gives at most 40 x 0.2 = 8 per key to all nodes. */
+    assert_true(s.restarted_ok <= (uint64_t)c.keys * 8);
+    assert_true(r.ratio <= 1.05);
+    fs_destroy(&s);
+}
+
+/* Hosts whose clocks are an hour ahead and an hour behind change nothing:
+ * nothing on the wire is a time. */
+static void test_clock_skew(void **state)
+{
+    (void)state;
+    struct fs_cfg c;
+    struct fs_result r;
+    fs_default(&c, seed);
+    c.seconds = 20;
+    c.skew_node = 1;
+    c.skew_ns = 3600 * FS_SEC;
+    c.skew_node2 = 3;
+    c.skew2_ns = -3600 * FS_SEC;
+    run(&c, &r, "clocks +1 h and -1 h");
+    assert_true(fabs(r.ratio - 1.0) <= 0.02);
+    assert_true(r.worst_key <= 1.10);
+}
+
+/* Every node bursting at once on cold keys admits about one burst per key,
+ * not one per node. */
+static void test_first_burst(void **state)
+{
+    (void)state;
+    struct fs_cfg c;
+    fs_default(&c, seed);
+    c.n = 8;
+    c.keys = 100;
+    c.seconds = 1;
+    c.demand = 0.0001; /* nothing but the burst */
+    c.burst_at = 10 * FS_MSEC;
+    c.burst_each = 20;
+    struct fleetsim s;
+    assert_int_equal(fs_init(&s, &c), 0);
+    fs_run(&s);
+    uint64_t ok = 0, orc = 0;
+    for (int k = 0; k < c.keys; k++) {
+        ok += s.ok[k];
+        orc += s.orc_ok[k];
+    }
+    fprintf(stderr, "  first burst: %d nodes admitted %.2f bursts per key\n", c.n,
+            (double)ok / (double)orc);
+    assert_true((double)ok <= 1.3 * (double)orc);
+    assert_true((double)ok >= 0.7 * (double)orc);
+    fs_destroy(&s);
+}
+
+/* The other algorithms that can be global, 5 nodes x 100 keys. */
+static void algo_case(enum algo_kind kind, double tol)
+{
+    struct fs_cfg c;
+    struct fs_result r;
+    fs_default(&c, seed);
+    c.kind = kind;
+    c.seconds = 20;
+    run(&c, &r, algo_name(kind));
+    assert_true(fabs(r.ratio - 1.0) <= tol);
+}
+
+static void test_token_bucket(void **state)
+{
+    (void)state;
+    algo_case(ALGO_TOKEN_BUCKET, 0.02);
+}
+
+static void test_fixed_window(void **state)
+{
+    (void)state;
+    algo_case(ALGO_FIXED_WINDOW, 0.05);
+}
+
+static void test_sliding_window(void **state)
+{
+    (void)state;
+    algo_case(ALGO_SLIDING_WINDOW, 0.05);
+}
+
+int main(void)
+{
+    seed = test_seed("sim_test_global_fleet");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_16x1000),
+        cmocka_unit_test(test_loss),
+        cmocka_unit_test(test_100_nodes),
+        cmocka_unit_test(test_churn_members),
+        cmocka_unit_test(test_partition_share),
+        cmocka_unit_test(test_partition_optimistic),
+        cmocka_unit_test(test_restart_two_of_three),
+        cmocka_unit_test(test_clock_skew),
+        cmocka_unit_test(test_first_burst),
+        cmocka_unit_test(test_token_bucket),
+        cmocka_unit_test(test_fixed_window),
+        cmocka_unit_test(test_sliding_window),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,202 @@
+/* Unit tests: the codec of global-limit reports and leases (wire.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "sluice/error.h"
+#include "wire.h"
+
+struct got {
+    int reports, leases;
+    uint64_t life;
+    struct wire_report r[8];
+    struct wire_lease l[8];
+    char keys[8][64];
+};
+
+static void on_report(void *ud, uint64_t life, const struct wire_report *e)
+{
+    struct got *g = ud;
+    g->life = life;
+    memcpy(g->keys[g->reports], e->key, e->klen);
+    g->r[g->reports] = *e;
+    g->r[g->reports].key = g->keys[g->reports];
+    g->reports++;
+}
+
+static void on_lease(void *ud, uint64_t life, const struct wire_lease *e)
+{
+    struct got *g = ud;
+    g->life = life;
+    memcpy(g->keys[g->leases], e->key, e->klen);
+    g->l[g->leases] = *e;
+    g->l[g->leases].key = g->keys[g->leases];
+    g->leases++;
+}
+
+static const struct wire_report R1 = {.key = "user:42",
+                                      .klen = 7,
+                                      .kind = 1,
+                                      .policy = 1,
+                                      .burst = 15,
+                                      .count = 30,
+                                      .period_ns = 60000000000LL,
+                                      .precision = 0,
+                                      .demand_milli = 123456,
+                                      .admitted = 99,
+                                      .frozen_share = WIRE_ONE / 3,
+                                      .period_ms = 100,
+                                      .flags = WIRE_R_YOUNG};
+static const struct wire_report R2 = {.key = "k",
+                                      .klen = 1,
+                                      .kind = 3,
+                                      .policy = 0,
+                                      .burst = -5,
+                                      .count = INT64_MAX,
+                                      .period_ns = INT64_MIN,
+                                      .precision = 1000,
+                                      .demand_milli = UINT64_MAX,
+                                      .admitted = UINT64_MAX,
+                                      .frozen_share = WIRE_ONE,
+                                      .period_ms = UINT32_MAX,
+                                      .flags = WIRE_R_IDLE | WIRE_R_GONE};
+
+static size_t build_reports(uint8_t *buf, size_t cap)
+{
+    struct wire_writer w;
+    wire_writer_init(&w, buf, cap, WIRE_REPORT, 0x0123456789abcdefULL);
+    assert_int_equal(wire_add_report(&w, &R1), 0);
+    assert_int_equal(wire_add_report(&w, &R2), 0);
+    return wire_writer_finish(&w);
+}
+
+static void test_report_roundtrip(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t n = build_reports(buf, sizeof(buf));
+    struct got g = {0};
+    struct wire_handler h = {&g, on_report, on_lease};
+    assert_int_equal(wire_decode(buf, n, &h), 2);
+    assert_int_equal(g.reports, 2);
+    assert_int_equal(g.leases, 0);
+    assert_true(g.life == 0x0123456789abcdefULL);
+    assert_memory_equal(g.r[0].key, "user:42", 7);
+    assert_int_equal(g.r[0].burst, 15);
+    assert_true(g.r[0].period_ns == 60000000000LL);
+    assert_true(g.r[0].demand_milli == 123456);
+    assert_true(g.r[0].frozen_share == WIRE_ONE / 3);
+    assert_int_equal(g.r[0].flags, WIRE_R_YOUNG);
+    assert_int_equal(g.r[1].burst, -5);
+    assert_true(g.r[1].count == INT64_MAX);
+    assert_true(g.r[1].period_ns == INT64_MIN);
+    assert_true(g.r[1].demand_milli == UINT64_MAX);
+    assert_true(g.r[1].period_ms == UINT32_MAX);
+    assert_int_equal(g.r[1].kind, 3);
+}
+
+static void test_lease_roundtrip(void **state)
+{
+    (void)state;
+    uint8_t buf[256];
+    struct wire_writer w;
+    wire_writer_init(&w, buf, sizeof(buf), WIRE_LEASE, 7);
+    struct wire_lease l1 = {"a:b", 3, WIRE_ONE / 4, WIRE_L_COLD};
+    struct wire_lease l2 = {"zz", 2, WIRE_ONE, WIRE_L_SETTLED};
+    assert_int_equal(wire_add_lease(&w, &l1), 0);
+    assert_int_equal(wire_add_lease(&w, &l2), 0);
+    /* a report cannot go into a lease batch, nor a share above one */
+    assert_int_equal(wire_add_report(&w, &R1), -SLUICE_EINVAL);
+    struct wire_lease bad = {"x", 1, WIRE_ONE + 1, 0};
+    assert_int_equal(wire_add_lease(&w, &bad), -SLUICE_EINVAL);
+    size_t n = wire_writer_finish(&w);
+    struct got g = {0};
+    struct wire_handler h = {&g, on_report, on_lease};
+    assert_int_equal(wire_decode(buf, n, &h), 2);
+    assert_int_equal(g.leases, 2);
+    assert_true(g.life == 7);
+    assert_true(g.l[0].share == WIRE_ONE / 4);
+    assert_int_equal(g.l[0].flags, WIRE_L_COLD);
+    assert_true(g.l[1].share == WIRE_ONE);
+}
+
+/* Every truncation of a valid batch is refused as a whole: nothing is
+ * delivered from a batch that does not decode to its end. */
+static void test_truncated_everywhere(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t n = build_reports(buf, sizeof(buf));
+    for (size_t cut = 0; cut < n; cut++) {
+        struct got g = {0};
+        struct wire_handler h = {&g, on_report, on_lease};
+        int rc = wire_decode(buf, cut, &h);
+        assert_true(rc < 0);
+        assert_int_equal(g.reports, 0);
+    }
+}
+
+/* Trailing bytes, a wrong version, an entry count that lies, a key too
+ * long or empty: refused. */
+static void test_malformed(void **state)
+{
+    (void)state;
+    uint8_t buf[600];
+    size_t n = build_reports(buf, sizeof(buf));
+    buf[n] = 0xc0;
+    assert_int_equal(wire_decode(buf, n + 1, NULL), -SLUICE_EPROTO);
+    uint8_t v = buf[1];
+    buf[1] = 9;
+    assert_int_equal(wire_decode(buf, n, NULL), -SLUICE_EINVAL);
+    buf[1] = v;
+    buf[2] = 9;
+    assert_int_equal(wire_decode(buf, n, NULL), -SLUICE_EINVAL);
+    buf[2] = WIRE_REPORT;
+    buf[16] = 3; /* three entries claimed, two present */
+    assert_int_equal(wire_decode(buf, n, NULL), -SLUICE_EPROTO);
+    buf[13] = 0xff; /* four billion claimed */
+    assert_int_equal(wire_decode(buf, n, NULL), -SLUICE_EPROTO);
+    assert_int_equal(wire_decode(NULL, 0, NULL), -SLUICE_EPROTO);
+
+    struct wire_writer w;
+    wire_writer_init(&w, buf, sizeof(buf), WIRE_REPORT, 1);
+    struct wire_report e = R1;
+    e.klen = 0;
+    assert_int_equal(wire_add_report(&w, &e), -SLUICE_EINVAL);
+    e.klen = WIRE_KEY_MAX + 1;
+    assert_int_equal(wire_add_report(&w, &e), -SLUICE_EINVAL);
+}
+
+/* A full batch refuses the next entry and stays valid as it was. */
+static void test_full_batch(void **state)
+{
+    (void)state;
+    uint8_t buf[100];
+    struct wire_writer w;
+    wire_writer_init(&w, buf, sizeof(buf), WIRE_REPORT, 1);
+    int added = 0;
+    while (wire_add_report(&w, &R1) == 0)
+        added++;
+    assert_true(added >= 1);
+    assert_int_equal(wire_add_report(&w, &R1), -SLUICE_ETOOBIG);
+    size_t n = wire_writer_finish(&w);
+    assert_true(n <= sizeof(buf));
+    assert_int_equal(wire_decode(buf, n, NULL), added);
+    /* below a header nothing fits */
+    wire_writer_init(&w, buf, 10, WIRE_REPORT, 1);
+    assert_int_equal(wire_add_report(&w, &R1), -SLUICE_ETOOBIG);
+    assert_int_equal(wire_writer_finish(&w), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_report_roundtrip), cmocka_unit_test(test_lease_roundtrip),
+        cmocka_unit_test(test_truncated_everywhere), cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_full_batch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
