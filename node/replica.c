@@ -15,6 +15,30 @@
 #define ACTIVE_EVERY 5   /* intervals between reports of an uncontested key */
 #define SHARE_EPS    0.02 /* relative share change worth a lease */
 
+/* A limit as the replica keeps it: the fields of struct algo_params it
+ * needs (40 bytes instead of 96; a node holds one per key twice over). */
+struct rlimit {
+    int64_t burst, count, period_ns, limit;
+    int32_t precision;
+    uint8_t kind;
+};
+
+static void replica__limit_of(struct rlimit *l, const struct algo_params *p)
+{
+    l->burst = p->burst;
+    l->count = p->count;
+    l->period_ns = p->period_ns;
+    l->limit = p->limit;
+    l->precision = (int32_t)p->precision;
+    l->kind = (uint8_t)p->kind;
+}
+
+static int replica__params_of(struct algo_params *p, const struct rlimit *l)
+{
+    return algo_params_init(p, (enum algo_kind)l->kind, l->burst, l->count, l->period_ns,
+                            l->precision);
+}
+
 /* ---- members ------------------------------------------------------------- */
 
 /* A name the replica has heard of.  Ids index r->mem and stay valid for the
@@ -46,18 +70,17 @@ struct wloc {
 };
 
 struct nkey {
-    struct algo_params p;
+    struct rlimit p;
     uint32_t idx;      /* in r->nk */
     uint32_t view_gen; /* owner computed under this view */
     uint32_t owner;    /* member id */
     uint8_t policy, flags;
-    double share, fshare;
-    double tokens;  /* the lease bucket */
-    int64_t last_ns;       /* last refill */
-    double demand, acc;    /* units/s; units requested since dem_at */
-    double rep_demand;     /* demand at the last report */
+    float share, fshare;     /* the lease; the share held while the cluster was whole */
+    float demand, acc;       /* units/s; units requested since dem_at */
+    float rep_demand, total; /* demand at the last report; requested since born */
+    double tokens;           /* the lease bucket */
+    int64_t last_ns;         /* last refill */
     int64_t dem_at, last_req, last_report, last_lease, born;
-    double total; /* units requested since born, for the first estimate */
     uint64_t admitted;
     struct wloc *w; /* window kinds only */
 };
@@ -70,15 +93,16 @@ struct nkey {
 
 struct orep {
     uint32_t member;
-    uint8_t flags;
+    uint32_t period_ms; /* the reporter's report period */
     uint64_t life;
-    double demand, fshare, share, sent_share;
-    int64_t last_at, period_ns;
+    float demand, fshare, share, sent_share;
+    int64_t last_at;
     uint64_t admitted;
+    uint8_t flags;
 };
 
 struct okey {
-    struct algo_params p;
+    struct rlimit p;
     uint32_t idx;
     uint8_t policy, dirty;
     int64_t created_at, computed_at;
@@ -229,13 +253,13 @@ static int replica__append(struct replica *r, uint32_t id, int t, uint64_t life,
 
 /* ---- the lease bucket -------------------------------------------------------- */
 
-static int replica__windowed(const struct algo_params *p)
+static int replica__windowed(const struct rlimit *p)
 {
     return p->kind == ALGO_FIXED_WINDOW || p->kind == ALGO_SLIDING_WINDOW;
 }
 
 /* Units per ns of the whole limit. */
-static double replica__rate(const struct algo_params *p)
+static double replica__rate(const struct rlimit *p)
 {
     return (double)p->count / (double)p->period_ns;
 }
@@ -280,7 +304,8 @@ static int replica__window_apply(struct nkey *k)
     if (k->w != NULL && k->w->p.count == cnt)
         return 0;
     struct algo_params np;
-    if (algo_params_init(&np, k->p.kind, k->p.burst, cnt, k->p.period_ns, k->p.precision) != 0)
+    if (algo_params_init(&np, (enum algo_kind)k->p.kind, k->p.burst, cnt, k->p.period_ns,
+                         k->p.precision) != 0)
         return -SLUICE_EINVAL;
     size_t sz = algo_state_size(&np);
     if (k->w != NULL && algo_state_size(&k->w->p) == sz) {
@@ -303,7 +328,7 @@ static int replica__window_apply(struct nkey *k)
 static void replica__set_share(struct nkey *k, double share, int64_t now)
 {
     replica__refill(k, now);
-    k->share = share;
+    k->share = (float)share;
     double cap = replica__cap(k, k->share);
     if (k->tokens > cap)
         k->tokens = cap;
@@ -535,13 +560,13 @@ static int replica__young(const struct replica *r, int64_t now)
 static void replica__key_init(struct replica *r, struct nkey *k, const char *key, size_t klen,
                               const struct algo_params *p, enum replica_policy pol, int64_t now)
 {
-    k->p = *p;
+    replica__limit_of(&k->p, p);
     k->policy = (uint8_t)pol;
     k->view_gen = r->view_gen - 1u;
     k->owner = r->self;
     k->flags = NK_DIRTY;
     double n = r->nlive > 0 ? (double)r->nlive : 1.0;
-    k->share = 1.0 / n;
+    k->share = (float)(1.0 / n);
     k->last_ns = k->dem_at = k->last_report = k->last_lease = now;
     k->last_req = now;
     k->born = now;
@@ -559,11 +584,11 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
         if (k->tokens > cap)
             k->tokens = cap;
     }
-    if (replica__windowed(p))
+    if (replica__windowed(&k->p))
         (void)replica__window_apply(k);
 }
 
-static int replica__params_equal(const struct algo_params *a, const struct algo_params *b)
+static int replica__params_equal(const struct rlimit *a, const struct algo_params *b)
 {
     return a->kind == b->kind && a->burst == b->burst && a->count == b->count &&
            a->period_ns == b->period_ns && a->precision == b->precision;
@@ -643,7 +668,7 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
     } else {
         k = nkey_of(e);
         if (!replica__params_equal(&k->p, p)) {
-            k->p = *p;
+            replica__limit_of(&k->p, p);
             k->flags |= NK_DIRTY;
             replica__set_share(k, k->share, now_ns);
         }
@@ -652,8 +677,8 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
     replica__refill(k, now_ns);
     r->st.decisions++;
     if (qty > 0) {
-        k->acc += (double)qty;
-        k->total += (double)qty;
+        k->acc += (float)qty;
+        k->total += (float)qty;
         k->last_req = now_ns;
         if (k->flags & NK_IDLE)
             k->flags = (uint8_t)((k->flags & ~NK_IDLE) | NK_DIRTY);
@@ -715,7 +740,7 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
     } else {
         o = okey_of(te);
     }
-    o->p = p;
+    replica__limit_of(&o->p, &p);
     o->policy = e->policy == REPLICA_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
     struct orep *rp = replica__rep(o, from);
     if (e->flags & WIRE_R_GONE) {
@@ -754,10 +779,10 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
         int64_t base = o->tat > r->now ? o->tat : r->now;
         o->tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
     }
-    rp->demand = (double)e->demand_milli / 1000.0;
-    rp->fshare = (double)e->frozen_share / (double)WIRE_ONE;
+    rp->demand = (float)((double)e->demand_milli / 1000.0);
+    rp->fshare = (float)((double)e->frozen_share / (double)WIRE_ONE);
     rp->admitted = e->admitted;
-    rp->period_ns = (int64_t)e->period_ms * 1000000LL;
+    rp->period_ms = (uint32_t)e->period_ms;
     rp->last_at = r->now;
     rp->flags = (uint8_t)(REP_FRESH | ((e->flags & WIRE_R_YOUNG) ? REP_YOUNG : 0) |
                           ((e->flags & WIRE_R_IDLE) ? REP_IDLE : 0));
@@ -768,7 +793,7 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
  * its periods (at least a silence window). */
 static int replica__rep_live(const struct replica *r, const struct orep *rp, int64_t now)
 {
-    int64_t win = rp->period_ns * 3;
+    int64_t win = (int64_t)rp->period_ms * 3000000LL;
     if (win < r->silence)
         win = r->silence;
     return now - rp->last_at <= win && r->mem[rp->member].in_view;
@@ -833,7 +858,7 @@ static void replica__split(struct replica *r, struct okey *o, double avail, doub
     if (dsum <= 0.0) {
         for (uint32_t i = 0; i < o->n; i++)
             if (o->reps[i].share < -0.5)
-                o->reps[i].share = avail / (double)nl;
+                o->reps[i].share = (float)(avail / (double)nl);
         return;
     }
     double left = avail, dleft = dsum;
@@ -846,7 +871,7 @@ static void replica__split(struct replica *r, struct okey *o, double avail, doub
             double d = (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
             double cap = SPLIT_HEADROOM * d / rate;
             if (left * d / dleft > cap) {
-                rp->share = cap;
+                rp->share = (float)cap;
                 capped = 1;
             }
         }
@@ -871,7 +896,7 @@ static void replica__split(struct replica *r, struct okey *o, double avail, doub
         if (rp->share > -0.5 || !replica__rep_live(r, rp, now))
             continue;
         double d = (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
-        rp->share = dleft > 0.0 ? left * d / dleft : 0.0;
+        rp->share = (float)(dleft > 0.0 ? left * d / dleft : 0.0);
     }
 }
 
@@ -948,7 +973,7 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         for (uint32_t i = 0; fresh > room && i < o->n; i++) {
             struct orep *rp = &o->reps[i];
             if (replica__rep_live(r, rp, now) && rp->fshare <= 0.0)
-                rp->share *= room / fresh;
+                rp->share *= (float)(room / fresh);
         }
     }
     for (uint32_t i = 0; i < o->n; i++) {
@@ -961,7 +986,7 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         if (!changed && !(rp->flags & REP_FRESH))
             continue;
         rp->flags &= (uint8_t)~REP_FRESH;
-        rp->sent_share = w;
+        rp->sent_share = (float)w;
         uint64_t s = (uint64_t)(w * (double)WIRE_ONE);
         if (s > WIRE_ONE)
             s = WIRE_ONE;
@@ -993,7 +1018,7 @@ static void replica__apply_lease(struct replica *r, struct nkey *k, double share
     }
     k->flags = (uint8_t)((k->flags & ~NK_YOUNG) | NK_LEASED);
     if (flags & WIRE_L_SETTLED)
-        k->fshare = share;
+        k->fshare = (float)share;
     r->synced = 1;
 }
 
@@ -1072,12 +1097,12 @@ static void replica__demand(struct nkey *k, int64_t now)
          * is far steadier than one interval's count, whose Poisson noise
          * would hand a quiet node a large share and waste it. */
         double avg = (k->total - 1.0) / age;
-        k->demand = avg > 0.0 ? avg : 0.0;
+        k->demand = (float)(avg > 0.0 ? avg : 0.0);
         k->acc = 0.0;
         k->dem_at = now;
         return;
     }
-    k->demand += a * (inst - k->demand);
+    k->demand += (float)(a * (inst - k->demand));
     if (k->demand < 1e-6)
         k->demand = 0.0;
     k->acc = 0.0;
@@ -1245,7 +1270,7 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
         uint32_t owner = replica__owner(r, k, key, klen);
         double es = k->share;
         double rate = replica__rate(&k->p) * es;
-        info->params = k->p;
+        (void)replica__params_of(&info->params, &k->p);
         info->policy = (enum replica_policy)k->policy;
         info->share = k->share;
         info->demand = k->demand;
@@ -1257,7 +1282,7 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
         info->degraded = (k->flags & NK_DEGRADED) != 0;
     } else {
         struct okey *o = okey_of(te);
-        info->params = o->p;
+        (void)replica__params_of(&info->params, &o->p);
         info->policy = (enum replica_policy)o->policy;
         info->owner = r->name;
         info->owned = 1;

@@ -72,8 +72,9 @@ def free_tcp_port():
 class Daemon:
     """A sluiced process on a private socket; use as a context manager."""
 
-    def __init__(self, *args, socket_path=None, tmpdir=None):
+    def __init__(self, *args, socket_path=None, tmpdir=None, prefix=None):
         self.own_tmp = tmpdir is None
+        self.prefix = list(prefix or [])  # e.g. ["faketime", "-f", "+1h"]
         self.tmpdir = tmpdir or tempfile.mkdtemp(prefix="sluice-it-")
         self.path = socket_path or os.path.join(self.tmpdir, "sluice.sock")
         self.logpath = os.path.join(self.tmpdir, "sluiced-%d.log" % id(self))
@@ -82,7 +83,7 @@ class Daemon:
 
     def start(self, wait=True):
         self.log = open(self.logpath, "wb")
-        self.proc = subprocess.Popen([SLUICED, "--socket", self.path] + self.args,
+        self.proc = subprocess.Popen(self.prefix + [SLUICED, "--socket", self.path] + self.args,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         if wait:
             try:
