@@ -14,21 +14,30 @@
 #define DEMAND_TAU_S 1.0 /* demand estimate: EWMA time constant */
 #define ACTIVE_EVERY 5   /* intervals between reports of an uncontested key */
 #define SHARE_EPS    0.02 /* relative share change worth a lease */
+#define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
 
 /* A limit as the replica keeps it: the fields of struct algo_params it
- * needs (40 bytes instead of 96; a node holds one per key twice over). */
+ * needs (32 bytes instead of 96; a node may hold one per key twice), with
+ * the key's partition policy and flags in what would be padding. */
 struct rlimit {
-    int64_t burst, count, period_ns, limit;
+    int64_t burst, count, period_ns;
     int32_t precision;
     uint8_t kind;
+    uint8_t policy; /* enum replica_policy */
+    uint8_t flags;  /* NK_* (node side) or dirty (owner side) */
 };
+
+/* Units a fresh key admits at once: burst + 1, or the count of a window. */
+static int64_t replica__limit(const struct rlimit *l)
+{
+    return l->kind == ALGO_GCRA || l->kind == ALGO_TOKEN_BUCKET ? l->burst + 1 : l->count;
+}
 
 static void replica__limit_of(struct rlimit *l, const struct algo_params *p)
 {
     l->burst = p->burst;
     l->count = p->count;
     l->period_ns = p->period_ns;
-    l->limit = p->limit;
     l->precision = (int32_t)p->precision;
     l->kind = (uint8_t)p->kind;
 }
@@ -61,6 +70,7 @@ struct member {
 #define NK_IDLE     0x04u /* the idle report went out */
 #define NK_LEASED   0x08u /* a lease arrived at least once */
 #define NK_DEGRADED 0x10u /* owner silent: the node keeps its last lease */
+#define NK_GROWN    0x20u /* past its first second: demand is an EWMA */
 
 /* Local state of a window algorithm under a lease: its own params with the
  * node's share of the count, then the algorithm's state. */
@@ -72,15 +82,14 @@ struct wloc {
 struct nkey {
     struct rlimit p;
     uint32_t idx;      /* in r->nk */
-    uint32_t view_gen; /* owner computed under this view */
-    uint32_t owner;    /* member id */
-    uint8_t policy, flags;
+    uint16_t view_gen; /* owner computed under this view (low bits) */
+    uint16_t owner;    /* member id */
     float share, fshare;     /* the lease; the share held while the cluster was whole */
-    float demand, acc;       /* units/s; units requested since dem_at */
-    float rep_demand, total; /* demand at the last report; requested since born */
+    float demand, acc; /* units/s; units requested since the last tick (since
+                          born while the key is young: see replica__demand) */
     double tokens;           /* the lease bucket */
     int64_t last_ns;         /* last refill */
-    int64_t dem_at, last_req, last_report, last_lease, born;
+    int64_t last_req, last_report, last_lease, born;
     uint64_t admitted;
     struct wloc *w; /* window kinds only */
 };
@@ -104,7 +113,6 @@ struct orep {
 struct okey {
     struct rlimit p;
     uint32_t idx;
-    uint8_t policy, dirty;
     int64_t created_at, computed_at;
     int64_t tat; /* optimistic keys: the cluster's reported consumption as a GCRA */
     uint32_t n, cap;
@@ -127,7 +135,7 @@ struct replica {
     uint64_t *live_hash;
     size_t nlive;
     int complete;
-    uint32_t view_gen;
+    uint16_t view_gen; /* bumped on every change of the live set */
     int64_t view_changed_at;
 
     struct table *nodes;
@@ -137,7 +145,7 @@ struct replica {
     struct table_entry **ok;
     size_t nok, capok;
 
-    int64_t now, born, next_tick;
+    int64_t now, born, next_tick, last_tick;
     int synced;
     size_t tick_budget; /* report bytes per tick */
     struct replica_stats st;
@@ -166,6 +174,8 @@ static int replica__intern(struct replica *r, const char *name, size_t len, uint
             *id = (uint32_t)i;
             return 0;
         }
+    if (r->nmem >= REPLICA_MEMBERS_MAX)
+        return -SLUICE_EFULL; /* member ids are 16 bits, like libgossip's limit */
     if (r->nmem == r->capmem) {
         size_t nc = r->capmem ? r->capmem * 2 : 16;
         struct member *m = realloc(r->mem, nc * sizeof(*m));
@@ -272,7 +282,7 @@ static double replica__rate(const struct rlimit *p)
  * at once after a quiet spell still admit about one burst. */
 static double replica__cap(const struct nkey *k, double share)
 {
-    double c = share * (double)k->p.limit;
+    double c = share * (double)replica__limit(&k->p);
     if (c < 1.0)
         c = 1.0;
     if (k->demand > share * (double)k->p.count * 1e9 / (double)k->p.period_ns)
@@ -343,10 +353,10 @@ static uint32_t replica__owner(struct replica *r, struct nkey *k, const char *ke
     if (k->view_gen != r->view_gen) {
         uint32_t old = k->owner;
         size_t i = hrw_pick(hrw_hash(key, klen), r->live_hash, r->nlive);
-        k->owner = r->live[i];
+        k->owner = (uint16_t)r->live[i];
         k->view_gen = r->view_gen;
         if (k->owner != old)
-            k->flags |= NK_DIRTY;
+            k->p.flags |= NK_DIRTY;
     }
     return k->owner;
 }
@@ -393,7 +403,7 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
     for (size_t i = 0; i < nl && !changed; i++)
         changed = ids[i] != r->live[i];
     if (changed || (complete != 0) != r->complete) {
-        r->view_gen++;
+        r->view_gen = (uint16_t)(r->view_gen + 1u);
         r->view_changed_at = now_ns;
         r->st.view_changes++;
     }
@@ -414,7 +424,7 @@ static int64_t replica__nk_drain(void *ud, const struct table_entry *e)
     const struct nkey *k = (const struct nkey *)table_entry_value((struct table_entry *)e);
     /* Droppable once idle was reported and nothing came since for the grace;
      * an entry that was never reported is kept until it is. */
-    if (!(k->flags & NK_IDLE) || (k->flags & NK_DIRTY))
+    if (!(k->p.flags & NK_IDLE) || (k->p.flags & NK_DIRTY))
         return INT64_MAX;
     int64_t t = k->last_req > k->last_lease ? k->last_req : k->last_lease;
     return t > INT64_MAX - r->grace ? INT64_MAX : t + r->grace;
@@ -493,7 +503,7 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->default_policy = cfg->default_policy;
     r->send = cfg->send;
     r->send_ud = cfg->send_ud;
-    r->now = r->born = now_ns;
+    r->now = r->born = r->last_tick = now_ns;
     r->next_tick = now_ns;
     r->synced = r->young == 0;
     /* Reports may use about 400 KB/s: enough for every key every interval
@@ -561,13 +571,13 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
                               const struct algo_params *p, enum replica_policy pol, int64_t now)
 {
     replica__limit_of(&k->p, p);
-    k->policy = (uint8_t)pol;
-    k->view_gen = r->view_gen - 1u;
-    k->owner = r->self;
-    k->flags = NK_DIRTY;
+    k->p.policy = (uint8_t)pol;
+    k->view_gen = (uint16_t)(r->view_gen - 1u);
+    k->owner = (uint16_t)r->self;
+    k->p.flags = NK_DIRTY;
     double n = r->nlive > 0 ? (double)r->nlive : 1.0;
     k->share = (float)(1.0 / n);
-    k->last_ns = k->dem_at = k->last_report = k->last_lease = now;
+    k->last_ns = k->last_report = k->last_lease = now;
     k->last_req = now;
     k->born = now;
     /* The fractional part is spread by a hash of (key, node): were every
@@ -576,7 +586,7 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
     double u = (double)(hrw_score(hrw_hash(key, klen), r->mem[r->self].hash) >> 11) *
                (1.0 / 9007199254740992.0);
     if (replica__young(r, now)) {
-        k->flags |= NK_YOUNG;
+        k->p.flags |= NK_YOUNG;
         k->tokens = u < 0.999 ? u : 0.999; /* no whole unit: no fresh quota */
     } else {
         k->tokens = (double)p->limit / n + u;
@@ -611,8 +621,8 @@ static void replica__bucket_decide(struct replica *r, struct nkey *k, int64_t qt
     double cap = replica__cap(k, es);
     double rate = replica__rate(&k->p) * es;
     double need = (double)qty;
-    out->limit = k->p.limit;
-    if (qty > k->p.limit) {
+    out->limit = replica__limit(&k->p);
+    if (qty > replica__limit(&k->p)) {
         out->limited = qty > 0;
         out->retry_after_ns = ALGO_NEVER;
     } else if (qty == 0 || k->tokens >= need || (need > cap && k->tokens >= cap)) {
@@ -669,19 +679,18 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
         k = nkey_of(e);
         if (!replica__params_equal(&k->p, p)) {
             replica__limit_of(&k->p, p);
-            k->flags |= NK_DIRTY;
+            k->p.flags |= NK_DIRTY;
             replica__set_share(k, k->share, now_ns);
         }
-        k->policy = (uint8_t)pol;
+        k->p.policy = (uint8_t)pol;
     }
     replica__refill(k, now_ns);
     r->st.decisions++;
     if (qty > 0) {
         k->acc += (float)qty;
-        k->total += (float)qty;
         k->last_req = now_ns;
-        if (k->flags & NK_IDLE)
-            k->flags = (uint8_t)((k->flags & ~NK_IDLE) | NK_DIRTY);
+        if (k->p.flags & NK_IDLE)
+            k->p.flags = (uint8_t)((k->p.flags & ~NK_IDLE) | NK_DIRTY);
     }
     if (k->w != NULL) {
         int rc = algo_decide(&k->w->p, k->w->state, qty, now_ns, out);
@@ -695,7 +704,7 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
     }
     if (out->limited && qty > 0) {
         r->st.limited++;
-        if (k->flags & NK_YOUNG)
+        if (k->p.flags & NK_YOUNG)
             r->st.young_denials++;
     }
     return 0;
@@ -741,17 +750,17 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
         o = okey_of(te);
     }
     replica__limit_of(&o->p, &p);
-    o->policy = e->policy == REPLICA_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
+    o->p.policy = e->policy == REPLICA_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
     struct orep *rp = replica__rep(o, from);
     if (e->flags & WIRE_R_GONE) {
         if (rp != NULL)
             *rp = o->reps[--o->n];
-        o->dirty = 1;
+        o->p.flags = 1;
         return;
     }
     if (rp == NULL) {
         if (o->n == o->cap) {
-            uint32_t nc = o->cap ? o->cap * 2 : 2;
+            uint32_t nc = o->cap ? o->cap * 2 : 1; /* most keys: one reporter */
             struct orep *a = realloc(o->reps, nc * sizeof(*a));
             if (a == NULL)
                 return;
@@ -773,7 +782,7 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
      * arrives at once after healing and is repaid (see replica__compute).
      * Only increments of a life already known are poured, so a new owner
      * or a restarted node counts nothing twice. */
-    if (o->policy == REPLICA_OPTIMISTIC && same_life && e->admitted > rp->admitted &&
+    if (o->p.policy == REPLICA_OPTIMISTIC && same_life && e->admitted > rp->admitted &&
         rp->last_at > 0) {
         double add = (double)(e->admitted - rp->admitted) * (double)p.period_ns / (double)p.count;
         int64_t base = o->tat > r->now ? o->tat : r->now;
@@ -786,7 +795,7 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
     rp->last_at = r->now;
     rp->flags = (uint8_t)(REP_FRESH | ((e->flags & WIRE_R_YOUNG) ? REP_YOUNG : 0) |
                           ((e->flags & WIRE_R_IDLE) ? REP_IDLE : 0));
-    o->dirty = 1;
+    o->p.flags = 1;
 }
 
 /* Whether a reporter still speaks for itself: it reported within three of
@@ -830,7 +839,7 @@ static int replica__presumed_dead(const struct replica *r, const struct orep *rp
 static int64_t replica__debt(const struct okey *o, int64_t now)
 {
     double em = (double)o->p.period_ns / (double)o->p.count;
-    double tol = (double)o->p.limit * em + 2.0 * (double)NS_PER_SEC;
+    double tol = (double)replica__limit(&o->p) * em + 2.0 * (double)NS_PER_SEC;
     double over = (double)o->tat - (double)now - tol;
     return over > 9e18 ? INT64_MAX : (int64_t)over;
 }
@@ -921,19 +930,19 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         if (live) {
             nlive++;
             dsum += idle ? 0.0 : rp->demand;
-        } else if (o->policy == REPLICA_SHARE && !idle && !replica__presumed_dead(r, rp)) {
+        } else if (o->p.policy == REPLICA_SHARE && !idle && !replica__presumed_dead(r, rp)) {
             reserved += rp->share;
         }
         if (!idle && !((rp->flags & REP_YOUNG) && rp->admitted == 0))
             cold = 0;
         i++;
     }
-    o->dirty = 0;
+    o->p.flags = 0;
     o->computed_at = now;
     if (nlive == 0)
         return;
-    double avail = o->policy == REPLICA_SHARE ? 1.0 - reserved : 1.0;
-    if (o->policy == REPLICA_OPTIMISTIC && replica__debt(o, now) > 0)
+    double avail = o->p.policy == REPLICA_SHARE ? 1.0 - reserved : 1.0;
+    if (o->p.policy == REPLICA_OPTIMISTIC && replica__debt(o, now) > 0)
         avail = 0.0; /* repaying: nobody admits until the cluster is back */
     if (avail < 0.0)
         avail = 0.0;
@@ -943,7 +952,7 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
      * majority (whose silent minority is presumed dead). */
     int whole = r->complete || replica__majority(r);
     int settled = whole && now - since >= r->silence && now - r->born >= r->silence;
-    int caution = o->policy == REPLICA_SHARE && !settled;
+    int caution = o->p.policy == REPLICA_SHARE && !settled;
     /* The cold verdict needs an owner that has heard every reporter: a
      * settled view, and not a young owner with nothing yet. */
     if (!(whole && now - r->view_changed_at >= r->silence && !replica__young(r, now)))
@@ -1009,14 +1018,14 @@ static void replica__apply_lease(struct replica *r, struct nkey *k, double share
                                  int64_t now)
 {
     k->last_lease = now;
-    k->flags &= (uint8_t)~NK_DEGRADED;
-    if ((k->flags & NK_YOUNG) && (flags & WIRE_L_COLD)) {
+    k->p.flags &= (uint8_t)~NK_DEGRADED;
+    if ((k->p.flags & NK_YOUNG) && (flags & WIRE_L_COLD)) {
         replica__set_share(k, share, now);
         k->tokens = replica__cap(k, share);
     } else {
         replica__set_share(k, share, now);
     }
-    k->flags = (uint8_t)((k->flags & ~NK_YOUNG) | NK_LEASED);
+    k->p.flags = (uint8_t)((k->p.flags & ~NK_YOUNG) | NK_LEASED);
     if (flags & WIRE_L_SETTLED)
         k->fshare = (float)share;
     r->synced = 1;
@@ -1081,32 +1090,36 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
     return 0;
 }
 
-/* Demand: an EWMA of requested units per second. */
-static void replica__demand(struct nkey *k, int64_t now)
+/* Demand: requested units per second, refused ones included.  A young key
+ * (its first second) uses the average since its first request, that
+ * request left out (the key was made by it; the time before it is
+ * unknown): far steadier than one interval's count, whose Poisson noise
+ * would hand a quiet node a large share and waste it.  Then an EWMA over
+ * DEMAND_TAU_S, one step per tick (dt: since the previous tick). */
+static void replica__demand(struct replica *r, struct nkey *k, int64_t now)
 {
-    int64_t dt = now - k->dem_at;
-    if (dt <= 0)
-        return;
-    double s = (double)dt / (double)NS_PER_SEC;
-    double inst = k->acc / s;
-    double a = s / (DEMAND_TAU_S + s);
     double age = (double)(now - k->born) / (double)NS_PER_SEC;
-    if (age < DEMAND_TAU_S) {
-        /* A young key: the average since its first request, that request
-         * left out (the key was made by it; the time before it is unknown),
-         * is far steadier than one interval's count, whose Poisson noise
-         * would hand a quiet node a large share and waste it. */
-        double avg = (k->total - 1.0) / age;
+    if (!(k->p.flags & NK_GROWN)) {
+        if (age <= 0.0)
+            return;
+        double avg = ((double)k->acc - 1.0) / age;
         k->demand = (float)(avg > 0.0 ? avg : 0.0);
-        k->acc = 0.0;
-        k->dem_at = now;
+        if (age >= DEMAND_TAU_S) {
+            k->p.flags |= NK_GROWN;
+            k->acc = 0.0F;
+        }
         return;
     }
-    k->demand += (float)(a * (inst - k->demand));
-    if (k->demand < 1e-6)
-        k->demand = 0.0;
-    k->acc = 0.0;
-    k->dem_at = now;
+    int64_t dt = now - r->last_tick;
+    if (dt <= 0)
+        return;
+    double sec = (double)dt / (double)NS_PER_SEC;
+    double inst = (double)k->acc / sec;
+    double a = sec / (DEMAND_TAU_S + sec);
+    k->demand += (float)(a * (inst - (double)k->demand));
+    if (k->demand < 1e-6F)
+        k->demand = 0.0F;
+    k->acc = 0.0F;
 }
 
 /* Whether the key's own rate share is under pressure: report every
@@ -1134,7 +1147,7 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
         .key = table_entry_key(e),
         .klen = e->klen,
         .kind = (uint8_t)k->p.kind,
-        .policy = k->policy,
+        .policy = k->p.policy,
         .burst = k->p.burst,
         .count = k->p.count,
         .period_ns = k->p.period_ns,
@@ -1143,15 +1156,14 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
         .admitted = k->admitted,
         .frozen_share = (uint64_t)(k->fshare * (double)WIRE_ONE),
         .period_ms = (uint64_t)((contested ? r->interval : ACTIVE_EVERY * r->interval) / 1000000LL),
-        .flags = (uint64_t)(((k->flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) | (idle ? WIRE_R_IDLE : 0)),
+        .flags = (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) | (idle ? WIRE_R_IDLE : 0)),
     };
     if (w.frozen_share > WIRE_ONE)
         w.frozen_share = WIRE_ONE;
     k->last_report = now;
-    k->rep_demand = k->demand;
-    k->flags &= (uint8_t)~NK_DIRTY;
+    k->p.flags &= (uint8_t)~NK_DIRTY;
     if (idle)
-        k->flags |= NK_IDLE;
+        k->p.flags |= NK_IDLE;
     r->st.report_entries_sent++;
     if (owner == r->self) {
         replica__on_report(r, r->self, r->life, &w);
@@ -1167,16 +1179,14 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
 /* Whether k is due for a report at now. */
 static int replica__due(const struct replica *r, const struct nkey *k, int64_t now)
 {
-    if (k->flags & NK_DIRTY)
+    if (k->p.flags & NK_DIRTY)
         return 1;
     if (k->demand > 0.0) {
-        if (k->demand > 2.0 * k->rep_demand + 0.5)
-            return 1;
         int64_t every = replica__contested(k) ? r->interval : ACTIVE_EVERY * r->interval;
         return now - k->last_report >= every;
     }
     /* No demand: one idle report once the bucket is full again. */
-    return !(k->flags & NK_IDLE) && replica__full(k) && now - k->last_req >= 2 * r->interval;
+    return !(k->p.flags & NK_IDLE) && replica__full(k) && now - k->last_req >= 2 * r->interval;
 }
 
 void replica_tick(struct replica *r, int64_t now_ns)
@@ -1192,14 +1202,14 @@ void replica_tick(struct replica *r, int64_t now_ns)
     for (size_t i = 0; i < r->nnk; i++) {
         struct table_entry *e = r->nk[i];
         struct nkey *k = nkey_of(e);
-        replica__demand(k, now);
+        replica__demand(r, k, now);
         replica__refill(k, now);
         uint32_t owner = replica__owner(r, k, table_entry_key(e), e->klen);
         /* Asked, no answer for two silence windows: shown as degraded (the
          * node keeps its last lease until the key moves to a live owner). */
         if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence)
-            k->flags |= NK_DEGRADED;
-        if (k->flags & NK_DIRTY) {
+            k->p.flags |= NK_DEGRADED;
+        if (k->p.flags & NK_DIRTY) {
             size_t b = replica__report(r, e, now);
             budget = b > budget ? 0 : budget - b;
         }
@@ -1218,7 +1228,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
     for (size_t i = 0; i < r->nok;) {
         struct table_entry *te = r->ok[i];
         struct okey *o = okey_of(te);
-        if (o->dirty || now - o->computed_at >= ACTIVE_EVERY * r->interval)
+        if (o->p.flags || now - o->computed_at >= ACTIVE_EVERY * r->interval)
             replica__compute(r, te, now);
         if (o->n == 0) { /* every reporter idle, gone or silent for long */
             r->st.owned_gc++;
@@ -1239,6 +1249,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
         i++;
     }
     r->st.gc_keys += before - r->nnk;
+    r->last_tick = now;
     r->next_tick = now + r->interval;
 }
 
@@ -1271,7 +1282,7 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
         double es = k->share;
         double rate = replica__rate(&k->p) * es;
         (void)replica__params_of(&info->params, &k->p);
-        info->policy = (enum replica_policy)k->policy;
+        info->policy = (enum replica_policy)k->p.policy;
         info->share = k->share;
         info->demand = k->demand;
         info->remaining = k->tokens > 0 ? (int64_t)floor(k->tokens) : 0;
@@ -1279,17 +1290,17 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
         info->reset_after_ns = reset == INT64_MAX ? 0 : reset;
         info->owner = r->mem[owner].name;
         info->owned = owner == r->self;
-        info->degraded = (k->flags & NK_DEGRADED) != 0;
+        info->degraded = (k->p.flags & NK_DEGRADED) != 0;
     } else {
         struct okey *o = okey_of(te);
         (void)replica__params_of(&info->params, &o->p);
-        info->policy = (enum replica_policy)o->policy;
+        info->policy = (enum replica_policy)o->p.policy;
         info->owner = r->name;
         info->owned = 1;
     }
     if (te != NULL) {
         struct okey *o = okey_of(te);
-        int64_t debt = o->policy == REPLICA_OPTIMISTIC ? replica__debt(o, r->now) : 0;
+        int64_t debt = o->p.policy == REPLICA_OPTIMISTIC ? replica__debt(o, r->now) : 0;
         info->debt_ns = debt > 0 ? debt : 0;
         info->nslots = o->n;
         for (uint32_t i = 0; fn != NULL && i < o->n; i++) {

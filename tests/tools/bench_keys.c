@@ -9,8 +9,17 @@
  *                            decision; setup is identical for any N, so two
  *                            runs under callgrind give instructions per
  *                            decision as (Ir(2N) - Ir(N)) / N
+ *   bench_keys global-keys N insert N global keys through a replica that
+ *                            serves and owns them all (a lone node: the
+ *                            most state one node can hold per key), tick
+ *                            it so every key has its owner record, and
+ *                            print RSS bytes per key
+ *   bench_keys global-decide N [K]
+ *                            as decide, through the replica (a global
+ *                            decision in-process)
  */
 #include "limiter.h"
+#include "replica.h"
 #include "sluice/error.h"
 
 #include <stdio.h>
@@ -100,12 +109,101 @@ static int bench_decide(long n, long nkeys)
     return 0;
 }
 
+static int nosend(void *ud, const char *to, const uint8_t *buf, size_t len)
+{
+    (void)ud;
+    (void)to;
+    (void)buf;
+    (void)len;
+    return 0;
+}
+
+static struct replica *lone_replica(size_t max_keys, int64_t now)
+{
+    struct replica_config c = {0};
+    struct replica *r;
+    c.node_name = "bench";
+    c.life_id = 1;
+    c.young_ns = 0;
+    c.max_keys = max_keys;
+    c.max_owned = max_keys;
+    c.send = nosend;
+    return replica_create(&r, &c, now) == 0 ? r : NULL;
+}
+
+static int bench_global_keys(long n)
+{
+    int64_t now = 1000000000LL;
+    struct replica *r = lone_replica((size_t)n + 1, now);
+    struct algo_params p;
+    struct algo_result res;
+    struct replica_stats st;
+    char k[32];
+    long before, after;
+
+    if (r == NULL || algo_params_init(&p, ALGO_GCRA, 15, 30, 60000000000LL, 0) < 0)
+        return 1;
+    before = rss_bytes();
+    for (long i = 0; i < n; i++) {
+        int len = snprintf(k, sizeof(k), "user:%ld", i);
+        if (replica_throttle(r, k, (size_t)len, &p, REPLICA_SHARE, 1, now, &res) < 0)
+            return 1;
+    }
+    replica_tick(r, now + 100000000LL); /* every key reported to its owner (itself) */
+    after = rss_bytes();
+    replica_get_stats(r, &st);
+    printf("global_keys %llu\nowned_keys %llu\nrss_before %ld\nrss_after %ld\n"
+           "bytes_per_global_key %.1f\n",
+           (unsigned long long)st.keys, (unsigned long long)st.owned_keys, before, after,
+           (double)(after - before) / (double)n);
+    replica_destroy(r);
+    return st.keys == (uint64_t)n && st.owned_keys == (uint64_t)n ? 0 : 1;
+}
+
+static int bench_global_decide(long n, long nkeys)
+{
+    int64_t now = 1000000000LL, t0, t1;
+    struct replica *r = lone_replica(0, now);
+    struct algo_params p;
+    struct algo_result res;
+    char(*keys)[24] = calloc((size_t)nkeys, sizeof(*keys));
+    size_t *lens = calloc((size_t)nkeys, sizeof(*lens));
+    long limited = 0;
+
+    if (r == NULL || keys == NULL || lens == NULL ||
+        algo_params_init(&p, ALGO_GCRA, 1000, 100, 60000000000LL, 0) < 0)
+        return 1;
+    for (long i = 0; i < nkeys; i++) {
+        lens[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "user:%ld", i);
+        replica_throttle(r, keys[i], lens[i], &p, REPLICA_SHARE, 1, now, &res);
+    }
+    t0 = mono_ns();
+    for (long i = 0; i < n; i++) {
+        long j = i % nkeys;
+        now += 1000;
+        replica_throttle(r, keys[j], lens[j], &p, REPLICA_SHARE, 1, now, &res);
+        limited += res.limited;
+    }
+    t1 = mono_ns();
+    printf("decisions %ld\nkeys %ld\nlimited %ld\nns_per_decision %.1f\n", n, nkeys, limited,
+           (double)(t1 - t0) / (double)n);
+    replica_destroy(r);
+    free(keys);
+    free(lens);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 3 && strcmp(argv[1], "keys") == 0)
         return bench_keys(atol(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "decide") == 0)
         return bench_decide(atol(argv[2]), argc >= 4 ? atol(argv[3]) : 10000);
-    fprintf(stderr, "usage: %s keys N | decide N [KEYS]\n", argv[0]);
+    if (argc >= 3 && strcmp(argv[1], "global-keys") == 0)
+        return bench_global_keys(atol(argv[2]));
+    if (argc >= 3 && strcmp(argv[1], "global-decide") == 0)
+        return bench_global_decide(atol(argv[2]), argc >= 4 ? atol(argv[3]) : 10000);
+    fprintf(stderr, "usage: %s keys N | decide N [KEYS] | global-keys N | global-decide N [KEYS]\n",
+            argv[0]);
     return 2;
 }
