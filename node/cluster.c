@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "gossip/gossip.h"
 #include "gossip/keyring.h"
 #include "gossip/uv.h"
@@ -17,21 +19,23 @@
 
 #define DEFAULT_INTERVAL_MS     100
 #define DEFAULT_DNS_INTERVAL_MS 30000
-/* Lives are numbered in quarter seconds since 2024-01-01T00:00:00Z. */
-#define LIFE_EPOCH_S  1704067200LL
-#define LIFE_UNIT_NS  250000000LL
 #define NS_PER_SEC    1000000000LL
-#define GOSSIP_FANOUT 5 /* p99 delta propagation within 3 intervals at 16 nodes */
+#define GOSSIP_FANOUT 5 /* membership gossip: a broadcast reaches 1000 nodes in ~0.5 s */
 
 struct cluster {
     uv_loop_t *loop;
     struct gossip_keyring *kr;
     struct gossip_uv *g;
     struct replica *r;
-    struct gossip_callbacks rcb; /* the replica's own callbacks */
     uv_timer_t tick, leave;
     int tick_open, leave_open;
     int64_t clock_offset; /* realtime - monotonic at start */
+    uint64_t life;        /* this process's life id (random) */
+    uint64_t view_version;
+    int view_dirty;
+    int failed; /* refused to run (a live node has this name) */
+    int on_full_allow;
+    uint64_t overflow_denied, overflow_allowed;
     int64_t interval_ms;
     enum config_scope default_scope;
     enum replica_policy partition;
@@ -39,7 +43,6 @@ struct cluster {
     char addr[GOSSIP_ADDR_STRLEN];
     char *key_file; /* NULL when running without encryption */
     int stopping, pending;
-    int mark_sent; /* state_fill: the empty-state mark went out last call */
     void (*on_stopped)(void *ud);
     void *stopped_ud;
 };
@@ -236,30 +239,12 @@ static int64_t realtime_ns(void)
     return (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec;
 }
 
-/* Waits for the next quarter-second boundary and returns its number (see
- * cluster.h, "Lives"). */
-static uint32_t new_life(void)
-{
-    int64_t now = realtime_ns();
-    int64_t unit = now / LIFE_UNIT_NS + 1;
-    int64_t wait = unit * LIFE_UNIT_NS - now;
-    struct timespec ts = {(time_t)(wait / NS_PER_SEC), (long)(wait % NS_PER_SEC)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-    int64_t life = unit - LIFE_EPOCH_S * (NS_PER_SEC / LIFE_UNIT_NS);
-    if (life < 1)
-        life = 1;
-    if (life > (int64_t)UINT32_MAX)
-        life = UINT32_MAX;
-    return (uint32_t)life;
-}
-
 int64_t cluster_now_ns(const struct cluster *c)
 {
     return (int64_t)uv_hrtime() + c->clock_offset;
 }
 
-/* ---- gossip callbacks: log membership, hand everything to the replica ---- */
+/* ---- gossip callbacks: log membership, direct messages to the replica ---- */
 
 static const char *event_name(enum gossip_event ev)
 {
@@ -274,59 +259,94 @@ static void cluster__on_event(void *ud, enum gossip_event ev, const struct gossi
     char addr[GOSSIP_ADDR_STRLEN];
     if (gossip_addr_format(&m->addr, addr, sizeof(addr)) != 0)
         strcpy(addr, "?");
+    c->view_dirty = 1;
+    if (ev == GOSSIP_EVENT_CONFLICT) {
+        struct gossip_addr other;
+        if (c->g != NULL && gossip_node_conflict(gossip_uv_node(c->g), &other)) {
+            /* This process is the newcomer: refuse to run under the name. */
+            log_error("cluster: node name %s is already alive at %s: refusing to run under the "
+                      "same name (pick another --node-name)",
+                      c->name, addr);
+            c->failed = 1;
+            uv_stop(c->loop);
+        } else {
+            log_error("cluster: name clash: another process at %s claims this node's name %s; "
+                      "keeping the name and ignoring it",
+                      addr, c->name);
+        }
+        return;
+    }
     if (ev == GOSSIP_EVENT_SUSPECT || ev == GOSSIP_EVENT_DEAD)
         log_warn("cluster: member %s (%s) %s", m->name, addr, event_name(ev));
     else
         log_info("cluster: member %s (%s) %s", m->name, addr, event_name(ev));
-    if (c->rcb.on_event != NULL)
-        c->rcb.on_event(c->rcb.ud, ev, m);
 }
 
-static void cluster__on_payload(void *ud, const char *from, const uint8_t *p, size_t len)
+static void cluster__on_direct(void *ud, const char *from, const uint8_t *msg, size_t len)
 {
     struct cluster *c = ud;
-    c->rcb.on_payload(c->rcb.ud, from, p, len);
+    (void)replica_receive(c->r, from, msg, len, cluster_now_ns(c)); /* bad ones are counted */
 }
 
-/*
- * A node with no global state still answers an exchange with one chunk, this
- * byte (never the first byte of a msgpack delta), so that a peer that just
- * started learns "the cluster has nothing for you" at once instead of
- * refusing every global key until its sync timeout.
- */
-#define EMPTY_STATE_MARK 0xc1
-
-static size_t cluster__state_fill(void *ud, uint64_t *cursor, uint8_t *buf, size_t cap)
+static int cluster__send(void *ud, const char *to, const uint8_t *buf, size_t len)
 {
     struct cluster *c = ud;
-    int at_start = *cursor == 0;
-    size_t n = c->rcb.state_fill(c->rcb.ud, cursor, buf, cap);
-    if (n == 0 && at_start && !c->mark_sent && cap > 0) {
-        buf[0] = EMPTY_STATE_MARK;
-        *cursor = 0;
-        c->mark_sent = 1; /* the next call ends the state */
-        return 1;
+    if (c->g == NULL)
+        return -SLUICE_EIO;
+    return gossip_node_send(gossip_uv_node(c->g), to, buf, len) < 0 ? -SLUICE_EIO : 0;
+}
+
+/* The replica's member view, from libgossip's: alive and suspect members
+ * own keys (a brief suspicion moves nothing), dead ones are unreachable,
+ * left and forgotten ones are gone. */
+struct cluster__view {
+    struct replica_member *m;
+    char (*names)[GOSSIP_NAME_MAX + 1];
+    size_t n, cap;
+    int complete;
+};
+
+static int cluster__view_one(void *ud, const struct gossip_member_info *mi)
+{
+    struct cluster__view *v = ud;
+    if (mi->state == GOSSIP_MEMBER_LEFT || v->n == v->cap)
+        return 0;
+    memcpy(v->names[v->n], mi->name, sizeof(v->names[v->n]));
+    v->m[v->n].name = v->names[v->n];
+    v->m[v->n].live = mi->state == GOSSIP_MEMBER_ALIVE || mi->state == GOSSIP_MEMBER_SUSPECT;
+    if (!v->m[v->n].live)
+        v->complete = 0;
+    v->n++;
+    return 0;
+}
+
+static void cluster__refresh_view(struct cluster *c)
+{
+    struct gossip_node *g = gossip_uv_node(c->g);
+    uint64_t ver = gossip_node_view_version(g);
+    if (ver == c->view_version && !c->view_dirty)
+        return;
+    size_t cap = gossip_node_num_live(g) + 64;
+    struct cluster__view v = {calloc(cap, sizeof(*v.m)), calloc(cap, sizeof(*v.names)), 0, cap, 1};
+    if (v.m != NULL && v.names != NULL) {
+        gossip_node_members(g, cluster__view_one, &v);
+        if (replica_set_view(c->r, v.m, v.n, v.complete, cluster_now_ns(c)) == 0) {
+            c->view_version = ver;
+            c->view_dirty = 0;
+        }
     }
-    c->mark_sent = 0;
-    return n;
-}
-
-static void cluster__state_merge(void *ud, const char *from, const uint8_t *buf, size_t len)
-{
-    struct cluster *c = ud;
-    int was = replica_synced(c->r);
-    if (len == 1 && buf[0] == EMPTY_STATE_MARK)
-        replica_mark_synced(c->r);
-    else
-        c->rcb.state_merge(c->rcb.ud, from, buf, len);
-    if (!was && replica_synced(c->r))
-        log_info("cluster: synced global state from %s", from);
+    free(v.m);
+    free(v.names);
 }
 
 static void on_tick(uv_timer_t *t)
 {
     struct cluster *c = t->data;
+    if (c->g == NULL)
+        return;
+    cluster__refresh_view(c);
     replica_tick(c->r, cluster_now_ns(c));
+    gossip_node_flush(gossip_uv_node(c->g)); /* the reports and leases go out together */
 }
 
 /* ---- start / stop ---- */
@@ -374,6 +394,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     c->default_scope =
         o->default_scope < 0 ? CONFIG_SCOPE_GLOBAL : (enum config_scope)o->default_scope;
     c->partition = o->partition == CONFIG_PARTITION_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
+    c->on_full_allow = o->on_full_allow;
     if (o->node_name != NULL) {
         snprintf(c->name, sizeof(c->name), "%s", o->node_name);
     } else if (gethostname(c->name, sizeof(c->name) - 1) != 0 || c->name[0] == '\0') {
@@ -406,22 +427,29 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
         log_warn("cluster: gossip is NOT encrypted (--insecure-no-encryption)");
     }
 
-    uint32_t life = new_life();
+    /* A life is a random 64-bit id: nothing about it depends on a clock, so
+     * a host whose clock is wrong, or was, rejoins under its name. */
+    randombytes_buf(&c->life, sizeof(c->life));
+    if (c->life == 0)
+        c->life = 1;
     c->clock_offset = realtime_ns() - (int64_t)uv_hrtime();
 
     struct replica_config rc_cfg;
     memset(&rc_cfg, 0, sizeof(rc_cfg));
     rc_cfg.node_name = c->name;
-    rc_cfg.boot_epoch = life;
+    rc_cfg.life_id = c->life;
     rc_cfg.interval_ns = c->interval_ms * 1000000;
     rc_cfg.default_policy = c->partition;
-    rc_cfg.gossip_fanout = GOSSIP_FANOUT; /* sizes the delta budget per flush */
-    /* A lone first node (no seeds) has nobody to sync from. */
+    rc_cfg.max_keys = o->max_keys;
+    rc_cfg.evict = o->evict;
+    rc_cfg.send = cluster__send;
+    rc_cfg.send_ud = c;
+    /* A lone first node (no seeds) has no past to recover. */
     if (o->join == NULL)
-        rc_cfg.sync_timeout_ns = 0;
+        rc_cfg.young_ns = 0;
     else
-        rc_cfg.sync_timeout_ns = o->sync_timeout_ms < 0 ? -1 : o->sync_timeout_ms * 1000000;
-    rc = replica_create(&c->r, &rc_cfg);
+        rc_cfg.young_ns = o->sync_timeout_ms < 0 ? -1 : o->sync_timeout_ms * 1000000;
+    rc = replica_create(&c->r, &rc_cfg, cluster_now_ns(c));
     if (rc < 0) {
         errf(err, errlen, "cannot create the replica: %s", sluice_strerror(rc));
         gossip_keyring_destroy(c->kr);
@@ -435,19 +463,16 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     gc.name = c->name;
     gc.advertise = adv;
     gc.keyring = c->kr;
-    gc.incarnation = life;
+    gc.life_id = c->life;
     gc.gossip_interval_ms = c->interval_ms;
     gc.gossip_nodes = GOSSIP_FANOUT;
     if (o->probe_interval_ms > 0) {
         gc.probe_interval_ms = o->probe_interval_ms;
         gc.probe_timeout_ms = o->probe_interval_ms / 2 > 0 ? o->probe_interval_ms / 2 : 1;
     }
-    replica_callbacks(c->r, &c->rcb);
     gc.cb.ud = c;
     gc.cb.on_event = cluster__on_event;
-    gc.cb.on_payload = cluster__on_payload;
-    gc.cb.state_fill = cluster__state_fill;
-    gc.cb.state_merge = cluster__state_merge;
+    gc.cb.on_direct = cluster__on_direct;
     rc = gossip_uv_start(loop, &gc, &bind, &c->g);
     if (rc < 0) {
         if (rc == -GOSSIP_EIO)
@@ -464,7 +489,6 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
         free(c);
         return rc == -GOSSIP_EIO ? -SLUICE_EIO : -SLUICE_ECONFIG;
     }
-    replica_attach(c->r, gossip_uv_node(c->g));
     struct gossip_addr local = adv;
     if (local.family == 0)
         gossip_uv_local_addr(c->g, &local);
@@ -492,9 +516,9 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     uv_timer_init(loop, &c->leave);
     c->leave.data = c;
     c->leave_open = 1;
-    log_info("cluster: node %s gossiping on %s (advertised %s), life %u, %s, default scope %s, "
-             "partition policy %s",
-             c->name, o->gossip_bind, c->addr, (unsigned)life,
+    log_info("cluster: node %s gossiping on %s (advertised %s), life %016llx, %s, default scope "
+             "%s, partition policy %s",
+             c->name, o->gossip_bind, c->addr, (unsigned long long)c->life,
              c->kr ? "encrypted" : "NOT encrypted",
              c->default_scope == CONFIG_SCOPE_GLOBAL ? "global" : "local",
              c->partition == REPLICA_SHARE ? "share" : "optimistic");
@@ -523,7 +547,6 @@ static void cluster__finish(struct cluster *c)
     c->pending = 3;
     struct gossip_uv *g = c->g;
     c->g = NULL;
-    replica_attach(c->r, NULL);
     gossip_uv_stop(g, cluster__gossip_closed, c);
     c->tick_open = c->leave_open = 0;
     uv_close((uv_handle_t *)&c->tick, cluster__handle_closed);
@@ -604,6 +627,21 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
     if (pol != NULL)
         rp = pol->partition == CONFIG_PARTITION_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
     int rc = replica_throttle(c->r, key, klen, p, rp, qty, cluster_now_ns(c), out);
+    if (rc == -SLUICE_EFULL) {
+        /* --max-keys reached with --on-full deny or allow (evict makes room):
+         * the same answer a local key gets. */
+        memset(out, 0, sizeof(*out));
+        out->limit = p->limit;
+        out->retry_after_ns = ALGO_NEVER;
+        if (c->on_full_allow) {
+            c->overflow_allowed++;
+        } else {
+            out->limited = 1;
+            out->retry_after_ns = p->period_ns / (p->count > 0 ? p->count : 1);
+            c->overflow_denied++;
+        }
+        return 0;
+    }
     if (rc < 0)
         return rc;
     if (pol != NULL && pol->dry_run && out->limited) {
@@ -637,4 +675,15 @@ const char *cluster_address(const struct cluster *c)
 enum config_scope cluster_default_scope(const struct cluster *c)
 {
     return c->default_scope;
+}
+
+int cluster_failed(const struct cluster *c)
+{
+    return c != NULL && c->failed;
+}
+
+void cluster_overflow_counts(const struct cluster *c, uint64_t *denied, uint64_t *allowed)
+{
+    *denied = c != NULL ? c->overflow_denied : 0;
+    *allowed = c != NULL ? c->overflow_allowed : 0;
 }

@@ -8,18 +8,17 @@
  * daemon passes NULL around): every key is then local, whatever its scope
  * says, and a single node behaves exactly like a standalone limiter.
  *
- * Clock.  Global decisions need a clock that never jumps (like the monotonic
- * clock) and that other hosts can compare (like the real-time clock):
- * cluster_now_ns() is the monotonic clock plus (realtime - monotonic)
- * captured once at start.  Hosts synchronised by NTP agree to within its
- * error, and a step of the wall clock while running changes nothing.
+ * Clock.  Nothing of a time crosses the wire (node/replica.h): each node
+ * measures durations on its own monotonic clock.  cluster_now_ns() is that
+ * clock plus (realtime - monotonic) captured once at start, so that local
+ * window algorithms line up with the wall clock; a host whose clock is off
+ * changes only what that host admits.
  *
- * Lives.  Each start is a new life numbered by its start time in quarter
- * seconds since 2024-01-01 (fits 32 bits until 2058).  The replica's epochs
- * and the gossip incarnation must grow across restarts, even a restart
- * within the same quarter second: cluster_start() therefore waits for the
- * next quarter-second boundary (at most 250 ms) before taking the number, so
- * two lives can never share one.
+ * Lives.  Each start draws a random 64-bit life id: the epoch of this
+ * node's counts in the replica and its life in libgossip.  Nothing about it
+ * depends on a clock, so a host whose clock was wrong rejoins under its name
+ * once it is corrected.  A second live process with the same name is
+ * refused (cluster_failed() then says so and the loop is stopped).
  *
  * Everything runs on the event-loop thread.  Functions return 0 or a
  * negative enum sluice_err.
@@ -62,6 +61,9 @@ struct cluster_options {
     int64_t probe_interval_ms;  /* 0: libgossip's default (1000) */
     int64_t sync_timeout_ms;    /* -1: 2000; fail-closed bound after a start */
     int64_t dns_interval_ms;    /* join list re-resolution; 0 = 30000 */
+    size_t max_keys;            /* global keys held (--max-keys); 0 = 1M */
+    int evict;                  /* --on-full evict: make room for a new global key */
+    int on_full_allow;          /* --on-full allow: a new key beyond max_keys is allowed */
     char *join_buf;             /* owned by the options; see above */
 };
 
@@ -156,10 +158,11 @@ int cluster_is_global(const struct cluster *c, const struct policy *pol, int sco
 /*
  * Decides qty units (0 peeks) of a key the caller found global with
  * cluster_is_global, in the replica: pol's partition policy or the
- * cluster's, a dry-run policy's refusal answered as allowed.  c must not
- * be NULL.  Returns 0 with *out filled or a negative error from
- * replica_throttle (-SLUICE_EINVAL, -SLUICE_EFULL, -SLUICE_ENOMEM), nothing
- * changed then.
+ * cluster's, a dry-run policy's refusal answered as allowed.  A new key
+ * beyond --max-keys is answered as the on-full policy says (deny: limited;
+ * allow: allowed without state).  c must not be NULL.  Returns 0 with *out
+ * filled or a negative error from replica_throttle (-SLUICE_EINVAL,
+ * -SLUICE_ENOMEM), nothing changed then.
  */
 int cluster_decide_global(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
                           const struct algo_params *p, int64_t qty, struct algo_result *out);
@@ -175,6 +178,14 @@ int cluster_reload_keys(struct cluster *c, char *err, size_t errlen);
 
 /* The cluster clock (see above). */
 int64_t cluster_now_ns(const struct cluster *c);
+
+/* 1 when the node refused to run (another live process has its name); the
+ * daemon then exits with an error.  0 for NULL. */
+int cluster_failed(const struct cluster *c);
+
+/* Requests for new global keys beyond --max-keys, denied and allowed (the
+ * daemon adds them to the limiter's overflow counters). */
+void cluster_overflow_counts(const struct cluster *c, uint64_t *denied, uint64_t *allowed);
 
 /* Borrowed views for introspection; valid until cluster_stop. */
 struct gossip_node *cluster_gossip(struct cluster *c);

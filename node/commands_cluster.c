@@ -135,8 +135,8 @@ static void slot_one(void *ud, const struct replica_slot_info *s)
 {
     struct slots_ctx *x = ud;
     char epoch[24];
-    /* Epochs use the full unsigned range: send them as text. */
-    int n = snprintf(epoch, sizeof(epoch), "%llu", (unsigned long long)s->epoch);
+    /* Lives use the full unsigned range: send them as text. */
+    int n = snprintf(epoch, sizeof(epoch), "%016llx", (unsigned long long)s->epoch);
     resp_add_array(x->items, 8);
     resp_add_bulk_str(x->items, s->node);
     resp_add_bulk(x->items, epoch, n > 0 ? (size_t)n : 0);
@@ -144,8 +144,8 @@ static void slot_one(void *ud, const struct replica_slot_info *s)
     add_double(x->items, s->demand);
     add_double(x->items, s->share);
     resp_add_int(x->items, s->reachable ? 1 : 0);
-    resp_add_int(x->items, s->phantom);
-    resp_add_int(x->items, s->at_ns > 0 ? (x->now - s->at_ns) / NS_PER_MS : -1);
+    add_double(x->items, s->frozen);
+    resp_add_int(x->items, s->age_ns / NS_PER_MS);
     x->n++;
 }
 
@@ -170,7 +170,7 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
         resp_add_null(out);
         return SERVER_CONTINUE;
     }
-    resp_add_array(out, 24);
+    resp_add_array(out, 32);
     resp_add_pair_str(out, "scope", "global");
     resp_add_pair_str(out, "algorithm", algo_name(info.params.kind));
     resp_add_pair_int(out, "burst", info.params.burst);
@@ -182,6 +182,11 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
     resp_add_pair_int(out, "reset_after_ms", info.reset_after_ns / NS_PER_MS);
     resp_add_bulk_str(out, "share");
     add_double(out, info.share);
+    resp_add_bulk_str(out, "demand");
+    add_double(out, info.demand);
+    resp_add_pair_str(out, "owner", info.owner != NULL ? info.owner : "");
+    resp_add_pair_str(out, "owned", info.owned ? "yes" : "no");
+    resp_add_pair_str(out, "degraded", info.degraded ? "yes" : "no");
     resp_add_pair_str(out, "synced", replica_synced(r) ? "yes" : "no");
     resp_add_bulk_str(out, "slots");
     resp_add_array(out, x.n);
@@ -238,7 +243,9 @@ void commands_cluster_info(struct cluster *cl, struct resp_buf *t)
             snprintf(name, sizeof(name), "gossip_drops_%s", gossip_drop_name(i));
             commands_info_u64(t, name, gs.drops[i]);
         }
-        commands_info_u64(t, "gossip_payloads_dropped", gs.app_dropped);
+        commands_info_u64(t, "gossip_direct_sent", gs.direct_sent);
+        commands_info_u64(t, "gossip_direct_received", gs.direct_received);
+        commands_info_u64(t, "gossip_direct_dropped", gs.direct_dropped);
         commands_info_u64(t, "gossip_probe_failures", gs.probe_failures);
         commands_info_u64(t, "gossip_suspicions", gs.suspicions);
         commands_info_u64(t, "gossip_pushpulls", gs.pushpulls);
@@ -250,23 +257,28 @@ void commands_cluster_info(struct cluster *cl, struct resp_buf *t)
         commands_info_u64(t, "global_keys", rs.keys);
         commands_info_u64(t, "global_decisions", rs.decisions);
         commands_info_u64(t, "global_limited", rs.limited);
-        commands_info_u64(t, "unsynced_denials", rs.unsynced_denials);
-        commands_info_u64(t, "deltas_sent", rs.deltas_sent);
-        commands_info_u64(t, "delta_entries_sent", rs.delta_entries_sent);
-        commands_info_u64(t, "delta_bytes_sent", rs.delta_bytes_sent);
-        commands_info_u64(t, "deltas_received", rs.deltas_received);
-        commands_info_u64(t, "delta_bytes_received", rs.delta_bytes_received);
-        commands_info_u64(t, "slots_merged", rs.slots_merged);
-        commands_info_u64(t, "state_chunks_sent", rs.state_chunks_sent);
-        commands_info_u64(t, "state_chunks_merged", rs.state_chunks_merged);
-        commands_info_u64(t, "pours", rs.pours);
-        commands_info_u64(t, "units_poured", rs.units_poured);
+        commands_info_u64(t, "young_denials", rs.young_denials);
+        commands_info_u64(t, "owned_keys", rs.owned_keys);
+        commands_info_u64(t, "owned_reporters", rs.owned_reporters);
+        commands_info_u64(t, "reports_sent", rs.reports_sent);
+        commands_info_u64(t, "report_entries_sent", rs.report_entries_sent);
+        commands_info_u64(t, "report_bytes_sent", rs.report_bytes_sent);
+        commands_info_u64(t, "reports_received", rs.reports_received);
+        commands_info_u64(t, "report_entries_received", rs.report_entries_received);
+        commands_info_u64(t, "leases_sent", rs.leases_sent);
+        commands_info_u64(t, "lease_entries_sent", rs.lease_entries_sent);
+        commands_info_u64(t, "lease_bytes_sent", rs.lease_bytes_sent);
+        commands_info_u64(t, "leases_received", rs.leases_received);
+        commands_info_u64(t, "lease_entries_received", rs.lease_entries_received);
+        commands_info_u64(t, "replication_bytes_received", rs.bytes_received);
+        commands_info_u64(t, "stale_leases", rs.stale_leases);
         commands_info_u64(t, "debt_events", rs.debt_events);
-        commands_info_u64(t, "phantom_units", rs.phantom_units);
-        commands_info_u64(t, "refunded_units", rs.refunded_units);
         commands_info_u64(t, "gc_keys", rs.gc_keys);
-        commands_info_u64(t, "bad_delta_packets", rs.bad_packets);
+        commands_info_u64(t, "owned_gc", rs.owned_gc);
+        commands_info_u64(t, "view_changes", rs.view_changes);
+        commands_info_u64(t, "bad_replication_packets", rs.bad_packets);
         commands_info_u64(t, "refused_full", rs.refused_full);
+        commands_info_u64(t, "global_evicted", rs.evicted);
     }
     resp_add_raw(t, "\r\n", 2);
 }

@@ -35,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LIMITER_DEFAULT_MAX_KEYS ((size_t)1 << 22)
 /* Every RECLAIM_EVERY calls, visit RECLAIM_BUCKETS buckets for drained keys:
  * about one key per call amortized without touching the table on every call. */
 #define RECLAIM_EVERY   8u

@@ -23,6 +23,10 @@
 struct policy;
 struct policy_set;
 
+/* Keys held when max_keys is 0 (--max-keys' default); global keys have the
+ * same bound. */
+#define LIMITER_DEFAULT_MAX_KEYS ((size_t)1 << 22)
+
 /* What happens when a new key arrives and the table holds max_keys keys that
  * are all still limited (drained keys are always reclaimed first). */
 enum limiter_overflow {
@@ -32,7 +36,7 @@ enum limiter_overflow {
 };
 
 struct limiter_config {
-    size_t max_keys;                /* 0 = default (see limiter.c) */
+    size_t max_keys;                /* 0 = LIMITER_DEFAULT_MAX_KEYS */
     enum limiter_overflow overflow; /* policy when full */
 };
 

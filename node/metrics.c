@@ -153,10 +153,12 @@ static const struct family replica_families[] = {
       global_decisions),
     F("global_limited_total", "Decisions on global keys that refused the request.", FAM_COUNTER,
       global_limited),
-    F("deltas_sent_total", "Consumption deltas sent to peers.", FAM_COUNTER, deltas_sent),
-    F("deltas_received_total", "Consumption deltas received from peers.", FAM_COUNTER,
-      deltas_received),
-    F("pours_total", "Remote consumption poured into local state.", FAM_COUNTER, pours),
+    F("global_keys", "Global keys this node serves.", FAM_GAUGE, global_keys),
+    F("owned_keys", "Global keys this node aggregates as their owner.", FAM_GAUGE, owned_keys),
+    F("reports_sent_total", "Key reports sent to owners.", FAM_COUNTER, reports_sent),
+    F("leases_sent_total", "Key leases sent by this node as owner.", FAM_COUNTER, leases_sent),
+    F("replication_bytes_sent_total", "Bytes of reports and leases sent.", FAM_COUNTER,
+      replication_bytes_sent),
 };
 
 #undef F

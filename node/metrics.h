@@ -66,7 +66,7 @@ struct metrics_snapshot {
     struct metrics_label_value drops[METRICS_MAX_LABELS]; /* by reason */
     size_t ndrops;
     uint64_t global_decisions, global_limited;
-    uint64_t deltas_sent, deltas_received, pours;
+    uint64_t global_keys, owned_keys, reports_sent, leases_sent, replication_bytes_sent;
     int synced; /* 0 or 1 */
 };
 

@@ -11,7 +11,9 @@
 #include "wire.h"
 
 #define NS_PER_SEC   1000000000LL
-#define DEMAND_TAU_S 1.0 /* demand estimate: EWMA time constant */
+#define DEMAND_TAU_S     1.0  /* demand estimate: shortest EWMA time constant */
+#define DEMAND_TAU_MAX_S 10.0 /* ... and longest */
+#define DEMAND_EVENTS    20.0 /* requests a time constant should span */
 #define ACTIVE_EVERY 5   /* intervals between reports of an uncontested key */
 #define SHARE_EPS    0.02 /* relative share change worth a lease */
 #define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
@@ -1115,7 +1117,18 @@ static void replica__demand(struct replica *r, struct nkey *k, int64_t now)
         return;
     double sec = (double)dt / (double)NS_PER_SEC;
     double inst = (double)k->acc / sec;
-    double a = sec / (DEMAND_TAU_S + sec);
+    /* The time constant spans about DEMAND_EVENTS requests (at least
+     * DEMAND_TAU_S, at most DEMAND_TAU_MAX_S): a node with a request every
+     * few seconds would otherwise see its estimate leap tenfold at each
+     * one, and a share leased on a leap is wasted (an underestimate costs
+     * nothing: the others get the share). */
+    double rate = inst > (double)k->demand ? inst : (double)k->demand;
+    double tau = rate > 0.0 ? DEMAND_EVENTS / rate : DEMAND_TAU_MAX_S;
+    if (tau < DEMAND_TAU_S)
+        tau = DEMAND_TAU_S;
+    if (tau > DEMAND_TAU_MAX_S)
+        tau = DEMAND_TAU_MAX_S;
+    double a = sec / (tau + sec);
     k->demand += (float)(a * (inst - (double)k->demand));
     if (k->demand < 1e-6F)
         k->demand = 0.0F;

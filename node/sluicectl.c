@@ -37,7 +37,7 @@ static void usage(FILE *f)
                "  keys [PATTERN] lists the keys held (glob PATTERN), one per line\n"
                "  raw ARG...     sends any command and prints the reply like redis-cli\n"
                "  members        the cluster's members: name, address, state, last heard\n"
-               "  key KEY        this node's view of a global key and its per-node slots\n"
+               "  key KEY        this node's lease of a global key; on its owner, every reporter\n"
                "  keygen [ID]    prints a fresh cluster key file line (key id ID, default 1)\n"
                "  sl KEY [SPEC] [QTY q] [PEEK]   (also throttle-ex)\n"
                "                 SL.THROTTLE, SPEC = POLICY name | ALGO algorithm [BURST b]\n"
@@ -263,8 +263,8 @@ static int cmd_key(struct sluice_client *c, int argc, char **argv)
             continue;
         }
         printf("%s: %zu\n", k, val->nelem);
-        printf("  %-24s %-20s %10s %10s %7s %9s %7s %8s\n", "NODE", "EPOCH", "COUNT", "DEMAND/s",
-               "SHARE", "REACHABLE", "PHANTOM", "AGE(ms)");
+        printf("  %-24s %-16s %10s %10s %7s %9s %7s %8s\n", "NODE", "LIFE", "ADMITTED", "DEMAND/s",
+               "SHARE", "REPORTING", "FROZEN", "AGE(ms)");
         for (size_t j = 0; j < val->nelem; j++) {
             const struct sluice_reply *s = val->elements[j];
             if (s->type != SLUICE_REPLY_ARRAY || s->nelem < 8)
@@ -272,7 +272,7 @@ static int cmd_key(struct sluice_client *c, int argc, char **argv)
             char f[8][80];
             for (int x = 0; x < 8; x++)
                 cell_text(s->elements[x], f[x], sizeof(f[x]));
-            printf("  %-24s %-20s %10s %10s %7s %9s %7s %8s\n", f[0], f[1], f[2], f[3], f[4], f[5],
+            printf("  %-24s %-16s %10s %10s %7s %9s %7s %8s\n", f[0], f[1], f[2], f[3], f[4], f[5],
                    f[6], f[7]);
         }
     }

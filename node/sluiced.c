@@ -123,8 +123,10 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->keys = ls.keys;
     s->reclaimed = ls.reclaimed;
     s->evicted = ls.evicted;
-    s->overflow_denied = ls.overflow_denied;
-    s->overflow_allowed = ls.overflow_allowed;
+    uint64_t gdenied, gallowed;
+    cluster_overflow_counts(d->cluster, &gdenied, &gallowed);
+    s->overflow_denied = ls.overflow_denied + gdenied;
+    s->overflow_allowed = ls.overflow_allowed + gallowed;
     s->dry_run_would_limit = ls.dry_run_would_limit;
     struct server_stats ss;
     server_get_stats(d->srv, &ss);
@@ -165,9 +167,11 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
         replica_get_stats(r, &rs);
         s->global_decisions = rs.decisions;
         s->global_limited = rs.limited;
-        s->deltas_sent = rs.deltas_sent;
-        s->deltas_received = rs.deltas_received;
-        s->pours = rs.pours;
+        s->global_keys = rs.keys;
+        s->owned_keys = rs.owned_keys;
+        s->reports_sent = rs.report_entries_sent;
+        s->leases_sent = rs.lease_entries_sent;
+        s->replication_bytes_sent = rs.report_bytes_sent + rs.lease_bytes_sent;
         s->synced = replica_synced(r) ? 1 : 0;
     }
 }
@@ -178,10 +182,9 @@ static void on_maintain(uv_timer_t *t)
     limiter_maintain(d->lim, (int64_t)uv_hrtime(), MAINTAIN_BUDGET);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+/* Closes every handle; the loop then ends on its own. */
+static void daemon_shutdown(struct daemon *d)
 {
-    struct daemon *d = h->data;
-    log_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
     server_close(d->srv);
     metrics_close(d->metrics);
     commands_sl_close(d->sl); /* after server_close has cancelled the waiters' clients */
@@ -190,6 +193,13 @@ static void on_signal(uv_signal_t *h, int signum)
     uv_close((uv_handle_t *)&d->maintain, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct daemon *d = h->data;
+    log_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    daemon_shutdown(d);
 }
 
 /* SIGHUP: reload the policies; a bad file keeps the running ones (the
@@ -430,6 +440,10 @@ int main(int argc, char **argv)
         goto out_loop;
     }
     char clerr[512];
+    /* Global keys count against the same --max-keys, with the same --on-full. */
+    clopt.max_keys = lcfg.max_keys ? lcfg.max_keys : LIMITER_DEFAULT_MAX_KEYS;
+    clopt.evict = lcfg.overflow == LIMITER_OVERFLOW_EVICT;
+    clopt.on_full_allow = lcfg.overflow == LIMITER_OVERFLOW_ALLOW;
     rc = cluster_start(&d.loop, &clopt, &d.cluster, clerr, sizeof(clerr));
     if (rc < 0) {
         log_error("cluster: %s", clerr);
@@ -503,8 +517,14 @@ int main(int argc, char **argv)
     log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION_STRING,
              socket_path, scfg.socket_mode, scfg.max_clients ? scfg.max_clients : 10000);
     uv_run(&d.loop, UV_RUN_DEFAULT);
-    log_info("stopped");
     status = 0;
+    if (cluster_failed(d.cluster)) {
+        /* The cluster stopped the loop: refuse to run (the reason is logged). */
+        daemon_shutdown(&d);
+        uv_run(&d.loop, UV_RUN_DEFAULT);
+        status = 1;
+    }
+    log_info("stopped");
 out_server:
     metrics_destroy(d.metrics);
     server_destroy(d.srv);
