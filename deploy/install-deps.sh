@@ -13,7 +13,7 @@ TEST_PACKAGES=(
   libcmocka-dev
   redis-server redis-tools python3 python3-redis
   clang clang-format clang-tidy cppcheck libclang-rt-14-dev
-  valgrind gnuplot-nox iproute2 procps
+  valgrind gnuplot-nox iproute2 procps faketime
 )
 BUILD_ONLY=0
 [ "${1:-}" = "--build-only" ] && BUILD_ONLY=1

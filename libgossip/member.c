@@ -149,6 +149,7 @@ void member_info(const struct member *m, struct gossip_member_info *out)
     out->addr = m->addr;
     out->state = m->state;
     out->incarnation = m->incarnation;
+    out->life_id = m->life;
     out->last_heard_ns = m->last_heard;
     out->state_since_ns = m->state_since;
     out->is_self = m->is_self;

@@ -26,6 +26,9 @@ struct member {
     uint8_t in_plist; /* in the probe order list */
     enum gossip_member_state state;
     uint32_t incarnation;
+    uint64_t life;         /* its current life id, as last heard (0: unknown) */
+    uint64_t old_lives[4]; /* lives it had before: their packets are replays */
+    int64_t born_est;      /* local-clock estimate of when its life began */
     struct gossip_addr addr;
     int64_t state_since;
     int64_t last_heard;
@@ -39,12 +42,13 @@ struct member {
     uint8_t app_init;
     /* packet timestamp window, replies to push-pull requests */
     uint8_t has_ts, pp_replied_valid;
+    uint64_t ts_life;  /* the life the timestamp window belongs to */
     uint64_t max_ts;   /* newest packet timestamp from it ... */
     int64_t max_ts_at; /* ... and when it arrived, local clock */
     uint32_t pp_replied_xid;
-    uint32_t pp_replied_inc; /* the sender's life that asked pp_replied_xid:
-                                a restarted node reuses ids from 1 */
-    size_t idx;              /* position in member_table.v */
+    uint64_t pp_replied_life; /* the sender's life that asked pp_replied_xid:
+                                 a restarted node reuses ids from 1 */
+    size_t idx;               /* position in member_table.v */
 };
 
 struct member_table {

@@ -51,6 +51,9 @@
 #define PKT_MAX            9216 /* largest datagram handled (jumbo frame) */
 #define PP_MSG_OVERHEAD    16   /* PUSHPULL message without its chunk */
 #define LEAVE_FANOUT_EXTRA 3
+#define DIRECT_PENDING_MAX (4u << 20)  /* bytes of direct messages waiting */
+#define CONFLICT_REPLY_NS  (1000 * MS) /* at most one CONFLICT answer a second */
+#define STRANGER_NS        (200 * MS)  /* push-pull with unknown senders at most this often */
 
 struct probe {
     int active, acked, indirect_sent;
@@ -72,6 +75,12 @@ struct relay {
 struct pktbuf {
     uint8_t buf[PKT_MAX];
     size_t len, cap, nmsgs;
+};
+
+/* Direct messages batched for one member until the next flush. */
+struct direct_batch {
+    struct member *to;
+    struct pktbuf *pb;
 };
 
 struct gossip_node {
@@ -100,6 +109,19 @@ struct gossip_node {
     size_t plain_cap; /* mtu minus seal overhead */
     struct proto_packet pkt;
     struct pktbuf out;
+    /* direct messages waiting for the next flush, one batch per member */
+    struct direct_batch *dq;
+    size_t dn, dcap, dbytes;
+    uint64_t view_version;
+    int64_t born;
+    /* name conflicts: a claim on this node's name from another address */
+    int conflict, claim_pending;
+    int joined, prior_life; /* an exchange answered; our name had a past life */
+    int64_t next_stranger;
+    struct gossip_addr conflict_addr, claim_addr;
+    uint32_t claim_inc;
+    int64_t claim_deadline, conflict_reply_at;
+    uint64_t conflict_seen_life;
     uint8_t sealed[PKT_MAX];
     uint8_t opened[PKT_MAX];
 };
@@ -285,7 +307,8 @@ static void pb_begin(struct gossip_node *n, struct pktbuf *pb)
     pb->cap = n->plain_cap;
     pb->nmsgs = 0;
     /* Cannot fail: plain_cap >= PROTO_HEADER_MAX was checked at creation. */
-    proto_packet_begin(pb->buf, pb->cap, n->name, n->name_len, ts, n->self->incarnation, &pb->len);
+    proto_packet_begin(pb->buf, pb->cap, n->name, n->name_len, ts, n->self->incarnation,
+                       n->cfg.life_id, &pb->len);
 }
 
 static int pb_add(struct pktbuf *pb, const struct proto_msg *m)
@@ -369,6 +392,9 @@ static void member_msg(const struct member *m, const struct gossip_node *n, stru
     case GOSSIP_MEMBER_ALIVE:
         out->type = PROTO_ALIVE;
         out->addr = m->addr;
+        out->life = m->life;
+        if (m->life != 0 && n->now > m->born_est)
+            out->uptime_ms = (uint64_t)((n->now - m->born_est) / MS);
         break;
     case GOSSIP_MEMBER_SUSPECT:
         out->type = PROTO_SUSPECT;
@@ -445,6 +471,8 @@ static void set_state(struct gossip_node *n, struct member *m, enum gossip_membe
         n->live--;
     else if (!was_live && now_live)
         n->live++;
+    if (was_live != now_live)
+        n->view_version++;
 }
 
 static void refute(struct gossip_node *n, uint32_t accused_inc)
@@ -480,13 +508,47 @@ static void revive(struct gossip_node *n, struct member *m, uint32_t inc,
          m);
 }
 
+static void send_conflict(struct gossip_node *n, const struct gossip_addr *to);
+
+/* Someone says this node's name is alive at another address, from another
+ * life: a previous life of ours that moved (gone: refute), or a second live
+ * process with our name.  Ask it (CONFLICT) and refute only if no answer
+ * comes within a probe timeout (see tick); the older process keeps the name. */
+static void claim_on_self(struct gossip_node *n, const struct proto_msg *msg)
+{
+    if (n->conflict)
+        return; /* we yielded: nothing more to say */
+    if (msg->life != n->cfg.life_id && !n->joined)
+        n->prior_life = 1;
+    if (msg->life == n->cfg.life_id || gossip_addr_equal(&msg->addr, &n->self->addr) ||
+        msg->life == 0) {
+        if (msg->incarnation > n->self->incarnation)
+            refute(n, msg->incarnation); /* gossip from a previous life of ours */
+        return;
+    }
+    if (!n->claim_pending) {
+        n->claim_pending = 1;
+        n->claim_addr = msg->addr;
+        n->claim_deadline = n->now + n->cfg.probe_timeout_ms * MS * 2;
+    }
+    if (msg->incarnation > n->claim_inc)
+        n->claim_inc = msg->incarnation;
+    send_conflict(n, &msg->addr);
+}
+
 static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
 {
     struct member *m = member_find(&n->t, msg->name.ptr, msg->name.len);
     if (m != NULL && m->is_self) {
-        if (msg->incarnation > m->incarnation)
-            refute(n, msg->incarnation); /* gossip from a previous life of ours */
+        claim_on_self(n, msg);
         return;
+    }
+    if (m != NULL && msg->life != 0 && msg->life != m->life && msg->incarnation > m->incarnation) {
+        m->life = msg->life;
+        m->born_est =
+            n->now - (int64_t)(msg->uptime_ms > (uint64_t)(n->now / MS) ? (uint64_t)(n->now / MS)
+                                                                        : msg->uptime_ms) *
+                         MS;
     }
     if (m == NULL) {
         if (n->t.n >= MAX_MEMBERS)
@@ -495,6 +557,8 @@ static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
         if (m == NULL)
             return;
         m->state = GOSSIP_MEMBER_DEAD; /* not yet live: revive counts it, emits JOIN */
+        m->life = msg->life;
+        m->born_est = n->now;
     } else if (msg->incarnation <= m->incarnation) {
         return; /* equal incarnation never wins: suspect/dead/left beat alive there */
     }
@@ -554,6 +618,8 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
     if (m == NULL || m->reaped || inc < m->incarnation)
         return;
     if (m->is_self) {
+        if (!n->joined)
+            n->prior_life = 1; /* news of our name before we joined: a past life */
         if (!n->left)
             refute(n, inc);
         return;
@@ -594,6 +660,8 @@ static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_
             return;
     }
     if (m->is_self) {
+        if (!n->joined)
+            n->prior_life = 1;
         if (!n->left)
             refute(n, inc);
         return;
@@ -887,6 +955,182 @@ static void pushpull_start(struct gossip_node *n, const struct gossip_addr *to)
     pushpull_send(n, to, ++n->pp_xid, 1);
 }
 
+/* ---- name conflicts -------------------------------------------------------- */
+
+static int64_t uptime_ms(const struct gossip_node *n)
+{
+    return (n->now - n->born) / MS;
+}
+
+/* Tells the process at `to`, which claims our name, that we hold it and
+ * since when (rate-limited: one answer a second). */
+static void send_conflict(struct gossip_node *n, const struct gossip_addr *to)
+{
+    if (n->now < n->conflict_reply_at || n->conflict)
+        return;
+    n->conflict_reply_at = n->now + CONFLICT_REPLY_NS;
+    struct proto_msg msg = {.type = PROTO_CONFLICT,
+                            .name = pstr(n->name, n->name_len),
+                            .life = n->cfg.life_id,
+                            .uptime_ms = (uint64_t)uptime_ms(n)};
+    send_one(n, to, &msg);
+}
+
+/* Tells the application, once per other life, that another process uses
+ * our name (GOSSIP_EVENT_CONFLICT; gossip_node_conflict says who yields). */
+static void conflict_seen(struct gossip_node *n, const struct gossip_addr *from, uint64_t life)
+{
+    if (n->conflict_seen_life == life && life != 0)
+        return;
+    n->conflict_seen_life = life;
+    n->st.conflicts++;
+    if (n->cfg.cb.on_event != NULL) {
+        struct gossip_member_info info;
+        member_info(n->self, &info);
+        info.addr = *from;
+        info.life_id = life;
+        n->cfg.cb.on_event(n->cfg.cb.ud, GOSSIP_EVENT_CONFLICT, &info);
+    }
+}
+
+/* A CONFLICT from the process at `from` (life `life`, up for `their_ms`)
+ * that has our name: the one that started later yields (ties: the lower
+ * life id). */
+static void on_conflict(struct gossip_node *n, const struct gossip_addr *from, uint64_t life,
+                        uint64_t their_ms)
+{
+    uint64_t ours = (uint64_t)uptime_ms(n);
+    int we_yield = their_ms > ours || (their_ms == ours && life > n->cfg.life_id);
+    if (n->conflict)
+        return;
+    if (we_yield) {
+        n->conflict = 1;
+        n->claim_pending = 0;
+        n->conflict_addr = *from;
+        n->conflict_seen_life = 0; /* always tell the application this one */
+    } else {
+        send_conflict(n, from);
+    }
+    conflict_seen(n, from, life);
+}
+
+int gossip_node_conflict(const struct gossip_node *n, struct gossip_addr *other)
+{
+    if (n->conflict && other != NULL)
+        *other = n->conflict_addr;
+    return n->conflict;
+}
+
+/* ---- direct messages -------------------------------------------------------- */
+
+size_t gossip_node_max_direct(const struct gossip_node *n)
+{
+    size_t room = n->plain_cap - PROTO_HEADER_MAX - PROTO_DIRECT_OVERHEAD;
+    return room;
+}
+
+static void direct_send_batch(struct gossip_node *n, struct direct_batch *b)
+{
+    if (b->pb->nmsgs > 0) {
+        pb_send(n, b->pb, &b->to->addr);
+        n->st.direct_packets_sent++;
+    }
+    n->dbytes -= b->pb->len;
+    pb_begin(n, b->pb);
+    n->dbytes += b->pb->len;
+}
+
+int gossip_node_send(struct gossip_node *n, const char *member_name, const uint8_t *msg, size_t len)
+{
+    if (n->left)
+        return -GOSSIP_ESTATE;
+    if (len > gossip_node_max_direct(n))
+        return -GOSSIP_ETOOBIG;
+    struct member *m = member_find(&n->t, member_name, strlen(member_name));
+    if (m == NULL || m->is_self || !is_live(m))
+        return -GOSSIP_ENOENT;
+    if (n->dbytes + len + PROTO_HEADER_MAX > DIRECT_PENDING_MAX) {
+        n->st.direct_dropped++;
+        return -GOSSIP_ENOMEM;
+    }
+    struct direct_batch *b = NULL;
+    for (size_t i = 0; i < n->dn; i++)
+        if (n->dq[i].to == m)
+            b = &n->dq[i];
+    if (b == NULL) {
+        if (n->dn == n->dcap) {
+            size_t cap = n->dcap ? n->dcap * 2 : 8;
+            struct direct_batch *v = realloc(n->dq, cap * sizeof(*v));
+            if (v == NULL) {
+                n->st.direct_dropped++;
+                return -GOSSIP_ENOMEM;
+            }
+            n->dq = v;
+            n->dcap = cap;
+        }
+        struct pktbuf *pb = malloc(sizeof(*pb));
+        if (pb == NULL) {
+            n->st.direct_dropped++;
+            return -GOSSIP_ENOMEM;
+        }
+        b = &n->dq[n->dn++];
+        b->to = m;
+        b->pb = pb;
+        pb_begin(n, pb);
+        n->dbytes += pb->len;
+    }
+    struct proto_msg dm = {.type = PROTO_DIRECT, .data = msg, .data_len = len};
+    size_t before = b->pb->len;
+    if (pb_add(b->pb, &dm) != 0 || b->pb->nmsgs > PROTO_MAX_MSGS) {
+        if (b->pb->nmsgs > PROTO_MAX_MSGS) {
+            b->pb->len = before; /* undo: too many messages for one packet */
+            b->pb->nmsgs--;
+        }
+        direct_send_batch(n, b);
+        before = b->pb->len;
+        if (pb_add(b->pb, &dm) != 0) {
+            n->st.direct_dropped++;
+            return -GOSSIP_ETOOBIG;
+        }
+    }
+    n->dbytes += b->pb->len - before;
+    n->st.direct_sent++;
+    n->st.direct_bytes_sent += len;
+    return 0;
+}
+
+void gossip_node_flush(struct gossip_node *n)
+{
+    for (size_t i = 0; i < n->dn; i++) {
+        struct direct_batch *b = &n->dq[i];
+        /* A member that died since keeps its batch: it is dropped unsent. */
+        if (b->pb->nmsgs > 0 && is_live(b->to)) {
+            pb_send(n, b->pb, &b->to->addr);
+            n->st.direct_packets_sent++;
+        }
+        free(b->pb);
+    }
+    n->dn = 0;
+    n->dbytes = 0;
+}
+
+uint64_t gossip_node_view_version(const struct gossip_node *n)
+{
+    return n->view_version;
+}
+
+uint64_t gossip_node_life_id(const struct gossip_node *n)
+{
+    return n->cfg.life_id;
+}
+
+int gossip_node_joined(const struct gossip_node *n, int *prior_life)
+{
+    if (prior_life != NULL)
+        *prior_life = n->prior_life;
+    return n->joined;
+}
+
 /* ---- receive ------------------------------------------------------------ */
 
 static int drop(struct gossip_node *n, int reason, int err)
@@ -923,8 +1167,25 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
     rc = proto_decode(plain, plain_len, p);
     if (rc != 0)
         return drop(n, rc == -GOSSIP_EVERSION ? GOSSIP_DROP_VERSION : GOSSIP_DROP_MALFORMED, rc);
-    if (p->sender.len == n->name_len && memcmp(p->sender.ptr, n->name, n->name_len) == 0)
+    if (p->sender.len == n->name_len && memcmp(p->sender.ptr, n->name, n->name_len) == 0) {
+        /* Our name from another life: a second process, or a previous life
+         * of ours.  A CONFLICT it carries settles who keeps the name; any
+         * other packet gets our CONFLICT in answer. */
+        if (p->life != n->cfg.life_id && !n->left) {
+            int answered = 0;
+            for (size_t i = 0; i < p->nmsgs; i++)
+                if (p->msgs[i].type == PROTO_CONFLICT && p->msgs[i].name.len == n->name_len &&
+                    memcmp(p->msgs[i].name.ptr, n->name, n->name_len) == 0) {
+                    on_conflict(n, from, p->life, p->msgs[i].uptime_ms);
+                    answered = 1;
+                }
+            if (!answered) {
+                send_conflict(n, from);
+                conflict_seen(n, from, p->life);
+            }
+        }
         return drop(n, GOSSIP_DROP_SELF, -GOSSIP_EPROTO);
+    }
     if (n->left)
         return drop(n, GOSSIP_DROP_LEFT, -GOSSIP_ESTATE);
 
@@ -936,6 +1197,15 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
     struct member *snd = member_find(&n->t, p->sender.ptr, p->sender.len);
     int pushpull = 0;
     int newer_life = snd != NULL && p->incarnation > snd->incarnation;
+    /* The window belongs to one life of the sender: a new life starts a new
+     * window whatever its clock says (a host whose clock went back, or
+     * another host), and a life it had before is a replay. */
+    if (snd != NULL && p->life != snd->ts_life) {
+        for (size_t i = 0; i < sizeof(snd->old_lives) / sizeof(snd->old_lives[0]); i++)
+            if (snd->old_lives[i] != 0 && snd->old_lives[i] == p->life)
+                return drop(n, GOSSIP_DROP_STALE, -GOSSIP_EREPLAY);
+        newer_life = 1;
+    }
     for (size_t i = 0; i < p->nmsgs; i++) {
         const struct proto_msg *m = &p->msgs[i];
         pushpull |= m->type == PROTO_PUSHPULL;
@@ -986,10 +1256,31 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
             break;
         case PROTO_PUSHPULL:
             break; /* after membership, below */
+        case PROTO_DIRECT:
+            n->st.direct_received++;
+            n->st.direct_bytes_received += m->data_len;
+            if (n->cfg.cb.on_direct != NULL) {
+                char sender[GOSSIP_NAME_MAX + 1];
+                memcpy(sender, p->sender.ptr, p->sender.len);
+                sender[p->sender.len] = '\0';
+                n->cfg.cb.on_direct(n->cfg.cb.ud, sender, m->data, m->data_len);
+            }
+            break;
+        case PROTO_CONFLICT:
+            break; /* only meaningful from our own name (above) */
         }
     }
 
     snd = member_find(&n->t, p->sender.ptr, p->sender.len);
+    if ((snd == NULL || snd->reaped || !is_live(snd)) && !pushpull && !n->left &&
+        n->now >= n->next_stranger) {
+        /* A sealed packet from a member we do not count as live (we
+         * restarted and know only our seeds; it came back): exchange state
+         * with it now rather than at the next periodic push-pull, seconds
+         * away.  At most one such exchange per STRANGER_NS. */
+        n->next_stranger = n->now + STRANGER_NS;
+        pushpull_start(n, from);
+    }
     if (snd != NULL && p->incarnation > snd->incarnation) {
         /* The header is the sender speaking for itself: as good as an alive
          * message, so a refutation rides on every packet it sends. */
@@ -1001,6 +1292,14 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
     }
     if (snd != NULL) {
         snd->last_heard = n->now;
+        if (p->life != snd->ts_life) {
+            if (snd->ts_life != 0) {
+                memmove(snd->old_lives + 1, snd->old_lives,
+                        sizeof(snd->old_lives) - sizeof(snd->old_lives[0]));
+                snd->old_lives[0] = snd->ts_life;
+            }
+            snd->ts_life = p->life;
+        }
         if (newer_life || !snd->has_ts || p->timestamp > snd->max_ts) {
             snd->max_ts = p->timestamp;
             snd->max_ts_at = n->now;
@@ -1011,6 +1310,8 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         const struct proto_msg *m = &p->msgs[i];
         if (m->type != PROTO_PUSHPULL)
             continue;
+        if (!(m->flags & PROTO_PP_REQUEST))
+            n->joined = 1; /* an answer to our exchange: we know the cluster */
         if (m->data_len > 0 && n->cfg.cb.state_merge != NULL) {
             char sender[GOSSIP_NAME_MAX + 1];
             memcpy(sender, p->sender.ptr, p->sender.len);
@@ -1023,13 +1324,14 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
          * its requests from 1 again, and must still be answered. */
         if ((m->flags & PROTO_PP_REQUEST) && snd != NULL &&
             !(snd->pp_replied_valid && snd->pp_replied_xid == m->seq &&
-              snd->pp_replied_inc == p->incarnation)) {
+              snd->pp_replied_life == p->life)) {
             snd->pp_replied_valid = 1;
             snd->pp_replied_xid = m->seq;
-            snd->pp_replied_inc = p->incarnation;
+            snd->pp_replied_life = p->life;
             pushpull_send(n, from, m->seq, 0);
         }
     }
+    gossip_node_flush(n); /* replies the application queued from its callbacks */
     return 0;
 }
 
@@ -1061,6 +1363,7 @@ static void reap(struct gossip_node *n)
         int gone = m->state == GOSSIP_MEMBER_DEAD || m->state == GOSSIP_MEMBER_LEFT;
         if (gone && !m->reaped && n->now - m->state_since >= n->cfg.dead_reap_ms * MS) {
             m->reaped = 1;
+            n->view_version++;
             plist_remove(n, m);
             emit(n, GOSSIP_EVENT_REAP, m);
         }
@@ -1150,6 +1453,14 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
         n->next_reap = now + REAP_CHECK_NS;
         reap(n);
     }
+    /* A claim on our name from another address that nobody answered for:
+     * a previous life of ours that moved and is gone.  Take the name back. */
+    if (n->claim_pending && now >= n->claim_deadline) {
+        n->claim_pending = 0;
+        if (!n->conflict)
+            refute(n, n->claim_inc);
+    }
+    gossip_node_flush(n);
 }
 
 int64_t gossip_node_next_deadline(const struct gossip_node *n)
@@ -1178,6 +1489,8 @@ int64_t gossip_node_next_deadline(const struct gossip_node *n)
     }
     for (size_t i = 0; i < n->sn; i++)
         EARLIER(n->sus[i]->susp_deadline);
+    if (n->claim_pending)
+        EARLIER(n->claim_deadline);
     if (n->nrelays > 0)
         for (int i = 0; i < MAX_RELAYS; i++)
             if (n->relays[i].used)
@@ -1222,6 +1535,11 @@ int gossip_node_create(const struct gossip_config *cfg, const struct gossip_io *
         goto fail;
     n->self->is_self = 1;
     n->self->incarnation = cfg->incarnation;
+    while (n->cfg.life_id == 0)
+        n->cfg.life_id = rnd(n);
+    n->self->life = n->cfg.life_id;
+    n->self->born_est = now_ns;
+    n->born = now_ns;
     n->self->addr = cfg->advertise;
     n->self->state = GOSSIP_MEMBER_ALIVE;
     n->self->state_since = now_ns;
@@ -1252,6 +1570,9 @@ void gossip_node_destroy(struct gossip_node *n)
     bcast_free(&n->aq);
     free(n->plist);
     free(n->sus);
+    for (size_t i = 0; i < n->dn; i++)
+        free(n->dq[i].pb);
+    free(n->dq);
     free(n);
 }
 

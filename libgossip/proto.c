@@ -79,11 +79,15 @@ int proto_encode_msg(const struct proto_msg *m, uint8_t *buf, size_t cap, size_t
         r |= msgpack_pack_uint32(&pk, m->seq);
         break;
     case PROTO_ALIVE:
-        r |= msgpack_pack_array(&pk, 4);
+        r |= msgpack_pack_array(&pk, m->life != 0 ? 6 : 4);
         r |= msgpack_pack_uint8(&pk, m->type);
         r |= pack_str(&pk, m->name.ptr, m->name.len);
         r |= msgpack_pack_uint32(&pk, m->incarnation);
         r |= pack_addr(&pk, &m->addr);
+        if (m->life != 0) {
+            r |= msgpack_pack_uint64(&pk, m->life);
+            r |= msgpack_pack_uint64(&pk, m->uptime_ms);
+        }
         break;
     case PROTO_SUSPECT:
     case PROTO_DEAD:
@@ -116,6 +120,19 @@ int proto_encode_msg(const struct proto_msg *m, uint8_t *buf, size_t cap, size_t
         r |= msgpack_pack_bin(&pk, m->data_len);
         r |= msgpack_pack_bin_body(&pk, m->data, m->data_len);
         break;
+    case PROTO_DIRECT:
+        r |= msgpack_pack_array(&pk, 2);
+        r |= msgpack_pack_uint8(&pk, m->type);
+        r |= msgpack_pack_bin(&pk, m->data_len);
+        r |= msgpack_pack_bin_body(&pk, m->data, m->data_len);
+        break;
+    case PROTO_CONFLICT:
+        r |= msgpack_pack_array(&pk, 4);
+        r |= msgpack_pack_uint8(&pk, m->type);
+        r |= pack_str(&pk, m->name.ptr, m->name.len);
+        r |= msgpack_pack_uint64(&pk, m->life);
+        r |= msgpack_pack_uint64(&pk, m->uptime_ms);
+        break;
     default:
         return -GOSSIP_EINVAL;
     }
@@ -127,12 +144,12 @@ int proto_encode_msg(const struct proto_msg *m, uint8_t *buf, size_t cap, size_t
 
 /* The header uses array32 so the message count can be patched in place. */
 int proto_packet_begin(uint8_t *buf, size_t cap, const char *sender, size_t sender_len,
-                       uint64_t timestamp, uint32_t incarnation, size_t *len)
+                       uint64_t timestamp, uint32_t incarnation, uint64_t life, size_t *len)
 {
     struct bounded b = {buf, cap, 0};
     msgpack_packer pk;
     int r = 0;
-    static const uint8_t arr32[5] = {0xdd, 0, 0, 0, 4};
+    static const uint8_t arr32[5] = {0xdd, 0, 0, 0, 5};
     if (sender_len == 0 || sender_len > GOSSIP_NAME_MAX)
         return -GOSSIP_EINVAL;
     msgpack_packer_init(&pk, &b, bounded_write);
@@ -141,6 +158,7 @@ int proto_packet_begin(uint8_t *buf, size_t cap, const char *sender, size_t send
     r |= pack_str(&pk, sender, sender_len);
     r |= msgpack_pack_uint64(&pk, timestamp);
     r |= msgpack_pack_uint32(&pk, incarnation);
+    r |= msgpack_pack_uint64(&pk, life);
     if (r != 0)
         return -GOSSIP_ETOOBIG;
     *len = b.len;
@@ -149,7 +167,7 @@ int proto_packet_begin(uint8_t *buf, size_t cap, const char *sender, size_t send
 
 void proto_packet_finish(uint8_t *buf, size_t nmsgs)
 {
-    uint32_t n = (uint32_t)(4 + nmsgs);
+    uint32_t n = (uint32_t)(5 + nmsgs);
     buf[1] = (uint8_t)(n >> 24);
     buf[2] = (uint8_t)(n >> 16);
     buf[3] = (uint8_t)(n >> 8);
@@ -307,7 +325,7 @@ static int get_addr(const msgpack_object *o, struct gossip_addr *a)
 }
 
 /* Minimum element count per type (index = type). */
-static const uint8_t min_fields[] = {0, 3, 5, 2, 2, 4, 4, 4, 3, 5, 4};
+static const uint8_t min_fields[] = {0, 3, 5, 2, 2, 4, 4, 4, 3, 5, 4, 2, 4};
 
 /* Fills m from array o; 1 = unknown type (skip), 0 = ok, -1 = malformed. */
 static int decode_msg(const msgpack_object *o, struct proto_msg *m)
@@ -319,7 +337,7 @@ static int decode_msg(const msgpack_object *o, struct proto_msg *m)
     uint32_t n = o->via.array.size;
     if (get_uint(&f[0], 255, &v) != 0)
         return -1;
-    if (v == 0 || v > PROTO_PUSHPULL)
+    if (v == 0 || v > PROTO_CONFLICT)
         return 1;
     memset(m, 0, sizeof(*m));
     m->type = (uint8_t)v;
@@ -352,6 +370,10 @@ static int decode_msg(const msgpack_object *o, struct proto_msg *m)
         m->incarnation = (uint32_t)v;
         if (m->type == PROTO_ALIVE && get_addr(&f[3], &m->addr) != 0)
             return -1;
+        if (m->type == PROTO_ALIVE && n >= 6 &&
+            (get_uint(&f[4], UINT64_MAX, &m->life) != 0 ||
+             get_uint(&f[5], UINT64_MAX, &m->uptime_ms) != 0))
+            return -1;
         if ((m->type == PROTO_SUSPECT || m->type == PROTO_DEAD) && get_name(&f[3], &m->from) != 0)
             return -1;
         return 0;
@@ -370,6 +392,13 @@ static int decode_msg(const msgpack_object *o, struct proto_msg *m)
         if (get_uint(&f[2], 255, &v) != 0 || get_bin(&f[3], &m->data, &m->data_len) != 0)
             return -1;
         m->flags = (uint8_t)v;
+        return 0;
+    case PROTO_DIRECT:
+        return get_bin(&f[1], &m->data, &m->data_len) != 0 ? -1 : 0;
+    case PROTO_CONFLICT:
+        if (get_name(&f[1], &m->name) != 0 || get_uint(&f[2], UINT64_MAX, &m->life) != 0 ||
+            get_uint(&f[3], UINT64_MAX, &m->uptime_ms) != 0)
+            return -1;
         return 0;
     }
     return -1;
@@ -396,7 +425,7 @@ int proto_decode(const uint8_t *buf, size_t len, struct proto_packet *out)
     if (msgpack_unpack((const char *)buf, len, &off, &zone, &root) != MSGPACK_UNPACK_SUCCESS ||
         off != len)
         goto done;
-    if (root.type != MSGPACK_OBJECT_ARRAY || root.via.array.size < 4)
+    if (root.type != MSGPACK_OBJECT_ARRAY || root.via.array.size < 5)
         goto done;
     const msgpack_object *e = root.via.array.ptr;
     if (get_uint(&e[0], UINT32_MAX, &v) != 0)
@@ -407,10 +436,10 @@ int proto_decode(const uint8_t *buf, size_t len, struct proto_packet *out)
     }
     out->version = (uint32_t)v;
     if (get_name(&e[1], &out->sender) != 0 || get_uint(&e[2], UINT64_MAX, &out->timestamp) != 0 ||
-        get_uint(&e[3], UINT32_MAX, &v) != 0)
+        get_uint(&e[3], UINT32_MAX, &v) != 0 || get_uint(&e[4], UINT64_MAX, &out->life) != 0)
         goto done;
     out->incarnation = (uint32_t)v;
-    for (uint32_t i = 4; i < root.via.array.size; i++) {
+    for (uint32_t i = 5; i < root.via.array.size; i++) {
         if (out->nmsgs == PROTO_MAX_MSGS)
             goto done;
         int r = decode_msg(&e[i], &out->msgs[out->nmsgs]);

@@ -16,24 +16,32 @@
  * 42 bytes around it); the MTU bounds the sealed datagram.
  *
  *   packet = msgpack array (array32 header, so its count can be patched):
- *   +------------+---------+-------------+------------+-------------+-------+-----
- *   | dd NNNNNNNN| version | sender name | timestamp  | sender inc. | msg 1 | ...
- *   | array32    | uint =1 | str <= 64   | uint64 ns  | uint32      | array |
- *   +------------+---------+-------------+------------+-------------+-------+-----
- *   N = 4 + number of messages.  The sender's incarnation in every header
- *   lets any packet from a member carry its refutation of a suspicion.
+ *   +------------+---------+-------------+-----------+-------------+-----------+-------+---
+ *   | dd NNNNNNNN| version | sender name | timestamp | sender inc. | sender    | msg 1 | ...
+ *   | array32    | uint =2 | str <= 64   | uint64 ns | uint32      | life u64  | array |
+ *   +------------+---------+-------------+-----------+-------------+-----------+-------+---
+ *   N = 5 + number of messages.  The sender's incarnation in every header
+ *   lets any packet from a member carry its refutation of a suspicion.  The
+ *   timestamp is the sender's own monotonic clock: only compared with the
+ *   same sender's earlier timestamps, within the same life (a random id
+ *   drawn at each start), so no two hosts' clocks are ever compared.
  *
  *   each msg = [ type, fields... ]   (extra trailing fields are ignored)
  *     1 PING      [1, seq, target name]
  *     2 PING_REQ  [2, seq, target name, target addr, want_nack]
  *     3 ACK       [3, seq]
  *     4 NACK      [4, seq]
- *     5 ALIVE     [5, name, incarnation, addr]
+ *     5 ALIVE     [5, name, incarnation, addr, life u64, uptime_ms u64]
+ *                 (life and uptime optional: the subject's, when it said so)
  *     6 SUSPECT   [6, name, incarnation, accuser name]
  *     7 DEAD      [7, name, incarnation, accuser name]
  *     8 LEFT      [8, name, incarnation]
  *     9 APP       [9, origin name, origin incarnation, seq u64, payload bin]
  *    10 PUSHPULL  [10, exchange id, flags, state bin]
+ *    11 DIRECT    [11, payload bin]      an application message to this node
+ *    12 CONFLICT  [12, name, life u64, uptime_ms u64]  "name is mine, and
+ *                 alive": the answer to a packet that claims the receiver's
+ *                 own name from another life
  *         A packet holding a PUSHPULL carries full-state membership entries
  *         (ALIVE/SUSPECT/DEAD/LEFT) next to it; flags bit 0 asks for a reply.
  *
@@ -47,11 +55,14 @@
 
 #include "gossip/gossip.h"
 
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2
 /* Most messages one packet may carry (a 1400-byte packet holds ~200 ACKs). */
 #define PROTO_MAX_MSGS 256
-/* Largest packet header (array32, version, name, u64 timestamp, u32 incarnation). */
-#define PROTO_HEADER_MAX (5 + 1 + 2 + GOSSIP_NAME_MAX + 9 + 5)
+/* Largest packet header (array32, version, name, u64 timestamp, u32 incarnation,
+ * u64 life). */
+#define PROTO_HEADER_MAX (5 + 1 + 2 + GOSSIP_NAME_MAX + 9 + 5 + 9)
+/* Bytes a DIRECT message adds around its payload (array, type, bin32 header). */
+#define PROTO_DIRECT_OVERHEAD 7
 
 enum proto_type {
     PROTO_PING = 1,
@@ -64,6 +75,8 @@ enum proto_type {
     PROTO_LEFT = 8,
     PROTO_APP = 9,
     PROTO_PUSHPULL = 10,
+    PROTO_DIRECT = 11,
+    PROTO_CONFLICT = 12,
 };
 
 #define PROTO_PP_REQUEST 0x01u
@@ -81,10 +94,13 @@ struct proto_msg {
     uint32_t seq;            /* PING, PING_REQ, ACK, NACK; PUSHPULL exchange id */
     uint32_t incarnation;    /* ALIVE..LEFT; APP: origin incarnation */
     uint64_t app_seq;        /* APP */
-    struct proto_str name;   /* PING/PING_REQ target, ALIVE..LEFT subject, APP origin */
+    uint64_t life;           /* ALIVE (0: not given), CONFLICT */
+    uint64_t uptime_ms;      /* ALIVE, CONFLICT */
+    struct proto_str name;   /* PING/PING_REQ target, ALIVE..LEFT subject, APP origin,
+                                CONFLICT: the name claimed */
     struct proto_str from;   /* SUSPECT, DEAD: accuser */
     struct gossip_addr addr; /* PING_REQ target, ALIVE */
-    const uint8_t *data;     /* APP payload, PUSHPULL state chunk */
+    const uint8_t *data;     /* APP and DIRECT payload, PUSHPULL state chunk */
     size_t data_len;
 };
 
@@ -93,6 +109,7 @@ struct proto_packet {
     struct proto_str sender;
     uint64_t timestamp;
     uint32_t incarnation; /* the sender's */
+    uint64_t life;        /* the sender's life id */
     size_t nmsgs;
     struct proto_msg msgs[PROTO_MAX_MSGS];
 };
@@ -109,7 +126,7 @@ int proto_encode_msg(const struct proto_msg *m, uint8_t *buf, size_t cap, size_t
  * -GOSSIP_ETOOBIG / -GOSSIP_EINVAL as above.
  */
 int proto_packet_begin(uint8_t *buf, size_t cap, const char *sender, size_t sender_len,
-                       uint64_t timestamp, uint32_t incarnation, size_t *len);
+                       uint64_t timestamp, uint32_t incarnation, uint64_t life, size_t *len);
 void proto_packet_finish(uint8_t *buf, size_t nmsgs);
 
 /*

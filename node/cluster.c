@@ -2,6 +2,7 @@
 #include "cluster.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +20,9 @@
 
 #define DEFAULT_INTERVAL_MS     100
 #define DEFAULT_DNS_INTERVAL_MS 30000
-#define NS_PER_SEC    1000000000LL
-#define GOSSIP_FANOUT 5 /* membership gossip: a broadcast reaches 1000 nodes in ~0.5 s */
+#define NS_PER_SEC              1000000000LL
+#define TRIM_AFTER_GC           256 /* keys dropped since the last trim worth returning memory for */
+#define GOSSIP_FANOUT           5 /* membership gossip: a broadcast reaches 1000 nodes in ~0.5 s */
 
 struct cluster {
     uv_loop_t *loop;
@@ -36,6 +38,8 @@ struct cluster {
     int failed; /* refused to run (a live node has this name) */
     int on_full_allow;
     uint64_t overflow_denied, overflow_allowed;
+    uint64_t gc_since_trim;
+    int64_t trimmed_at;
     int64_t interval_ms;
     enum config_scope default_scope;
     enum replica_policy partition;
@@ -345,8 +349,28 @@ static void on_tick(uv_timer_t *t)
     if (c->g == NULL)
         return;
     cluster__refresh_view(c);
+    if (!replica_synced(c->r)) {
+        /* A node new to the cluster (no past life of its name) has nothing
+         * to recover: it serves at once instead of waiting out its young
+         * period.  A restarted one waits for an owner that knows the key. */
+        int prior = 0;
+        if (gossip_node_joined(gossip_uv_node(c->g), &prior) && !prior) {
+            replica_mark_synced(c->r);
+            log_info("cluster: joined as a new member, serving global keys");
+        }
+    }
+    struct replica_stats before, after;
+    replica_get_stats(c->r, &before);
     replica_tick(c->r, cluster_now_ns(c));
     gossip_node_flush(gossip_uv_node(c->g)); /* the reports and leases go out together */
+    replica_get_stats(c->r, &after);
+    c->gc_since_trim += after.gc_keys - before.gc_keys;
+    int64_t now = cluster_now_ns(c);
+    if (c->gc_since_trim >= TRIM_AFTER_GC && now - c->trimmed_at >= NS_PER_SEC) {
+        malloc_trim(0); /* drained keys were dropped: give the memory back (at most 1/s) */
+        c->gc_since_trim = 0;
+        c->trimmed_at = now;
+    }
 }
 
 /* ---- start / stop ---- */
@@ -650,6 +674,11 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
         out->retry_after_ns = ALGO_NEVER;
     }
     return 0;
+}
+
+void cluster_note_demand(struct cluster *c, const char *key, size_t klen, int64_t qty)
+{
+    replica_note_demand(c->r, key, klen, qty, cluster_now_ns(c));
 }
 
 struct gossip_node *cluster_gossip(struct cluster *c)

@@ -167,6 +167,11 @@ int cluster_is_global(const struct cluster *c, const struct policy *pol, int sco
 int cluster_decide_global(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
                           const struct algo_params *p, int64_t qty, struct algo_result *out);
 
+/* A global key's request refused by a check that did not decide through
+ * cluster_decide_global (SL.MULTI's all-or-nothing peek): counted as demand
+ * so the key's owner leases by it.  c must not be NULL. */
+void cluster_note_demand(struct cluster *c, const char *key, size_t klen, int64_t qty);
+
 /*
  * Re-reads the key file given at start (SIGHUP), so keys rotate without a
  * restart: install the new key everywhere, then `use` it everywhere, then

@@ -583,8 +583,10 @@ static int sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
             if (rc < 0)
                 return rc;
             fits = dry || (!outs[k].limited && reqs[k].qty <= outs[k].remaining);
-            if (!fits)
+            if (!fits) {
                 sl__global_refusal(s->p, reqs[k].qty, &outs[k]);
+                cluster_note_demand(sl->cl, reqs[k].key, reqs[k].klen, reqs[k].qty);
+            }
         } else {
             int64_t delay;
             rc = limiter_earliest_fit(sl->lim, reqs[k].key, reqs[k].klen, s->p, reqs[k].qty, now,

@@ -10,13 +10,14 @@
 #include "table.h"
 #include "wire.h"
 
-#define NS_PER_SEC   1000000000LL
-#define DEMAND_TAU_S     1.0  /* demand estimate: shortest EWMA time constant */
-#define DEMAND_TAU_MAX_S 10.0 /* ... and longest */
-#define DEMAND_EVENTS    20.0 /* requests a time constant should span */
-#define ACTIVE_EVERY 5   /* intervals between reports of an uncontested key */
-#define SHARE_EPS    0.02 /* relative share change worth a lease */
-#define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
+#define NS_PER_SEC          1000000000LL
+#define DEMAND_TAU_S        1.0                /* demand estimate: shortest EWMA time constant */
+#define DEMAND_TAU_MAX_S    10.0               /* ... and longest */
+#define DEMAND_EVENTS       20.0               /* requests a time constant should span */
+#define ACTIVE_EVERY        5                  /* intervals between reports of an uncontested key */
+#define IDLE_AFTER_NS       (1000 * 1000000LL) /* no request this long + full bucket: idle */
+#define SHARE_EPS           0.02               /* relative share change worth a lease */
+#define REPLICA_MEMBERS_MAX 65535              /* names ever heard of */
 
 /* A limit as the replica keeps it: the fields of struct algo_params it
  * needs (32 bytes instead of 96; a node may hold one per key twice), with
@@ -57,8 +58,9 @@ static int replica__params_of(struct algo_params *p, const struct rlimit *l)
 struct member {
     char name[REPLICA_NAME_MAX + 1];
     uint64_t hash;
-    uint8_t in_view; /* in the last view (live or unreachable) */
-    uint8_t live;    /* alive or suspect: may own keys */
+    uint8_t in_view;    /* in the last view (live or unreachable) */
+    uint8_t was_viewed; /* in some view once: absent now means gone */
+    uint8_t live;       /* alive or suspect: may own keys */
     /* Pending outgoing batches (one per message type), allocated while a
      * tick or a receive fills them. */
     struct wire_writer out[2];
@@ -73,6 +75,7 @@ struct member {
 #define NK_LEASED   0x08u /* a lease arrived at least once */
 #define NK_DEGRADED 0x10u /* owner silent: the node keeps its last lease */
 #define NK_GROWN    0x20u /* past its first second: demand is an EWMA */
+#define NK_TOPPED   0x40u /* the cold top-up was given */
 
 /* Local state of a window algorithm under a lease: its own params with the
  * node's share of the count, then the algorithm's state. */
@@ -83,14 +86,14 @@ struct wloc {
 
 struct nkey {
     struct rlimit p;
-    uint32_t idx;      /* in r->nk */
-    uint16_t view_gen; /* owner computed under this view (low bits) */
-    uint16_t owner;    /* member id */
-    float share, fshare;     /* the lease; the share held while the cluster was whole */
-    float demand, acc; /* units/s; units requested since the last tick (since
-                          born while the key is young: see replica__demand) */
-    double tokens;           /* the lease bucket */
-    int64_t last_ns;         /* last refill */
+    uint32_t idx;        /* in r->nk */
+    uint16_t view_gen;   /* owner computed under this view (low bits) */
+    uint16_t owner;      /* member id */
+    float share, fshare; /* the lease; the share held while the cluster was whole */
+    float demand, acc;   /* units/s; units requested since the last tick (since
+                            born while the key is young: see replica__demand) */
+    double tokens;       /* the lease bucket */
+    int64_t last_ns;     /* last refill */
     int64_t last_req, last_report, last_lease, born;
     uint64_t admitted;
     struct wloc *w; /* window kinds only */
@@ -350,6 +353,8 @@ static void replica__set_share(struct nkey *k, double share, int64_t now)
 
 /* ---- views and owners --------------------------------------------------------- */
 
+static double replica__default_share(const struct replica *r, int64_t now);
+
 static uint32_t replica__owner(struct replica *r, struct nkey *k, const char *key, size_t klen)
 {
     if (k->view_gen != r->view_gen) {
@@ -385,6 +390,7 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
         if (r->mem[id].in_view)
             continue; /* listed twice */
         r->mem[id].in_view = 1;
+        r->mem[id].was_viewed = 1;
         r->mem[id].live = m[i].live ? 1 : 0;
     }
     if (rc != 0) {
@@ -415,6 +421,15 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
     r->live_hash = hs;
     r->nlive = nl;
     r->complete = complete != 0;
+    if (changed) {
+        /* Keys still waiting for their first lease hold 1/N of the new N. */
+        double d = replica__default_share(r, now_ns);
+        for (size_t i = 0; i < r->nnk; i++) {
+            struct nkey *k = nkey_of(r->nk[i]);
+            if (!(k->p.flags & NK_LEASED))
+                replica__set_share(k, d, now_ns);
+        }
+    }
     return 0;
 }
 
@@ -565,6 +580,16 @@ static int replica__young(const struct replica *r, int64_t now)
     return !r->synced && now - r->born < r->young;
 }
 
+/* The share of a key before its first lease: 1/N of the live members; none
+ * for a young life (a restarted node that has not heard the whole cluster
+ * must not think itself alone, nor trust a view it has barely built). */
+static double replica__default_share(const struct replica *r, int64_t now)
+{
+    if (replica__young(r, now))
+        return 0.0;
+    return 1.0 / (double)(r->nlive > 0 ? r->nlive : 1);
+}
+
 /* A fresh key: the first lease has not come.  Its share is 1/N of the
  * limit; an established node starts with that share of the burst plus a
  * hash-spread fraction of a unit (so all N bursting at once admit about one
@@ -578,7 +603,7 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
     k->owner = (uint16_t)r->self;
     k->p.flags = NK_DIRTY;
     double n = r->nlive > 0 ? (double)r->nlive : 1.0;
-    k->share = (float)(1.0 / n);
+    k->share = (float)replica__default_share(r, now);
     k->last_ns = k->last_report = k->last_lease = now;
     k->last_req = now;
     k->born = now;
@@ -591,7 +616,14 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
         k->p.flags |= NK_YOUNG;
         k->tokens = u < 0.999 ? u : 0.999; /* no whole unit: no fresh quota */
     } else {
+        /* Optimistic keys (availability first) start with at least one
+         * unit, so the first request for a key on any node is allowed even
+         * when the burst is smaller than the cluster (the first lease then
+         * trims it to the node's share); share keys keep to their 1/N, so N
+         * nodes starting at once admit one burst, not N units. */
         k->tokens = (double)p->limit / n + u;
+        if (pol == REPLICA_OPTIMISTIC && k->tokens < 1.0)
+            k->tokens = 1.0;
         double cap = replica__cap(k, k->share);
         if (k->tokens > cap)
             k->tokens = cap;
@@ -712,6 +744,19 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
     return 0;
 }
 
+void replica_note_demand(struct replica *r, const char *key, size_t klen, int64_t qty,
+                         int64_t now_ns)
+{
+    struct table_entry *e = table_find(r->nodes, key, klen);
+    if (e == NULL || qty <= 0)
+        return;
+    struct nkey *k = nkey_of(e);
+    k->acc += (float)qty;
+    k->last_req = now_ns > k->last_req ? now_ns : k->last_req;
+    if (k->p.flags & NK_IDLE)
+        k->p.flags = (uint8_t)((k->p.flags & ~NK_IDLE) | NK_DIRTY);
+}
+
 /* ---- owner side -------------------------------------------------------------- */
 
 static struct orep *replica__rep(struct okey *o, uint32_t member)
@@ -807,7 +852,11 @@ static int replica__rep_live(const struct replica *r, const struct orep *rp, int
     int64_t win = (int64_t)rp->period_ms * 3000000LL;
     if (win < r->silence)
         win = r->silence;
-    return now - rp->last_at <= win && r->mem[rp->member].in_view;
+    /* A report is proof of life: a member this node's membership has not
+     * learnt yet (a restarted owner hears the reporters before gossip has
+     * told it of them) counts; one that was in a view and is gone does not. */
+    const struct member *m = &r->mem[rp->member];
+    return now - rp->last_at <= win && (m->in_view || !m->was_viewed);
 }
 
 static void replica__apply_lease(struct replica *r, struct nkey *k, double share, uint64_t flags,
@@ -844,6 +893,14 @@ static int64_t replica__debt(const struct okey *o, int64_t now)
     double tol = (double)replica__limit(&o->p) * em + 2.0 * (double)NS_PER_SEC;
     double over = (double)o->tat - (double)now - tol;
     return over > 9e18 ? INT64_MAX : (int64_t)over;
+}
+
+/* Whether a reporter uses the key: it asks for it (demand), or took some
+ * and its bucket has not refilled (not idle).  A node that only peeked, or a
+ * restarted one that has taken nothing yet, does not. */
+static int replica__rep_active(const struct orep *rp)
+{
+    return !(rp->flags & REP_IDLE) && (rp->demand > 0.0F || rp->admitted > 0);
 }
 
 /* Demand-weighted split of avail among the live reporters: shares in
@@ -917,14 +974,13 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
 {
     struct okey *o = okey_of(te);
     double reserved = 0.0, dsum = 0.0;
-    uint32_t nlive = 0;
-    int cold = 1;
+    uint32_t nlive = 0, active = 0;
     /* Drop reporters that are gone; sum live demand and reserved shares. */
     for (uint32_t i = 0; i < o->n;) {
         struct orep *rp = &o->reps[i];
         int live = replica__rep_live(r, rp, now);
         int idle = (rp->flags & REP_IDLE) != 0;
-        int gone = !r->mem[rp->member].in_view;
+        int gone = !r->mem[rp->member].in_view && r->mem[rp->member].was_viewed;
         if (!live && (idle || gone || now - rp->last_at > r->phantom_max)) {
             *rp = o->reps[--o->n];
             continue;
@@ -935,8 +991,8 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         } else if (o->p.policy == REPLICA_SHARE && !idle && !replica__presumed_dead(r, rp)) {
             reserved += rp->share;
         }
-        if (!idle && !((rp->flags & REP_YOUNG) && rp->admitted == 0))
-            cold = 0;
+        if (replica__rep_active(rp))
+            active++;
         i++;
     }
     o->p.flags = 0;
@@ -953,13 +1009,16 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
      * not new to it, and the view is whole or this side is a strict
      * majority (whose silent minority is presumed dead). */
     int whole = r->complete || replica__majority(r);
-    int settled = whole && now - since >= r->silence && now - r->born >= r->silence;
+    int settled = whole && now - since >= r->silence && now - r->born >= r->silence &&
+                  !replica__young(r, now);
     int caution = o->p.policy == REPLICA_SHARE && !settled;
     /* The cold verdict needs an owner that has heard every reporter: a
-     * settled view, and not a young owner with nothing yet. */
-    if (!(whole && now - r->view_changed_at >= r->silence && !replica__young(r, now)))
-        cold = 0;
-    uint64_t lflags = (cold ? WIRE_L_COLD : 0) | (settled ? WIRE_L_SETTLED : 0);
+     * settled view and a record older than the longest report period, so
+     * every node using the key has reported it (a restarted owner hears the
+     * survivors first; two nodes whose first requests are a few ms apart
+     * are not each told that they are alone). */
+    int can_say_cold = whole && now - r->view_changed_at >= r->silence &&
+                       now - o->created_at >= r->silence + r->interval && !replica__young(r, now);
     replica__split(r, o, avail, dsum, now);
     if (caution) {
         /* Until the owner has heard everyone through a settled, complete
@@ -998,12 +1057,17 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
             continue;
         rp->flags &= (uint8_t)~REP_FRESH;
         rp->sent_share = (float)w;
+        /* Cold for this reporter: nobody else uses the key (so a lone
+         * consumer may have the whole burst, and a restarted node a fresh
+         * bucket for a key nobody touches). */
+        int self_active = replica__rep_active(rp);
+        int cold = can_say_cold && active - (uint32_t)self_active == 0;
+        uint64_t lflags = (cold ? WIRE_L_COLD : 0) | (settled ? WIRE_L_SETTLED : 0);
         uint64_t s = (uint64_t)(w * (double)WIRE_ONE);
         if (s > WIRE_ONE)
             s = WIRE_ONE;
         if (rp->member == r->self) {
-            struct table_entry *ne =
-                table_find(r->nodes, table_entry_key(te), te->klen);
+            struct table_entry *ne = table_find(r->nodes, table_entry_key(te), te->klen);
             if (ne != NULL && rp->life == r->life)
                 replica__apply_lease(r, nkey_of(ne), (double)s / (double)WIRE_ONE, lflags, now);
             continue;
@@ -1021,16 +1085,38 @@ static void replica__apply_lease(struct replica *r, struct nkey *k, double share
 {
     k->last_lease = now;
     k->p.flags &= (uint8_t)~NK_DEGRADED;
-    if ((k->p.flags & NK_YOUNG) && (flags & WIRE_L_COLD)) {
-        replica__set_share(k, share, now);
-        k->tokens = replica__cap(k, share);
-    } else {
-        replica__set_share(k, share, now);
+    /* A young life takes only leases from owners that know the cluster (a
+     * settled owner, past its own young period): the owner a restarted node
+     * finds first may be another restarted node with nothing. */
+    if (replica__young(r, now) && !(flags & WIRE_L_SETTLED)) {
+        share = 0.0;
+        flags &= ~(uint64_t)WIRE_L_COLD;
+    }
+    replica__set_share(k, share, now);
+    if (!(k->p.flags & NK_LEASED)) {
+        /* The first lease trims the first-touch unit to the node's part of
+         * the burst: a node leased nothing keeps nothing (the floor of one
+         * unit in the capacity only lets a small share gather its refill). */
+        double part = share * (double)replica__limit(&k->p);
+        double whole = floor(k->tokens);
+        if (part < 1.0 && whole >= 1.0) /* keep the fraction: it spreads the nodes */
+            k->tokens = k->tokens - whole + floor(part);
+    }
+    if ((flags & WIRE_L_COLD) && !(k->p.flags & NK_TOPPED)) {
+        /* The first word that nobody else uses the key: the bucket is the
+         * whole of its share, less what this node took before (once per
+         * key: later it refills at its rate like any other). */
+        double whole = share * (double)replica__limit(&k->p); /* no headroom here */
+        double top = (whole < 1.0 ? 1.0 : whole) - (double)k->admitted;
+        if (k->tokens < top)
+            k->tokens = top;
+        k->p.flags |= NK_TOPPED;
     }
     k->p.flags = (uint8_t)((k->p.flags & ~NK_YOUNG) | NK_LEASED);
-    if (flags & WIRE_L_SETTLED)
+    if (flags & WIRE_L_SETTLED) {
         k->fshare = (float)share;
-    r->synced = 1;
+        r->synced = 1; /* an owner that knows the cluster has answered */
+    }
 }
 
 struct replica__rx {
@@ -1072,8 +1158,7 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
         r->now = now_ns;
     r->st.bytes_received += len;
     struct replica__rx x = {r, 0};
-    if (from == NULL || replica__intern(r, from, strlen(from), &x.from) != 0 ||
-        x.from == r->self) {
+    if (from == NULL || replica__intern(r, from, strlen(from), &x.from) != 0 || x.from == r->self) {
         r->st.bad_packets++;
         return -SLUICE_EINVAL;
     }
@@ -1148,13 +1233,26 @@ static int replica__full(const struct nkey *k)
     return k->tokens >= replica__cap(k, k->share) - 1e-9;
 }
 
+/* Idle: the bucket is full again and nothing was asked for IDLE_AFTER_NS
+ * (nor two intervals): the key is reported idle once, then dropped after
+ * the grace. */
+static int replica__idle(const struct replica *r, const struct nkey *k, int64_t now)
+{
+    int64_t quiet = IDLE_AFTER_NS > 2 * r->interval ? IDLE_AFTER_NS : 2 * r->interval;
+    return replica__full(k) && now - k->last_req >= quiet;
+}
+
 /* Queues k's report to its owner (or hands it to itself); returns the
  * bytes it takes, 0 if nothing was sent. */
 static size_t replica__report(struct replica *r, struct table_entry *e, int64_t now)
 {
     struct nkey *k = nkey_of(e);
     uint32_t owner = replica__owner(r, k, table_entry_key(e), e->klen);
-    int idle = k->demand == 0.0 && replica__full(k) && now - k->last_req >= 2 * r->interval;
+    int idle = replica__idle(r, k, now);
+    if (idle) {
+        k->demand = 0.0F; /* what is left of the EWMA is history */
+        k->acc = 0.0F;
+    }
     int contested = replica__contested(k);
     struct wire_report w = {
         .key = table_entry_key(e),
@@ -1169,7 +1267,8 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
         .admitted = k->admitted,
         .frozen_share = (uint64_t)(k->fshare * (double)WIRE_ONE),
         .period_ms = (uint64_t)((contested ? r->interval : ACTIVE_EVERY * r->interval) / 1000000LL),
-        .flags = (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) | (idle ? WIRE_R_IDLE : 0)),
+        .flags =
+            (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) | (idle ? WIRE_R_IDLE : 0)),
     };
     if (w.frozen_share > WIRE_ONE)
         w.frozen_share = WIRE_ONE;
@@ -1194,12 +1293,10 @@ static int replica__due(const struct replica *r, const struct nkey *k, int64_t n
 {
     if (k->p.flags & NK_DIRTY)
         return 1;
-    if (k->demand > 0.0) {
-        int64_t every = replica__contested(k) ? r->interval : ACTIVE_EVERY * r->interval;
-        return now - k->last_report >= every;
-    }
-    /* No demand: one idle report once the bucket is full again. */
-    return !(k->p.flags & NK_IDLE) && replica__full(k) && now - k->last_req >= 2 * r->interval;
+    if (replica__idle(r, k, now))
+        return !(k->p.flags & NK_IDLE); /* one idle report, then silence */
+    int64_t every = replica__contested(k) ? r->interval : ACTIVE_EVERY * r->interval;
+    return now - k->last_report >= every;
 }
 
 void replica_tick(struct replica *r, int64_t now_ns)
@@ -1271,6 +1368,11 @@ int64_t replica_next_deadline(const struct replica *r)
     return r->next_tick;
 }
 
+void replica_mark_synced(struct replica *r)
+{
+    r->synced = 1;
+}
+
 int replica_synced(const struct replica *r)
 {
     return r->synced || r->now - r->born >= r->young;
@@ -1332,8 +1434,8 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
         struct nkey *k = nkey_of(e);
         info->nslots = 1;
         if (fn != NULL) {
-            struct replica_slot_info s = {r->name,          r->life,  (int64_t)k->admitted, 0,
-                                          k->demand,        k->share, 1,                    k->fshare};
+            struct replica_slot_info s = {
+                r->name, r->life, (int64_t)k->admitted, 0, k->demand, k->share, 1, k->fshare};
             fn(ud, &s);
         }
     }

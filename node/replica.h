@@ -178,6 +178,13 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
 int replica_throttle(struct replica *r, const char *key, size_t klen, const struct algo_params *p,
                      enum replica_policy pol, int64_t qty, int64_t now_ns, struct algo_result *out);
 
+/* Counts qty units asked for key (held here) that a caller refused without
+ * deciding through replica_throttle (SL.MULTI's all-or-nothing check), so
+ * that the demand the key's owner splits by includes them.  No-op for a key
+ * not held. */
+void replica_note_demand(struct replica *r, const char *key, size_t klen, int64_t qty,
+                         int64_t now_ns);
+
 /* Sends due reports and leases, updates demand, drops idle keys.  Call every
  * interval (more often is harmless).  Never fails. */
 void replica_tick(struct replica *r, int64_t now_ns);
@@ -193,8 +200,13 @@ int64_t replica_next_deadline(const struct replica *r);
 int replica_receive(struct replica *r, const char *from, const uint8_t *buf, size_t len,
                     int64_t now_ns);
 
-/* 1 once this life is past its young period (or got its first lease). */
+/* 1 once this life is past its young period (or got a lease from an owner
+ * that knows the cluster). */
 int replica_synced(const struct replica *r);
+
+/* Ends the young period now: the node learnt it is new to the cluster (no
+ * past life of its name), so it has no past to recover. */
+void replica_mark_synced(struct replica *r);
 
 /* Describes a key held here (as a node or as its owner): fills *info and
  * calls fn (may be NULL) once per reporter (owner) or once for itself.

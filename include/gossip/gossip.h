@@ -76,6 +76,7 @@ struct gossip_member_info {
     struct gossip_addr addr;
     enum gossip_member_state state;
     uint32_t incarnation;
+    uint64_t life_id;      /* the member's life (random per start); 0 if not known yet */
     int64_t last_heard_ns; /* adapter clock; 0 if never heard directly */
     int64_t state_since_ns;
     int is_self;
@@ -88,6 +89,12 @@ enum gossip_event {
     GOSSIP_EVENT_DEAD = 3,    /* declared dead */
     GOSSIP_EVENT_LEFT = 4,    /* left gracefully */
     GOSSIP_EVENT_REAP = 5,    /* a dead or left member is forgotten */
+    /* Another live process claims this node's name.  The member info is
+     * this node's name with the other process's address.  When
+     * gossip_node_conflict() then returns 1 this node is the newcomer and
+     * should stop (it no longer refutes); otherwise the other one is, and is
+     * told so. */
+    GOSSIP_EVENT_CONFLICT = 6,
 };
 
 /* ---- configuration ------------------------------------------------------ */
@@ -105,6 +112,10 @@ struct gossip_callbacks {
     /* An application payload broadcast by `from_name` (delivered once per
      * node, barring a duplicate window overflow; payloads must be idempotent). */
     void (*on_payload)(void *ud, const char *from_name, const uint8_t *payload, size_t len);
+    /* A direct message sent to this node by member `from_name` with
+     * gossip_node_send.  May call gossip_node_send (replies batch with the
+     * rest and leave when the receive returns). */
+    void (*on_direct)(void *ud, const char *from_name, const uint8_t *msg, size_t len);
     /* Anti-entropy: write the next chunk of application state into buf (at
      * most cap bytes), advancing *cursor; return the bytes written, 0 at the
      * end of the state.  The cursor starts at 0 and persists across
@@ -124,8 +135,10 @@ struct gossip_config {
     const char *name;               /* required, 1..GOSSIP_NAME_MAX bytes; copied */
     struct gossip_addr advertise;   /* the address peers send to */
     struct gossip_keyring *keyring; /* borrowed; NULL = unsealed packets (tests) */
-    uint32_t incarnation;           /* initial; a restarted daemon may pass its
-                                       start time so it is above its last life */
+    uint32_t incarnation;           /* initial (0 is fine: a restarted node learns its
+                                       name's last incarnation and refutes above it) */
+    uint64_t life_id;               /* this process's life: random, drawn at each start
+                                       (0: the node draws one from io->random) */
     int64_t probe_interval_ms;      /* 1000 */
     int64_t probe_timeout_ms;       /* 500 */
     int indirect_checks;            /* 3 */
@@ -186,6 +199,42 @@ int gossip_node_broadcast(struct gossip_node *node, const uint8_t *payload, size
 /* Largest payload gossip_node_broadcast accepts with this node's MTU. */
 size_t gossip_node_max_payload(const struct gossip_node *node);
 
+/*
+ * Direct messages: an opaque message (copied) for one member, alive or
+ * suspect, sealed like every packet.  Messages to the same member are
+ * batched into as few datagrams as the MTU allows; the batches leave on
+ * gossip_node_flush and at the end of every gossip_node_tick and
+ * gossip_node_receive.  Datagrams: a message may be lost, duplicated or
+ * reordered, so applications send idempotent, cumulative state.
+ * -GOSSIP_ENOENT for a member that is unknown, dead or left (or this node),
+ * -GOSSIP_ETOOBIG over gossip_node_max_direct, -GOSSIP_ESTATE after leave,
+ * -GOSSIP_ENOMEM when the pending bytes are at their bound (counted in
+ * stats.direct_dropped).
+ */
+int gossip_node_send(struct gossip_node *node, const char *member_name, const uint8_t *msg,
+                     size_t len);
+void gossip_node_flush(struct gossip_node *node);
+size_t gossip_node_max_direct(const struct gossip_node *node);
+
+/* Bumped whenever a member enters or leaves the live set (alive or
+ * suspect: a brief suspicion moves nothing), or is forgotten, so an
+ * application can cache what it derives from the member list. */
+uint64_t gossip_node_view_version(const struct gossip_node *node);
+
+/* This process's life id. */
+uint64_t gossip_node_life_id(const struct gossip_node *node);
+
+/* 1 once an anti-entropy exchange this node started was answered (it knows
+ * the cluster).  *prior_life (may be NULL) is set to 1 if, before that, the
+ * cluster spoke of this node's name from another life: a restart, not a
+ * new member. */
+int gossip_node_joined(const struct gossip_node *node, int *prior_life);
+
+/* 1 if another live process with this node's name started before it (this
+ * node must not run under the name; *other, if not NULL, gets its
+ * address); 0 otherwise. */
+int gossip_node_conflict(const struct gossip_node *node, struct gossip_addr *other);
+
 /* Calls fn for every member known (self included; forgotten ones excluded)
  * until fn returns nonzero, which is returned.  Returns 0 otherwise. */
 int gossip_node_members(const struct gossip_node *node,
@@ -225,6 +274,9 @@ struct gossip_stats {
     uint64_t probes, probe_failures, indirect_probes, nacks_received;
     uint64_t suspicions, refutations, deaths, leaves;
     uint64_t pushpulls, state_chunks_sent, state_chunks_merged;
+    uint64_t direct_sent, direct_bytes_sent, direct_packets_sent;
+    uint64_t direct_received, direct_bytes_received, direct_dropped;
+    uint64_t conflicts;
 };
 
 /* Copies the counters.  Never fails. */

@@ -88,7 +88,7 @@ const char *const *fuzz_seed_inputs(size_t **lens)
         {.type = PROTO_LEFT, .name = {"peer-c", 6}, .incarnation = 1},
         {.type = PROTO_ACK, .seq = 1},
     };
-    proto_packet_begin(buf, sizeof(buf), "peer-a", 6, 5, 1, &len);
+    proto_packet_begin(buf, sizeof(buf), "peer-a", 6, 5, 1, 9, &len);
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
         proto_encode_msg(&m[i], buf + len, sizeof(buf) - len, &one);
         len += one;

@@ -140,7 +140,8 @@ def away_from_hour_boundary():
 
 
 def shared_policy(c, prefix, limit):
-    """Node 0 uses the whole limit; nodes 1 and 2 then get nothing."""
+    """Node 0, alone on the key, gets the whole limit; nodes 1 and 2 then
+    get at most their first-touch part."""
     key = prefix + "shared"
     with c.client(0) as r:
         got0 = 0
@@ -158,7 +159,11 @@ def shared_policy(c, prefix, limit):
     print("%s: node0 admitted %d of limit %d, nodes 1-2 then admitted %d" %
           (prefix, got0, limit, others))
     assert got0 == limit, "node0 admitted %d, want the whole limit %d" % (got0, limit)
-    assert others == 0, "other nodes admitted %d after the limit was used" % others
+    # A node's first request for a key it has never served is decided at
+    # once, with its 1/N of the burst (3 nodes: limit // 3 + 1 at most),
+    # before the key's owner has told it the key is spent.
+    first_touch = limit // 3 + 1
+    assert others <= 2 * first_touch, "other nodes admitted %d after the limit was used" % others
 
 
 def test_shared_policies(c):
@@ -188,17 +193,40 @@ def test_acquire_global(c):
     print("ok: SL.ACQUIRE waits for consumption made on another node")
 
 
+def until_allowed(r, *cmd, timeout=3.0):
+    """Repeats cmd until it is allowed (a key a node alone uses gets its
+    whole burst from the key's owner within a lease round); the reply."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rep = r.execute_command(*cmd)
+        if rep[0] == 0 or time.monotonic() > deadline:
+            return rep
+        time.sleep(0.05)
+
+
+def hold(c, *keys_and_spec):
+    """Every node holds the key (a PEEK) and gets its lease: a node's first
+    request for a key it never held is decided with its first-touch part of
+    the burst, before the key's owner has answered."""
+    for i in range(3):
+        with c.client(i) as r:
+            r.execute_command("SL.PEEK", *keys_and_spec)
+    gossip_settle()
+
+
 def test_multi_mixed(c):
     away_from_hour_boundary()
+    hold(c, "gm:1")
+    hold(c, "gm:2")
     with c.client(1) as r:
-        assert allowed(r.execute_command("SL.THROTTLE", "gm:1"))
+        assert allowed(until_allowed(r, "SL.THROTTLE", "gm:1"))
     gossip_settle()
     with c.client(0) as r:
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 5
         rep = r.execute_command("SL.MULTI", "KEY", "gm:1", "KEY", "lm:1")
         assert rep[0] == 1 and rep[1][0] == 1 and rep[2][0] == 0, rep
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 5, "refused SL.MULTI charged a key"
-        rep = r.execute_command("SL.MULTI", "KEY", "gm:2", "KEY", "lm:1")
+        rep = until_allowed(r, "SL.MULTI", "KEY", "gm:2", "KEY", "lm:1")
         assert rep[0] == 0, rep
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 4
     gossip_settle()
@@ -211,9 +239,10 @@ def test_multi_mixed(c):
 
 def test_inline_scope_and_errors(c):
     spec = ["ALGO", "gcra", "RATE", "1", "3600000"]
+    hold(c, "inl:g", *spec, "SCOPE", "global")
     for scope, key in (("global", "inl:g"), ("local", "inl:l")):
         with c.client(0) as r:
-            assert allowed(r.execute_command("SL.THROTTLE", key, *spec, "SCOPE", scope))
+            assert allowed(until_allowed(r, "SL.THROTTLE", key, *spec, "SCOPE", scope))
     gossip_settle()
     with c.client(1) as r:
         g = r.execute_command("SL.THROTTLE", "inl:g", *spec, "SCOPE", "global")

@@ -230,7 +230,8 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(m['sluice_cluster_members{state="dead"}'], 0)
             self.assertIn('sluice_gossip_drops_total{reason="auth"}', m)
             self.assertIn("sluice_gossip_packets_sent_total", m)
-            self.assertIn("sluice_deltas_sent_total", m)
+            self.assertIn("sluice_reports_sent_total", m)
+            self.assertEqual(m["sluice_global_keys"], 0)
             self.assertEqual(m["sluice_synced"], 1)
 
 

@@ -56,6 +56,8 @@ static const char *event_name(enum gossip_event ev)
         return "left";
     case GOSSIP_EVENT_REAP:
         return "reap";
+    case GOSSIP_EVENT_CONFLICT:
+        return "conflict";
     }
     return "unknown";
 }

@@ -58,7 +58,7 @@ sample(struct proto_msg *m)
 static size_t build(uint8_t *buf, size_t cap, const struct proto_msg *m, size_t n)
 {
     size_t len, one;
-    assert_int_equal(proto_packet_begin(buf, cap, "sender-1", 8, 123456789, 42, &len), 0);
+    assert_int_equal(proto_packet_begin(buf, cap, "sender-1", 8, 123456789, 42, 77, &len), 0);
     for (size_t i = 0; i < n; i++) {
         assert_int_equal(proto_encode_msg(&m[i], buf + len, cap - len, &one), 0);
         len += one;
@@ -119,7 +119,7 @@ static void test_encode_bounds(void **state)
     bad.type = 77;
     bad.name = S("a");
     assert_int_equal(proto_encode_msg(&bad, buf, sizeof(buf), &len), -GOSSIP_EINVAL);
-    assert_int_equal(proto_packet_begin(buf, sizeof(buf), "", 0, 1, 1, &len), -GOSSIP_EINVAL);
+    assert_int_equal(proto_packet_begin(buf, sizeof(buf), "", 0, 1, 1, 1, &len), -GOSSIP_EINVAL);
 }
 
 /* Every proper prefix of a valid packet is refused. */
@@ -146,7 +146,7 @@ static void test_version_and_unknown_types(void **state)
     (void)state;
     uint8_t buf[64];
     size_t len;
-    assert_int_equal(proto_packet_begin(buf, sizeof(buf), "a", 1, 1, 1, &len), 0);
+    assert_int_equal(proto_packet_begin(buf, sizeof(buf), "a", 1, 1, 1, 1, &len), 0);
     /* An unknown message type [200, "x"] is skipped, not an error. */
     buf[len++] = 0x92;
     buf[len++] = 0xcc;
@@ -156,7 +156,7 @@ static void test_version_and_unknown_types(void **state)
     proto_packet_finish(buf, 1);
     assert_int_equal(proto_decode(buf, len, &pk), 0);
     assert_int_equal(pk.nmsgs, 0);
-    buf[5] = 2; /* version */
+    buf[5] = 3; /* an unknown version */
     assert_int_equal(proto_decode(buf, len, &pk), -GOSSIP_EVERSION);
 }
 
@@ -179,7 +179,7 @@ static void test_hostile_counts(void **state)
     /* A name with a NUL inside. */
     uint8_t buf[64];
     size_t len;
-    assert_int_equal(proto_packet_begin(buf, sizeof(buf), "ab", 2, 1, 1, &len), 0);
+    assert_int_equal(proto_packet_begin(buf, sizeof(buf), "ab", 2, 1, 1, 1, &len), 0);
     proto_packet_finish(buf, 0);
     buf[8] = '\0';
     assert_int_equal(proto_decode(buf, len, &pk), -GOSSIP_EPROTO);

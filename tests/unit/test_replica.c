@@ -199,6 +199,31 @@ static void test_shares_follow_demand(void **state)
     assert_true(ki.share > 0.9);
 }
 
+/* A node that uses a key alone gets the whole burst: what it takes before
+ * its first lease is its 1/N, the lease tops the rest up. */
+static void test_lone_consumer_whole_burst(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(N);
+    struct algo_params p = limit(9, 1, 3600 * SEC); /* 10 at once, then 1 an hour */
+    int ok = 0;
+    for (int step = 0; step < 100; step++) { /* 10/s for 1 s */
+        if (step % 10 == 0)
+            ok += ask(0, "alone", &p, 1);
+        run_ms(10);
+    }
+    for (int i = 0; i < 20; i++)
+        ok += ask(0, "alone", &p, 1);
+    assert_int_equal(ok, 10);
+    /* another node that comes later gets at most its first-touch part */
+    int late = 0;
+    for (int i = 0; i < 10; i++)
+        late += ask(1, "alone", &p, 1);
+    assert_true(late <= 10 / N + 1);
+}
+
 /* A restarted (young) node starts a key below one unit: no fresh quota
  * while another node uses the key; a cold key (nobody else uses it) fills
  * once the owner says so. */
@@ -233,9 +258,10 @@ static void test_young_no_fresh_quota(void **state)
         run_ms(10);
     }
     assert_true(ok <= 6);
-    /* a key nobody uses: the owner calls it cold and the bucket fills */
+    /* a key nobody uses: once the young period is over (or an owner that
+     * knows the cluster answers) the owner calls it cold and the bucket fills */
     ask(1, "quiet", &p, 1);
-    run_ms(300);
+    run_ms(2500);
     ok = 0;
     for (int i = 0; i < 20; i++)
         ok += ask(1, "quiet", &p, 1);
@@ -354,6 +380,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lone_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shares_follow_demand, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lone_consumer_whole_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_young_no_fresh_quota, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_keys, setup, teardown),
