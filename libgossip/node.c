@@ -1200,11 +1200,19 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
     /* The window belongs to one life of the sender: a new life starts a new
      * window whatever its clock says (a host whose clock went back, or
      * another host), and a life it had before is a replay. */
+    int other_life = 0;
     if (snd != NULL && p->life != snd->ts_life) {
         for (size_t i = 0; i < sizeof(snd->old_lives) / sizeof(snd->old_lives[0]); i++)
             if (snd->old_lives[i] != 0 && snd->old_lives[i] == p->life)
                 return drop(n, GOSSIP_DROP_STALE, -GOSSIP_EREPLAY);
-        newer_life = 1;
+        /* Another life takes over the name (and the window) only when it
+         * outranks the one we know (a higher incarnation: it refuted) or that
+         * one is gone; until then its packets are read but move nothing, so
+         * a second process with the name cannot push the live one aside. */
+        if (snd->ts_life == 0 || p->incarnation > snd->incarnation || !is_live(snd))
+            newer_life = 1;
+        else
+            other_life = 1;
     }
     for (size_t i = 0; i < p->nmsgs; i++) {
         const struct proto_msg *m = &p->msgs[i];
@@ -1290,7 +1298,7 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
                                   .addr = snd->addr};
         on_alive(n, &alive);
     }
-    if (snd != NULL) {
+    if (snd != NULL && !other_life) {
         snd->last_heard = n->now;
         if (p->life != snd->ts_life) {
             if (snd->ts_life != 0) {

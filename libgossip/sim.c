@@ -398,6 +398,16 @@ int gossip_sim_restart(struct gossip_sim *s, int i, int seed)
     return seed >= 0 ? gossip_sim_join(s, i, seed) : 0;
 }
 
+int gossip_sim_restart_fresh(struct gossip_sim *s, int i, int seed)
+{
+    if (i < 0 || (size_t)i >= s->n || s->nodes[i]->node != NULL)
+        return -GOSSIP_EINVAL;
+    int rc = start_node(s, s->nodes[i], 0);
+    if (rc != 0)
+        return rc;
+    return seed >= 0 ? gossip_sim_join(s, i, seed) : 0;
+}
+
 void gossip_sim_set_default_link(struct gossip_sim *s, const struct gossip_sim_link *link)
 {
     s->link = *link;

@@ -191,15 +191,36 @@ static int wire__intany(struct dec *d, uint64_t *v, int *neg)
         return 0;
     }
     switch (*t) {
-    case 0xcc: n = 1; break;
-    case 0xcd: n = 2; break;
-    case 0xce: n = 4; break;
-    case 0xcf: n = 8; break;
-    case 0xd0: n = 1; sign = 1; break;
-    case 0xd1: n = 2; sign = 1; break;
-    case 0xd2: n = 4; sign = 1; break;
-    case 0xd3: n = 8; sign = 1; break;
-    default: return -SLUICE_EPROTO;
+    case 0xcc:
+        n = 1;
+        break;
+    case 0xcd:
+        n = 2;
+        break;
+    case 0xce:
+        n = 4;
+        break;
+    case 0xcf:
+        n = 8;
+        break;
+    case 0xd0:
+        n = 1;
+        sign = 1;
+        break;
+    case 0xd1:
+        n = 2;
+        sign = 1;
+        break;
+    case 0xd2:
+        n = 4;
+        sign = 1;
+        break;
+    case 0xd3:
+        n = 8;
+        sign = 1;
+        break;
+    default:
+        return -SLUICE_EPROTO;
     }
     if ((p = wire__take(d, (size_t)n)) == NULL)
         return -SLUICE_EPROTO;

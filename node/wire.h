@@ -49,7 +49,7 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2 };
 #define WIRE_R_IDLE  0x02u /* the sender's bucket for the key is full */
 #define WIRE_R_GONE  0x04u /* the sender dropped the key */
 /* Lease flags. */
-#define WIRE_L_COLD   0x01u /* the key is cold cluster-wide: start full */
+#define WIRE_L_COLD    0x01u /* the key is cold cluster-wide: start full */
 #define WIRE_L_SETTLED 0x02u /* the owner's view is complete and settled */
 
 struct wire_report {

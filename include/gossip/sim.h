@@ -60,6 +60,10 @@ int gossip_sim_kill(struct gossip_sim *s, int i);
 /* Starts a fresh node object with i's config, name and address, and an
  * incarnation one above the last one i had; it joins through `seed`. */
 int gossip_sim_restart(struct gossip_sim *s, int i, int seed);
+/* As gossip_sim_restart, but the new life starts from incarnation 0, as a
+ * process that remembers nothing (its clock went back, or a fresh host
+ * took the name): it must learn its name's incarnation from the cluster. */
+int gossip_sim_restart_fresh(struct gossip_sim *s, int i, int seed);
 
 /* Default link for every pair without an override. */
 void gossip_sim_set_default_link(struct gossip_sim *s, const struct gossip_sim_link *link);

@@ -25,36 +25,43 @@
 #include "replica.h"
 #include "testutil.h"
 
-#define FS_SEC   1000000000LL
-#define FS_MSEC  1000000LL
-#define FS_WHEEL 8192 /* ms slots; arrivals further out wait a turn */
-#define FS_ORC_WORDS 16 /* int64 words of oracle state per key (precision <= 14) */
+#define FS_SEC       1000000000LL
+#define FS_MSEC      1000000LL
+#define FS_WHEEL     8192 /* ms slots; arrivals further out wait a turn */
+#define FS_ORC_WORDS 16   /* int64 words of oracle state per key (precision <= 14) */
 
 struct fs_cfg {
-    int n;               /* nodes */
-    int keys;            /* global keys, each busy on every node */
-    double demand;       /* per key: total demand / limit rate */
-    double skew;         /* node i's demand weight ~ 1 / (i + 1)^skew */
-    enum algo_kind kind; /* every key's algorithm (gcra by default) */
-    int64_t burst;       /* per key (gcra, token-bucket) */
+    int n;                    /* nodes */
+    int keys;                 /* global keys, each busy on every node */
+    double demand;            /* per key: total demand / limit rate */
+    double skew;              /* node i's demand weight ~ 1 / (i + 1)^skew */
+    enum algo_kind kind;      /* every key's algorithm (gcra by default) */
+    int64_t burst;            /* per key (gcra, token-bucket) */
     int64_t rate_lo, rate_hi; /* per key: units per second, uniform */
-    double loss;         /* message loss */
+    double loss;              /* message loss */
     int64_t latency_ns, jitter_ns;
     int64_t interval_ns;
-    int64_t seconds;     /* simulated */
-    int64_t detect_ns;   /* membership change seen after this */
+    int64_t seconds;   /* simulated */
+    int64_t detect_ns; /* membership change seen after this */
     enum replica_policy pol;
     uint64_t seed;
     /* events (0 = none) */
-    int64_t part_at, part_len; int split;     /* [0,split) | [split,n) */
-    int64_t kill_at, restart_at; int victims; /* nodes 0..victims-1 */
-    int64_t join_at;                          /* node n-1 absent until then */
-    int64_t leave_at; int leaver;             /* graceful leave */
-    int64_t die_at; int dier;                 /* crash, no restart */
-    int64_t skew_node; int64_t skew_ns;       /* node skew_node's clock offset */
-    int64_t skew_node2; int64_t skew2_ns;
-    int64_t burst_at; int burst_each;         /* every node, every key, at once */
-    int64_t restart_window;                   /* restarted_ok counts this long */
+    int64_t part_at, part_len;
+    int split; /* [0,split) | [split,n) */
+    int64_t kill_at, restart_at;
+    int victims;     /* nodes 0..victims-1 */
+    int64_t join_at; /* node n-1 absent until then */
+    int64_t leave_at;
+    int leaver; /* graceful leave */
+    int64_t die_at;
+    int dier; /* crash, no restart */
+    int64_t skew_node;
+    int64_t skew_ns; /* node skew_node's clock offset */
+    int64_t skew_node2;
+    int64_t skew2_ns;
+    int64_t burst_at;
+    int burst_each;         /* every node, every key, at once */
+    int64_t restart_window; /* restarted_ok counts this long */
     int quiet;
     int trace; /* print cumulative admitted and oracle every 250 ms */
 };
@@ -75,8 +82,8 @@ struct fs_stream {
 struct fs_node {
     struct replica *r;
     char name[32];
-    int up, member;       /* running; in the cluster (joined, not left) */
-    int64_t offset;       /* clock offset */
+    int up, member; /* running; in the cluster (joined, not left) */
+    int64_t offset; /* clock offset */
     int64_t next_tick;
     int64_t down_since, up_since;
     uint64_t life;
@@ -88,7 +95,7 @@ struct fleetsim {
     struct fs_node *nd;
     char **keyname;
     struct algo_params *kp;
-    int64_t *orc_state;   /* oracle state per key (FS_ORC_WORDS words) */
+    int64_t *orc_state; /* oracle state per key (FS_ORC_WORDS words) */
     uint64_t *orc_ok, *ok, *req;
     uint64_t *win_ok, *win_orc; /* inside the partition window */
     struct fs_stream *st;
@@ -316,7 +323,8 @@ static inline int fs_init(struct fleetsim *s, const struct fs_cfg *c)
             struct fs_stream *x = &s->st[s->nst];
             x->node = i;
             x->key = k;
-            x->lambda = c->demand * (double)rate / 1e9 * (1.0 / pow((double)(i + 1), c->skew)) / wsum;
+            x->lambda =
+                c->demand * (double)rate / 1e9 * (1.0 / pow((double)(i + 1), c->skew)) / wsum;
             x->next = s->now + fs_exp(s, x->lambda);
             fs_slot_push(s, (uint32_t)s->nst);
             s->nst++;
@@ -368,8 +376,8 @@ static inline void fs_request(struct fleetsim *s, struct fs_stream *x, int64_t t
     s->req[k]++;
     if (!ro.limited)
         s->orc_ok[k]++;
-    int rc = replica_throttle(s->nd[i].r, s->keyname[k], strlen(s->keyname[k]), &s->kp[k],
-                              s->c.pol, 1, s->now + s->nd[i].offset, &rr);
+    int rc = replica_throttle(s->nd[i].r, s->keyname[k], strlen(s->keyname[k]), &s->kp[k], s->c.pol,
+                              1, s->now + s->nd[i].offset, &rr);
     if (rc == 0 && !rr.limited) {
         s->ok[k]++;
         int64_t rw = s->c.restart_window > 0 ? s->c.restart_window : FS_SEC;
@@ -475,22 +483,6 @@ static inline void fs_run(struct fleetsim *s)
             }
             fprintf(stderr, "t=%.2f admitted=%llu oracle=%llu\n", (double)(s->now - t0) / 1e9,
                     (unsigned long long)a, (unsigned long long)o);
-            double sum = 0;
-            int nz = 0;
-            for (int i = 0; s->c.trace > 1 && i < s->c.n; i++) {
-                struct replica_key_info ki;
-                if (s->nd[i].r != NULL &&
-                    replica_key_info(s->nd[i].r, s->keyname[0], strlen(s->keyname[0]), s->now, &ki,
-                                     NULL, NULL) == 0) {
-                    sum += ki.share;
-                    nz += ki.share > 0;
-                    if (i == 50)
-                        fprintf(stderr, "  n50 share=%.4f rem=%lld demand=%.2f reset=%lld debt=%lld deg=%d\n", ki.share,
-                                (long long)ki.remaining, ki.demand, (long long)ki.reset_after_ns, (long long)ki.debt_ns, ki.degraded);
-                }
-            }
-            if (s->c.trace > 1)
-                fprintf(stderr, "  key0 share sum %.3f nonzero %d\n", sum, nz);
         }
     }
 }

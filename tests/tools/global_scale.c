@@ -23,7 +23,10 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: global_scale [--nodes N] [--keys K] [--demand X] [--loss L]\n"
                "                    [--seconds S] [--seed SEED] [--policy share|optimistic]\n"
-               "                    [--rate LO-HI] [--burst B] [--skew E] [--interval-ms MS]\n");
+               "                    [--rate LO-HI] [--burst B] [--skew E] [--interval-ms MS]\n"
+               "                    [--verbose] [--trace]\n"
+               "  --verbose  also print admitted/oracle totals and replication counters\n"
+               "  --trace    print cumulative admitted and oracle every 250 ms\n");
 }
 
 int main(int argc, char **argv)
@@ -32,12 +35,17 @@ int main(int argc, char **argv)
     const char *env = getenv("SLUICE_SEED");
     fs_default(&c, env ? strtoull(env, NULL, 10) : 1);
     c.seconds = 10;
-    c.trace = getenv("FS_TRACE") ? atoi(getenv("FS_TRACE")) : 0;
+    int verbose = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
+        }
+        if (strcmp(a, "--verbose") == 0 || strcmp(a, "--trace") == 0) {
+            verbose |= strcmp(a, "--verbose") == 0;
+            c.trace |= strcmp(a, "--trace") == 0;
+            continue;
         }
         if (v == NULL) {
             usage(stderr);
@@ -89,9 +97,9 @@ int main(int argc, char **argv)
     printf("nodes=%d keys=%d loss=%.2f ratio=%.3f p99_key=%.3f worst_key=%.3f "
            "bytes_node_s=%.0f mem_key_node=%.0f\n",
            c.n, c.keys, c.loss, r.ratio, r.p99_key, r.worst_key, r.bytes_node_s, r.mem_key_node);
-    if (getenv("FS_DEBUG"))
-        fprintf(stderr, "admitted=%llu oracle=%llu\n", (unsigned long long)r.ok, (unsigned long long)r.orc);
-    if (getenv("FS_DEBUG")) {
+    if (verbose) {
+        fprintf(stderr, "admitted=%llu oracle=%llu\n", (unsigned long long)r.ok,
+                (unsigned long long)r.orc);
         struct replica_stats t = {0};
         for (int i = 0; i < c.n; i++) {
             struct replica_stats x;
@@ -115,16 +123,6 @@ int main(int argc, char **argv)
                 (unsigned long long)t.decisions, (unsigned long long)t.limited,
                 (unsigned long long)t.debt_events, (unsigned long long)t.bad_packets);
     }
-    if (getenv("FS_DEBUG"))
-        for (int i = 0; i < c.n; i++) {
-            struct replica_key_info ki;
-            if (s.nd[i].r == NULL ||
-                replica_key_info(s.nd[i].r, s.keyname[0], strlen(s.keyname[0]), s.now, &ki, NULL,
-                                 NULL) != 0)
-                continue;
-            fprintf(stderr, "node %d share=%.4f demand=%.2f owned=%d nslots=%zu degraded=%d\n", i,
-                    ki.share, ki.demand, ki.owned, ki.nslots, ki.degraded);
-        }
     fs_destroy(&s);
     return 0;
 }

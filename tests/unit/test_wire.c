@@ -194,7 +194,7 @@ static void test_full_batch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_report_roundtrip), cmocka_unit_test(test_lease_roundtrip),
+        cmocka_unit_test(test_report_roundtrip),     cmocka_unit_test(test_lease_roundtrip),
         cmocka_unit_test(test_truncated_everywhere), cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_full_batch),
     };
