@@ -1057,11 +1057,11 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
             continue;
         rp->flags &= (uint8_t)~REP_FRESH;
         rp->sent_share = (float)w;
-        /* Cold for this reporter: nobody else uses the key (so a lone
-         * consumer may have the whole burst, and a restarted node a fresh
-         * bucket for a key nobody touches). */
+        /* Cold for this reporter: it uses the key and nobody else does (so
+         * a lone consumer has the whole burst; a node that only peeked is
+         * told nothing, or it would hold a unit it never asked for). */
         int self_active = replica__rep_active(rp);
-        int cold = can_say_cold && active - (uint32_t)self_active == 0;
+        int cold = can_say_cold && self_active && active - (uint32_t)self_active == 0;
         uint64_t lflags = (cold ? WIRE_L_COLD : 0) | (settled ? WIRE_L_SETTLED : 0);
         uint64_t s = (uint64_t)(w * (double)WIRE_ONE);
         if (s > WIRE_ONE)
