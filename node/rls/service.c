@@ -32,8 +32,24 @@ typedef Envoy__Config__Core__V3__HeaderValue rls_header_t;
 #define CODE_OK         ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
 #define CODE_OVER_LIMIT ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
 
+/* One call's memory: protobuf-c's unpacking and the answer's structures
+ * are bump-allocated from the service's buffer, which each call reuses;
+ * beyond it, malloc up to a budget that follows the message's size, so
+ * that no message makes the decoder hold more than a bounded multiple of
+ * itself. */
+#define RLS_ARENA_BYTES 16384
+
+struct rls_arena {
+    size_t used;
+    size_t heap;   /* bytes malloc'ed beyond the buffer in this call */
+    size_t budget; /* at most this many */
+    int exhausted;
+    _Alignas(16) uint8_t buf[RLS_ARENA_BYTES];
+};
+
 struct rls_service {
     struct rls_service_config cfg;
+    struct rls_arena arena;
     rls_decide_fn decide;
     void *ud;
     struct rls_config *config;
@@ -87,6 +103,49 @@ void rls_service_set_config(struct rls_service *svc, struct rls_config *cfg)
 void rls_service_get_stats(const struct rls_service *svc, struct rls_service_stats *out)
 {
     *out = svc->stats;
+}
+
+static void *rls_service__alloc(void *ud, size_t size)
+{
+    struct rls_arena *a = ud;
+    size_t need = (size + 15) & ~(size_t)15;
+    if (need >= size && need <= RLS_ARENA_BYTES - a->used) {
+        void *p = a->buf + a->used;
+        a->used += need;
+        return p;
+    }
+    if (size > a->budget - a->heap) {
+        a->exhausted = 1;
+        return NULL;
+    }
+    size_t *h = malloc(sizeof(size_t) * 2 + size);
+    if (h == NULL) {
+        a->exhausted = 1;
+        return NULL;
+    }
+    h[0] = size;
+    a->heap += size;
+    return h + 2;
+}
+
+static void rls_service__free(void *ud, void *p)
+{
+    struct rls_arena *a = ud;
+    if (p == NULL || ((uint8_t *)p >= a->buf && (uint8_t *)p < a->buf + RLS_ARENA_BYTES))
+        return; /* the buffer is reset as a whole */
+    size_t *h = (size_t *)p - 2;
+    a->heap -= h[0];
+    free(h);
+}
+
+static void *rls_service__zalloc(struct rls_arena *a, size_t n, size_t size)
+{
+    if (n != 0 && size > SIZE_MAX / n)
+        return NULL;
+    void *p = rls_service__alloc(a, n * size);
+    if (p != NULL)
+        memset(p, 0, n * size);
+    return p;
 }
 
 int rls_service_grpc_status(int rc)
@@ -229,25 +288,34 @@ static void rls_service__limits(struct rls_service *svc, const rls_req_t *req,
 int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, uint8_t **out,
                      size_t *outlen, char *why, size_t whylen)
 {
+    struct rls_arena *a = &svc->arena;
+    ProtobufCAllocator alloc = {rls_service__alloc, rls_service__free, a};
     *out = NULL;
     *outlen = 0;
-    rls_req_t *req = envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, bytes);
+    a->used = 0;
+    a->heap = 0;
+    a->exhausted = 0;
+    a->budget = 64 * len + 65536;
+    rls_req_t *req = envoy__service__ratelimit__v3__rate_limit_request__unpack(&alloc, len, bytes);
+    if (req == NULL && a->exhausted)
+        return rls_service__fail(svc, -SLUICE_ENOMEM, why, whylen,
+                                 "RateLimitRequest too large to decode");
     if (req == NULL)
         return rls_service__fail(svc, -SLUICE_EPROTO, why, whylen,
                                  "malformed RateLimitRequest protobuf");
     int rc = rls_service__validate(req, why, whylen);
     if (rc < 0) {
-        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(req, NULL);
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(req, &alloc);
         svc->stats.errors++;
         return rc;
     }
     size_t n = req->n_descriptors;
     struct rls_scratch sc;
-    sc.lim = calloc(n, sizeof(*sc.lim));
-    sc.st = calloc(n, sizeof(*sc.st));
-    sc.stp = calloc(n, sizeof(*sc.stp));
-    sc.rl = calloc(n, sizeof(*sc.rl));
-    sc.dur = calloc(n, sizeof(*sc.dur));
+    sc.lim = rls_service__zalloc(a, n, sizeof(*sc.lim));
+    sc.st = rls_service__zalloc(a, n, sizeof(*sc.st));
+    sc.stp = rls_service__zalloc(a, n, sizeof(*sc.stp));
+    sc.rl = rls_service__zalloc(a, n, sizeof(*sc.rl));
+    sc.dur = rls_service__zalloc(a, n, sizeof(*sc.dur));
     rls_resp_t resp = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
     rls_header_t hv[3] = {ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT,
                           ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT,
@@ -365,11 +433,11 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
         svc->stats.over_limit++;
     rc = 0;
 done:
-    free(sc.lim);
-    free(sc.st);
-    free(sc.stp);
-    free(sc.rl);
-    free(sc.dur);
-    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(req, NULL);
+    rls_service__free(a, sc.lim);
+    rls_service__free(a, sc.st);
+    rls_service__free(a, sc.stp);
+    rls_service__free(a, sc.rl);
+    rls_service__free(a, sc.dur);
+    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(req, &alloc);
     return rc;
 }
