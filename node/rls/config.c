@@ -315,10 +315,12 @@ static int rls_config__u32(struct rls_load *ld, const yaml_node_t *m, const char
     if (v == NULL || rls_config__is_null(v))
         return 0;
     const char *s = rls_config__scalar(v);
-    char *end;
+    char *end = NULL;
+    unsigned long long x = 0;
     errno = 0;
-    unsigned long long x = s != NULL && isdigit((unsigned char)*s) ? strtoull(s, &end, 10) : 0;
-    if (s == NULL || !isdigit((unsigned char)*s) || errno != 0 || *end != '\0' || x > UINT32_MAX)
+    if (s != NULL && isdigit((unsigned char)*s))
+        x = strtoull(s, &end, 10);
+    if (end == NULL || errno != 0 || *end != '\0' || x > UINT32_MAX)
         return rls_config__fail(ld, -SLUICE_ECONFIG, v,
                                 "%s: expected a whole number from 0 to 4294967295", name);
     *out = (uint32_t)x;
@@ -738,7 +740,9 @@ const struct rls_limit *rls_config_match(const struct rls_config *cfg, const cha
     for (size_t i = 0; level != NULL && i < n; i++) {
         const struct rls_entry *e = &entries[i];
         const struct rls_node *next = rls_config__find(level, e->key, e->klen, e->value, e->vlen);
-        for (size_t c = 0; next == NULL && level->has_wildcard && c < level->nchildren; c++) {
+        for (size_t c = 0;
+             next == NULL && level->has_wildcard && level->children != NULL && c < level->nchildren;
+             c++) {
             const struct rls_node *w = &level->children[c];
             if (w->wildcard && rls_config__eq(e->key, e->klen, w->key) &&
                 rls_config__glob(w->value, e->value, e->vlen))

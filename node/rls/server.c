@@ -128,8 +128,14 @@ static void rls_server__on_closed(uv_handle_t *h)
     if (c->next != NULL)
         c->next->prev = c->prev;
     srv->stats.connected--;
-    while (c->streams != NULL)
-        rls_server__stream_free(c, c->streams);
+    struct rls_stream *st = c->streams;
+    while (st != NULL) {
+        struct rls_stream *next = st->next;
+        free(st->body);
+        free(st->resp);
+        free(st);
+        st = next;
+    }
     nghttp2_session_del(c->h2);
     free(c);
 }
@@ -250,6 +256,8 @@ static void rls_server__flush(struct rls_conn *c)
         c->pending += len;
         if (c->pending > c->srv->cfg.max_conn_output)
             rls_server__reading(c, 0);
+    } else {
+        free(w);
     }
     rls_server__maybe_close(c);
 }
