@@ -370,6 +370,39 @@ class RlsReloadTest(unittest.TestCase):
             chan.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_config_file_keys(self):
+        tmp = tempfile.mkdtemp(prefix="sluice-rls-")
+        try:
+            os.mkdir(os.path.join(tmp, "rl"))
+            with open(os.path.join(tmp, "rl", "a.yaml"), "w") as f:
+                f.write("domain: d\ndescriptors:\n  - key: k\n"
+                        "    rate_limit: {unit: day, requests_per_unit: 2}\n")
+            port = free_tcp_port()
+            conf = os.path.join(tmp, "sluice.conf")
+            with open(conf, "w") as f:
+                f.write("[sluiced]\ngrpc = 127.0.0.1:%d\nratelimit_config = %s\n"
+                        "ratelimit_algorithm = gcra\nratelimit_headers = on\n"
+                        % (port, os.path.join(tmp, "rl")))
+            with Daemon("--config", conf, tmpdir=tmp):
+                chan = grpc.insecure_channel("127.0.0.1:%d" % port)
+                grpc.channel_ready_future(chan).result(timeout=10)
+                call = chan.unary_unary(
+                    METHOD, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                    response_deserializer=rls_pb2.RateLimitResponse.FromString)
+                r = rls_pb2.RateLimitRequest(domain="d")
+                e = r.descriptors.add().entries.add()
+                e.key, e.value = "k", "v"
+                got = [call(r, timeout=5) for _ in range(3)]
+                R = rls_pb2.RateLimitResponse
+                self.assertEqual([x.overall_code for x in got], [R.OK, R.OK, R.OVER_LIMIT])
+                # gcra: the limit refills continuously, a day for the whole of it
+                reset = got[1].statuses[0].duration_until_reset.seconds
+                self.assertGreater(reset, 86400 - 60)
+                self.assertTrue(got[0].response_headers_to_add)
+                chan.close()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def test_bad_config_at_start_names_the_line(self):
         tmp = tempfile.mkdtemp(prefix="sluice-rls-")
         try:
