@@ -462,9 +462,6 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
     } else if (strcmp(k, "metrics") == 0) {
         if (strcmp(v, "off") == 0) {
             free(cfg->metrics);
-            free(cfg->grpc);
-            free(cfg->ratelimit_config);
-            free(cfg->ratelimit_algorithm);
             cfg->metrics = NULL;
         } else if (config__hostport(v) < 0) {
             BAD("metrics: expected host:port or off, got '%s'", v);
@@ -768,6 +765,9 @@ void config_free(struct config *cfg)
         return;
     free(cfg->socket);
     free(cfg->metrics);
+    free(cfg->grpc);
+    free(cfg->ratelimit_config);
+    free(cfg->ratelimit_algorithm);
     free(cfg->node_name);
     free(cfg->gossip_bind);
     for (size_t i = 0; i < cfg->njoin; i++)

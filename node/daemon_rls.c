@@ -6,8 +6,7 @@
  * envoyproxy/ratelimit's windows are (a minute window starts at the minute,
  * a day at 00:00 UTC; a month is 30 days and a year 365 from the Unix
  * epoch, as there).  The limiter's clock is monotonic, so the windows are
- * shifted by the wall clock's offset from it, taken at start and at each
- * reload (the two clocks drift apart only by NTP's slewing meanwhile).
+ * shifted by the wall clock's offset from it (algo_params_set_phase).
  * With another algorithm the limit is that algorithm's with count
  * requests_per_unit per period unit (gcra and token-bucket: a burst of the
  * whole limit).  Over the limit, nothing is charged.
@@ -38,18 +37,17 @@ struct daemon_rls {
     struct cluster *cluster;
     int calendar;
     enum algo_kind kind;
-    int64_t wall_offset_ns; /* wall clock - uv_hrtime() */
     char *config_dir;
     struct rls_service *svc;
     struct rls_server *srv;
 };
 
-static void daemon_rls__clock(struct daemon_rls *d)
+/* The wall clock, ns since the Unix epoch. */
+static int64_t daemon_rls__wall(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t wall = (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
-    d->wall_offset_ns = wall - (int64_t)uv_hrtime();
+    return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
 }
 
 static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct rls_decide_res *res)
@@ -62,17 +60,23 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
         return -SLUICE_ERANGE;
     int64_t burst = q->requests_per_unit - 1;
     rc = algo_params_init(&p, d->kind, burst, q->requests_per_unit, period_ns, 0);
-    int64_t now = (int64_t)uv_hrtime();
+    if (rc < 0)
+        return (int)rc;
+    int global = q->global && cluster_is_global(d->cluster, NULL, CONFIG_SCOPE_GLOBAL, p.kind);
+    /* The clock the decision is taken on: the limiter's, or the cluster's
+     * for a global key.  Its offset from the wall clock is read at each call
+     * (it moves only as NTP slews the wall clock). */
+    int64_t now = global ? cluster_now_ns(d->cluster) : (int64_t)uv_hrtime();
     int64_t phase = 0;
-    if (rc == 0 && d->calendar) {
-        phase = d->wall_offset_ns % period_ns;
+    if (d->calendar) {
+        phase = (daemon_rls__wall() - now) % period_ns;
         if (phase < 0)
             phase += period_ns;
         rc = algo_params_set_phase(&p, phase);
+        if (rc < 0)
+            return (int)rc;
     }
-    if (rc < 0)
-        return (int)rc;
-    if (q->global && cluster_is_global(d->cluster, NULL, CONFIG_SCOPE_GLOBAL, p.kind))
+    if (global)
         rc = cluster_decide_global(d->cluster, NULL, q->key, q->klen, &p, q->hits, &r);
     else
         rc = limiter_decide(d->lim, q->key, q->klen, &p, q->hits, now, &r);
@@ -114,7 +118,6 @@ int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen)
     int rc = rls_config_load_dir(d->config_dir, &cfg, err, errlen);
     if (rc < 0)
         return rc;
-    daemon_rls__clock(d);
     log_info("ratelimit: %zu domain(s) loaded from %s", rls_config_domains(cfg), d->config_dir);
     rls_service_set_config(d->svc, cfg);
     return 0;
@@ -139,7 +142,6 @@ int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *clust
         free(d);
         return -SLUICE_EINVAL;
     }
-    daemon_rls__clock(d);
     struct rls_service_config scfg = {.global = cluster != NULL, .headers = o->headers};
     rc = rls_service_create(&scfg, daemon_rls__decide, d, &d->svc);
     if (rc == 0 && o->config_dir != NULL && (d->config_dir = strdup(o->config_dir)) == NULL)

@@ -1101,6 +1101,10 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
         k->p = *p;
         k->pol = pol;
         replica__update_share(r, k);
+    } else {
+        /* A fixed window's phase (calendar alignment) is local to this node's
+         * clock and not on the wire: the local caller's holds. */
+        k->p.phase_ns = p->phase_ns;
     }
     struct rslot *own = replica__own_slot(r, k);
     if (own == NULL)

@@ -416,5 +416,69 @@ class RlsReloadTest(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+@unittest.skipUnless(HAVE_GRPC, "python3-grpcio / python3-grpc-tools are not installed")
+class RlsClusterTest(unittest.TestCase):
+    """One descriptor limit shared by 3 clustered nodes: the cluster admits
+    about the limit in all, not the limit on each node."""
+
+    LIMIT = 30
+
+    def test_global_descriptor_shared_by_three_nodes(self):
+        from test_cluster import Cluster  # noqa: E402  (the cluster tests' helper)
+        tmp = tempfile.mkdtemp(prefix="sluice-rls-")
+        cfgdir = os.path.join(tmp, "rl")
+        os.mkdir(cfgdir)
+        with open(os.path.join(cfgdir, "g.yaml"), "w") as f:
+            f.write("domain: g\ndescriptors:\n  - key: tenant\n"
+                    "    rate_limit: {unit: day, requests_per_unit: %d}\n" % self.LIMIT)
+        ports = [free_tcp_port() for _ in range(3)]
+
+        class RlsCluster(Cluster):
+            def args(self, i, **kw):
+                return super().args(i, **kw) + ["--grpc", "127.0.0.1:%d" % ports[i],
+                                                "--ratelimit-config", cfgdir]
+
+        c = RlsCluster(3, tmp)
+        chans = []
+        try:
+            c.start_all()
+            c.wait_members(["node1", "node2", "node3"])
+            calls = []
+            for p in ports:
+                ch = grpc.insecure_channel("127.0.0.1:%d" % p)
+                grpc.channel_ready_future(ch).result(timeout=10)
+                chans.append(ch)
+                calls.append(ch.unary_unary(
+                    METHOD, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                    response_deserializer=rls_pb2.RateLimitResponse.FromString))
+            req = rls_pb2.RateLimitRequest(domain="g")
+            e = req.descriptors.add().entries.add()
+            e.key, e.value = "tenant", "acme"
+            admitted = [0, 0, 0]
+            deadline = time.monotonic() + 20
+            sent = 0
+            # 3x the limit in all, round robin over the nodes, over about 6 s
+            while sent < 3 * 3 * self.LIMIT and time.monotonic() < deadline:
+                i = sent % 3
+                if calls[i](req, timeout=5).overall_code == rls_pb2.RateLimitResponse.OK:
+                    admitted[i] += 1
+                sent += 1
+                time.sleep(0.02)
+            total = sum(admitted)
+            print("global descriptor: %d sent, admitted %s = %d (limit %d)"
+                  % (sent, admitted, total, self.LIMIT))
+            self.assertEqual(sent, 9 * self.LIMIT)
+            # local limits would admit 3 x 30 = 90
+            self.assertLessEqual(total, 1.25 * self.LIMIT)
+            self.assertGreaterEqual(total, 0.75 * self.LIMIT)
+            self.assertTrue(all(a > 0 for a in admitted), admitted)
+        finally:
+            for ch in chans:
+                ch.close()
+            bad = c.stop_all()
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.assertEqual(bad, [])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
