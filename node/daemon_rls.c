@@ -23,6 +23,7 @@
 #include "config.h"
 #include "limiter.h"
 #include "log.h"
+#include "metrics.h"
 #include "rls/config.h"
 #include "rls/rls.h"
 #include "rls/server.h"
@@ -40,6 +41,7 @@ struct daemon_rls {
     char *config_dir;
     struct rls_service *svc;
     struct rls_server *srv;
+    uint64_t reload_failures;
 };
 
 /* The wall clock, ns since the Unix epoch. */
@@ -94,6 +96,27 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
     return 0;
 }
 
+void daemon_rls_collect(const struct daemon_rls *d, struct metrics_snapshot *s)
+{
+    struct rls_service_stats st;
+    if (d == NULL)
+        return;
+    rls_service_get_stats(d->svc, &st);
+    s->rls_calls = st.calls;
+    s->rls_over_limit = st.over_limit;
+    s->rls_shadowed = st.shadowed;
+    s->rls_errors = st.errors;
+    s->rls_reloads = st.reloads;
+    s->rls_reload_failures = d->reload_failures;
+    if (d->srv != NULL) {
+        struct rls_server_stats vs;
+        rls_server_get_stats(d->srv, &vs);
+        s->rls_connected = vs.connected;
+        s->rls_protocol_errors = vs.protocol_errors;
+        s->rls_errors = vs.errors; /* the service's, and the server's own (method, framing) */
+    }
+}
+
 void daemon_rls_close(struct daemon_rls *d)
 {
     if (d != NULL)
@@ -116,8 +139,10 @@ int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen)
     if (d == NULL || d->config_dir == NULL)
         return 0;
     int rc = rls_config_load_dir(d->config_dir, &cfg, err, errlen);
-    if (rc < 0)
+    if (rc < 0) {
+        d->reload_failures++;
         return rc;
+    }
     log_info("ratelimit: %zu domain(s) loaded from %s", rls_config_domains(cfg), d->config_dir);
     rls_service_set_config(d->svc, cfg);
     return 0;

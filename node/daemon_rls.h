@@ -38,6 +38,10 @@ int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *clust
  * the error with err naming file and line.  0 when there is no directory. */
 int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
 
+struct metrics_snapshot;
+/* Adds the service's counters to a metrics scrape; NULL d adds nothing. */
+void daemon_rls_collect(const struct daemon_rls *d, struct metrics_snapshot *s);
+
 /* Closes the listener and connections (the loop runs the closes); NULL ok. */
 void daemon_rls_close(struct daemon_rls *d);
 /* Frees everything, after the loop has run the closes; NULL ok. */

@@ -153,6 +153,7 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->reloads = sls.reloads;
     s->reload_failures = sls.reload_failures;
     s->waiting_acquires = sls.waiting_acquires;
+    daemon_rls_collect(d->rls, s);
     struct gossip_node *g = cluster_gossip(d->cluster);
     if (g != NULL) {
         s->clustered = 1;

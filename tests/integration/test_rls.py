@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicetest import ROOT, SLUICED, Daemon, free_tcp_port  # noqa: E402
@@ -130,8 +131,10 @@ class RlsTest(unittest.TestCase):
         with open(os.path.join(cls.cfgdir, "README.txt"), "w") as f:
             f.write("not YAML: ignored\n")
         cls.port = free_tcp_port()
+        cls.metrics_port = free_tcp_port()
         cls.d = Daemon("--grpc", "127.0.0.1:%d" % cls.port, "--ratelimit-config", cls.cfgdir,
-                       "--ratelimit-headers", tmpdir=cls.tmp)
+                       "--ratelimit-headers", "--metrics", "127.0.0.1:%d" % cls.metrics_port,
+                       tmpdir=cls.tmp)
         cls.d.start()
         cls.chan = grpc.insecure_channel("127.0.0.1:%d" % cls.port)
         grpc.channel_ready_future(cls.chan).result(timeout=10)
@@ -290,6 +293,28 @@ class RlsTest(unittest.TestCase):
         # none of it affected the service
         self.assertEqual(self.req([("user", "frank")]).overall_code,
                          rls_pb2.RateLimitResponse.OK)
+
+    def metric(self, name):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
+                                    timeout=5) as f:
+            for line in f.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return int(float(line.split()[1]))
+        raise AssertionError("no metric " + name)
+
+    def test_metrics_count_calls_and_errors(self):
+        calls, over = self.metric("sluice_rls_calls_total"), self.metric("sluice_rls_over_limit_total")
+        errors = self.metric("sluice_rls_errors_total")
+        for _ in range(3):
+            self.req([("user", "hank")])
+        self.req([("user", "hank")])
+        bad = self.chan.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/Nope")
+        with self.assertRaises(grpc.RpcError):
+            bad(b"", timeout=5)
+        self.assertEqual(self.metric("sluice_rls_calls_total"), calls + 4)
+        self.assertEqual(self.metric("sluice_rls_over_limit_total"), over + 1)
+        self.assertEqual(self.metric("sluice_rls_errors_total"), errors + 1)
+        self.assertGreaterEqual(self.metric("sluice_rls_connections"), 1)
 
     def test_malformed_http2_gets_goaway_and_costs_nothing_else(self):
         frames = []
