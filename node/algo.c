@@ -65,6 +65,15 @@ int64_t algo_sat_add(int64_t a, int64_t b)
     return r;
 }
 
+int algo_params_set_phase(struct algo_params *p, int64_t phase_ns)
+{
+    if (p == NULL || p->magic != ALGO_MAGIC || p->kind != ALGO_FIXED_WINDOW || phase_ns < 0 ||
+        phase_ns >= p->period_ns)
+        return -SLUICE_EINVAL;
+    p->phase_ns = phase_ns;
+    return 0;
+}
+
 int algo_params_init(struct algo_params *p, enum algo_kind kind, int64_t burst, int64_t count,
                      int64_t period_ns, int64_t precision)
 {

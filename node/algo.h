@@ -108,6 +108,7 @@ struct algo_params {
     int64_t count;     /* units per period */
     int64_t period_ns; /* the period, ns */
     int64_t precision; /* sliding-window: number of sub-windows */
+    int64_t phase_ns;  /* fixed-window: windows start at k*period - phase (0 by default) */
     /* derived */
     int64_t limit;           /* units a fresh key admits at once */
     int64_t interval_ns;     /* gcra: emission interval; sliding-window: sub-window width */
@@ -137,6 +138,15 @@ struct algo_result {
  */
 int algo_params_init(struct algo_params *p, enum algo_kind kind, int64_t burst, int64_t count,
                      int64_t period_ns, int64_t precision);
+
+/*
+ * Shifts a fixed window's boundaries: window k becomes
+ * [k*period - phase, (k+1)*period - phase) on the caller's clock, so that a
+ * caller whose clock is offset from another (the wall clock) can align the
+ * windows to it (envoyproxy/ratelimit's calendar-aligned windows).
+ * -SLUICE_EINVAL unless p is a fixed-window limit and 0 <= phase < period.
+ */
+int algo_params_set_phase(struct algo_params *p, int64_t phase_ns);
 
 /* "gcra", "token-bucket", ...; "?" for an unknown kind. */
 const char *algo_name(enum algo_kind kind);

@@ -12,6 +12,13 @@ struct algo_fw_state {
     int64_t used;   /* units taken in it; may exceed count (debt) */
 };
 
+/* The caller's time shifted by the phase (algo_params_set_phase), so that
+ * windows are [k*period, (k+1)*period) in shifted time. */
+static int64_t algo_fw__t(const struct algo_params *p, int64_t now)
+{
+    return algo_sat_add(now, p->phase_ns);
+}
+
 /* ns from now to the end of window w, where w >= now's window. */
 static int64_t algo_fw__end(const struct algo_params *p, int64_t w, int64_t now)
 {
@@ -54,6 +61,7 @@ static int algo_fixed_window_eval(const struct algo_params *p, void *state, int6
 {
     struct algo_fw_state *s = state;
     int64_t w, used;
+    now = algo_fw__t(p, now);
     algo_fw__view(p, s, now, &w, &used);
     out->limited = 0;
     out->limit = p->limit;
@@ -83,6 +91,7 @@ static int algo_fixed_window_refund(const struct algo_params *p, void *state, in
 {
     struct algo_fw_state *s = state;
     int64_t w, used;
+    now = algo_fw__t(p, now);
     algo_fw__view(p, s, now, &w, &used);
     s->window = w;
     s->used = used > qty ? used - qty : 0;
@@ -92,7 +101,7 @@ static int algo_fixed_window_refund(const struct algo_params *p, void *state, in
 static int algo_fixed_window_drained(const struct algo_params *p, const void *state, int64_t now)
 {
     int64_t w, used;
-    algo_fw__view(p, state, now, &w, &used);
+    algo_fw__view(p, state, algo_fw__t(p, now), &w, &used);
     return used == 0;
 }
 
@@ -101,7 +110,7 @@ static int algo_fixed_window_consume(const struct algo_params *p, void *state, i
                                      int64_t at)
 {
     struct algo_fw_state *s = state;
-    int64_t idx = at / p->period_ns;
+    int64_t idx = algo_fw__t(p, at) / p->period_ns;
     if (idx < s->window)
         return 0;
     if (idx > s->window) {

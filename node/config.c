@@ -468,6 +468,33 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
         } else if (config__set_str(&cfg->metrics, v) < 0) {
             NOMEM();
         }
+    } else if (strcmp(k, "grpc") == 0) {
+        if (strcmp(v, "off") == 0) {
+            free(cfg->grpc);
+            cfg->grpc = NULL;
+        } else if (config__hostport(v) < 0) {
+            BAD("grpc: expected host:port or off, got '%s'", v);
+        } else if (config__set_str(&cfg->grpc, v) < 0) {
+            NOMEM();
+        }
+    } else if (strcmp(k, "ratelimit_config") == 0) {
+        if (*v == '\0')
+            BAD("ratelimit_config: expected a directory");
+        if (config__set_str(&cfg->ratelimit_config, v) < 0)
+            NOMEM();
+    } else if (strcmp(k, "ratelimit_algorithm") == 0) {
+        enum algo_kind kind;
+        if (strcmp(v, "calendar") != 0 && algo_from_name(v, &kind) < 0)
+            BAD("ratelimit_algorithm: expected calendar or an algorithm name, got '%s'", v);
+        if (config__set_str(&cfg->ratelimit_algorithm, v) < 0)
+            NOMEM();
+    } else if (strcmp(k, "ratelimit_headers") == 0) {
+        if (strcmp(v, "on") == 0 || strcmp(v, "true") == 0)
+            cfg->ratelimit_headers = 1;
+        else if (strcmp(v, "off") == 0 || strcmp(v, "false") == 0)
+            cfg->ratelimit_headers = 0;
+        else
+            BAD("ratelimit_headers: expected on or off, got '%s'", v);
     } else {
         BAD("unknown key '%s' in [sluiced]", k);
     }
@@ -738,6 +765,9 @@ void config_free(struct config *cfg)
         return;
     free(cfg->socket);
     free(cfg->metrics);
+    free(cfg->grpc);
+    free(cfg->ratelimit_config);
+    free(cfg->ratelimit_algorithm);
     free(cfg->node_name);
     free(cfg->gossip_bind);
     for (size_t i = 0; i < cfg->njoin; i++)

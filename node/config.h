@@ -61,6 +61,11 @@ struct config {
     enum config_on_full on_full;
     enum config_log_level log_level;
     char *metrics; /* "host:port" of the Prometheus endpoint, or NULL (off) */
+    /* Envoy's rate limit service (see README "Envoy rate limit service") */
+    char *grpc;                /* "host:port" of its gRPC listener, or NULL (off) */
+    char *ratelimit_config;    /* directory of envoyproxy/ratelimit YAML files, or NULL */
+    char *ratelimit_algorithm; /* "calendar" (NULL) or an algorithm name */
+    int ratelimit_headers;     /* 1: RateLimit-* response headers */
     uint32_t max_clients;
     /* [cluster] */
     int cluster;       /* 1 when a [cluster] section is present */

@@ -57,6 +57,9 @@ struct metrics_snapshot {
     uint64_t protocol_errors, output_limit_disconnects;
     /* policies and the waiting acquire */
     uint64_t policies, reloads, reload_failures, waiting_acquires;
+    /* Envoy's rate limit service (zero when off) */
+    uint64_t rls_calls, rls_over_limit, rls_shadowed, rls_errors;
+    uint64_t rls_connected, rls_protocol_errors, rls_reloads, rls_reload_failures;
     /* cluster: only rendered when clustered is nonzero */
     int clustered;
     struct metrics_label_value members[METRICS_MAX_LABELS]; /* by state */

@@ -322,6 +322,8 @@ static int replica__window_apply(struct nkey *k)
     if (algo_params_init(&np, (enum algo_kind)k->p.kind, k->p.burst, cnt, k->p.period_ns,
                          k->p.precision) != 0)
         return -SLUICE_EINVAL;
+    if (k->w != NULL && k->w->p.phase_ns != 0)
+        (void)algo_params_set_phase(&np, k->w->p.phase_ns); /* keep the calendar alignment */
     size_t sz = algo_state_size(&np);
     if (k->w != NULL && algo_state_size(&k->w->p) == sz) {
         k->w->p = np; /* same layout: keep the counters, new count */
@@ -727,6 +729,10 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
             k->p.flags = (uint8_t)((k->p.flags & ~NK_IDLE) | NK_DIRTY);
     }
     if (k->w != NULL) {
+        /* A fixed window's phase (calendar alignment) is this node's own and
+         * not on the wire: the local caller's holds. */
+        if (k->w->p.phase_ns != p->phase_ns)
+            (void)algo_params_set_phase(&k->w->p, p->phase_ns);
         int rc = algo_decide(&k->w->p, k->w->state, qty, now_ns, out);
         if (rc != 0)
             return rc;

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "commands_sl.h"
 #include "config.h"
+#include "daemon_rls.h"
 #include "limiter.h"
 #include "gossip/gossip.h"
 #include "log.h"
@@ -58,6 +59,17 @@ static void usage(FILE *f)
             "                           http://HOST:PORT/metrics (and /health), e.g.\n"
             "                           127.0.0.1:9464 or [::1]:9464; 'off' (default) serves\n"
             "                           nothing.  Overrides the config file's metrics.\n"
+            "  --grpc HOST:PORT         serve Envoy's rate limit service (gRPC v3,\n"
+            "                           envoy.service.ratelimit.v3.RateLimitService) over\n"
+            "                           HTTP/2 cleartext; 'off' (default) serves nothing\n"
+            "  --ratelimit-config DIR   envoyproxy/ratelimit YAML files (*.yaml, *.yml) the\n"
+            "                           service reads as is; SIGHUP re-reads them\n"
+            "  --ratelimit-algorithm A  calendar (default: fixed windows aligned to the wall\n"
+            "                           clock, as envoyproxy/ratelimit's) or gcra,\n"
+            "                           token-bucket, fixed-window, sliding-window,\n"
+            "                           sliding-log\n"
+            "  --ratelimit-headers      add RateLimit-Limit, -Remaining and -Reset to the\n"
+            "                           service's answers (LIMIT_RESPONSE_HEADERS_ENABLED)\n"
             "  --config FILE            read the configuration (deploy/sluice.conf documents\n"
             "                           it): its [sluiced] settings, named policies and\n"
             "                           cluster; flags given here override the file.  An\n"
@@ -102,6 +114,7 @@ struct daemon {
     struct limiter *lim;
     struct cluster *cluster; /* NULL when not clustered */
     struct metrics *metrics; /* NULL when --metrics is off */
+    struct daemon_rls *rls;  /* NULL when neither --grpc nor --ratelimit-config */
 };
 
 static int collect_member(void *ud, const struct gossip_member_info *m)
@@ -142,6 +155,7 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->reloads = sls.reloads;
     s->reload_failures = sls.reload_failures;
     s->waiting_acquires = sls.waiting_acquires;
+    daemon_rls_collect(d->rls, s);
     struct gossip_node *g = cluster_gossip(d->cluster);
     if (g != NULL) {
         s->clustered = 1;
@@ -187,6 +201,7 @@ static void daemon_shutdown(struct daemon *d)
 {
     server_close(d->srv);
     metrics_close(d->metrics);
+    daemon_rls_close(d->rls);
     commands_sl_close(d->sl); /* after server_close has cancelled the waiters' clients */
     uv_close((uv_handle_t *)&d->sighup, NULL);
     cluster_stop(d->cluster, NULL, NULL);
@@ -211,6 +226,8 @@ static void on_sighup(uv_signal_t *h, int signum)
     (void)signum;
     log_info("received SIGHUP, reloading");
     (void)commands_sl_reload(d->sl, err, sizeof(err));
+    if (daemon_rls_reload(d->rls, err, sizeof(err)) < 0)
+        log_error("ratelimit: config not reloaded, keeping the one in use: %s", err);
     /* Key rotation: a bad key file keeps the keys in use. */
     if (cluster_reload_keys(d->cluster, err, sizeof(err)) < 0)
         log_error("cluster: key file not reloaded, keeping the keys in use: %s", err);
@@ -248,6 +265,10 @@ enum {
     OPT_ON_FULL,
     OPT_LOG_LEVEL,
     OPT_METRICS,
+    OPT_GRPC,
+    OPT_RL_CONFIG,
+    OPT_RL_ALGORITHM,
+    OPT_RL_HEADERS,
     OPT_VERSION,
     OPT_HELP,
 };
@@ -266,6 +287,10 @@ int main(int argc, char **argv)
         {"on-full", required_argument, NULL, OPT_ON_FULL},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"metrics", required_argument, NULL, OPT_METRICS},
+        {"grpc", required_argument, NULL, OPT_GRPC},
+        {"ratelimit-config", required_argument, NULL, OPT_RL_CONFIG},
+        {"ratelimit-algorithm", required_argument, NULL, OPT_RL_ALGORITHM},
+        {"ratelimit-headers", no_argument, NULL, OPT_RL_HEADERS},
         {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, OPT_HELP},
         CLUSTER_LONG_OPTIONS,
@@ -276,6 +301,7 @@ int main(int argc, char **argv)
     struct limiter_config lcfg = {.max_keys = 0, .overflow = LIMITER_OVERFLOW_EVICT};
     const char *socket_path = NULL;
     const char *metrics_addr = NULL; /* NULL: off */
+    struct daemon_rls_options rlsopt = {0};
     struct cluster_options clopt;
     cluster_options_init(&clopt);
     int opt;
@@ -300,6 +326,10 @@ int main(int argc, char **argv)
         lcfg.overflow = (enum limiter_overflow)file_cfg.on_full;
         log_set_level((enum log_level)file_cfg.log_level);
         metrics_addr = file_cfg.metrics;
+        rlsopt.grpc = file_cfg.grpc;
+        rlsopt.config_dir = file_cfg.ratelimit_config;
+        rlsopt.algorithm = file_cfg.ratelimit_algorithm;
+        rlsopt.headers = file_cfg.ratelimit_headers;
     }
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
@@ -391,6 +421,18 @@ int main(int argc, char **argv)
         }
         case OPT_METRICS:
             metrics_addr = strcmp(optarg, "off") == 0 ? NULL : optarg;
+            break;
+        case OPT_GRPC:
+            rlsopt.grpc = strcmp(optarg, "off") == 0 ? NULL : optarg;
+            break;
+        case OPT_RL_CONFIG:
+            rlsopt.config_dir = optarg;
+            break;
+        case OPT_RL_ALGORITHM:
+            rlsopt.algorithm = optarg;
+            break;
+        case OPT_RL_HEADERS:
+            rlsopt.headers = 1;
             break;
         case OPT_VERSION:
             printf("sluiced %s\n", SLUICE_VERSION_STRING);
@@ -502,6 +544,19 @@ int main(int argc, char **argv)
         }
         log_info("metrics on http://%s/metrics", metrics_addr);
     }
+    if (rlsopt.grpc != NULL || rlsopt.config_dir != NULL) {
+        char rerr[512];
+        rc = daemon_rls_start(&d.loop, d.lim, d.cluster, &rlsopt, &d.rls, rerr, sizeof(rerr));
+        if (rc < 0) {
+            log_error("ratelimit: %s", rerr);
+            metrics_close(d.metrics);
+            server_close(d.srv);
+            cluster_stop(d.cluster, NULL, NULL);
+            uv_run(&d.loop, UV_RUN_DEFAULT);
+            status = rc == -SLUICE_ECONFIG ? 2 : 1;
+            goto out_server;
+        }
+    }
     uv_timer_init(&d.loop, &d.maintain);
     d.maintain.data = &d;
     uv_timer_start(&d.maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
@@ -526,6 +581,7 @@ int main(int argc, char **argv)
     }
     log_info("stopped");
 out_server:
+    daemon_rls_destroy(d.rls);
     metrics_destroy(d.metrics);
     server_destroy(d.srv);
 out_cmds:

@@ -46,7 +46,7 @@ echo "== build and test (release, -Werror)"
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 echo "== clang-tidy (.clang-tidy)"
-mapfile -t TIDY_SOURCES < <(ls node/*.c libgossip/*.c)
+mapfile -t TIDY_SOURCES < <(ls node/*.c node/rls/*.c libgossip/*.c)
 clang-tidy -p build --quiet "${TIDY_SOURCES[@]}" 2>/dev/null
 
 if [ "${SKIP_ASAN:-0}" != "1" ]; then

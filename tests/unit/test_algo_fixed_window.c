@@ -117,6 +117,34 @@ static void test_refund_and_debt(void **unused)
     assert_int_equal(r.limited, 0);
 }
 
+/* A phase moves every boundary earlier by that much (calendar alignment):
+ * with phase 300, windows of 1000 are [700, 1700), [1700, 2700)...; only
+ * fixed-window takes one, within [0, period). */
+static void test_phase(void **unused)
+{
+    struct algo_params p;
+    struct algo_result r;
+    int64_t st[2];
+    assert_int_equal(algo_params_init(&p, ALGO_FIXED_WINDOW, 0, 2, 1000, 0), 0);
+    assert_int_equal(algo_params_set_phase(&p, 1000), -SLUICE_EINVAL);
+    assert_int_equal(algo_params_set_phase(&p, -1), -SLUICE_EINVAL);
+    assert_int_equal(algo_params_set_phase(&p, 300), 0);
+    algo_init(&p, st);
+    assert_int_equal(algo_decide(&p, st, 2, 699, &r), 0);
+    assert_int_equal(r.limited, 0);
+    assert_int_equal(r.reset_after_ns, 1);
+    assert_int_equal(algo_decide(&p, st, 2, 700, &r), 0); /* a new window at 700 */
+    assert_int_equal(r.limited, 0);
+    assert_int_equal(algo_decide(&p, st, 1, 1000, &r), 0); /* not at 1000 */
+    assert_int_equal(r.limited, 1);
+    assert_int_equal(r.retry_after_ns, 700);
+    assert_int_equal(algo_drained(&p, st, 1699), 0);
+    assert_int_equal(algo_drained(&p, st, 1700), 1);
+    struct algo_params g;
+    assert_int_equal(algo_params_init(&g, ALGO_GCRA, 1, 2, 1000, 0), 0);
+    assert_int_equal(algo_params_set_phase(&g, 1), -SLUICE_EINVAL);
+}
+
 int main(void)
 {
     rng = test_seed("test_algo_fixed_window");
@@ -124,6 +152,7 @@ int main(void)
         cmocka_unit_test(test_against_model),
         cmocka_unit_test(test_double_at_boundary),
         cmocka_unit_test(test_refund_and_debt),
+        cmocka_unit_test(test_phase),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

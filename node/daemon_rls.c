@@ -1,0 +1,197 @@
+/*
+ * daemon_rls: the decider behind Envoy's rate limit service (daemon_rls.h).
+ *
+ * A descriptor's limit "requests_per_unit per unit" becomes, by default, a
+ * fixed window of `unit` whose boundaries are aligned to the wall clock, as
+ * envoyproxy/ratelimit's windows are (a minute window starts at the minute,
+ * a day at 00:00 UTC; a month is 30 days and a year 365 from the Unix
+ * epoch, as there).  The limiter's clock is monotonic, so the windows are
+ * shifted by the wall clock's offset from it (algo_params_set_phase).
+ * With another algorithm the limit is that algorithm's with count
+ * requests_per_unit per period unit (gcra and token-bucket: a burst of the
+ * whole limit).  Over the limit, nothing is charged.
+ */
+#include "daemon_rls.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "algo.h"
+#include "cluster.h"
+#include "config.h"
+#include "limiter.h"
+#include "log.h"
+#include "metrics.h"
+#include "rls/config.h"
+#include "rls/rls.h"
+#include "rls/server.h"
+#include "rls/service.h"
+#include "sluice/error.h"
+
+#define NS_PER_S  1000000000LL
+#define NS_PER_MS 1000000LL
+
+struct daemon_rls {
+    struct limiter *lim;
+    struct cluster *cluster;
+    int calendar;
+    enum algo_kind kind;
+    char *config_dir;
+    struct rls_service *svc;
+    struct rls_server *srv;
+    uint64_t reload_failures;
+};
+
+/* The wall clock, ns since the Unix epoch. */
+static int64_t daemon_rls__wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
+}
+
+static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct rls_decide_res *res)
+{
+    struct daemon_rls *d = ud;
+    struct algo_params p;
+    struct algo_result r;
+    int64_t period_ns, rc;
+    if (__builtin_mul_overflow(q->period_s, NS_PER_S, &period_ns))
+        return -SLUICE_ERANGE;
+    int64_t burst = q->requests_per_unit - 1;
+    rc = algo_params_init(&p, d->kind, burst, q->requests_per_unit, period_ns, 0);
+    if (rc < 0)
+        return (int)rc;
+    int global = q->global && cluster_is_global(d->cluster, NULL, CONFIG_SCOPE_GLOBAL, p.kind);
+    /* The clock the decision is taken on: the limiter's, or the cluster's
+     * for a global key.  Its offset from the wall clock is read at each call
+     * (it moves only as NTP slews the wall clock). */
+    int64_t now = global ? cluster_now_ns(d->cluster) : (int64_t)uv_hrtime();
+    int64_t phase = 0;
+    if (d->calendar) {
+        phase = (daemon_rls__wall() - now) % period_ns;
+        if (phase < 0)
+            phase += period_ns;
+        rc = algo_params_set_phase(&p, phase);
+        if (rc < 0)
+            return (int)rc;
+    }
+    if (global)
+        rc = cluster_decide_global(d->cluster, NULL, q->key, q->klen, &p, q->hits, &r);
+    else
+        rc = limiter_decide(d->lim, q->key, q->klen, &p, q->hits, now, &r);
+    if (rc < 0)
+        return (int)rc;
+    res->limited = r.limited;
+    res->remaining = r.remaining;
+    if (d->calendar) {
+        /* Until the window ends, whether or not anything was counted. */
+        int64_t into = (now + phase) % period_ns;
+        res->reset_after_ms = (period_ns - into + NS_PER_MS - 1) / NS_PER_MS;
+    } else {
+        res->reset_after_ms = (r.reset_after_ns + NS_PER_MS - 1) / NS_PER_MS;
+    }
+    return 0;
+}
+
+void daemon_rls_collect(const struct daemon_rls *d, struct metrics_snapshot *s)
+{
+    struct rls_service_stats st;
+    if (d == NULL)
+        return;
+    rls_service_get_stats(d->svc, &st);
+    s->rls_calls = st.calls;
+    s->rls_over_limit = st.over_limit;
+    s->rls_shadowed = st.shadowed;
+    s->rls_errors = st.errors;
+    s->rls_reloads = st.reloads;
+    s->rls_reload_failures = d->reload_failures;
+    if (d->srv != NULL) {
+        struct rls_server_stats vs;
+        rls_server_get_stats(d->srv, &vs);
+        s->rls_connected = vs.connected;
+        s->rls_protocol_errors = vs.protocol_errors;
+        s->rls_errors = vs.errors; /* the service's, and the server's own (method, framing) */
+    }
+}
+
+void daemon_rls_close(struct daemon_rls *d)
+{
+    if (d != NULL)
+        rls_server_close(d->srv);
+}
+
+void daemon_rls_destroy(struct daemon_rls *d)
+{
+    if (d == NULL)
+        return;
+    rls_server_destroy(d->srv);
+    rls_service_destroy(d->svc);
+    free(d->config_dir);
+    free(d);
+}
+
+int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen)
+{
+    struct rls_config *cfg;
+    if (d == NULL || d->config_dir == NULL)
+        return 0;
+    int rc = rls_config_load_dir(d->config_dir, &cfg, err, errlen);
+    if (rc < 0) {
+        d->reload_failures++;
+        return rc;
+    }
+    log_info("ratelimit: %zu domain(s) loaded from %s", rls_config_domains(cfg), d->config_dir);
+    rls_service_set_config(d->svc, cfg);
+    return 0;
+}
+
+int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *cluster,
+                     const struct daemon_rls_options *o, struct daemon_rls **out, char *err,
+                     size_t errlen)
+{
+    struct daemon_rls *d = calloc(1, sizeof(*d));
+    int rc;
+    if (d == NULL)
+        return -SLUICE_ENOMEM;
+    d->lim = lim;
+    d->cluster = cluster;
+    d->calendar = o->algorithm == NULL || strcmp(o->algorithm, "calendar") == 0;
+    d->kind = ALGO_FIXED_WINDOW;
+    if (!d->calendar && algo_from_name(o->algorithm, &d->kind) < 0) {
+        snprintf(err, errlen,
+                 "ratelimit algorithm: expected calendar or an algorithm name, got '%s'",
+                 o->algorithm);
+        free(d);
+        return -SLUICE_EINVAL;
+    }
+    struct rls_service_config scfg = {.global = cluster != NULL, .headers = o->headers};
+    rc = rls_service_create(&scfg, daemon_rls__decide, d, &d->svc);
+    if (rc == 0 && o->config_dir != NULL && (d->config_dir = strdup(o->config_dir)) == NULL)
+        rc = -SLUICE_ENOMEM;
+    if (rc == 0)
+        rc = daemon_rls_reload(d, err, errlen);
+    if (rc == 0 && o->grpc != NULL) {
+        struct rls_server_config vcfg = {.bind = o->grpc};
+        rc = rls_server_create(loop, &vcfg, d->svc, &d->srv);
+        if (rc == 0 && (rc = rls_server_start(d->srv)) < 0) {
+            snprintf(err, errlen, "%s", rls_server_error(d->srv));
+            rls_server_close(d->srv);
+            uv_run(loop, UV_RUN_NOWAIT); /* runs the listener's close */
+        }
+    }
+    if (rc < 0) {
+        if (rc == -SLUICE_ENOMEM)
+            snprintf(err, errlen, "out of memory");
+        daemon_rls_destroy(d);
+        return rc;
+    }
+    if (o->grpc != NULL)
+        log_info("ratelimit: Envoy rate limit service (gRPC) on %s, %s windows%s", o->grpc,
+                 d->calendar ? "calendar fixed" : algo_name(d->kind),
+                 cluster != NULL ? ", scope global" : "");
+    *out = d;
+    return 0;
+}

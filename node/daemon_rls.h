@@ -1,0 +1,50 @@
+/*
+ * daemon_rls: the daemon's side of Envoy's rate limit service (node/rls/):
+ * its decider, which maps a descriptor's limit onto the limiter (or, for a
+ * global key, the cluster), and the listener's life (start, SIGHUP reload,
+ * close).  The one place sluiced touches the rls wing.
+ */
+#ifndef SLUICE_DAEMON_RLS_H
+#define SLUICE_DAEMON_RLS_H
+
+#include <stddef.h>
+#include <uv.h>
+
+struct limiter;
+struct cluster;
+
+struct daemon_rls_options {
+    const char *grpc;       /* "HOST:PORT" to serve gRPC on; NULL: off */
+    const char *config_dir; /* envoyproxy/ratelimit YAML directory; NULL: none */
+    const char *algorithm;  /* NULL or "calendar": calendar-aligned fixed window;
+                               else a sluice algorithm name (algo_from_name) */
+    int headers;            /* add RateLimit-Limit/-Remaining/-Reset */
+};
+
+struct daemon_rls;
+
+/*
+ * Loads the YAML directory and starts listening.  Borrows loop, lim and
+ * cluster (NULL when not clustered; a clustered daemon decides with scope
+ * global).  Fails with -SLUICE_EINVAL (bad algorithm or address),
+ * -SLUICE_ECONFIG (a YAML file, err names it and its line), -SLUICE_EIO
+ * (cannot listen) or -SLUICE_ENOMEM; err says why, and nothing is left open.
+ */
+int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *cluster,
+                     const struct daemon_rls_options *o, struct daemon_rls **out, char *err,
+                     size_t errlen);
+
+/* Re-reads the YAML directory; on error keeps the config in use and returns
+ * the error with err naming file and line.  0 when there is no directory. */
+int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
+
+struct metrics_snapshot;
+/* Adds the service's counters to a metrics scrape; NULL d adds nothing. */
+void daemon_rls_collect(const struct daemon_rls *d, struct metrics_snapshot *s);
+
+/* Closes the listener and connections (the loop runs the closes); NULL ok. */
+void daemon_rls_close(struct daemon_rls *d);
+/* Frees everything, after the loop has run the closes; NULL ok. */
+void daemon_rls_destroy(struct daemon_rls *d);
+
+#endif

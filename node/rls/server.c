@@ -1,0 +1,711 @@
+/*
+ * rls server: gRPC over HTTP/2 cleartext with nghttp2 on libuv (server.h).
+ *
+ * Design note.  Each TCP connection owns one nghttp2 server session.  Bytes
+ * read by libuv go to nghttp2_session_mem_recv; its callbacks collect each
+ * stream's headers and DATA; when a stream's request ends (END_STREAM) the
+ * call is answered at once, in the same loop turn, and whatever nghttp2 has
+ * to send is drained with nghttp2_session_mem_send into one uv_write.
+ *
+ *   client                                   sluiced
+ *   PRI * HTTP/2.0 ... SETTINGS  -------->
+ *                                <--------   SETTINGS (max streams)
+ *   HEADERS :method POST
+ *           :path = RLS_PATH (below)
+ *           content-type application/grpc, grpc-timeout: 20m
+ *   DATA    [0][len:4][RateLimitRequest]  END_STREAM -->
+ *                                <--------   HEADERS :status 200
+ *                                <--------   DATA [0][len:4][RateLimitResponse]
+ *                                <--------   HEADERS grpc-status 0  END_STREAM
+ *
+ * Errors answer "trailers only" (one HEADERS with grpc-status, grpc-message
+ * and END_STREAM): an unknown path UNIMPLEMENTED, a bad message
+ * INVALID_ARGUMENT, an oversize one RESOURCE_EXHAUSTED (answered as soon as
+ * its prefix says so, the rest of the stream reset with NO_ERROR), a
+ * compressed one INTERNAL, an expired grpc-timeout DEADLINE_EXCEEDED.
+ * Malformed HTTP/2 ends that connection with GOAWAY and touches no other.
+ *
+ * Bounds: max_connections, max_streams per connection (nghttp2 refuses
+ * more), max_message per request, max_conn_input buffered request bytes
+ * per connection, and max_conn_output unsent bytes, above which the
+ * connection stops being read until its writes drain.
+ */
+#include "server.h"
+
+#include <netdb.h>
+#include <nghttp2/nghttp2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grpc.h"
+#include "sluice/error.h"
+
+#define RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+struct rls_stream {
+    struct rls_stream *prev, *next; /* the connection's open streams */
+    int32_t id;
+    int method_post, grpc_ctype;
+    int path_ok;
+    char path[128];      /* for the UNIMPLEMENTED message, truncated */
+    int64_t deadline_ns; /* 0: none */
+    int bad_timeout;
+    int answered;
+    int reset_after; /* answered early: reset the rest once the answer is out */
+    uint8_t *body;
+    size_t len, cap;
+    uint8_t *resp; /* gRPC-framed response being sent */
+    size_t resp_len, resp_off;
+};
+
+struct rls_conn {
+    uv_tcp_t tcp;
+    struct rls_server *srv;
+    nghttp2_session *h2;
+    struct rls_conn *prev, *next;
+    struct rls_stream *streams; /* freed here: nghttp2_session_del calls no callback */
+    size_t input;               /* request bytes buffered in streams */
+    size_t pending;             /* bytes handed to uv_write, not yet written */
+    int reading;
+    int closing;
+    int goaway; /* a protocol error: close once written */
+    char rbuf[16384];
+};
+
+struct rls_server {
+    uv_loop_t *loop;
+    struct rls_server_config cfg;
+    char *bind;
+    struct rls_service *svc;
+    uv_tcp_t listener;
+    int listener_open;
+    int closed;
+    int port;
+    struct rls_conn *conns;
+    struct rls_server_stats stats;
+    char err[512];
+};
+
+struct rls_write {
+    uv_write_t req;
+    struct rls_conn *conn;
+    size_t len;
+    uint8_t data[];
+};
+
+static void rls_server__flush(struct rls_conn *c);
+
+static void rls_server__free_handle(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void rls_server__stream_free(struct rls_conn *c, struct rls_stream *st)
+{
+    if (st->prev != NULL)
+        st->prev->next = st->next;
+    else
+        c->streams = st->next;
+    if (st->next != NULL)
+        st->next->prev = st->prev;
+    c->input -= st->len;
+    free(st->body);
+    free(st->resp);
+    free(st);
+}
+
+/* ---- connections ---- */
+
+static void rls_server__on_closed(uv_handle_t *h)
+{
+    struct rls_conn *c = h->data;
+    struct rls_server *srv = c->srv;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    srv->stats.connected--;
+    struct rls_stream *st = c->streams;
+    while (st != NULL) {
+        struct rls_stream *next = st->next;
+        free(st->body);
+        free(st->resp);
+        free(st);
+        st = next;
+    }
+    nghttp2_session_del(c->h2);
+    free(c);
+}
+
+static void rls_server__conn_close(struct rls_conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    uv_close((uv_handle_t *)&c->tcp, rls_server__on_closed);
+}
+
+/* Closes the connection when neither side has anything more to say. */
+static void rls_server__maybe_close(struct rls_conn *c)
+{
+    if (c->closing || c->pending > 0)
+        return;
+    if (c->goaway || (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2)))
+        rls_server__conn_close(c);
+}
+
+static void rls_server__on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    struct rls_conn *c = h->data;
+    (void)hint;
+    buf->base = c->rbuf;
+    buf->len = sizeof(c->rbuf);
+}
+
+static void rls_server__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    struct rls_conn *c = s->data;
+    if (n < 0) {
+        rls_server__conn_close(c);
+        return;
+    }
+    if (n == 0 || c->goaway)
+        return;
+    ssize_t rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n);
+    if (rv < 0) {
+        /* nghttp2 did not queue a GOAWAY for this one (a bad preface, a
+         * callback failure): say PROTOCOL_ERROR ourselves. */
+        c->srv->stats.protocol_errors++;
+        nghttp2_session_terminate_session(c->h2, NGHTTP2_PROTOCOL_ERROR);
+        c->goaway = 1;
+    }
+    rls_server__flush(c);
+}
+
+static void rls_server__reading(struct rls_conn *c, int on)
+{
+    if (c->closing || c->reading == on)
+        return;
+    c->reading = on;
+    if (on)
+        uv_read_start((uv_stream_t *)&c->tcp, rls_server__on_alloc, rls_server__on_read);
+    else
+        uv_read_stop((uv_stream_t *)&c->tcp);
+}
+
+static void rls_server__on_write(uv_write_t *req, int status)
+{
+    struct rls_write *w = (struct rls_write *)req;
+    struct rls_conn *c = w->conn;
+    c->pending -= w->len;
+    free(w);
+    if (status < 0) {
+        rls_server__conn_close(c);
+        return;
+    }
+    if (c->pending <= c->srv->cfg.max_conn_output / 2 && !c->goaway)
+        rls_server__reading(c, 1);
+    rls_server__maybe_close(c);
+}
+
+/* Sends what nghttp2 has queued, in one write. */
+static void rls_server__flush(struct rls_conn *c)
+{
+    if (c->closing)
+        return;
+    size_t cap = 0, len = 0;
+    struct rls_write *w = NULL;
+    for (;;) {
+        const uint8_t *data;
+        ssize_t n = nghttp2_session_mem_send(c->h2, &data);
+        if (n < 0) {
+            free(w);
+            rls_server__conn_close(c);
+            return;
+        }
+        if (n == 0)
+            break;
+        if (len + (size_t)n > cap) {
+            size_t ncap = cap ? cap * 2 : 4096;
+            while (ncap < len + (size_t)n)
+                ncap *= 2;
+            struct rls_write *nw = realloc(w, sizeof(*w) + ncap);
+            if (nw == NULL) {
+                free(w);
+                rls_server__conn_close(c);
+                return;
+            }
+            w = nw;
+            cap = ncap;
+        }
+        memcpy(w->data + len, data, (size_t)n);
+        len += (size_t)n;
+    }
+    if (len > 0) {
+        w->conn = c;
+        w->len = len;
+        uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)len);
+        if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, rls_server__on_write) < 0) {
+            free(w);
+            rls_server__conn_close(c);
+            return;
+        }
+        c->pending += len;
+        if (c->pending > c->srv->cfg.max_conn_output)
+            rls_server__reading(c, 0);
+    } else {
+        free(w);
+    }
+    rls_server__maybe_close(c);
+}
+
+/* ---- answers ---- */
+
+/* grpc-message is percent-encoded outside printable ASCII. */
+static void rls_server__pct(const char *in, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p != '\0' && o + 4 < outlen; p++) {
+        if (*p >= 0x20 && *p <= 0x7e && *p != '%') {
+            out[o++] = (char)*p;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 15];
+        }
+    }
+    out[o] = '\0';
+}
+
+#define NV(n, v)                                                                                   \
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
+    }
+
+/* A trailers-only answer with a gRPC status, or a bare HTTP status when
+ * http is not "200" (gRPC's rule for a wrong method or content-type). */
+static void rls_server__fail(struct rls_conn *c, struct rls_stream *st, const char *http,
+                             int status, const char *msg)
+{
+    char code[12], enc[384];
+    snprintf(code, sizeof(code), "%d", status);
+    rls_server__pct(msg, enc, sizeof(enc));
+    nghttp2_nv nva[] = {NV(":status", http), NV("content-type", "application/grpc"),
+                        NV("grpc-status", code), NV("grpc-message", enc)};
+    st->answered = 1;
+    c->srv->stats.requests++;
+    c->srv->stats.errors++;
+    nghttp2_submit_response(c->h2, st->id, nva, sizeof(nva) / sizeof(nva[0]), NULL);
+}
+
+static ssize_t rls_server__read_resp(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len,
+                                     uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    struct rls_stream *st = src->ptr;
+    size_t n = st->resp_len - st->resp_off;
+    (void)ud;
+    if (n > len)
+        n = len;
+    memcpy(buf, st->resp + st->resp_off, n);
+    st->resp_off += n;
+    if (st->resp_off == st->resp_len) {
+        static const nghttp2_nv trailers[] = {NV("grpc-status", "0")};
+        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        if (nghttp2_submit_trailer(h2, id, trailers, 1) != 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
+    return (ssize_t)n;
+}
+
+static void rls_server__answer(struct rls_conn *c, struct rls_stream *st)
+{
+    struct rls_server *srv = c->srv;
+    const uint8_t *msg;
+    size_t msglen, used;
+    char why[160];
+    if (!st->method_post) {
+        rls_server__fail(c, st, "405", RLS_GRPC_INTERNAL, "method must be POST");
+        return;
+    }
+    if (!st->grpc_ctype) {
+        rls_server__fail(c, st, "415", RLS_GRPC_INTERNAL, "content-type must be application/grpc");
+        return;
+    }
+    if (!st->path_ok) {
+        snprintf(why, sizeof(why), "unknown method %s", st->path);
+        rls_server__fail(c, st, "200", RLS_GRPC_UNIMPLEMENTED, why);
+        return;
+    }
+    if (st->bad_timeout) {
+        rls_server__fail(c, st, "200", RLS_GRPC_INTERNAL, "malformed grpc-timeout");
+        return;
+    }
+    if (st->deadline_ns != 0 && (int64_t)uv_hrtime() > st->deadline_ns) {
+        rls_server__fail(c, st, "200", RLS_GRPC_DEADLINE_EXCEEDED,
+                         "deadline passed before the request was complete");
+        return;
+    }
+    int rc = rls_grpc_frame(st->body, st->len, srv->cfg.max_message, &msg, &msglen, &used);
+    if (rc == -SLUICE_EPROTO) {
+        rls_server__fail(c, st, "200", RLS_GRPC_INTERNAL,
+                         "compressed messages are not supported (no grpc-encoding)");
+        return;
+    }
+    if (rc == -SLUICE_ETOOBIG) {
+        rls_server__fail(c, st, "200", RLS_GRPC_RESOURCE_EXHAUSTED, "request message too large");
+        return;
+    }
+    if (rc < 0 || used != st->len) {
+        rls_server__fail(c, st, "200", RLS_GRPC_INTERNAL,
+                         rc < 0 ? "request message missing or truncated"
+                                : "more than one request message in a unary call");
+        return;
+    }
+    uint8_t *out;
+    size_t outlen;
+    rc = rls_service_call(srv->svc, msg, msglen, &out, &outlen, why, sizeof(why));
+    if (rc < 0) {
+        rls_server__fail(c, st, "200", rls_service_grpc_status(rc), why);
+        return;
+    }
+    st->resp = out;
+    st->resp_len = outlen;
+    st->answered = 1;
+    srv->stats.requests++;
+    nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                        NV("grpc-accept-encoding", "identity")};
+    nghttp2_data_provider dp = {.source.ptr = st, .read_callback = rls_server__read_resp};
+    nghttp2_submit_response(c->h2, st->id, nva, sizeof(nva) / sizeof(nva[0]), &dp);
+}
+
+/* ---- nghttp2 callbacks ---- */
+
+static int rls_server__on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
+{
+    struct rls_conn *c = ud;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    struct rls_stream *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets this stream only */
+    st->id = f->hd.stream_id;
+    st->next = c->streams;
+    if (st->next != NULL)
+        st->next->prev = st;
+    c->streams = st;
+    nghttp2_session_set_stream_user_data(h2, st->id, st);
+    return 0;
+}
+
+static int rls_server__eq(const uint8_t *a, size_t alen, const char *b)
+{
+    return alen == strlen(b) && memcmp(a, b, alen) == 0;
+}
+
+static int rls_server__on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
+                                 size_t namelen, const uint8_t *value, size_t valuelen,
+                                 uint8_t flags, void *ud)
+{
+    (void)flags;
+    (void)ud;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    struct rls_stream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (st == NULL)
+        return 0;
+    if (rls_server__eq(name, namelen, ":method")) {
+        st->method_post = rls_server__eq(value, valuelen, "POST");
+    } else if (rls_server__eq(name, namelen, ":path")) {
+        st->path_ok = rls_server__eq(value, valuelen, RLS_PATH);
+        size_t n = valuelen < sizeof(st->path) - 1 ? valuelen : sizeof(st->path) - 1;
+        memcpy(st->path, value, n);
+        st->path[n] = '\0';
+    } else if (rls_server__eq(name, namelen, "content-type")) {
+        /* application/grpc, optionally +proto or ;params */
+        st->grpc_ctype = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                         (valuelen == 16 || value[16] == '+' || value[16] == ';');
+    } else if (rls_server__eq(name, namelen, "grpc-timeout")) {
+        int64_t ns;
+        if (rls_grpc_timeout((const char *)value, valuelen, &ns) < 0) {
+            st->bad_timeout = 1;
+        } else {
+            int64_t now = (int64_t)uv_hrtime();
+            st->deadline_ns = ns > INT64_MAX - now ? INT64_MAX : now + ns;
+        }
+    }
+    return 0;
+}
+
+static int rls_server__on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
+                               size_t len, void *ud)
+{
+    struct rls_conn *c = ud;
+    struct rls_server *srv = c->srv;
+    struct rls_stream *st = nghttp2_session_get_stream_user_data(h2, id);
+    (void)flags;
+    if (st == NULL || st->answered)
+        return 0; /* answered early: the rest is dropped (flow control still credits it) */
+    size_t limit = srv->cfg.max_message + RLS_GRPC_PREFIX;
+    const uint8_t *m;
+    size_t ml, used;
+    if (len > limit - st->len || len > srv->cfg.max_conn_input - c->input) {
+        rls_server__fail(c, st, "200", RLS_GRPC_RESOURCE_EXHAUSTED,
+                         len > limit - st->len ? "request message too large"
+                                               : "too many request bytes on this connection");
+        st->reset_after = 1;
+        return 0;
+    }
+    if (st->len + len > st->cap) {
+        size_t cap = st->cap ? st->cap : 256;
+        while (cap < st->len + len)
+            cap *= 2;
+        uint8_t *b = realloc(st->body, cap);
+        if (b == NULL) {
+            rls_server__fail(c, st, "200", RLS_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+            st->reset_after = 1;
+            return 0;
+        }
+        st->body = b;
+        st->cap = cap;
+    }
+    memcpy(st->body + st->len, data, len);
+    st->len += len;
+    c->input += len;
+    /* An oversize message is refused as soon as its prefix is in. */
+    if (rls_grpc_frame(st->body, st->len, srv->cfg.max_message, &m, &ml, &used) ==
+        -SLUICE_ETOOBIG) {
+        rls_server__fail(c, st, "200", RLS_GRPC_RESOURCE_EXHAUSTED, "request message too large");
+        st->reset_after = 1;
+    }
+    return 0;
+}
+
+static int rls_server__on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
+{
+    struct rls_conn *c = ud;
+    if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
+        !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    struct rls_stream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (st != NULL && !st->answered)
+        rls_server__answer(c, st);
+    return 0;
+}
+
+/* An early answer has gone out: stop the client sending the rest (gRPC's
+ * RST_STREAM NO_ERROR after a complete response).  Sent earlier, the reset
+ * would overtake the answer and the client would see only the reset. */
+static int rls_server__on_frame_sent(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
+{
+    (void)ud;
+    if (f->hd.type != NGHTTP2_HEADERS || !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    struct rls_stream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (st != NULL && st->reset_after) {
+        st->reset_after = 0;
+        nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
+    }
+    return 0;
+}
+
+static int rls_server__on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code, void *ud)
+{
+    struct rls_conn *c = ud;
+    struct rls_stream *st = nghttp2_session_get_stream_user_data(h2, id);
+    (void)code;
+    if (st == NULL)
+        return 0;
+    nghttp2_session_set_stream_user_data(h2, id, NULL);
+    rls_server__stream_free(c, st);
+    return 0;
+}
+
+/* ---- listener ---- */
+
+static void rls_server__on_connection(uv_stream_t *l, int status)
+{
+    struct rls_server *srv = l->data;
+    if (status < 0 || srv->closed)
+        return;
+    struct rls_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return;
+    c->srv = srv;
+    uv_tcp_init(srv->loop, &c->tcp);
+    c->tcp.data = c;
+    if (uv_accept(l, (uv_stream_t *)&c->tcp) < 0) {
+        uv_close((uv_handle_t *)&c->tcp, rls_server__free_handle);
+        return;
+    }
+    if (srv->stats.connected >= srv->cfg.max_connections) {
+        srv->stats.rejected_connections++;
+        uv_close((uv_handle_t *)&c->tcp, rls_server__free_handle);
+        return;
+    }
+    nghttp2_session_callbacks *cb;
+    if (nghttp2_session_callbacks_new(&cb) != 0) {
+        uv_close((uv_handle_t *)&c->tcp, rls_server__free_handle);
+        return;
+    }
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, rls_server__on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cb, rls_server__on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, rls_server__on_data);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, rls_server__on_frame);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, rls_server__on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, rls_server__on_frame_sent);
+    int rc = nghttp2_session_server_new(&c->h2, cb, c);
+    nghttp2_session_callbacks_del(cb);
+    if (rc != 0) {
+        uv_close((uv_handle_t *)&c->tcp, rls_server__free_handle);
+        return;
+    }
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->cfg.max_streams},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 16384},
+    };
+    nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0]));
+    c->next = srv->conns;
+    if (c->next != NULL)
+        c->next->prev = c;
+    srv->conns = c;
+    srv->stats.connections++;
+    srv->stats.connected++;
+    uv_tcp_nodelay(&c->tcp, 1);
+    rls_server__reading(c, 1);
+    rls_server__flush(c);
+}
+
+int rls_server_create(uv_loop_t *loop, const struct rls_server_config *cfg, struct rls_service *svc,
+                      struct rls_server **out)
+{
+    if (loop == NULL || cfg == NULL || cfg->bind == NULL || svc == NULL)
+        return -SLUICE_EINVAL;
+    struct rls_server *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -SLUICE_ENOMEM;
+    s->loop = loop;
+    s->svc = svc;
+    s->cfg = *cfg;
+    s->bind = strdup(cfg->bind);
+    if (s->bind == NULL) {
+        free(s);
+        return -SLUICE_ENOMEM;
+    }
+    s->cfg.bind = s->bind;
+    if (s->cfg.max_connections == 0)
+        s->cfg.max_connections = 1024;
+    if (s->cfg.max_streams == 0)
+        s->cfg.max_streams = 100;
+    if (s->cfg.max_message == 0)
+        s->cfg.max_message = 65536;
+    if (s->cfg.max_conn_input == 0)
+        s->cfg.max_conn_input = 256 * 1024;
+    if (s->cfg.max_conn_output == 0)
+        s->cfg.max_conn_output = 1024 * 1024;
+    *out = s;
+    return 0;
+}
+
+/* "HOST:PORT" / "[V6]:PORT" into host and port; -1 if malformed. */
+static int rls_server__split(const char *s, char *host, size_t hlen, char *port, size_t plen)
+{
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) >= plen)
+        return -1;
+    const char *h = s;
+    size_t n = (size_t)(colon - s);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        h++;
+        n -= 2;
+    }
+    if (n == 0 || n >= hlen)
+        return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    for (const char *p = colon + 1; *p != '\0'; p++)
+        if (*p < '0' || *p > '9')
+            return -1;
+    snprintf(port, plen, "%s", colon + 1);
+    return atoi(port) > 65535 ? -1 : 0;
+}
+
+int rls_server_start(struct rls_server *srv)
+{
+    char host[256], port[8];
+    if (rls_server__split(srv->bind, host, sizeof(host), port, sizeof(port)) < 0) {
+        snprintf(srv->err, sizeof(srv->err), "grpc: '%s' is not HOST:PORT", srv->bind);
+        return -SLUICE_EINVAL;
+    }
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        snprintf(srv->err, sizeof(srv->err), "grpc: cannot resolve '%s': %s", host,
+                 gai_strerror(rc));
+        if (res != NULL)
+            freeaddrinfo(res);
+        return -SLUICE_EINVAL;
+    }
+    uv_tcp_init(srv->loop, &srv->listener);
+    srv->listener.data = srv;
+    srv->listener_open = 1;
+    rc = uv_tcp_bind(&srv->listener, res->ai_addr, 0);
+    freeaddrinfo(res);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&srv->listener, 128, rls_server__on_connection);
+    if (rc < 0) {
+        snprintf(srv->err, sizeof(srv->err), "grpc: cannot listen on %s: %s", srv->bind,
+                 uv_strerror(rc));
+        return -SLUICE_EIO;
+    }
+    struct sockaddr_storage ss;
+    int sl = sizeof(ss);
+    if (uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET)
+            srv->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            srv->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    return 0;
+}
+
+const char *rls_server_error(const struct rls_server *srv)
+{
+    return srv->err;
+}
+
+int rls_server_port(const struct rls_server *srv)
+{
+    return srv->port;
+}
+
+void rls_server_close(struct rls_server *srv)
+{
+    if (srv == NULL || srv->closed)
+        return;
+    srv->closed = 1;
+    if (srv->listener_open)
+        uv_close((uv_handle_t *)&srv->listener, NULL);
+    for (struct rls_conn *c = srv->conns; c != NULL; c = c->next)
+        rls_server__conn_close(c);
+}
+
+void rls_server_destroy(struct rls_server *srv)
+{
+    if (srv == NULL)
+        return;
+    free(srv->bind);
+    free(srv);
+}
+
+void rls_server_get_stats(const struct rls_server *srv, struct rls_server_stats *out)
+{
+    *out = srv->stats;
+}

@@ -1,0 +1,443 @@
+/*
+ * rls service: ShouldRateLimit as envoyproxy/ratelimit answers it
+ * (src/service/ratelimit.go), deciding through the daemon's callback.
+ *
+ * Per descriptor: the limit is the request's override when present,
+ * otherwise the config's match; limits whose name another matched limit
+ * `replaces` are dropped; an unlimited limit answers OK with remaining
+ * UINT32_MAX; no limit answers OK with no current_limit.  hits are the
+ * descriptor's hits_addend when set (0 peeks), else the request's, 0 read
+ * as 1.  overall_code is OVER_LIMIT when any descriptor is; a shadow_mode
+ * limit over its limit answers OK.  With headers on, RateLimit-Limit,
+ * -Remaining and -Reset describe the descriptor closest to its limit (an
+ * over-limit one wins), as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS.
+ */
+#include "service.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "grpc.h"
+#include "sluice/error.h"
+
+typedef Envoy__Service__Ratelimit__V3__RateLimitRequest rls_req_t;
+typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor rls_desc_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse rls_resp_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus rls_status_t;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit rls_rl_t;
+typedef Envoy__Config__Core__V3__HeaderValue rls_header_t;
+
+#define CODE_OK         ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+#define CODE_OVER_LIMIT ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
+
+/* One call's memory: protobuf-c's unpacking and the answer's structures
+ * are bump-allocated from the service's buffer, which each call reuses;
+ * beyond it, malloc up to a budget that follows the message's size, so
+ * that no message makes the decoder hold more than a bounded multiple of
+ * itself. */
+#define RLS_ARENA_BYTES 16384
+
+struct rls_arena {
+    size_t used;
+    size_t heap;   /* bytes malloc'ed beyond the buffer in this call */
+    size_t budget; /* at most this many */
+    int exhausted;
+    _Alignas(16) uint8_t buf[RLS_ARENA_BYTES];
+};
+
+struct rls_service {
+    struct rls_service_config cfg;
+    struct rls_arena arena;
+    rls_decide_fn decide;
+    void *ud;
+    struct rls_config *config;
+    int installed;
+    struct rls_service_stats stats;
+};
+
+int rls_service_create(const struct rls_service_config *cfg, rls_decide_fn fn, void *ud,
+                       struct rls_service **out)
+{
+    if (fn == NULL)
+        return -SLUICE_EINVAL;
+    struct rls_service *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -SLUICE_ENOMEM;
+    if (cfg != NULL)
+        s->cfg = *cfg;
+    if (s->cfg.header_limit == NULL)
+        s->cfg.header_limit = "RateLimit-Limit";
+    if (s->cfg.header_remaining == NULL)
+        s->cfg.header_remaining = "RateLimit-Remaining";
+    if (s->cfg.header_reset == NULL)
+        s->cfg.header_reset = "RateLimit-Reset";
+    s->decide = fn;
+    s->ud = ud;
+    if (rls_config_create(&s->config) < 0) {
+        free(s);
+        return -SLUICE_ENOMEM;
+    }
+    *out = s;
+    return 0;
+}
+
+void rls_service_destroy(struct rls_service *svc)
+{
+    if (svc == NULL)
+        return;
+    rls_config_free(svc->config);
+    free(svc);
+}
+
+void rls_service_set_config(struct rls_service *svc, struct rls_config *cfg)
+{
+    rls_config_free(svc->config);
+    svc->config = cfg;
+    if (svc->installed)
+        svc->stats.reloads++;
+    svc->installed = 1;
+}
+
+void rls_service_get_stats(const struct rls_service *svc, struct rls_service_stats *out)
+{
+    *out = svc->stats;
+}
+
+static void *rls_service__alloc(void *ud, size_t size)
+{
+    struct rls_arena *a = ud;
+    size_t need = (size + 15) & ~(size_t)15;
+    if (need >= size && need <= RLS_ARENA_BYTES - a->used) {
+        void *p = a->buf + a->used;
+        a->used += need;
+        return p;
+    }
+    if (size > a->budget - a->heap) {
+        a->exhausted = 1;
+        return NULL;
+    }
+    size_t *h = malloc(sizeof(size_t) * 2 + size);
+    if (h == NULL) {
+        a->exhausted = 1;
+        return NULL;
+    }
+    h[0] = size;
+    a->heap += size;
+    return h + 2;
+}
+
+static void rls_service__free(void *ud, void *p)
+{
+    struct rls_arena *a = ud;
+    if (p == NULL || ((uint8_t *)p >= a->buf && (uint8_t *)p < a->buf + RLS_ARENA_BYTES))
+        return; /* the buffer is reset as a whole */
+    size_t *h = (size_t *)p - 2;
+    a->heap -= h[0];
+    free(h);
+}
+
+static void *rls_service__zalloc(struct rls_arena *a, size_t n, size_t size)
+{
+    if (n != 0 && size > SIZE_MAX / n)
+        return NULL;
+    void *p = rls_service__alloc(a, n * size);
+    if (p != NULL)
+        memset(p, 0, n * size);
+    return p;
+}
+
+int rls_service_grpc_status(int rc)
+{
+    switch (rc) {
+    case 0:
+        return RLS_GRPC_OK;
+    case -SLUICE_EPROTO:
+    case -SLUICE_EINVAL:
+    case -SLUICE_ETOOBIG:
+        return RLS_GRPC_INVALID_ARGUMENT;
+    case -SLUICE_EFULL:
+    case -SLUICE_ENOMEM:
+        return RLS_GRPC_RESOURCE_EXHAUSTED;
+    default:
+        return RLS_GRPC_INTERNAL;
+    }
+}
+
+/* The limit a descriptor is decided under (a config limit or an override). */
+struct rls_applied {
+    const struct rls_limit *cfg; /* NULL: none, or the override below */
+    struct rls_limit override;
+    int has;
+};
+
+/* Appends s (n bytes) at *at in key[RLS_SERVICE_MAX_KEY]; -SLUICE_ETOOBIG. */
+static int rls_service__put(char *key, size_t *at, const char *s, size_t n)
+{
+    if (n > RLS_SERVICE_MAX_KEY - *at)
+        return -SLUICE_ETOOBIG;
+    memcpy(key + *at, s, n);
+    *at += n;
+    return 0;
+}
+
+/* "domain|k_v|k_v" into key; returns its length or -SLUICE_ETOOBIG. */
+static int rls_service__key(const char *domain, const rls_desc_t *d, char *key, size_t *klen)
+{
+    size_t at = 0;
+    int rc = rls_service__put(key, &at, domain, strlen(domain));
+    for (size_t i = 0; rc == 0 && i < d->n_entries; i++) {
+        const char *k = d->entries[i]->key, *v = d->entries[i]->value;
+        rc = rls_service__put(key, &at, "|", 1);
+        if (rc == 0)
+            rc = rls_service__put(key, &at, k, strlen(k));
+        if (rc == 0)
+            rc = rls_service__put(key, &at, "_", 1);
+        if (rc == 0)
+            rc = rls_service__put(key, &at, v, strlen(v));
+    }
+    *klen = at;
+    return rc;
+}
+
+static int rls_service__fail(struct rls_service *svc, int rc, char *why, size_t whylen,
+                             const char *msg)
+{
+    if (why != NULL && whylen > 0)
+        snprintf(why, whylen, "%s", msg);
+    svc->stats.errors++;
+    return rc;
+}
+
+/* Everything one call allocates, in one block. */
+struct rls_scratch {
+    struct rls_applied *lim;
+    rls_status_t *st;
+    rls_status_t **stp;
+    rls_rl_t *rl;
+    Google__Protobuf__Duration *dur;
+};
+
+static int rls_service__validate(const rls_req_t *req, char *why, size_t whylen)
+{
+    const char *msg = NULL;
+    if (req->domain == NULL || req->domain[0] == '\0')
+        msg = "rate limit domain must not be empty";
+    else if (req->n_descriptors == 0)
+        msg = "rate limit descriptor list must not be empty";
+    else if (req->n_descriptors > RLS_SERVICE_MAX_DESCRIPTORS)
+        msg = "too many descriptors";
+    for (size_t i = 0; msg == NULL && i < req->n_descriptors; i++) {
+        const rls_desc_t *d = req->descriptors[i];
+        if (d->n_entries == 0)
+            msg = "descriptor has no entries";
+        else if (d->n_entries > RLS_SERVICE_MAX_ENTRIES)
+            msg = "descriptor has too many entries";
+        else if (d->limit != NULL &&
+                 ((int)d->limit->unit < RLS_UNIT_SECOND || (int)d->limit->unit > RLS_UNIT_YEAR))
+            msg = "descriptor limit override has no valid unit";
+    }
+    if (msg != NULL && why != NULL && whylen > 0)
+        snprintf(why, whylen, "%s", msg);
+    return msg == NULL ? 0 : -SLUICE_EINVAL;
+}
+
+/* Picks each descriptor's limit, then drops the replaced ones. */
+static void rls_service__limits(struct rls_service *svc, const rls_req_t *req,
+                                struct rls_applied *lim)
+{
+    struct rls_entry ents[RLS_SERVICE_MAX_ENTRIES];
+    for (size_t i = 0; i < req->n_descriptors; i++) {
+        const rls_desc_t *d = req->descriptors[i];
+        memset(&lim[i], 0, sizeof(lim[i]));
+        if (d->limit != NULL) {
+            lim[i].override.requests_per_unit = d->limit->requests_per_unit;
+            lim[i].override.unit = (enum rls_unit)d->limit->unit;
+            lim[i].override.name = "";
+            lim[i].has = 1;
+            continue;
+        }
+        for (size_t e = 0; e < d->n_entries; e++) {
+            ents[e].key = d->entries[e]->key;
+            ents[e].klen = strlen(ents[e].key);
+            ents[e].value = d->entries[e]->value;
+            ents[e].vlen = strlen(ents[e].value);
+        }
+        lim[i].cfg =
+            rls_config_match(svc->config, req->domain, strlen(req->domain), ents, d->n_entries);
+        lim[i].has = lim[i].cfg != NULL;
+    }
+    /* replaces: a name any matched limit replaces is not applied. */
+    for (size_t i = 0; i < req->n_descriptors; i++) {
+        const struct rls_limit *l = lim[i].cfg;
+        if (l == NULL || l->name[0] == '\0')
+            continue;
+        for (size_t j = 0; j < req->n_descriptors && lim[i].has; j++) {
+            const struct rls_limit *r = lim[j].cfg;
+            for (size_t k = 0; r != NULL && k < r->nreplaces; k++) {
+                if (strcmp(r->replaces[k], l->name) == 0) {
+                    lim[i].has = 0;
+                    break;
+                }
+            }
+        }
+    }
+}
+
+int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, uint8_t **out,
+                     size_t *outlen, char *why, size_t whylen)
+{
+    struct rls_arena *a = &svc->arena;
+    ProtobufCAllocator alloc = {rls_service__alloc, rls_service__free, a};
+    *out = NULL;
+    *outlen = 0;
+    a->used = 0;
+    a->heap = 0;
+    a->exhausted = 0;
+    a->budget = 64 * len + 65536;
+    rls_req_t *req = envoy__service__ratelimit__v3__rate_limit_request__unpack(&alloc, len, bytes);
+    if (req == NULL && a->exhausted)
+        return rls_service__fail(svc, -SLUICE_ENOMEM, why, whylen,
+                                 "RateLimitRequest too large to decode");
+    if (req == NULL)
+        return rls_service__fail(svc, -SLUICE_EPROTO, why, whylen,
+                                 "malformed RateLimitRequest protobuf");
+    int rc = rls_service__validate(req, why, whylen);
+    if (rc < 0) {
+        envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(req, &alloc);
+        svc->stats.errors++;
+        return rc;
+    }
+    size_t n = req->n_descriptors;
+    struct rls_scratch sc;
+    sc.lim = rls_service__zalloc(a, n, sizeof(*sc.lim));
+    sc.st = rls_service__zalloc(a, n, sizeof(*sc.st));
+    sc.stp = rls_service__zalloc(a, n, sizeof(*sc.stp));
+    sc.rl = rls_service__zalloc(a, n, sizeof(*sc.rl));
+    sc.dur = rls_service__zalloc(a, n, sizeof(*sc.dur));
+    rls_resp_t resp = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
+    rls_header_t hv[3] = {ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT,
+                          ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT,
+                          ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT};
+    rls_header_t *hvp[3] = {&hv[0], &hv[1], &hv[2]};
+    char hbuf[3][24];
+    if (sc.lim == NULL || sc.st == NULL || sc.stp == NULL || sc.rl == NULL || sc.dur == NULL) {
+        rc = rls_service__fail(svc, -SLUICE_ENOMEM, why, whylen, "out of memory");
+        goto done;
+    }
+    rls_service__limits(svc, req, sc.lim);
+    resp.overall_code = CODE_OK;
+    resp.n_statuses = n;
+    resp.statuses = sc.stp;
+    const rls_status_t *closest = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const rls_desc_t *d = req->descriptors[i];
+        rls_status_t *st = &sc.st[i];
+        const struct rls_limit *l = sc.lim[i].cfg != NULL ? sc.lim[i].cfg : &sc.lim[i].override;
+        envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(st);
+        sc.stp[i] = st;
+        st->code = CODE_OK;
+        if (!sc.lim[i].has)
+            continue;
+        if (l->unlimited) {
+            st->limit_remaining = UINT32_MAX;
+            continue;
+        }
+        int64_t hits = req->hits_addend > 0 ? (int64_t)req->hits_addend : 1;
+        if (d->hits_addend != NULL)
+            hits = d->hits_addend->value > INT64_MAX ? INT64_MAX : (int64_t)d->hits_addend->value;
+        struct rls_decide_res res = {0};
+        struct rls_decide_req q = {.requests_per_unit = l->requests_per_unit,
+                                   .unit = l->unit,
+                                   .period_s = rls_unit_seconds(l->unit),
+                                   .hits = hits,
+                                   .global = svc->cfg.global};
+        if (l->requests_per_unit == 0) {
+            /* Nothing fits: every hit is over the limit. */
+            res.limited = hits > 0;
+            res.reset_after_ms = q.period_s * 1000;
+        } else {
+            char key[RLS_SERVICE_MAX_KEY];
+            rc = rls_service__key(req->domain, d, key, &q.klen);
+            if (rc == 0) {
+                q.key = key;
+                rc = svc->decide(svc->ud, &q, &res);
+            }
+            if (rc < 0) {
+                rls_service__fail(svc, rc, why, whylen,
+                                  rc == -SLUICE_ETOOBIG ? "descriptor key too long"
+                                  : rc == -SLUICE_EFULL || rc == -SLUICE_ENOMEM
+                                      ? "no room for another key"
+                                      : "the limit cannot be applied");
+                goto done;
+            }
+        }
+        rls_rl_t *rl = &sc.rl[i];
+        envoy__service__ratelimit__v3__rate_limit_response__rate_limit__init(rl);
+        rl->requests_per_unit = l->requests_per_unit;
+        rl->unit = (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)l->unit;
+        rl->name = (char *)l->name;
+        st->current_limit = rl;
+        Google__Protobuf__Duration *du = &sc.dur[i];
+        google__protobuf__duration__init(du);
+        du->seconds = res.reset_after_ms / 1000;
+        du->nanos = (int32_t)(res.reset_after_ms % 1000) * 1000000;
+        st->duration_until_reset = du;
+        if (res.limited) {
+            st->code = CODE_OVER_LIMIT;
+            st->limit_remaining = 0;
+            if (l->shadow_mode) {
+                st->code = CODE_OK;
+                svc->stats.shadowed++;
+            } else {
+                resp.overall_code = CODE_OVER_LIMIT;
+            }
+        } else {
+            st->limit_remaining = res.remaining > UINT32_MAX ? UINT32_MAX
+                                  : res.remaining < 0        ? 0
+                                                             : (uint32_t)res.remaining;
+        }
+        if (st->code == CODE_OVER_LIMIT ||
+            (closest == NULL ||
+             (closest->code != CODE_OVER_LIMIT && st->limit_remaining < closest->limit_remaining)))
+            closest = st;
+    }
+    if (svc->cfg.headers && closest != NULL) {
+        const char *names[3] = {svc->cfg.header_limit, svc->cfg.header_remaining,
+                                svc->cfg.header_reset};
+        int64_t reset_s =
+            closest->duration_until_reset->seconds + (closest->duration_until_reset->nanos > 0);
+        snprintf(hbuf[0], sizeof(hbuf[0]), "%u", closest->current_limit->requests_per_unit);
+        snprintf(hbuf[1], sizeof(hbuf[1]), "%u", closest->limit_remaining);
+        snprintf(hbuf[2], sizeof(hbuf[2]), "%lld", (long long)reset_s);
+        for (int h = 0; h < 3; h++) {
+            hv[h].key = (char *)names[h];
+            hv[h].value = hbuf[h];
+        }
+        resp.n_response_headers_to_add = 3;
+        resp.response_headers_to_add = hvp;
+    }
+    size_t size = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(&resp);
+    uint8_t *buf = malloc(RLS_GRPC_PREFIX + size);
+    if (buf == NULL) {
+        rc = rls_service__fail(svc, -SLUICE_ENOMEM, why, whylen, "out of memory");
+        goto done;
+    }
+    rls_grpc_prefix(buf, size);
+    envoy__service__ratelimit__v3__rate_limit_response__pack(&resp, buf + RLS_GRPC_PREFIX);
+    *out = buf;
+    *outlen = RLS_GRPC_PREFIX + size;
+    svc->stats.calls++;
+    if (resp.overall_code == CODE_OVER_LIMIT)
+        svc->stats.over_limit++;
+    rc = 0;
+done:
+    rls_service__free(a, sc.lim);
+    rls_service__free(a, sc.st);
+    rls_service__free(a, sc.stp);
+    rls_service__free(a, sc.rl);
+    rls_service__free(a, sc.dur);
+    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(req, &alloc);
+    return rc;
+}

@@ -1,0 +1,75 @@
+/*
+ * rls service: one ShouldRateLimit call, bytes in and bytes out.
+ *
+ * The service holds the YAML config in use and asks the daemon's decider
+ * (rls.h) for each descriptor that has a limit.  It does no I/O and keeps
+ * no state between calls besides counters, so the fuzz target drives it
+ * exactly as the server does.
+ *
+ * Descriptor to sluice key: "DOMAIN|KEY_VALUE|KEY_VALUE..." with every
+ * entry of the request descriptor, in order (an entry with an empty value
+ * gives "KEY_"), so each value under a key-only rule has its own counter,
+ * as in envoyproxy/ratelimit's cache keys.
+ */
+#ifndef SLUICE_RLS_SERVICE_H
+#define SLUICE_RLS_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "rls.h"
+
+/* Bounds of one request; more is INVALID_ARGUMENT. */
+#define RLS_SERVICE_MAX_DESCRIPTORS 256
+#define RLS_SERVICE_MAX_ENTRIES     64
+#define RLS_SERVICE_MAX_KEY         2048
+
+struct rls_service_config {
+    int global;  /* every decision is asked with scope global */
+    int headers; /* add RateLimit-Limit/-Remaining/-Reset to the response */
+    /* Header names; NULL gives envoyproxy/ratelimit's defaults above. */
+    const char *header_limit;
+    const char *header_remaining;
+    const char *header_reset;
+};
+
+struct rls_service_stats {
+    uint64_t calls;      /* answered with OK status */
+    uint64_t over_limit; /* of which overall_code OVER_LIMIT */
+    uint64_t shadowed;   /* descriptors over the limit answered OK by shadow_mode */
+    uint64_t errors;     /* calls answered with an error status */
+    uint64_t reloads;    /* configs installed after the first */
+};
+
+struct rls_service;
+
+/* Creates a service with an empty config; cfg is copied (its strings must
+ * outlive the service).  -SLUICE_EINVAL (fn NULL), -SLUICE_ENOMEM. */
+int rls_service_create(const struct rls_service_config *cfg, rls_decide_fn fn, void *ud,
+                       struct rls_service **out);
+void rls_service_destroy(struct rls_service *svc);
+
+/* Installs cfg (the service takes it) and frees the one in use. */
+void rls_service_set_config(struct rls_service *svc, struct rls_config *cfg);
+
+/*
+ * Answers one RateLimitRequest (protobuf bytes, no gRPC prefix).  On success
+ * returns 0 and *out is a new buffer (free() it) holding the gRPC-framed
+ * RateLimitResponse, *outlen bytes.  On failure *out is NULL, why gets a
+ * short text for grpc-message, and the return is -SLUICE_EPROTO (not a
+ * RateLimitRequest), -SLUICE_EINVAL (no domain, no descriptors, a bound
+ * above exceeded, a bad override), -SLUICE_ETOOBIG (a key too long),
+ * -SLUICE_EFULL / -SLUICE_ENOMEM (no room for state), or another code from
+ * the decider.  Decisions taken before a failure stand (as with several
+ * descriptors in envoyproxy/ratelimit).
+ */
+int rls_service_call(struct rls_service *svc, const uint8_t *req, size_t len, uint8_t **out,
+                     size_t *outlen, char *why, size_t whylen);
+
+/* The gRPC status (grpc.h) for a return of rls_service_call. */
+int rls_service_grpc_status(int rc);
+
+void rls_service_get_stats(const struct rls_service *svc, struct rls_service_stats *out);
+
+#endif
