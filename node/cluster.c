@@ -2,6 +2,7 @@
 #include "cluster.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <malloc.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ struct cluster {
     int view_dirty;
     int failed; /* refused to run (a live node has this name) */
     int on_full_allow;
+    int allow_shared_key;
     uint64_t overflow_denied, overflow_allowed;
     uint64_t gc_since_trim;
     int64_t trimmed_at;
@@ -182,6 +184,9 @@ int cluster_options_flag(struct cluster_options *o, int opt, const char *arg)
     case 9:
         o->insecure = 1;
         return 1;
+    case 13:
+        o->allow_shared_key = 1;
+        return 1;
     case 10:
         if (parse_ms(arg, 10, 60000, &v) < 0) {
             fprintf(stderr, "sluiced: --gossip-probe-interval-ms: expected 10..60000, got '%s'\n",
@@ -211,27 +216,30 @@ int cluster_options_flag(struct cluster_options *o, int opt, const char *arg)
 
 void cluster_usage(FILE *f)
 {
-    fprintf(f, "\n"
-               "Cluster (global limits; without --gossip-bind the node runs alone and every\n"
-               "key is local):\n"
-               "  --gossip-bind IP:PORT    UDP address to gossip on (e.g. 10.0.0.5:7946)\n"
-               "  --advertise IP:PORT      address peers send to (required when binding 0.0.0.0)\n"
-               "  --join HOST:PORT[,...]   seeds; names are resolved by DNS now and every\n"
-               "                           --dns-interval-ms (a Kubernetes headless Service)\n"
-               "  --node-name NAME         this node's identity (default: the host name)\n"
-               "  --cluster-key-file FILE  gossip keys (`sluicectl keygen` prints one); required\n"
-               "  --insecure-no-encryption run a cluster without a key file (tests only)\n"
-               "  --cluster-label LABEL    clusters with other labels ignore each other\n"
-               "  --gossip-interval-ms N   delta and gossip period (default 100)\n"
-               "  --default-scope SCOPE    local or global: the scope of inline CL.THROTTLE\n"
-               "                           limits (default: global when clustered)\n"
-               "  --partition-policy P     optimistic (each side the full limit) or share (each\n"
-               "                           side its last known share; default)\n"
-               "  --gossip-probe-interval-ms N  failure-detector probe period (default 1000)\n"
-               "  --sync-timeout-ms N      after a start, answer global keys 'limited' until\n"
-               "                           state arrives from a peer, at most this long\n"
-               "                           (default 2000; 0 = serve at once)\n"
-               "  --dns-interval-ms N      re-resolution period of --join (default 30000)\n");
+    fprintf(f,
+            "\n"
+            "Cluster (global limits; without --gossip-bind the node runs alone and every\n"
+            "key is local):\n"
+            "  --gossip-bind IP:PORT    UDP address to gossip on (e.g. 10.0.0.5:7946)\n"
+            "  --advertise IP:PORT      address peers send to (required when binding 0.0.0.0)\n"
+            "  --join HOST:PORT[,...]   seeds; names are resolved by DNS now and every\n"
+            "                           --dns-interval-ms (a Kubernetes headless Service)\n"
+            "  --node-name NAME         this node's identity (default: the host name)\n"
+            "  --cluster-key-file FILE  gossip keys (`sluicectl keygen` prints one); required\n"
+            "  --insecure-no-encryption run a cluster without a key file (tests only)\n"
+            "  --allow-shared-key-file  accept a cluster key file that group or others\n"
+            "                           can read (refused by default: it admits to the cluster)\n"
+            "  --cluster-label LABEL    clusters with other labels ignore each other\n"
+            "  --gossip-interval-ms N   delta and gossip period (default 100)\n"
+            "  --default-scope SCOPE    local or global: the scope of inline CL.THROTTLE\n"
+            "                           limits (default: global when clustered)\n"
+            "  --partition-policy P     optimistic (each side the full limit) or share (each\n"
+            "                           side its last known share; default)\n"
+            "  --gossip-probe-interval-ms N  failure-detector probe period (default 1000)\n"
+            "  --sync-timeout-ms N      after a start, answer global keys 'limited' until\n"
+            "                           state arrives from a peer, at most this long\n"
+            "                           (default 2000; 0 = serve at once)\n"
+            "  --dns-interval-ms N      re-resolution period of --join (default 30000)\n");
 }
 
 /* ---- clock and lives ---- */
@@ -387,6 +395,28 @@ static void errf(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The cluster key admits whoever holds it: a key file that others, or a
+ * group other than the daemon's own, can use is refused (unless allowed on
+ * purpose), saying why.  0, or -SLUICE_ECONFIG with the message in err. */
+static int cluster__key_file_private(const char *path, int allow, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return 0; /* the loader reports a missing or unreadable file */
+    /* Group access is fine for the daemon's own group (a Kubernetes secret
+     * mounted with fsGroup); other groups and everyone else are not. */
+    int group_ok = st.st_gid == getegid();
+    if (allow || ((st.st_mode & 07) == 0 && ((st.st_mode & 070) == 0 || group_ok)))
+        return 0;
+    errf(err, errlen,
+         "cluster key file %s is readable by others or by another group (mode %04o): anyone "
+         "who can read "
+         "it can join the cluster; chmod 600 %s (sluicectl keygen -o FILE makes a private "
+         "file), or pass --allow-shared-key-file",
+         path, (unsigned)(st.st_mode & 07777), path);
+    return -SLUICE_ECONFIG;
+}
+
 int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct cluster **out, char *err,
                   size_t errlen)
 {
@@ -431,6 +461,12 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
         rc = gossip_keyring_create(&c->kr, o->label);
         if (rc < 0) {
             errf(err, errlen, "cluster label: at most %d bytes", GOSSIP_KEYRING_LABEL_MAX);
+            free(c);
+            return -SLUICE_ECONFIG;
+        }
+        c->allow_shared_key = o->allow_shared_key;
+        if (cluster__key_file_private(o->key_file, c->allow_shared_key, err, errlen) < 0) {
+            gossip_keyring_destroy(c->kr);
             free(c);
             return -SLUICE_ECONFIG;
         }
@@ -612,6 +648,8 @@ int cluster_reload_keys(struct cluster *c, char *err, size_t errlen)
 {
     if (c == NULL || c->kr == NULL)
         return 0;
+    if (cluster__key_file_private(c->key_file, c->allow_shared_key, err, errlen) < 0)
+        return -SLUICE_ECONFIG;
     if (gossip_keyring_load_file(c->kr, c->key_file) < 0) {
         errf(err, errlen, "%s", gossip_keyring_last_error(c->kr));
         return -SLUICE_ECONFIG;

@@ -55,6 +55,7 @@ struct cluster_options {
     const char *key_file;       /* gossip key file (gossip/keyring.h) */
     const char *label;          /* cluster label; NULL: "" */
     int insecure;               /* 1: run without a key file (unsealed packets) */
+    int allow_shared_key;       /* 1: accept a key file readable by group or others */
     int64_t gossip_interval_ms; /* delta and gossip period; 0 = 100 */
     int default_scope;          /* enum config_scope, or -1: global when clustered */
     int partition;              /* enum config_partition, or -1: share */
@@ -101,7 +102,8 @@ int cluster_options_apply_config(struct cluster_options *o, const struct config 
     {"insecure-no-encryption", no_argument, NULL, CLUSTER_OPT_BASE + 9}, \
     {"gossip-probe-interval-ms", required_argument, NULL, CLUSTER_OPT_BASE + 10}, \
     {"sync-timeout-ms", required_argument, NULL, CLUSTER_OPT_BASE + 11}, \
-    {"dns-interval-ms", required_argument, NULL, CLUSTER_OPT_BASE + 12}
+    {"dns-interval-ms", required_argument, NULL, CLUSTER_OPT_BASE + 12}, \
+    {"allow-shared-key-file", no_argument, NULL, CLUSTER_OPT_BASE + 13}
 /* clang-format on */
 int cluster_options_flag(struct cluster_options *o, int opt, const char *arg);
 /* The cluster part of `sluiced --help`. */

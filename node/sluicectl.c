@@ -4,7 +4,7 @@
  *   sluicectl [-s PATH] throttle KEY BURST COUNT PERIOD [QTY]
  *   sluicectl [-s PATH] ping | info [SECTION] | keys [PATTERN] | raw ARG...
  *   sluicectl [-s PATH] members | key KEY
- *   sluicectl keygen [ID]
+ *   sluicectl keygen [-o FILE] [ID]
  *   sluicectl [-s PATH] sl|throttle-ex|peek|refund|acquire KEY [SPEC...]
  *   sluicectl [-s PATH] multi [QTY q] KEY k1 [SPEC] KEY k2 ... | reset KEY
  *   sluicectl [-s PATH] policies | reload
@@ -13,10 +13,13 @@
  * exits 2 on an error (connection, protocol, or an error reply).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gossip/keyring.h"
 #include "sluice/client.h"
@@ -38,7 +41,9 @@ static void usage(FILE *f)
                "  raw ARG...     sends any command and prints the reply like redis-cli\n"
                "  members        the cluster's members: name, address, state, last heard\n"
                "  key KEY        this node's lease of a global key; on its owner, every reporter\n"
-               "  keygen [ID]    prints a fresh cluster key file line (key id ID, default 1)\n"
+               "  keygen [-o FILE] [ID]\n"
+               "                 a fresh cluster key file line (key id ID, default 1), printed,\n"
+               "                 or written to a new FILE of mode 0600\n"
                "  sl KEY [SPEC] [QTY q] [PEEK]   (also throttle-ex)\n"
                "                 SL.THROTTLE, SPEC = POLICY name | ALGO algorithm [BURST b]\n"
                "                 RATE count period_ms [PRECISION p] (none: the key's policy);\n"
@@ -280,31 +285,54 @@ static int cmd_key(struct sluice_client *c, int argc, char **argv)
     return 0;
 }
 
-/* A key file line: "ID HEX use" (see gossip/keyring.h for the format). */
+/* A key file line: "ID HEX use" (see gossip/keyring.h for the format),
+ * on stdout or, with -o FILE, into a new file only its owner can read
+ * (created with O_EXCL and mode 0600 whatever the umask says). */
 static int cmd_keygen(int argc, char **argv)
 {
     long id = 1;
-    if (argc > 2) {
-        fprintf(stderr, "sluicectl: usage: keygen [ID]\n");
+    const char *out = NULL;
+    int i = 1;
+    if (argc >= 3 && strcmp(argv[1], "-o") == 0) {
+        out = argv[2];
+        i = 3;
+    }
+    if (argc - i > 1) {
+        fprintf(stderr, "sluicectl: usage: keygen [-o FILE] [ID]\n");
         return EXIT_ERR;
     }
-    if (argc == 2) {
+    if (argc - i == 1) {
         char *end;
         errno = 0;
-        id = strtol(argv[1], &end, 10);
-        if (errno != 0 || *end != '\0' || argv[1][0] == '\0' || id < 0 || id > 255) {
-            fprintf(stderr, "sluicectl: keygen: ID must be 0..255, got '%s'\n", argv[1]);
+        id = strtol(argv[i], &end, 10);
+        if (errno != 0 || *end != '\0' || argv[i][0] == '\0' || id < 0 || id > 255) {
+            fprintf(stderr, "sluicectl: keygen: ID must be 0..255, got '%s'\n", argv[i]);
             return EXIT_ERR;
         }
     }
     uint8_t key[GOSSIP_KEY_BYTES];
     char hex[GOSSIP_KEY_HEX_BYTES];
+    char line[GOSSIP_KEY_HEX_BYTES + 16];
     gossip_keyring_generate_key(key);
     gossip_keyring_key_to_hex(key, hex);
-    printf("%ld %s use\n", id, hex);
+    int n = snprintf(line, sizeof(line), "%ld %s use\n", id, hex);
+    int rc = 0;
+    if (out == NULL) {
+        fputs(line, stdout);
+    } else {
+        int fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 || fchmod(fd, 0600) != 0 || write(fd, line, (size_t)n) != (ssize_t)n) {
+            fprintf(stderr, "sluicectl: keygen: cannot write %s: %s%s\n", out, strerror(errno),
+                    errno == EEXIST ? " (it exists: keygen never overwrites a key file)" : "");
+            rc = EXIT_ERR;
+        }
+        if (fd >= 0 && close(fd) != 0)
+            rc = EXIT_ERR;
+    }
     memset(key, 0, sizeof(key));
     memset(hex, 0, sizeof(hex));
-    return 0;
+    memset(line, 0, sizeof(line));
+    return rc;
 }
 
 /* sluicectl words for the SL.* commands. */

@@ -39,7 +39,14 @@ run_suite() {
   local dir=$1; shift
   cmake -S "$ROOT" -B "$dir" -DSLUICE_WERROR=ON "$@" >/dev/null
   cmake --build "$dir" -j "$JOBS"
-  (cd "$dir" && ctest --output-on-failure -j "$JOBS")
+  # Every failing test's output is printed as it fails; a JUnit file is kept
+  # ($dir/junit.xml) and the names of the failed tests are repeated last, so
+  # a long log still says which ones.
+  if ! (cd "$dir" && ctest --output-on-failure -j "$JOBS" --output-junit junit.xml); then
+    echo "== FAILED in $dir (junit: $dir/junit.xml):"
+    sed 's/^[0-9]*:/  /' "$dir/Testing/Temporary/LastTestsFailed.log" 2>/dev/null || true
+    return 1
+  fi
 }
 
 echo "== build and test (release, -Werror)"
