@@ -646,6 +646,15 @@ static int cmd_config(struct commands *cmds, struct server_client *c, size_t arg
 
 /* ---- dispatch ---- */
 
+static int cmd_multi(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                     const size_t *argvlen, struct resp_buf *out);
+static int cmd_exec(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                    const size_t *argvlen, struct resp_buf *out);
+static int cmd_discard(struct commands *cmds, struct server_client *c, size_t argc,
+                       const char **argv, const size_t *argvlen, struct resp_buf *out);
+static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                     const size_t *argvlen, struct resp_buf *out);
+
 static const struct {
     const char *name;
     size_t len;
@@ -673,6 +682,11 @@ static const struct {
     {"sl.multi", 8, cmd_sl},
     {"sl.policies", 11, cmd_sl},
     {"sl.reload", 9, cmd_sl},
+    {"multi", 5, cmd_multi},
+    {"exec", 4, cmd_exec},
+    {"discard", 7, cmd_discard},
+    {"watch", 5, cmd_watch},
+    {"unwatch", 7, cmd_watch},
 };
 
 static size_t command_count(void)
@@ -702,17 +716,217 @@ static void reply_unknown(size_t argc, const char **argv, const size_t *argvlen,
     resp_add_error(out, msg);
 }
 
+static handler_fn command_lookup(const char *name, size_t len)
+{
+    for (size_t i = 0; i < command_count(); i++)
+        if (command_table[i].len == len && strncasecmp(command_table[i].name, name, len) == 0)
+            return command_table[i].fn;
+    return NULL;
+}
+
+/* ---- transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH ----
+ *
+ * Between MULTI and EXEC a connection's commands are checked (known name,
+ * not a waiting SL.ACQUIRE), queued and answered +QUEUED; EXEC runs them
+ * one after the other and answers an array of their replies.  Every command
+ * already runs alone on the event loop, so the queued ones run as one.  A
+ * command refused while queuing (unknown, too many) makes EXEC answer
+ * -EXECABORT, as Redis does.  WATCH and UNWATCH answer +OK and watch
+ * nothing: a limiter's keys change with every request, so a transaction
+ * always runs (EXEC never answers a null array).  The queue is bounded
+ * (TX_MAX_COMMANDS, TX_MAX_BYTES) and freed with the connection. */
+#define TX_MAX_COMMANDS 10000
+#define TX_MAX_BYTES    (4u << 20)
+
+struct tx {
+    int failed;
+    size_t n;  /* commands queued */
+    char *buf; /* per command: u32 argc, then per argument u32 len + bytes */
+    size_t len, cap;
+};
+
+static void tx_free(void *p)
+{
+    struct tx *t = p;
+    if (t != NULL)
+        free(t->buf);
+    free(t);
+}
+
+static int tx_put(struct tx *t, const void *p, size_t n)
+{
+    if (t->len + n > TX_MAX_BYTES)
+        return -SLUICE_ETOOBIG;
+    if (t->len + n > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->len + n)
+            cap *= 2;
+        char *b = realloc(t->buf, cap);
+        if (b == NULL)
+            return -SLUICE_ENOMEM;
+        t->buf = b;
+        t->cap = cap;
+    }
+    memcpy(t->buf + t->len, p, n);
+    t->len += n;
+    return 0;
+}
+
+static int tx_queue(struct tx *t, size_t argc, const char **argv, const size_t *argvlen)
+{
+    if (t->n >= TX_MAX_COMMANDS)
+        return -SLUICE_ETOOBIG;
+    size_t mark = t->len;
+    uint32_t v = (uint32_t)argc;
+    int rc = tx_put(t, &v, sizeof(v));
+    for (size_t i = 0; rc == 0 && i < argc; i++) {
+        v = (uint32_t)argvlen[i];
+        rc = tx_put(t, &v, sizeof(v));
+        if (rc == 0)
+            rc = tx_put(t, argv[i], argvlen[i]);
+    }
+    if (rc != 0) {
+        t->len = mark;
+        return rc;
+    }
+    t->n++;
+    return 0;
+}
+
+static int tx_exec(struct commands *cmds, struct server_client *c, struct tx *t,
+                   struct resp_buf *out)
+{
+    resp_add_array(out, t->n);
+    size_t off = 0;
+    for (size_t k = 0; k < t->n; k++) {
+        uint32_t argc;
+        memcpy(&argc, t->buf + off, sizeof(argc));
+        off += sizeof(argc);
+        const char **argv = malloc(argc * sizeof(*argv));
+        size_t *argvlen = malloc(argc * sizeof(*argvlen));
+        for (uint32_t i = 0; i < argc; i++) {
+            uint32_t l;
+            memcpy(&l, t->buf + off, sizeof(l));
+            off += sizeof(l);
+            if (argv != NULL && argvlen != NULL) {
+                argv[i] = t->buf + off;
+                argvlen[i] = l;
+            }
+            off += l;
+        }
+        handler_fn fn =
+            argv != NULL && argvlen != NULL ? command_lookup(argv[0], argvlen[0]) : NULL;
+        if (fn != NULL)
+            (void)fn(cmds, c, argc, argv, argvlen, out);
+        else
+            resp_add_error(out, "ERR out of memory");
+        free(argv);
+        free(argvlen);
+    }
+    return SERVER_CONTINUE;
+}
+
+static int cmd_multi(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                     const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc != 1) {
+        resp_add_error(out, "ERR wrong number of arguments for 'multi' command");
+        return SERVER_CONTINUE;
+    }
+    struct tx *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        resp_add_error(out, "ERR out of memory");
+        return SERVER_CONTINUE;
+    }
+    server_client_set_ctx(c, t, tx_free);
+    resp_add_simple(out, "OK");
+    return SERVER_CONTINUE;
+}
+
+static int cmd_exec(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                    const size_t *argvlen, struct resp_buf *out)
+{
+    resp_add_error(out, "ERR EXEC without MULTI");
+    return SERVER_CONTINUE;
+}
+
+static int cmd_discard(struct commands *cmds, struct server_client *c, size_t argc,
+                       const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    resp_add_error(out, "ERR DISCARD without MULTI");
+    return SERVER_CONTINUE;
+}
+
+static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
+                     const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc < 2 && argvlen[0] == 5) {
+        resp_add_error(out, "ERR wrong number of arguments for 'watch' command");
+        return SERVER_CONTINUE;
+    }
+    resp_add_simple(out, "OK"); /* nothing is watched: see "transactions" above */
+    return SERVER_CONTINUE;
+}
+
+/* A command arriving while the connection is inside MULTI. */
+static int tx_command(struct commands *cmds, struct server_client *c, struct tx *t, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    if (commands_arg_is(argv[0], argvlen[0], "EXEC")) {
+        int rc = t->failed ? (resp_add_error(out, "EXECABORT Transaction discarded because of "
+                                                  "previous errors."),
+                              SERVER_CONTINUE)
+                           : tx_exec(cmds, c, t, out);
+        server_client_set_ctx(c, NULL, NULL); /* frees t */
+        return rc;
+    }
+    if (commands_arg_is(argv[0], argvlen[0], "DISCARD")) {
+        server_client_set_ctx(c, NULL, NULL);
+        resp_add_simple(out, "OK");
+        return SERVER_CONTINUE;
+    }
+    if (commands_arg_is(argv[0], argvlen[0], "MULTI")) {
+        resp_add_error(out, "ERR MULTI calls can not be nested");
+        return SERVER_CONTINUE;
+    }
+    if (commands_arg_is(argv[0], argvlen[0], "WATCH")) {
+        resp_add_error(out, "ERR WATCH inside MULTI is not allowed");
+        return SERVER_CONTINUE;
+    }
+    if (commands_arg_is(argv[0], argvlen[0], "QUIT"))
+        return cmd_quit(cmds, c, argc, argv, argvlen, out);
+    handler_fn fn = command_lookup(argv[0], argvlen[0]);
+    if (fn == NULL) {
+        reply_unknown(argc, argv, argvlen, out);
+        t->failed = 1;
+        return SERVER_CONTINUE;
+    }
+    if (commands_arg_is(argv[0], argvlen[0], "SL.ACQUIRE")) {
+        resp_add_error(out, "ERR SL.ACQUIRE cannot wait inside MULTI");
+        t->failed = 1;
+        return SERVER_CONTINUE;
+    }
+    if (tx_queue(t, argc, argv, argvlen) != 0) {
+        resp_add_error(out, "ERR the transaction is too large");
+        t->failed = 1;
+        return SERVER_CONTINUE;
+    }
+    resp_add_simple(out, "QUEUED");
+    return SERVER_CONTINUE;
+}
+
 int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char **argv,
                       const size_t *argvlen, struct resp_buf *out)
 {
     struct commands *cmds = ud;
     if (argc == 0)
         return SERVER_CONTINUE;
-    for (size_t i = 0; i < command_count(); i++) {
-        if (command_table[i].len == argvlen[0] &&
-            strncasecmp(command_table[i].name, argv[0], argvlen[0]) == 0)
-            return command_table[i].fn(cmds, c, argc, argv, argvlen, out);
-    }
+    struct tx *t = server_client_ctx(c);
+    if (t != NULL)
+        return tx_command(cmds, c, t, argc, argv, argvlen, out);
+    handler_fn fn = command_lookup(argv[0], argvlen[0]);
+    if (fn != NULL)
+        return fn(cmds, c, argc, argv, argvlen, out);
     reply_unknown(argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }

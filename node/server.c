@@ -42,6 +42,8 @@ struct server_client {
     void *cancel_arg;
     char *name;
     int proto; /* 2 or 3 (HELLO 3); 0 is read as 2 */
+    void *ctx; /* the command layer's per-connection state (server_client_set_ctx) */
+    void (*ctx_free)(void *ctx);
 };
 
 struct server {
@@ -144,6 +146,21 @@ void server_client_set_proto(struct server_client *c, int proto)
 {
     if (c != NULL)
         c->proto = proto == 3 ? 3 : 2;
+}
+
+void *server_client_ctx(const struct server_client *c)
+{
+    return c != NULL ? c->ctx : NULL;
+}
+
+void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(void *ctx))
+{
+    if (c == NULL)
+        return;
+    if (c->ctx_free != NULL && c->ctx != ctx)
+        c->ctx_free(c->ctx);
+    c->ctx = ctx;
+    c->ctx_free = ctx_free;
 }
 
 int server_client_set_name(struct server_client *c, const char *name, size_t len)
@@ -443,6 +460,8 @@ static void on_client_closed(uv_handle_t *h)
     resp_buf_free(&c->wbuf);
     free(c->inbuf);
     free(c->name);
+    if (c->ctx_free != NULL)
+        c->ctx_free(c->ctx);
     free(c);
 }
 

@@ -124,6 +124,11 @@ int server_client_set_name(struct server_client *c, const char *name, size_t len
 int server_client_proto(const struct server_client *c);
 void server_client_set_proto(struct server_client *c, int proto);
 struct resp_buf *server_client_out(struct server_client *c);
+/* Per-connection state of the command layer (MULTI's queue): owned by the
+ * connection once set, freed with ctx_free when it closes or is replaced.
+ * NULL c: NULL / no-op. */
+void *server_client_ctx(const struct server_client *c);
+void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(void *ctx));
 void server_client_block(struct server_client *c, server_cancel_fn cancel, void *arg);
 void server_client_unblock(struct server_client *c);
 

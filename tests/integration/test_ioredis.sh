@@ -59,6 +59,10 @@ const Redis = require("ioredis");
   await assert.rejects(r.call("CL.THROTTLE", "io", "x", 1, 1), /Couldn't parse as integer: x/);
   await assert.rejects(r.call("NOPE"), /unknown command 'NOPE'/);
   assert.strictEqual(await r.echo("still here"), "still here");
+  // multi(): MULTI ... EXEC, the replies of the queued commands
+  const tx = await r.multi().call("CL.THROTTLE", "io-tx", 1, 1, 3600).call("CL.THROTTLE", "io-tx", 1, 1, 3600)
+    .call("CL.THROTTLE", "io-tx", 1, 1, 3600).exec();
+  assert.deepStrictEqual(tx.map(([err, v]) => [err, v[0]]), [[null, 0], [null, 0], [null, 1]]);
   await r.quit();
   console.log("ioredis: ok");
 })().catch((e) => { console.error(e); process.exit(1); });
