@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "limiter.h"
+#include "server.h"
 #include "sluice/error.h"
 
 enum config_section { SEC_NONE, SEC_SLUICED, SEC_CLUSTER, SEC_POLICY };
@@ -744,10 +746,12 @@ int config_defaults(struct config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->socket_mode = 0660;
-    cfg->max_keys = 1000000;
+    /* The same defaults as the flags': a config file changes only what it
+     * says. */
+    cfg->max_keys = LIMITER_DEFAULT_MAX_KEYS;
     cfg->on_full = CONFIG_ON_FULL_EVICT;
     cfg->log_level = CONFIG_LOG_INFO;
-    cfg->max_clients = 1024;
+    cfg->max_clients = SERVER_DEFAULT_MAX_CLIENTS;
     cfg->default_scope = CONFIG_SCOPE_LOCAL;
     cfg->gossip_interval_ms = 100;
     cfg->partition_policy = CONFIG_PARTITION_SHARE;

@@ -91,7 +91,7 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
     s->mode = cfg->socket_mode;
     s->set_gid = cfg->set_socket_gid;
     s->gid = cfg->socket_gid;
-    s->max_clients = cfg->max_clients ? cfg->max_clients : 10000;
+    s->max_clients = cfg->max_clients ? cfg->max_clients : SERVER_DEFAULT_MAX_CLIENTS;
     s->max_request = cfg->max_request ? cfg->max_request : RESP_DEFAULT_MAX_REQUEST;
     s->max_args = cfg->max_args ? cfg->max_args : RESP_DEFAULT_MAX_ARGS;
     s->soft_limit = cfg->out_soft_limit ? cfg->out_soft_limit : 256 * 1024;

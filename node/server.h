@@ -54,7 +54,7 @@ struct server_config {
     unsigned socket_mode;    /* permission bits of the socket file, e.g. 0660 */
     int set_socket_gid;      /* nonzero: chown the socket file to socket_gid */
     unsigned socket_gid;
-    size_t max_clients;    /* 0 = 10000 */
+    size_t max_clients;    /* 0 = SERVER_DEFAULT_MAX_CLIENTS */
     size_t max_request;    /* bytes per command, 0 = RESP_DEFAULT_MAX_REQUEST */
     size_t max_args;       /* arguments per command, 0 = RESP_DEFAULT_MAX_ARGS */
     size_t out_soft_limit; /* pause a client above this much unsent output, 0 = 256 KiB */
@@ -63,6 +63,10 @@ struct server_config {
 
 /* What a dispatch function returns. */
 enum { SERVER_CONTINUE = 0, SERVER_CLOSE_AFTER_REPLY = 1 };
+
+/* Client connections at once when not configured (--max-clients' default,
+ * with or without a config file). */
+#define SERVER_DEFAULT_MAX_CLIENTS 10000
 
 /*
  * Executes one command (argc >= 1; the pointers are valid only during the

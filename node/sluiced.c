@@ -570,7 +570,8 @@ int main(int argc, char **argv)
     d.sighup.data = &d;
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);
     log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION_STRING,
-             socket_path, scfg.socket_mode, scfg.max_clients ? scfg.max_clients : 10000);
+             socket_path, scfg.socket_mode,
+             scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
     uv_run(&d.loop, UV_RUN_DEFAULT);
     status = 0;
     if (cluster_failed(d.cluster)) {

@@ -189,6 +189,12 @@ def resp_command(*args):
     return out
 
 
+def write_cluster_key(path):
+    """A fresh cluster key file at path, private (mode 0600) as sluiced
+    requires."""
+    subprocess.run([SLUICECTL, "keygen", "-o", path], check=True)
+
+
 def gcra_oracle(answers, burst, rate):
     """Units one central GCRA (burst, rate per second) admits for the same
     requests at the same times; answers are tuples sorted by their first

@@ -41,12 +41,6 @@ CONVERGE_S = 20.0
 FAST = ["--gossip-probe-interval-ms", "200", "--log-level", "info"]
 
 
-def write_key(path):
-    out = subprocess.run([sluicetest.SLUICECTL, "keygen"], check=True,
-                         capture_output=True, text=True).stdout
-    with open(path, "w") as f:
-        f.write(out)
-    os.chmod(path, 0o600)
 
 
 class Cluster:
@@ -57,7 +51,7 @@ class Cluster:
         self.tmpdir = tmpdir
         self.ports = sluicetest.free_udp_ports(n)
         self.keyfile = os.path.join(tmpdir, "cluster.key")
-        write_key(self.keyfile)
+        sluicetest.write_cluster_key(self.keyfile)
         self.extra = list(extra)
         self.nodes = [None] * n
         self.lives = [0] * n
@@ -290,7 +284,7 @@ def test_kill_restart(c):
 
 def test_wrong_key(c, tmp):
     other = os.path.join(tmp, "other.key")
-    write_key(other)
+    sluicetest.write_cluster_key(other)
     port = sluicetest.free_udp_ports(1)[0]
     before = sum(int(info(c, i).get("gossip_drops_auth", 0)) for i in range(c.n))
     d = sluicetest.Daemon(*c.args(0, keyfile=other, port=port, name="stranger"),

@@ -20,7 +20,6 @@ the end, even on failure.  Figures are printed so runs can be compared.
 """
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,12 +35,6 @@ BURST, RATE = 4, 10  # per key: 5 at once, 10 per second
 FAST = ["--gossip-probe-interval-ms", "200", "--log-level", "info"]
 
 
-def write_key(path):
-    out = subprocess.run([sluicetest.SLUICECTL, "keygen"], check=True,
-                         capture_output=True, text=True).stdout
-    with open(path, "w") as f:
-        f.write(out)
-    os.chmod(path, 0o600)
 
 
 class Cluster:
@@ -52,7 +45,7 @@ class Cluster:
         self.tmpdir = tmpdir
         self.ports = sluicetest.free_udp_ports(n + 1)
         self.keyfile = os.path.join(tmpdir, "cluster.key")
-        write_key(self.keyfile)
+        sluicetest.write_cluster_key(self.keyfile)
         self.seeds = seeds
         self.nodes = [None] * n
         self.prefix = [[] for _ in range(n)]  # e.g. faketime for one node

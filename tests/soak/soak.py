@@ -56,7 +56,6 @@ import random
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -239,12 +238,6 @@ class Node:
         return self.d.proc.pid
 
 
-def write_key(path):
-    out = subprocess.run([sluicetest.SLUICECTL, "keygen"], check=True,
-                         capture_output=True, text=True).stdout
-    with open(path, "w") as f:
-        f.write(out)
-    os.chmod(path, 0o600)
 
 
 def rss_kb(pid):
@@ -303,7 +296,7 @@ class Soak:
         self.load_end = 0.0
         self.t0 = time.monotonic()
         keyfile = os.path.join(tmp, "cluster.key")
-        write_key(keyfile)
+        sluicetest.write_cluster_key(keyfile)
         self.config = os.path.join(tmp, "soak.conf")
         self.write_config(True)
         ports = sluicetest.free_udp_ports(N)

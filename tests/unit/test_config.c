@@ -14,7 +14,9 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "limiter.h"
 #include "policy.h"
+#include "server.h"
 #include "testutil.h"
 
 #define S 1000000000LL
@@ -39,7 +41,8 @@ static void test_example_loads(void **unused)
     assert_int_equal(rc, 0);
     assert_string_equal(cfg.socket, "/run/sluice/sluice.sock");
     assert_int_equal(cfg.socket_mode, 0660);
-    assert_int_equal(cfg.max_keys, 1000000);
+    assert_int_equal(cfg.max_keys, LIMITER_DEFAULT_MAX_KEYS); /* the file states the default */
+    assert_int_equal(cfg.max_clients, SERVER_DEFAULT_MAX_CLIENTS);
     assert_int_equal(cfg.on_full, CONFIG_ON_FULL_EVICT);
     assert_null(cfg.metrics);
     assert_int_equal(cfg.cluster, 1);
@@ -79,6 +82,10 @@ static void test_empty_is_defaults(void **unused)
     assert_int_equal(cfg.npolicies, 0);
     assert_int_equal(cfg.default_scope, CONFIG_SCOPE_LOCAL);
     assert_string_equal(cfg.gossip_bind, "0.0.0.0:7946");
+    /* one set of defaults: a config file that does not set them leaves the
+     * flags' defaults (a file once turned 10000 clients into 1024) */
+    assert_int_equal(cfg.max_keys, LIMITER_DEFAULT_MAX_KEYS);
+    assert_int_equal(cfg.max_clients, SERVER_DEFAULT_MAX_CLIENTS);
     config_free(&cfg);
 }
 
