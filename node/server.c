@@ -54,6 +54,7 @@ struct server {
     int set_gid;
     unsigned gid;
     size_t max_clients, max_request, max_args, soft_limit, hard_limit;
+    uint64_t refused_logged_at, refused_logged; /* rate limit of the refusal log line */
     size_t in_limit; /* queued input of a paused client before reading stops */
     server_dispatch_fn dispatch;
     void *ud;
@@ -514,8 +515,17 @@ static void on_connection(uv_stream_t *listener, int status)
     s->stats.connected_clients++;
     if (s->stats.connected_clients > s->max_clients) {
         s->stats.rejected_connections++;
-        log_debug("client %llu: refused, %zu clients connected", (unsigned long long)c->id,
-                  s->max_clients);
+        /* An operator needs to see this, but a flood must not flood the log:
+         * one line a minute, with the count since the last one. */
+        uint64_t now_ms = uv_now(s->loop);
+        if (s->refused_logged_at == 0 || now_ms - s->refused_logged_at >= 60000) {
+            log_warn("refusing clients: %zu connected is --max-clients (%llu refused since the "
+                     "last such line)",
+                     s->max_clients,
+                     (unsigned long long)(s->stats.rejected_connections - s->refused_logged));
+            s->refused_logged_at = now_ms;
+            s->refused_logged = s->stats.rejected_connections;
+        }
         resp_add_error(&c->out, "ERR max number of clients reached");
         c->close_after_reply = 1;
         client_flush(c);

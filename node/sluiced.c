@@ -9,6 +9,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,27 @@ static void on_maintain(uv_timer_t *t)
 {
     struct daemon *d = t->data;
     limiter_maintain(d->lim, (int64_t)uv_hrtime(), MAINTAIN_BUDGET);
+}
+
+/* Every client is a file descriptor: raise the soft limit to the hard one,
+ * and say so when even that cannot hold --max-clients plus the daemon's own
+ * descriptors (a client past it would be reset by accept, unexplained). */
+#define DAEMON_OWN_FDS 64
+static void daemon_raise_nofile(size_t max_clients)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)(max_clients + DAEMON_OWN_FDS))
+        log_warn("the file descriptor limit (%llu) is below --max-clients (%zu) plus %d: raise "
+                 "it (ulimit -n, LimitNOFILE=) or lower --max-clients",
+                 (unsigned long long)rl.rlim_cur, max_clients, DAEMON_OWN_FDS);
 }
 
 /* Closes every handle; the loop then ends on its own. */
@@ -569,6 +591,7 @@ int main(int argc, char **argv)
     uv_signal_init(&d.loop, &d.sighup);
     d.sighup.data = &d;
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);
+    daemon_raise_nofile(scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
     log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION_STRING,
              socket_path, scfg.socket_mode,
              scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);

@@ -14,7 +14,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sluicetest import (SLUICECTL, SLUICED, Daemon, recv_all, recv_exact,  # noqa: E402
-                        recv_until, resp_command)
+                        recv_until, resp_command, wait_for_socket)
 
 import redis  # noqa: E402  (Debian python3-redis)
 
@@ -178,6 +178,11 @@ class RawSocketTest(unittest.TestCase):
             extra = d.connect()
             self.assertEqual(recv_all(extra), b"-ERR max number of clients reached\r\n")
             extra.close()
+            # the operator sees the refusal in the log (one line a minute)
+            deadline = time.monotonic() + 5
+            while "refusing clients" not in d.logtext() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertIn("refusing clients: 3 connected is --max-clients", d.logtext())
             held[0].close()
             # A slot frees up once a client leaves (bounded wait for the close).
             deadline = time.monotonic() + 10
@@ -195,6 +200,25 @@ class RawSocketTest(unittest.TestCase):
             self.assertEqual(got, b"+PONG\r\n")
             for s in held[1:]:
                 s.close()
+
+    def test_fd_limit_warns(self):
+        # The soft limit is raised to the hard one at start; below
+        # --max-clients plus the daemon's own descriptors it says so.
+        tmp = tempfile.mkdtemp(prefix="sluice-fd-")
+        try:
+            def low():
+                resource.setrlimit(resource.RLIMIT_NOFILE, (128, 256))
+            p = subprocess.Popen([SLUICED, "--socket", os.path.join(tmp, "s.sock"),
+                                  "--max-clients", "1000"], stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=low)
+            try:
+                wait_for_socket(os.path.join(tmp, "s.sock"), p)
+            finally:
+                p.terminate()
+                err = p.communicate(timeout=20)[1]
+            self.assertIn("file descriptor limit (256) is below --max-clients (1000)", err)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def test_2000_concurrent_clients(self):
         n = 2000
