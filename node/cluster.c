@@ -41,6 +41,8 @@ struct cluster {
     int allow_shared_key;
     uint64_t overflow_denied, overflow_allowed;
     uint64_t gc_since_trim;
+    uint64_t drops_logged; /* auth/key/version drops already logged */
+    int64_t drops_logged_at;
     int64_t trimmed_at;
     int64_t interval_ms;
     enum config_scope default_scope;
@@ -351,6 +353,29 @@ static void cluster__refresh_view(struct cluster *c)
     free(v.names);
 }
 
+/* A peer with another cluster key or label sits alone and says nothing:
+ * say it here, once a minute at most, with the counts since the last line. */
+static void cluster__log_drops(struct cluster *c)
+{
+    struct gossip_stats gs;
+    gossip_node_stats(gossip_uv_node(c->g), &gs);
+    uint64_t bad =
+        gs.drops[GOSSIP_DROP_AUTH] + gs.drops[GOSSIP_DROP_NOKEY] + gs.drops[GOSSIP_DROP_VERSION];
+    int64_t now = cluster_now_ns(c);
+    if (bad > c->drops_logged &&
+        (c->drops_logged_at == 0 || now - c->drops_logged_at >= 60 * NS_PER_SEC)) {
+        log_warn("cluster: %llu gossip packets dropped since the last such line: %llu failed "
+                 "authentication (another cluster key or label?), %llu sealed with a key id we "
+                 "do not hold, %llu of another protocol version",
+                 (unsigned long long)(bad - c->drops_logged),
+                 (unsigned long long)gs.drops[GOSSIP_DROP_AUTH],
+                 (unsigned long long)gs.drops[GOSSIP_DROP_NOKEY],
+                 (unsigned long long)gs.drops[GOSSIP_DROP_VERSION]);
+        c->drops_logged = bad;
+        c->drops_logged_at = now;
+    }
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct cluster *c = t->data;
@@ -367,6 +392,7 @@ static void on_tick(uv_timer_t *t)
             log_info("cluster: joined as a new member, serving global keys");
         }
     }
+    cluster__log_drops(c);
     struct replica_stats before, after;
     replica_get_stats(c->r, &before);
     replica_tick(c->r, cluster_now_ns(c));

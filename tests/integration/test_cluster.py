@@ -301,6 +301,8 @@ def test_wrong_key(c, tmp):
         print("ok: a node with another key never joins (%d packets dropped as auth failures)"
               % (after - before))
         assert after > before
+        # the nodes that dropped its packets say so in their logs
+        assert any("failed authentication" in c.nodes[i].logtext() for i in range(c.n))
     finally:
         st = d.stop()
         d.close()
