@@ -1330,15 +1330,15 @@ void replica_tick(struct replica *r, int64_t now_ns)
             budget = b > budget ? 0 : budget - b;
         }
     }
-    size_t n = r->nnk;
+    size_t n = r->nnk, start = n > 0 ? r->cursor % n : 0;
     for (size_t j = 0; j < n && budget > 0; j++) {
-        size_t i = (r->cursor + j) % n;
+        size_t i = (start + j) % n;
         struct nkey *k = nkey_of(r->nk[i]);
         if (!replica__due(r, k, now))
             continue;
         size_t b = replica__report(r, r->nk[i], now);
         budget = b > budget ? 0 : budget - b;
-        r->cursor = i + 1;
+        r->cursor = i + 1; /* the next tick resumes after the last one sent */
     }
     /* Owner side: leases for keys reported on, refreshes for the rest. */
     for (size_t i = 0; i < r->nok;) {

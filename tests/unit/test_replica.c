@@ -353,6 +353,38 @@ static void test_idle_keys_reclaimed(void **state)
     assert_int_equal(a.owned_keys + b.owned_keys, 0);
 }
 
+/* Churn at 10,000 new keys a second keeps up: a key lives about 6 s after
+ * its request (idle after 1 s of quiet, dropped after the 5 s grace), so
+ * the table levels off near 60,000 keys, and all are gone 8 s after the
+ * churn stops. */
+static void test_churn_10k_per_second(void **state)
+{
+    (void)state;
+    net.r[0] = mk(0, 0, 0, 0);
+    struct algo_params p = limit(5, 10, SEC);
+    char key[32];
+    size_t peak = 0;
+    for (int step = 0; step < 1000; step++) { /* 10 s: 100 keys every 10 ms */
+        for (int j = 0; j < 100; j++) {
+            snprintf(key, sizeof(key), "churn:%d:%d", step, j);
+            ask(0, key, &p, 1);
+        }
+        run_ms(10);
+        struct replica_stats st;
+        replica_get_stats(net.r[0], &st);
+        if (st.keys > peak)
+            peak = st.keys;
+    }
+    fprintf(stderr, "  churn: peak %zu keys\n", peak);
+    assert_true(peak <= 80000);
+    run_ms(8000);
+    struct replica_stats st;
+    replica_get_stats(net.r[0], &st);
+    assert_int_equal(st.keys, 0);
+    assert_int_equal(st.owned_keys, 0);
+    assert_true(st.gc_keys >= 100000);
+}
+
 /* Bad arguments change nothing. */
 static void test_bad_arguments(void **state)
 {
@@ -385,6 +417,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_and_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_keys_reclaimed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_churn_10k_per_second, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
