@@ -238,9 +238,10 @@ void cluster_usage(FILE *f)
             "  --partition-policy P     optimistic (each side the full limit) or share (each\n"
             "                           side its last known share; default)\n"
             "  --gossip-probe-interval-ms N  failure-detector probe period (default 1000)\n"
-            "  --sync-timeout-ms N      after a start, answer global keys 'limited' until\n"
-            "                           state arrives from a peer, at most this long\n"
-            "                           (default 2000; 0 = serve at once)\n"
+            "  --sync-timeout-ms N      after a restart, take shares of global keys only\n"
+            "                           from owners that know the cluster, at most this\n"
+            "                           long (default 2000; 0 = none; a new member, whose\n"
+            "                           name has no past life in the cluster, serves at once)\n"
             "  --dns-interval-ms N      re-resolution period of --join (default 30000)\n");
 }
 
