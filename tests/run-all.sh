@@ -31,8 +31,10 @@ if [ ${#SOURCES[@]} -gt 0 ]; then
 fi
 
 echo "== cppcheck"
+WING_INCLUDES=()
+for d in node/*/; do WING_INCLUDES+=(-I "$d"); done
 cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
-  --inline-suppr --suppress=missingIncludeSystem -I include -I node -I libgossip \
+  --inline-suppr --suppress=missingIncludeSystem -I include "${WING_INCLUDES[@]}" -I libgossip \
   node libgossip
 
 run_suite() {
@@ -53,7 +55,7 @@ echo "== build and test (release, -Werror)"
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 echo "== clang-tidy (.clang-tidy)"
-mapfile -t TIDY_SOURCES < <(ls node/*.c node/rls/*.c libgossip/*.c)
+mapfile -t TIDY_SOURCES < <(ls node/*/*.c libgossip/*.c)
 clang-tidy -p build --quiet "${TIDY_SOURCES[@]}" 2>/dev/null
 
 if [ "${SKIP_ASAN:-0}" != "1" ]; then

@@ -57,7 +57,7 @@ static void init_once(void)
     if (uv_loop_init(&loop) != 0 || limiter_create(&lim, NULL) < 0 ||
         config_load_buffer("fuzz.conf", conf, sizeof(conf) - 1, &cfg, err, sizeof(err)) < 0)
         abort();
-    if (policy_set_build(&cfg, &set) < 0)
+    if (policy_set_build(cfg.policies, cfg.npolicies, &set) < 0)
         abort();
     config_free(&cfg);
     limiter_set_policies(lim, set);

@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[256];
     if (config_load_buffer("fuzz", (const char *)data, size, &cfg, err, sizeof(err)) == 0) {
         struct policy_set *set;
-        if (policy_set_build(&cfg, &set) == 0) {
+        if (policy_set_build(cfg.policies, cfg.npolicies, &set) == 0) {
             for (size_t i = 0; i < policy_set_count(set); i++) {
                 const struct policy *p = policy_set_at(set, i);
                 if (policy_set_find(set, p->name, strlen(p->name)) != p)

@@ -70,13 +70,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct algo_params p;
     struct algo_result res;
     if (algo_params_init(&p, ALGO_GCRA, 20, 100, 1000000000, 0) == 0)
-        replica_throttle(r, "user:42", 7, &p, REPLICA_SHARE, 1, 2000, &res);
+        replica_throttle(r, "user:42", 7, &p, POLICY_PARTITION_SHARE, 1, 2000, &res);
     int rc = replica_receive(r, "node-000", data, size, 3000);
     if ((rc == 0) != (wire_decode(data, size, NULL) >= 0))
         abort(); /* accepted exactly what decodes */
     replica_tick(r, 200000000LL);
     replica_tick(r, 2000000000LL);
-    replica_throttle(r, "user:42", 7, &p, REPLICA_SHARE, 1, 2000000001LL, &res);
+    replica_throttle(r, "user:42", 7, &p, POLICY_PARTITION_SHARE, 1, 2000000001LL, &res);
     replica_destroy(r);
     return 0;
 }

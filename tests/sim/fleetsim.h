@@ -1,6 +1,6 @@
 /*
  * fleetsim: global limits at fleet scale in one process.  N replicas
- * (node/replica.h) on a simulated message network (latency, jitter, loss,
+ * (global/replica.h) on a simulated message network (latency, jitter, loss,
  * partitions), K global keys each hammered from every node at a skewed
  * demand, and one oracle per key: a single GCRA that sees every request the
  * cluster receives, in time order.  Membership is given to each node
@@ -43,7 +43,7 @@ struct fs_cfg {
     int64_t interval_ns;
     int64_t seconds;   /* simulated */
     int64_t detect_ns; /* membership change seen after this */
-    enum replica_policy pol;
+    enum policy_partition pol;
     uint64_t seed;
     /* events (0 = none) */
     int64_t part_at, part_len;
@@ -548,7 +548,7 @@ static inline void fs_default(struct fs_cfg *c, uint64_t seed)
     c->interval_ns = 100 * FS_MSEC;
     c->seconds = 20;
     c->detect_ns = 2 * FS_SEC;
-    c->pol = REPLICA_SHARE;
+    c->pol = POLICY_PARTITION_SHARE;
     c->seed = seed;
     c->skew_node = c->skew_node2 = -1;
 }

@@ -140,7 +140,7 @@ static void test_partition_optimistic(void **state)
     c.part_at = 10 * FS_SEC;
     c.part_len = 10 * FS_SEC;
     c.split = 3;
-    c.pol = REPLICA_OPTIMISTIC;
+    c.pol = POLICY_PARTITION_OPTIMISTIC;
     run(&c, &r, "partition, optimistic");
     assert_true(r.win_ratio >= 1.30);
     assert_true(r.ratio <= 1.12);

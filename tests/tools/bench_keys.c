@@ -146,7 +146,7 @@ static int bench_global_keys(long n)
     before = rss_bytes();
     for (long i = 0; i < n; i++) {
         int len = snprintf(k, sizeof(k), "user:%ld", i);
-        if (replica_throttle(r, k, (size_t)len, &p, REPLICA_SHARE, 1, now, &res) < 0)
+        if (replica_throttle(r, k, (size_t)len, &p, POLICY_PARTITION_SHARE, 1, now, &res) < 0)
             return 1;
     }
     replica_tick(r, now + 100000000LL); /* every key reported to its owner (itself) */
@@ -175,13 +175,13 @@ static int bench_global_decide(long n, long nkeys)
         return 1;
     for (long i = 0; i < nkeys; i++) {
         lens[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "user:%ld", i);
-        replica_throttle(r, keys[i], lens[i], &p, REPLICA_SHARE, 1, now, &res);
+        replica_throttle(r, keys[i], lens[i], &p, POLICY_PARTITION_SHARE, 1, now, &res);
     }
     t0 = mono_ns();
     for (long i = 0; i < n; i++) {
         long j = i % nkeys;
         now += 1000;
-        replica_throttle(r, keys[j], lens[j], &p, REPLICA_SHARE, 1, now, &res);
+        replica_throttle(r, keys[j], lens[j], &p, POLICY_PARTITION_SHARE, 1, now, &res);
         limited += res.limited;
     }
     t1 = mono_ns();

@@ -75,7 +75,8 @@ int main(int argc, char **argv)
             const char *d = strchr(v, '-');
             c.rate_hi = d ? atoll(d + 1) : c.rate_lo;
         } else if (strcmp(a, "--policy") == 0)
-            c.pol = strcmp(v, "optimistic") == 0 ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
+            c.pol =
+                strcmp(v, "optimistic") == 0 ? POLICY_PARTITION_OPTIMISTIC : POLICY_PARTITION_SHARE;
         else {
             usage(stderr);
             return 2;

@@ -107,7 +107,7 @@ static struct policy_set *load_set(const char *text)
     char err[256];
     struct policy_set *set;
     assert_int_equal(config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)), 0);
-    assert_int_equal(policy_set_build(&cfg, &set), 0);
+    assert_int_equal(policy_set_build(cfg.policies, cfg.npolicies, &set), 0);
     config_free(&cfg);
     return set;
 }

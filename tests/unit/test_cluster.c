@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "cluster_flags.h"
 #include "config.h"
 #include "policy.h"
 #include "sluice/error.h"
@@ -24,23 +25,23 @@ static void test_flags(void **state)
     cluster_options_init(&o);
     assert_null(o.gossip_bind);
     assert_int_equal(o.default_scope, -1);
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 1, "127.0.0.1:7946"), 1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 1, "127.0.0.1:7946"), 1);
     assert_string_equal(o.gossip_bind, "127.0.0.1:7946");
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 7, "local"), 1);
-    assert_int_equal(o.default_scope, CONFIG_SCOPE_LOCAL);
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 8, "optimistic"), 1);
-    assert_int_equal(o.partition, CONFIG_PARTITION_OPTIMISTIC);
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 6, "250"), 1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 7, "local"), 1);
+    assert_int_equal(o.default_scope, POLICY_SCOPE_LOCAL);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 8, "optimistic"), 1);
+    assert_int_equal(o.partition, POLICY_PARTITION_OPTIMISTIC);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 6, "250"), 1);
     assert_int_equal(o.gossip_interval_ms, 250);
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 9, NULL), 1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 9, NULL), 1);
     assert_int_equal(o.insecure, 1);
     /* Bad values are refused with a message, unknown options passed on. */
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 7, "everywhere"), -1);
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 8, "pessimistic"), -1);
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 6, "5"), -1);
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 6, "12x"), -1);
-    assert_int_equal(cluster_options_flag(&o, CLUSTER_OPT_BASE + 0, ""), -1);
-    assert_int_equal(cluster_options_flag(&o, 'h', NULL), 0);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 7, "everywhere"), -1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 8, "pessimistic"), -1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 6, "5"), -1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 6, "12x"), -1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 0, ""), -1);
+    assert_int_equal(cluster_flags_parse(&o, 'h', NULL), 0);
     cluster_options_free(&o);
 }
 
@@ -60,13 +61,13 @@ static void test_config_fills_what_flags_leave(void **state)
     struct cluster_options o;
     cluster_options_init(&o);
     o.node_name = "from-flag";
-    assert_int_equal(cluster_options_apply_config(&o, &cfg), 0);
+    assert_int_equal(cluster_flags_apply_config(&o, &cfg), 0);
     assert_string_equal(o.node_name, "from-flag"); /* flags win */
     assert_string_equal(o.gossip_bind, "127.0.0.1:7000");
     assert_string_equal(o.advertise, "127.0.0.1:7001");
     assert_string_equal(o.join, "a:1,b:2");
     assert_string_equal(o.key_file, "/etc/k");
-    assert_int_equal(o.partition, CONFIG_PARTITION_OPTIMISTIC);
+    assert_int_equal(o.partition, POLICY_PARTITION_OPTIMISTIC);
     /* default_scope not in the file: inline limits stay global. */
     assert_int_equal(o.default_scope, -1);
     cluster_options_free(&o);
@@ -75,7 +76,7 @@ static void test_config_fills_what_flags_leave(void **state)
     /* No [cluster] section: nothing changes, no cluster. */
     assert_int_equal(config_load_buffer("e.conf", "", 0, &cfg, err, sizeof(err)), 0);
     cluster_options_init(&o);
-    assert_int_equal(cluster_options_apply_config(&o, &cfg), 0);
+    assert_int_equal(cluster_flags_apply_config(&o, &cfg), 0);
     assert_null(o.gossip_bind);
     cluster_options_free(&o);
     config_free(&cfg);
@@ -140,7 +141,7 @@ static void test_scope_routing(void **state)
     assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), 0);
     assert_non_null(c);
     assert_string_equal(cluster_node_name(c), "unit");
-    assert_int_equal(cluster_default_scope(c), CONFIG_SCOPE_GLOBAL);
+    assert_int_equal(cluster_default_scope(c), POLICY_SCOPE_GLOBAL);
     assert_non_null(cluster_gossip(c));
 
     struct algo_params gcra, log;
@@ -160,12 +161,12 @@ static void test_scope_routing(void **state)
     assert_int_equal(cluster_decide(c, NULL, "l", 1, &log, 1, &r), 0);
 
     /* A policy's scope wins over the default. */
-    struct policy local = {.name = "p", .algo = gcra, .scope = CONFIG_SCOPE_LOCAL};
+    struct policy local = {.name = "p", .algo = gcra, .scope = POLICY_SCOPE_LOCAL};
     assert_int_equal(cluster_decide(c, &local, "k2", 2, &gcra, 1, &r), 0);
     struct policy dry = {.name = "d",
                          .algo = gcra,
-                         .scope = CONFIG_SCOPE_GLOBAL,
-                         .partition = CONFIG_PARTITION_SHARE,
+                         .scope = POLICY_SCOPE_GLOBAL,
+                         .partition = POLICY_PARTITION_SHARE,
                          .dry_run = 1};
     int limited_seen = 0;
     for (int i = 0; i < 10; i++) {

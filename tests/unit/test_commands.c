@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "args.h"
 #include "commands.h"
 #include "sluice/error.h"
 
@@ -116,23 +117,23 @@ static void test_throttle_errors(void **state)
 static void test_parse_int64(void **state)
 {
     int64_t v;
-    assert_int_equal(commands_parse_int64("0", 1, &v), 0);
+    assert_int_equal(args_parse_int64("0", 1, &v), 0);
     assert_int_equal(v, 0);
-    assert_int_equal(commands_parse_int64("-9223372036854775808", 20, &v), 0);
+    assert_int_equal(args_parse_int64("-9223372036854775808", 20, &v), 0);
     assert_true(v == INT64_MIN);
-    assert_int_equal(commands_parse_int64("9223372036854775807", 19, &v), 0);
+    assert_int_equal(args_parse_int64("9223372036854775807", 19, &v), 0);
     assert_true(v == INT64_MAX);
-    assert_int_equal(commands_parse_int64("+42", 3, &v), 0);
+    assert_int_equal(args_parse_int64("+42", 3, &v), 0);
     assert_int_equal(v, 42);
-    assert_int_equal(commands_parse_int64("9223372036854775808", 19, &v), -SLUICE_ERANGE);
-    assert_int_equal(commands_parse_int64("-9223372036854775809", 20, &v), -SLUICE_ERANGE);
-    assert_int_equal(commands_parse_int64("99999999999999999999999x", 24, &v), -SLUICE_EINVAL);
-    assert_int_equal(commands_parse_int64("", 0, &v), -SLUICE_EINVAL);
-    assert_int_equal(commands_parse_int64("-", 1, &v), -SLUICE_EINVAL);
-    assert_int_equal(commands_parse_int64(" 1", 2, &v), -SLUICE_EINVAL);
-    assert_int_equal(commands_parse_int64("1 ", 2, &v), -SLUICE_EINVAL);
-    assert_int_equal(commands_parse_int64("1\0", 2, &v), -SLUICE_EINVAL);
-    assert_int_equal(commands_parse_int64("0x10", 4, &v), -SLUICE_EINVAL);
+    assert_int_equal(args_parse_int64("9223372036854775808", 19, &v), -SLUICE_ERANGE);
+    assert_int_equal(args_parse_int64("-9223372036854775809", 20, &v), -SLUICE_ERANGE);
+    assert_int_equal(args_parse_int64("99999999999999999999999x", 24, &v), -SLUICE_EINVAL);
+    assert_int_equal(args_parse_int64("", 0, &v), -SLUICE_EINVAL);
+    assert_int_equal(args_parse_int64("-", 1, &v), -SLUICE_EINVAL);
+    assert_int_equal(args_parse_int64(" 1", 2, &v), -SLUICE_EINVAL);
+    assert_int_equal(args_parse_int64("1 ", 2, &v), -SLUICE_EINVAL);
+    assert_int_equal(args_parse_int64("1\0", 2, &v), -SLUICE_EINVAL);
+    assert_int_equal(args_parse_int64("0x10", 4, &v), -SLUICE_EINVAL);
 }
 
 static void test_connection_commands(void **state)

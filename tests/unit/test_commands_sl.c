@@ -54,7 +54,8 @@ static int setup(void **state)
     snprintf(f->path, sizeof(f->path), "/tmp/sluice-test-sl-%ld.conf", (long)getpid());
     write_file(f->path, CONF);
     assert_int_equal(limiter_create(&f->lim, NULL), 0);
-    struct commands_sl_config cfg = {.config_path = f->path};
+    struct commands_sl_config cfg = {
+        .load_policies = config_load_policies, .load_ud = f->path, .load_name = f->path};
     assert_int_equal(commands_sl_create(f->lim, &cfg, &f->sl), 0);
     char err[256];
     assert_int_equal(commands_sl_reload(f->sl, err, sizeof(err)), 0);
@@ -361,7 +362,10 @@ static int csetup(void **state)
                         "[policy mine]\nalgorithm = gcra\nburst = 1\nrate = 2 per 1h\n"
                         "scope = local\nmatch = mine:\n");
     assert_int_equal(limiter_create(&f->lim, NULL), 0);
-    struct commands_sl_config cfg = {.config_path = f->path, .loop = &cf->loop};
+    struct commands_sl_config cfg = {.load_policies = config_load_policies,
+                                     .load_ud = f->path,
+                                     .load_name = f->path,
+                                     .loop = &cf->loop};
     assert_int_equal(commands_sl_create(f->lim, &cfg, &f->sl), 0);
     commands_sl_set_cluster(f->sl, cf->cl);
     assert_int_equal(commands_sl_reload(f->sl, err, sizeof(err)), 0);

@@ -50,25 +50,25 @@ static void test_example_loads(void **unused)
     assert_int_equal(cfg.njoin, 2);
     assert_string_equal(cfg.join[1], "sluice-1.sluice:7946");
     assert_string_equal(cfg.cluster_label, "prod");
-    assert_int_equal(cfg.default_scope, CONFIG_SCOPE_GLOBAL);
+    assert_int_equal(cfg.default_scope, POLICY_SCOPE_GLOBAL);
     assert_int_equal(cfg.gossip_interval_ms, 100);
     assert_int_equal(cfg.npolicies, 3);
-    struct config_policy *p = &cfg.policies[0];
+    struct policy_spec *p = &cfg.policies[0];
     assert_string_equal(p->name, "reply");
     assert_int_equal(p->algo.kind, ALGO_GCRA);
     assert_int_equal(p->algo.limit, 16);
     assert_int_equal(p->algo.count, 30);
     assert_int_equal(p->algo.period_ns, 60 * S);
-    assert_int_equal(p->scope, CONFIG_SCOPE_GLOBAL);
-    assert_int_equal(p->partition, CONFIG_PARTITION_SHARE);
+    assert_int_equal(p->scope, POLICY_SCOPE_GLOBAL);
+    assert_int_equal(p->partition, POLICY_PARTITION_SHARE);
     assert_string_equal(p->match, "reply:");
     assert_int_equal(p->dry_run, 0);
     assert_int_equal(cfg.policies[1].algo.kind, ALGO_SLIDING_LOG);
-    assert_int_equal(cfg.policies[1].scope, CONFIG_SCOPE_LOCAL);
+    assert_int_equal(cfg.policies[1].scope, POLICY_SCOPE_LOCAL);
     assert_int_equal(cfg.policies[2].algo.kind, ALGO_SLIDING_WINDOW);
     assert_int_equal(cfg.policies[2].algo.precision, 10);
     /* the api policy takes the cluster's default scope */
-    assert_int_equal(cfg.policies[2].scope, CONFIG_SCOPE_GLOBAL);
+    assert_int_equal(cfg.policies[2].scope, POLICY_SCOPE_GLOBAL);
     config_free(&cfg);
     config_free(&cfg); /* harmless twice */
 }
@@ -80,7 +80,7 @@ static void test_empty_is_defaults(void **unused)
     assert_int_equal(config_load_buffer("empty", "", 0, &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.cluster, 0);
     assert_int_equal(cfg.npolicies, 0);
-    assert_int_equal(cfg.default_scope, CONFIG_SCOPE_LOCAL);
+    assert_int_equal(cfg.default_scope, POLICY_SCOPE_LOCAL);
     assert_string_equal(cfg.gossip_bind, "0.0.0.0:7946");
     /* one set of defaults: a config file that does not set them leaves the
      * flags' defaults (a file once turned 10000 clients into 1024) */
@@ -226,7 +226,7 @@ static void test_policy_set(void **unused)
                                 prefixes[i]);
     off += (size_t)snprintf(text + off, sizeof(text) - off, "[policy nomatch]\nrate = 1 per 1h\n");
     assert_int_equal(config_load_buffer("t", text, off, &cfg, err, sizeof(err)), 0);
-    assert_int_equal(policy_set_build(&cfg, &set), 0);
+    assert_int_equal(policy_set_build(cfg.policies, cfg.npolicies, &set), 0);
     config_free(&cfg); /* the set holds copies */
     assert_int_equal(policy_set_count(set), np + 1);
     assert_null(policy_set_at(set, np + 1));
@@ -271,7 +271,7 @@ static void test_policy_set(void **unused)
         fail();
     assert_non_null(policy_set_match(running, "user:1", 6));
     assert_int_equal(config_load_buffer("t", good, strlen(good), &cfg, err, sizeof(err)), 0);
-    assert_int_equal(policy_set_build(&cfg, &fresh), 0);
+    assert_int_equal(policy_set_build(cfg.policies, cfg.npolicies, &fresh), 0);
     config_free(&cfg);
     struct policy_set *held = policy_set_retain(running); /* e.g. a waiting acquire */
     policy_set_release(running);
@@ -283,7 +283,7 @@ static void test_policy_set(void **unused)
     policy_set_release(running);
     /* an empty config gives an empty set */
     assert_int_equal(config_load_buffer("t", "", 0, &cfg, err, sizeof(err)), 0);
-    assert_int_equal(policy_set_build(&cfg, &set), 0);
+    assert_int_equal(policy_set_build(cfg.policies, cfg.npolicies, &set), 0);
     assert_null(policy_set_match(set, "abc", 3));
     assert_null(policy_set_find(set, "a", 1));
     policy_set_release(set);

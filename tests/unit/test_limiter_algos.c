@@ -189,7 +189,7 @@ static struct policy_set *mkset(const char *text)
     int rc = config_load_buffer("test.conf", text, strlen(text), &cfg, err, sizeof(err));
     if (rc < 0)
         fail_msg("config: %s", err);
-    assert_int_equal(policy_set_build(&cfg, &set), 0);
+    assert_int_equal(policy_set_build(cfg.policies, cfg.npolicies, &set), 0);
     config_free(&cfg);
     return set;
 }

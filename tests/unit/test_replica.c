@@ -74,7 +74,7 @@ static struct replica *mk(int i, int64_t young, size_t max_keys, int evict)
     c.young_ns = young;
     c.max_keys = max_keys;
     c.evict = evict;
-    c.default_policy = REPLICA_SHARE;
+    c.default_policy = POLICY_PARTITION_SHARE;
     c.send = sendfn;
     c.send_ud = (void *)(intptr_t)i;
     struct replica *r;
@@ -124,7 +124,8 @@ static int ask(int i, const char *key, const struct algo_params *p, int64_t qty)
 {
     struct algo_result res;
     assert_int_equal(
-        replica_throttle(net.r[i], key, strlen(key), p, REPLICA_SHARE, qty, net.now, &res), 0);
+        replica_throttle(net.r[i], key, strlen(key), p, POLICY_PARTITION_SHARE, qty, net.now, &res),
+        0);
     return !res.limited;
 }
 
@@ -309,14 +310,18 @@ static void test_max_keys(void **state)
     char key[16];
     for (int i = 0; i < 4; i++) {
         snprintf(key, sizeof(key), "k%d", i);
-        assert_int_equal(
-            replica_throttle(net.r[0], key, strlen(key), &p, REPLICA_SHARE, 1, net.now, &res), 0);
-        assert_int_equal(
-            replica_throttle(net.r[1], key, strlen(key), &p, REPLICA_SHARE, 1, net.now, &res), 0);
+        assert_int_equal(replica_throttle(net.r[0], key, strlen(key), &p, POLICY_PARTITION_SHARE, 1,
+                                          net.now, &res),
+                         0);
+        assert_int_equal(replica_throttle(net.r[1], key, strlen(key), &p, POLICY_PARTITION_SHARE, 1,
+                                          net.now, &res),
+                         0);
     }
-    assert_int_equal(replica_throttle(net.r[0], "k9", 2, &p, REPLICA_SHARE, 1, net.now, &res),
-                     -SLUICE_EFULL);
-    assert_int_equal(replica_throttle(net.r[1], "k9", 2, &p, REPLICA_SHARE, 1, net.now, &res), 0);
+    assert_int_equal(
+        replica_throttle(net.r[0], "k9", 2, &p, POLICY_PARTITION_SHARE, 1, net.now, &res),
+        -SLUICE_EFULL);
+    assert_int_equal(
+        replica_throttle(net.r[1], "k9", 2, &p, POLICY_PARTITION_SHARE, 1, net.now, &res), 0);
     struct replica_stats st;
     replica_get_stats(net.r[0], &st);
     assert_int_equal(st.refused_full, 1);
@@ -393,12 +398,15 @@ static void test_bad_arguments(void **state)
     struct algo_params p = limit(5, 50, SEC), log;
     assert_int_equal(algo_params_init(&log, ALGO_SLIDING_LOG, 0, 5, SEC, 0), 0);
     struct algo_result res;
-    assert_int_equal(replica_throttle(net.r[0], "k", 1, &log, REPLICA_SHARE, 1, net.now, &res),
-                     -SLUICE_EINVAL);
-    assert_int_equal(replica_throttle(net.r[0], "k", 1, &p, REPLICA_SHARE, -1, net.now, &res),
-                     -SLUICE_EINVAL);
-    assert_int_equal(replica_throttle(net.r[0], "", 0, &p, REPLICA_SHARE, 1, net.now, &res),
-                     -SLUICE_EINVAL);
+    assert_int_equal(
+        replica_throttle(net.r[0], "k", 1, &log, POLICY_PARTITION_SHARE, 1, net.now, &res),
+        -SLUICE_EINVAL);
+    assert_int_equal(
+        replica_throttle(net.r[0], "k", 1, &p, POLICY_PARTITION_SHARE, -1, net.now, &res),
+        -SLUICE_EINVAL);
+    assert_int_equal(
+        replica_throttle(net.r[0], "", 0, &p, POLICY_PARTITION_SHARE, 1, net.now, &res),
+        -SLUICE_EINVAL);
     struct replica_stats st;
     replica_get_stats(net.r[0], &st);
     assert_int_equal(st.keys, 0);

@@ -17,13 +17,32 @@
 #include <stdint.h>
 
 #include "algo.h"
-#include "config.h"
+
+enum policy_scope { POLICY_SCOPE_LOCAL = 0, POLICY_SCOPE_GLOBAL = 1 };
+
+/* What a global limit does on each side of a partition. */
+enum policy_partition {
+    POLICY_PARTITION_OPTIMISTIC = 0, /* each side enforces the full limit */
+    POLICY_PARTITION_SHARE = 1,      /* each side its last known share (default) */
+};
+
+/* One named limit as a source (the config file) describes it; the set
+ * copies what it needs, so the caller keeps ownership of the strings. */
+struct policy_spec {
+    char *name;                      /* [policy NAME] */
+    struct algo_params algo;         /* validated by algo_params_init */
+    enum policy_scope scope;         /* explicit or the cluster's default_scope */
+    enum policy_partition partition; /* meaningful when global */
+    char *match;                     /* key prefix, or NULL */
+    int dry_run;                     /* 1: decide and count, but always allow */
+    int line;                        /* where the source defined it (messages); 0 if none */
+};
 
 struct policy {
     const char *name;                /* NUL-terminated, owned by the set */
     struct algo_params algo;         /* the limit */
-    enum config_scope scope;         /* local or global */
-    enum config_partition partition; /* global limits during a partition */
+    enum policy_scope scope;         /* local or global */
+    enum policy_partition partition; /* global limits during a partition */
     const char *match;               /* key prefix, or NULL */
     size_t match_len;
     int dry_run;    /* decide and count, but always answer allowed */
@@ -33,12 +52,12 @@ struct policy {
 struct policy_set;
 
 /*
- * Builds a set from a loaded config (which it copies; cfg may be freed
+ * Builds a set from n specs (which it copies; they may be freed
  * afterwards).  Fails with -SLUICE_ENOMEM, or -SLUICE_EEXIST for a duplicate
  * name or match prefix (config_load already refuses those).  The new set has
  * one reference, owned by the caller.
  */
-int policy_set_build(const struct config *cfg, struct policy_set **out);
+int policy_set_build(const struct policy_spec *specs, size_t n, struct policy_set **out);
 
 /* One more reference; returns set.  NULL is fine. */
 struct policy_set *policy_set_retain(struct policy_set *set);

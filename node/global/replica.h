@@ -13,13 +13,13 @@
  * bounded by construction instead of by how fresh its view is:
  *
  *  - Owner.  Each global key has one owner, the highest-scoring live member
- *    for the key under rendezvous hashing (node/hrw.h).  Ranking the rest
+ *    for the key under rendezvous hashing (global/hrw.h).  Ranking the rest
  *    gives the successors: when the owner dies, leaves or is cut off, the
  *    next one takes the key over; a join moves about 1/N of the keys.  An
  *    owner's state is soft: it is rebuilt from the next reports, so there is
  *    no replica of it to keep consistent and no central store.
  *  - Report.  Every node that serves a key reports it to the key's owner,
- *    many keys per direct message (node/wire.h): the limit, the node's
+ *    many keys per direct message (global/wire.h): the limit, the node's
  *    demand (requested units per second, denied ones included), what it
  *    admitted, and the share it last held while the cluster was whole (its
  *    frozen share).  Contested keys report every interval, active ones every
@@ -79,11 +79,7 @@
 #include <stdint.h>
 
 #include "algo.h"
-
-enum replica_policy {
-    REPLICA_OPTIMISTIC = 0, /* each side of a partition enforces the full limit */
-    REPLICA_SHARE = 1,      /* each side enforces its last known share */
-};
+#include "policy.h"
 
 /* Sends one direct message to member `to`; 0 or negative (then dropped).
  * The replica calls it from replica_tick and replica_receive only. */
@@ -96,7 +92,7 @@ struct replica_config {
     size_t max_keys;       /* node-side global keys; 0 = 1M */
     int evict;             /* at max_keys: 1 evict the key nearest idle, 0 refuse */
     size_t max_owned;      /* owner-side key records; 0 = 4 x max_keys */
-    enum replica_policy default_policy;
+    enum policy_partition default_policy;
     int64_t young_ns;       /* < 0: 2 s; 0: none (the first node of a cluster) */
     int64_t gc_grace_ns;    /* 0 = 5 s */
     int64_t silence_ns;     /* 0 = 5 intervals */
@@ -139,7 +135,7 @@ struct replica_slot_info {
 
 struct replica_key_info {
     struct algo_params params;
-    enum replica_policy policy;
+    enum policy_partition policy;
     int64_t debt_ns;        /* how long until the shadow bucket is out of debt */
     int64_t reset_after_ns; /* until the local bucket is full */
     int64_t remaining;      /* units this node would admit now */
@@ -176,7 +172,8 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
  * evicting), -SLUICE_ENOMEM; nothing changes then.
  */
 int replica_throttle(struct replica *r, const char *key, size_t klen, const struct algo_params *p,
-                     enum replica_policy pol, int64_t qty, int64_t now_ns, struct algo_result *out);
+                     enum policy_partition pol, int64_t qty, int64_t now_ns,
+                     struct algo_result *out);
 
 /* Counts qty units asked for key (held here) that a caller refused without
  * deciding through replica_throttle (SL.MULTI's all-or-nothing check), so

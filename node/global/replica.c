@@ -26,7 +26,7 @@ struct rlimit {
     int64_t burst, count, period_ns;
     int32_t precision;
     uint8_t kind;
-    uint8_t policy; /* enum replica_policy */
+    uint8_t policy; /* enum policy_partition */
     uint8_t flags;  /* NK_* (node side) or dirty (owner side) */
 };
 
@@ -130,7 +130,7 @@ struct replica {
     uint32_t self;
     int64_t interval, young, grace, silence, phantom_max;
     size_t max_msg;
-    enum replica_policy default_policy;
+    enum policy_partition default_policy;
     replica_send_fn send;
     void *send_ud;
 
@@ -597,7 +597,7 @@ static double replica__default_share(const struct replica *r, int64_t now)
  * hash-spread fraction of a unit (so all N bursting at once admit about one
  * burst in total), a young one with less than one unit. */
 static void replica__key_init(struct replica *r, struct nkey *k, const char *key, size_t klen,
-                              const struct algo_params *p, enum replica_policy pol, int64_t now)
+                              const struct algo_params *p, enum policy_partition pol, int64_t now)
 {
     replica__limit_of(&k->p, p);
     k->p.policy = (uint8_t)pol;
@@ -624,7 +624,7 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
          * trims it to the node's share); share keys keep to their 1/N, so N
          * nodes starting at once admit one burst, not N units. */
         k->tokens = (double)p->limit / n + u;
-        if (pol == REPLICA_OPTIMISTIC && k->tokens < 1.0)
+        if (pol == POLICY_PARTITION_OPTIMISTIC && k->tokens < 1.0)
             k->tokens = 1.0;
         double cap = replica__cap(k, k->share);
         if (k->tokens > cap)
@@ -682,7 +682,8 @@ static void replica__bucket_decide(struct replica *r, struct nkey *k, int64_t qt
 }
 
 int replica_throttle(struct replica *r, const char *key, size_t klen, const struct algo_params *p,
-                     enum replica_policy pol, int64_t qty, int64_t now_ns, struct algo_result *out)
+                     enum policy_partition pol, int64_t qty, int64_t now_ns,
+                     struct algo_result *out)
 {
     if (r == NULL || key == NULL || klen == 0 || klen > WIRE_KEY_MAX || p == NULL || out == NULL ||
         qty < 0 || !algo_can_be_global(p->kind) || algo_state_size(p) == 0)
@@ -803,7 +804,8 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
         o = okey_of(te);
     }
     replica__limit_of(&o->p, &p);
-    o->p.policy = e->policy == REPLICA_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
+    o->p.policy = e->policy == POLICY_PARTITION_OPTIMISTIC ? POLICY_PARTITION_OPTIMISTIC
+                                                           : POLICY_PARTITION_SHARE;
     struct orep *rp = replica__rep(o, from);
     if (e->flags & WIRE_R_GONE) {
         if (rp != NULL)
@@ -835,7 +837,7 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
      * arrives at once after healing and is repaid (see replica__compute).
      * Only increments of a life already known are poured, so a new owner
      * or a restarted node counts nothing twice. */
-    if (o->p.policy == REPLICA_OPTIMISTIC && same_life && e->admitted > rp->admitted &&
+    if (o->p.policy == POLICY_PARTITION_OPTIMISTIC && same_life && e->admitted > rp->admitted &&
         rp->last_at > 0) {
         double add = (double)(e->admitted - rp->admitted) * (double)p.period_ns / (double)p.count;
         int64_t base = o->tat > r->now ? o->tat : r->now;
@@ -994,7 +996,8 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         if (live) {
             nlive++;
             dsum += idle ? 0.0 : rp->demand;
-        } else if (o->p.policy == REPLICA_SHARE && !idle && !replica__presumed_dead(r, rp)) {
+        } else if (o->p.policy == POLICY_PARTITION_SHARE && !idle &&
+                   !replica__presumed_dead(r, rp)) {
             reserved += rp->share;
         }
         if (replica__rep_active(rp))
@@ -1005,8 +1008,8 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
     o->computed_at = now;
     if (nlive == 0)
         return;
-    double avail = o->p.policy == REPLICA_SHARE ? 1.0 - reserved : 1.0;
-    if (o->p.policy == REPLICA_OPTIMISTIC && replica__debt(o, now) > 0)
+    double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
+    if (o->p.policy == POLICY_PARTITION_OPTIMISTIC && replica__debt(o, now) > 0)
         avail = 0.0; /* repaying: nobody admits until the cluster is back */
     if (avail < 0.0)
         avail = 0.0;
@@ -1017,7 +1020,7 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
     int whole = r->complete || replica__majority(r);
     int settled = whole && now - since >= r->silence && now - r->born >= r->silence &&
                   !replica__young(r, now);
-    int caution = o->p.policy == REPLICA_SHARE && !settled;
+    int caution = o->p.policy == POLICY_PARTITION_SHARE && !settled;
     /* The cold verdict needs an owner that has heard every reporter: a
      * settled view and a record older than the longest report period, so
      * every node using the key has reported it (a restarted owner hears the
@@ -1403,7 +1406,7 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
         double es = k->share;
         double rate = replica__rate(&k->p) * es;
         (void)replica__params_of(&info->params, &k->p);
-        info->policy = (enum replica_policy)k->p.policy;
+        info->policy = (enum policy_partition)k->p.policy;
         info->share = k->share;
         info->demand = k->demand;
         info->remaining = k->tokens > 0 ? (int64_t)floor(k->tokens) : 0;
@@ -1415,13 +1418,13 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
     } else {
         struct okey *o = okey_of(te);
         (void)replica__params_of(&info->params, &o->p);
-        info->policy = (enum replica_policy)o->p.policy;
+        info->policy = (enum policy_partition)o->p.policy;
         info->owner = r->name;
         info->owned = 1;
     }
     if (te != NULL) {
         struct okey *o = okey_of(te);
-        int64_t debt = o->p.policy == REPLICA_OPTIMISTIC ? replica__debt(o, r->now) : 0;
+        int64_t debt = o->p.policy == POLICY_PARTITION_OPTIMISTIC ? replica__debt(o, r->now) : 0;
         info->debt_ns = debt > 0 ? debt : 0;
         info->nslots = o->n;
         for (uint32_t i = 0; fn != NULL && i < o->n; i++) {

@@ -5,7 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "commands.h"
+#include "args.h"
+#include "info.h"
 #include "gcra.h"
 #include "gossip/gossip.h"
 #include "replica.h"
@@ -176,7 +177,8 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
     resp_add_pair_int(out, "burst", info.params.burst);
     resp_add_pair_int(out, "count", info.params.count);
     resp_add_pair_int(out, "period_ms", info.params.period_ns / NS_PER_MS);
-    resp_add_pair_str(out, "policy", info.policy == REPLICA_SHARE ? "share" : "optimistic");
+    resp_add_pair_str(out, "policy",
+                      info.policy == POLICY_PARTITION_SHARE ? "share" : "optimistic");
     resp_add_pair_int(out, "remaining", info.remaining);
     resp_add_pair_int(out, "debt_ms", info.debt_ns / NS_PER_MS);
     resp_add_pair_int(out, "reset_after_ms", info.reset_after_ns / NS_PER_MS);
@@ -214,71 +216,71 @@ void commands_cluster_info(struct cluster *cl, struct resp_buf *t)
     resp_add_raw(t, "# Cluster\r\n", 11);
     struct gossip_node *g = cluster_gossip(cl);
     struct replica *r = cluster_replica(cl);
-    commands_info_u64(t, "cluster_enabled", cl != NULL ? 1 : 0);
+    info_u64(t, "cluster_enabled", cl != NULL ? 1 : 0);
     if (cl != NULL) {
-        commands_info_str(t, "node_name", cluster_node_name(cl));
-        commands_info_str(t, "gossip_address", cluster_address(cl));
-        commands_info_str(t, "default_scope",
-                          cluster_default_scope(cl) == CONFIG_SCOPE_GLOBAL ? "global" : "local");
+        info_str(t, "node_name", cluster_node_name(cl));
+        info_str(t, "gossip_address", cluster_address(cl));
+        info_str(t, "default_scope",
+                 cluster_default_scope(cl) == POLICY_SCOPE_GLOBAL ? "global" : "local");
     }
     if (g != NULL) {
         struct count_ctx x;
         memset(&x, 0, sizeof(x));
         gossip_node_members(g, count_one, &x);
-        commands_info_u64(t, "members_alive", x.by_state[GOSSIP_MEMBER_ALIVE]);
-        commands_info_u64(t, "members_suspect", x.by_state[GOSSIP_MEMBER_SUSPECT]);
-        commands_info_u64(t, "members_dead", x.by_state[GOSSIP_MEMBER_DEAD]);
-        commands_info_u64(t, "members_left", x.by_state[GOSSIP_MEMBER_LEFT]);
-        commands_info_u64(t, "incarnation", gossip_node_incarnation(g));
-        commands_info_u64(t, "health_score", (uint64_t)gossip_node_health(g));
+        info_u64(t, "members_alive", x.by_state[GOSSIP_MEMBER_ALIVE]);
+        info_u64(t, "members_suspect", x.by_state[GOSSIP_MEMBER_SUSPECT]);
+        info_u64(t, "members_dead", x.by_state[GOSSIP_MEMBER_DEAD]);
+        info_u64(t, "members_left", x.by_state[GOSSIP_MEMBER_LEFT]);
+        info_u64(t, "incarnation", gossip_node_incarnation(g));
+        info_u64(t, "health_score", (uint64_t)gossip_node_health(g));
         struct gossip_stats gs;
         gossip_node_stats(g, &gs);
-        commands_info_u64(t, "gossip_packets_sent", gs.packets_sent);
-        commands_info_u64(t, "gossip_bytes_sent", gs.bytes_sent);
-        commands_info_u64(t, "gossip_packets_received", gs.packets_received);
-        commands_info_u64(t, "gossip_bytes_received", gs.bytes_received);
-        commands_info_u64(t, "gossip_send_errors", gs.send_errors);
+        info_u64(t, "gossip_packets_sent", gs.packets_sent);
+        info_u64(t, "gossip_bytes_sent", gs.bytes_sent);
+        info_u64(t, "gossip_packets_received", gs.packets_received);
+        info_u64(t, "gossip_bytes_received", gs.bytes_received);
+        info_u64(t, "gossip_send_errors", gs.send_errors);
         for (int i = 0; i < GOSSIP_DROP_MAX_; i++) {
             char name[64];
             snprintf(name, sizeof(name), "gossip_drops_%s", gossip_drop_name(i));
-            commands_info_u64(t, name, gs.drops[i]);
+            info_u64(t, name, gs.drops[i]);
         }
-        commands_info_u64(t, "gossip_direct_sent", gs.direct_sent);
-        commands_info_u64(t, "gossip_direct_received", gs.direct_received);
-        commands_info_u64(t, "gossip_direct_dropped", gs.direct_dropped);
-        commands_info_u64(t, "gossip_probe_failures", gs.probe_failures);
-        commands_info_u64(t, "gossip_suspicions", gs.suspicions);
-        commands_info_u64(t, "gossip_pushpulls", gs.pushpulls);
+        info_u64(t, "gossip_direct_sent", gs.direct_sent);
+        info_u64(t, "gossip_direct_received", gs.direct_received);
+        info_u64(t, "gossip_direct_dropped", gs.direct_dropped);
+        info_u64(t, "gossip_probe_failures", gs.probe_failures);
+        info_u64(t, "gossip_suspicions", gs.suspicions);
+        info_u64(t, "gossip_pushpulls", gs.pushpulls);
     }
     if (r != NULL) {
         struct replica_stats rs;
         replica_get_stats(r, &rs);
-        commands_info_str(t, "synced", replica_synced(r) ? "yes" : "no");
-        commands_info_u64(t, "global_keys", rs.keys);
-        commands_info_u64(t, "global_decisions", rs.decisions);
-        commands_info_u64(t, "global_limited", rs.limited);
-        commands_info_u64(t, "young_denials", rs.young_denials);
-        commands_info_u64(t, "owned_keys", rs.owned_keys);
-        commands_info_u64(t, "owned_reporters", rs.owned_reporters);
-        commands_info_u64(t, "reports_sent", rs.reports_sent);
-        commands_info_u64(t, "report_entries_sent", rs.report_entries_sent);
-        commands_info_u64(t, "report_bytes_sent", rs.report_bytes_sent);
-        commands_info_u64(t, "reports_received", rs.reports_received);
-        commands_info_u64(t, "report_entries_received", rs.report_entries_received);
-        commands_info_u64(t, "leases_sent", rs.leases_sent);
-        commands_info_u64(t, "lease_entries_sent", rs.lease_entries_sent);
-        commands_info_u64(t, "lease_bytes_sent", rs.lease_bytes_sent);
-        commands_info_u64(t, "leases_received", rs.leases_received);
-        commands_info_u64(t, "lease_entries_received", rs.lease_entries_received);
-        commands_info_u64(t, "replication_bytes_received", rs.bytes_received);
-        commands_info_u64(t, "stale_leases", rs.stale_leases);
-        commands_info_u64(t, "debt_events", rs.debt_events);
-        commands_info_u64(t, "gc_keys", rs.gc_keys);
-        commands_info_u64(t, "owned_gc", rs.owned_gc);
-        commands_info_u64(t, "view_changes", rs.view_changes);
-        commands_info_u64(t, "bad_replication_packets", rs.bad_packets);
-        commands_info_u64(t, "refused_full", rs.refused_full);
-        commands_info_u64(t, "global_evicted", rs.evicted);
+        info_str(t, "synced", replica_synced(r) ? "yes" : "no");
+        info_u64(t, "global_keys", rs.keys);
+        info_u64(t, "global_decisions", rs.decisions);
+        info_u64(t, "global_limited", rs.limited);
+        info_u64(t, "young_denials", rs.young_denials);
+        info_u64(t, "owned_keys", rs.owned_keys);
+        info_u64(t, "owned_reporters", rs.owned_reporters);
+        info_u64(t, "reports_sent", rs.reports_sent);
+        info_u64(t, "report_entries_sent", rs.report_entries_sent);
+        info_u64(t, "report_bytes_sent", rs.report_bytes_sent);
+        info_u64(t, "reports_received", rs.reports_received);
+        info_u64(t, "report_entries_received", rs.report_entries_received);
+        info_u64(t, "leases_sent", rs.leases_sent);
+        info_u64(t, "lease_entries_sent", rs.lease_entries_sent);
+        info_u64(t, "lease_bytes_sent", rs.lease_bytes_sent);
+        info_u64(t, "leases_received", rs.leases_received);
+        info_u64(t, "lease_entries_received", rs.lease_entries_received);
+        info_u64(t, "replication_bytes_received", rs.bytes_received);
+        info_u64(t, "stale_leases", rs.stale_leases);
+        info_u64(t, "debt_events", rs.debt_events);
+        info_u64(t, "gc_keys", rs.gc_keys);
+        info_u64(t, "owned_gc", rs.owned_gc);
+        info_u64(t, "view_changes", rs.view_changes);
+        info_u64(t, "bad_replication_packets", rs.bad_packets);
+        info_u64(t, "refused_full", rs.refused_full);
+        info_u64(t, "global_evicted", rs.evicted);
     }
     resp_add_raw(t, "\r\n", 2);
 }

@@ -17,14 +17,7 @@
 #include <stdint.h>
 
 #include "algo.h"
-
-enum config_scope { CONFIG_SCOPE_LOCAL = 0, CONFIG_SCOPE_GLOBAL = 1 };
-
-/* What a global limit does on each side of a partition. */
-enum config_partition {
-    CONFIG_PARTITION_OPTIMISTIC = 0, /* each side enforces the full limit */
-    CONFIG_PARTITION_SHARE = 1,      /* each side its last known share (default) */
-};
+#include "policy.h"
 
 /* What happens when the key table is full (matches enum limiter_overflow). */
 enum config_on_full { CONFIG_ON_FULL_EVICT = 0, CONFIG_ON_FULL_DENY = 1, CONFIG_ON_FULL_ALLOW = 2 };
@@ -42,16 +35,6 @@ enum config_log_level {
 #define CONFIG_MAX_JOIN     64
 #define CONFIG_MAX_NAME     64  /* policy and node names */
 #define CONFIG_MAX_PREFIX   512 /* match prefixes */
-
-struct config_policy {
-    char *name;                      /* [policy NAME] */
-    struct algo_params algo;         /* validated by algo_params_init */
-    enum config_scope scope;         /* explicit or the cluster's default_scope */
-    enum config_partition partition; /* meaningful when global */
-    char *match;                     /* key prefix, or NULL */
-    int dry_run;                     /* 1: decide and count, but always allow */
-    int line;                        /* line of the [policy NAME] header */
-};
 
 struct config {
     /* [sluiced] */
@@ -75,13 +58,13 @@ struct config {
     size_t njoin;
     char *cluster_key_file; /* NULL: no encryption key configured */
     char *cluster_label;    /* NULL: empty label */
-    enum config_scope default_scope;
+    enum policy_scope default_scope;
     int default_scope_set; /* 1 when the file sets default_scope */
     char *advertise;       /* "host:port" peers send to, or NULL (the bind address) */
-    enum config_partition partition_policy; /* inline global limits' policy */
+    enum policy_partition partition_policy; /* inline global limits' policy */
     int64_t gossip_interval_ms;
     /* [policy NAME], in file order */
-    struct config_policy *policies;
+    struct policy_spec *policies;
     size_t npolicies;
 };
 
@@ -102,6 +85,15 @@ int config_load(const char *path, struct config *cfg, char *err, size_t errlen);
  * is an error); name is used in messages. */
 int config_load_buffer(const char *name, const char *buf, size_t len, struct config *cfg, char *err,
                        size_t errlen);
+
+/*
+ * Loads the file at path (a const char *, borrowed) and builds its policy
+ * set: the daemon's commands_sl_load_fn.  On success *out holds the set's
+ * one reference.  Fails as config_load does, or with -SLUICE_ENOMEM /
+ * -SLUICE_EEXIST from policy_set_build ("PATH: cannot build the policies:
+ * reason" in err); nothing is left allocated on failure.
+ */
+int config_load_policies(void *path, struct policy_set **out, char *err, size_t errlen);
 
 /* Releases everything cfg owns and zeroes it.  NULL is fine. */
 void config_free(struct config *cfg);

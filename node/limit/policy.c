@@ -69,17 +69,17 @@ static char *policy__dup(const char *s)
     return d;
 }
 
-int policy_set_build(const struct config *cfg, struct policy_set **out)
+int policy_set_build(const struct policy_spec *specs, size_t n, struct policy_set **out)
 {
     struct policy_set *set;
     size_t nm = 0;
-    if (cfg == NULL || out == NULL)
+    if ((specs == NULL && n > 0) || out == NULL)
         return -SLUICE_EINVAL;
     set = calloc(1, sizeof(*set));
     if (set == NULL)
         return -SLUICE_ENOMEM;
     set->refs = 1;
-    set->n = cfg->npolicies;
+    set->n = n;
     set->pol = calloc(set->n ? set->n : 1, sizeof(*set->pol));
     set->by_name = calloc(set->n ? set->n : 1, sizeof(*set->by_name));
     set->group_mem = calloc(set->n ? set->n : 1, sizeof(*set->group_mem));
@@ -87,7 +87,7 @@ int policy_set_build(const struct config *cfg, struct policy_set **out)
     if (set->pol == NULL || set->by_name == NULL || set->group_mem == NULL || set->groups == NULL)
         goto nomem;
     for (size_t i = 0; i < set->n; i++) {
-        const struct config_policy *c = &cfg->policies[i];
+        const struct policy_spec *c = &specs[i];
         struct policy *p = &set->pol[i];
         p->name = policy__dup(c->name);
         if (p->name == NULL)

@@ -45,8 +45,8 @@ struct cluster {
     int64_t drops_logged_at;
     int64_t trimmed_at;
     int64_t interval_ms;
-    enum config_scope default_scope;
-    enum replica_policy partition;
+    enum policy_scope default_scope;
+    enum policy_partition partition;
     char name[GOSSIP_NAME_MAX + 1];
     char addr[GOSSIP_ADDR_STRLEN];
     char *key_file; /* NULL when running without encryption */
@@ -73,176 +73,6 @@ void cluster_options_free(struct cluster_options *o)
         o->join = NULL;
     free(o->join_buf);
     o->join_buf = NULL;
-}
-
-int cluster_options_apply_config(struct cluster_options *o, const struct config *cfg)
-{
-    if (cfg == NULL || !cfg->cluster)
-        return 0;
-    if (o->node_name == NULL)
-        o->node_name = cfg->node_name;
-    if (o->gossip_bind == NULL)
-        o->gossip_bind = cfg->gossip_bind;
-    if (o->key_file == NULL)
-        o->key_file = cfg->cluster_key_file;
-    if (o->label == NULL)
-        o->label = cfg->cluster_label;
-    if (o->gossip_interval_ms == 0)
-        o->gossip_interval_ms = cfg->gossip_interval_ms;
-    if (o->advertise == NULL)
-        o->advertise = cfg->advertise;
-    if (o->default_scope < 0 && cfg->default_scope_set)
-        o->default_scope = (int)cfg->default_scope;
-    if (o->partition < 0)
-        o->partition = (int)cfg->partition_policy;
-    if (o->join == NULL && cfg->njoin > 0) {
-        size_t len = 1;
-        for (size_t i = 0; i < cfg->njoin; i++)
-            len += strlen(cfg->join[i]) + 1;
-        char *buf = malloc(len);
-        if (buf == NULL)
-            return -SLUICE_ENOMEM;
-        buf[0] = '\0';
-        for (size_t i = 0; i < cfg->njoin; i++) {
-            if (i > 0)
-                strcat(buf, ",");
-            strcat(buf, cfg->join[i]);
-        }
-        free(o->join_buf);
-        o->join_buf = buf;
-        o->join = buf;
-    }
-    return 0;
-}
-
-/* Decimal in [min, max]; -1 otherwise. */
-static int parse_ms(const char *s, long long min, long long max, int64_t *out)
-{
-    if (s == NULL || *s == '\0')
-        return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < min || v > max)
-        return -1;
-    *out = (int64_t)v;
-    return 0;
-}
-
-int cluster_options_flag(struct cluster_options *o, int opt, const char *arg)
-{
-    int64_t v;
-    switch (opt - CLUSTER_OPT_BASE) {
-    case 0:
-        if (arg[0] == '\0' || strlen(arg) > GOSSIP_NAME_MAX) {
-            fprintf(stderr, "sluiced: --node-name: 1 to %d bytes\n", GOSSIP_NAME_MAX);
-            return -1;
-        }
-        o->node_name = arg;
-        return 1;
-    case 1:
-        o->gossip_bind = arg;
-        return 1;
-    case 2:
-        o->advertise = arg;
-        return 1;
-    case 3:
-        o->join = arg;
-        return 1;
-    case 4:
-        o->key_file = arg;
-        return 1;
-    case 5:
-        o->label = arg;
-        return 1;
-    case 6:
-        if (parse_ms(arg, 10, 60000, &v) < 0) {
-            fprintf(stderr, "sluiced: --gossip-interval-ms: expected 10..60000, got '%s'\n", arg);
-            return -1;
-        }
-        o->gossip_interval_ms = v;
-        return 1;
-    case 7:
-        if (strcmp(arg, "local") == 0) {
-            o->default_scope = CONFIG_SCOPE_LOCAL;
-        } else if (strcmp(arg, "global") == 0) {
-            o->default_scope = CONFIG_SCOPE_GLOBAL;
-        } else {
-            fprintf(stderr, "sluiced: --default-scope: expected local or global, got '%s'\n", arg);
-            return -1;
-        }
-        return 1;
-    case 8:
-        if (strcmp(arg, "optimistic") == 0) {
-            o->partition = CONFIG_PARTITION_OPTIMISTIC;
-        } else if (strcmp(arg, "share") == 0) {
-            o->partition = CONFIG_PARTITION_SHARE;
-        } else {
-            fprintf(stderr, "sluiced: --partition-policy: expected optimistic or share, got '%s'\n",
-                    arg);
-            return -1;
-        }
-        return 1;
-    case 9:
-        o->insecure = 1;
-        return 1;
-    case 13:
-        o->allow_shared_key = 1;
-        return 1;
-    case 10:
-        if (parse_ms(arg, 10, 60000, &v) < 0) {
-            fprintf(stderr, "sluiced: --gossip-probe-interval-ms: expected 10..60000, got '%s'\n",
-                    arg);
-            return -1;
-        }
-        o->probe_interval_ms = v;
-        return 1;
-    case 11:
-        if (parse_ms(arg, 0, 600000, &v) < 0) {
-            fprintf(stderr, "sluiced: --sync-timeout-ms: expected 0..600000, got '%s'\n", arg);
-            return -1;
-        }
-        o->sync_timeout_ms = v;
-        return 1;
-    case 12:
-        if (parse_ms(arg, 100, 86400000, &v) < 0) {
-            fprintf(stderr, "sluiced: --dns-interval-ms: expected 100..86400000, got '%s'\n", arg);
-            return -1;
-        }
-        o->dns_interval_ms = v;
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-void cluster_usage(FILE *f)
-{
-    fprintf(f,
-            "\n"
-            "Cluster (global limits; without --gossip-bind the node runs alone and every\n"
-            "key is local):\n"
-            "  --gossip-bind IP:PORT    UDP address to gossip on (e.g. 10.0.0.5:7946)\n"
-            "  --advertise IP:PORT      address peers send to (required when binding 0.0.0.0)\n"
-            "  --join HOST:PORT[,...]   seeds; names are resolved by DNS now and every\n"
-            "                           --dns-interval-ms (a Kubernetes headless Service)\n"
-            "  --node-name NAME         this node's identity (default: the host name)\n"
-            "  --cluster-key-file FILE  gossip keys (`sluicectl keygen` prints one); required\n"
-            "  --insecure-no-encryption run a cluster without a key file (tests only)\n"
-            "  --allow-shared-key-file  accept a cluster key file that group or others\n"
-            "                           can read (refused by default: it admits to the cluster)\n"
-            "  --cluster-label LABEL    clusters with other labels ignore each other\n"
-            "  --gossip-interval-ms N   delta and gossip period (default 100)\n"
-            "  --default-scope SCOPE    local or global: the scope of inline CL.THROTTLE\n"
-            "                           limits (default: global when clustered)\n"
-            "  --partition-policy P     optimistic (each side the full limit) or share (each\n"
-            "                           side its last known share; default)\n"
-            "  --gossip-probe-interval-ms N  failure-detector probe period (default 1000)\n"
-            "  --sync-timeout-ms N      after a restart, take shares of global keys only\n"
-            "                           from owners that know the cluster, at most this\n"
-            "                           long (default 2000; 0 = none; a new member, whose\n"
-            "                           name has no past life in the cluster, serves at once)\n"
-            "  --dns-interval-ms N      re-resolution period of --join (default 30000)\n");
 }
 
 /* ---- clock and lives ---- */
@@ -473,8 +303,9 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     c->loop = loop;
     c->interval_ms = o->gossip_interval_ms > 0 ? o->gossip_interval_ms : DEFAULT_INTERVAL_MS;
     c->default_scope =
-        o->default_scope < 0 ? CONFIG_SCOPE_GLOBAL : (enum config_scope)o->default_scope;
-    c->partition = o->partition == CONFIG_PARTITION_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
+        o->default_scope < 0 ? POLICY_SCOPE_GLOBAL : (enum policy_scope)o->default_scope;
+    c->partition = o->partition == POLICY_PARTITION_OPTIMISTIC ? POLICY_PARTITION_OPTIMISTIC
+                                                               : POLICY_PARTITION_SHARE;
     c->on_full_allow = o->on_full_allow;
     if (o->node_name != NULL) {
         snprintf(c->name, sizeof(c->name), "%s", o->node_name);
@@ -607,8 +438,8 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
              "%s, partition policy %s",
              c->name, o->gossip_bind, c->addr, (unsigned long long)c->life,
              c->kr ? "encrypted" : "NOT encrypted",
-             c->default_scope == CONFIG_SCOPE_GLOBAL ? "global" : "local",
-             c->partition == REPLICA_SHARE ? "share" : "optimistic");
+             c->default_scope == POLICY_SCOPE_GLOBAL ? "global" : "local",
+             c->partition == POLICY_PARTITION_SHARE ? "share" : "optimistic");
     *out = c;
     return 0;
 }
@@ -697,7 +528,7 @@ int cluster_is_global(const struct cluster *c, const struct policy *pol, int sco
         scope = (int)pol->scope;
     else if (scope < 0)
         scope = (int)c->default_scope;
-    return scope == CONFIG_SCOPE_GLOBAL;
+    return scope == POLICY_SCOPE_GLOBAL;
 }
 
 int cluster_decide(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
@@ -712,9 +543,9 @@ int cluster_decide(struct cluster *c, const struct policy *pol, const char *key,
 int cluster_decide_global(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
                           const struct algo_params *p, int64_t qty, struct algo_result *out)
 {
-    enum replica_policy rp = c->partition;
+    enum policy_partition rp = c->partition;
     if (pol != NULL)
-        rp = pol->partition == CONFIG_PARTITION_OPTIMISTIC ? REPLICA_OPTIMISTIC : REPLICA_SHARE;
+        rp = pol->partition;
     int rc = replica_throttle(c->r, key, klen, p, rp, qty, cluster_now_ns(c), out);
     if (rc == -SLUICE_EFULL) {
         /* --max-keys reached with --on-full deny or allow (evict makes room):
@@ -766,7 +597,7 @@ const char *cluster_address(const struct cluster *c)
     return c->addr;
 }
 
-enum config_scope cluster_default_scope(const struct cluster *c)
+enum policy_scope cluster_default_scope(const struct cluster *c)
 {
     return c->default_scope;
 }

@@ -1,5 +1,5 @@
 /*
- * wire: the codec of global-limit messages (node/replica.h), sent as
+ * wire: the codec of global-limit messages (global/replica.h), sent as
  * libgossip direct messages (sealed and authenticated there).
  *
  * Two messages, each a batch of entries for many keys:

@@ -7,8 +7,8 @@
 
 #include "acquire.h"
 #include "cluster.h"
-#include "commands.h"
-#include "config.h"
+#include "args.h"
+#include "info.h"
 #include "log.h"
 #include "policy.h"
 #include "replica.h"
@@ -24,7 +24,9 @@ struct commands_sl {
     struct cluster *cl;  /* borrowed; NULL: a node running alone */
     struct acquire *acq; /* NULL without a loop */
     size_t max_key;
-    char *config_path;
+    commands_sl_load_fn load; /* NULL: no policy source */
+    void *load_ud;
+    const char *load_name;
     uint64_t reloads, reload_failures;
 };
 
@@ -36,14 +38,14 @@ int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg
         return -SLUICE_ENOMEM;
     sl->lim = lim;
     sl->max_key = cfg && cfg->max_key_bytes ? cfg->max_key_bytes : SL_DEFAULT_MAX_KEY;
-    if (cfg && cfg->config_path != NULL && (sl->config_path = strdup(cfg->config_path)) == NULL) {
-        free(sl);
-        return -SLUICE_ENOMEM;
+    if (cfg != NULL) {
+        sl->load = cfg->load_policies;
+        sl->load_ud = cfg->load_ud;
+        sl->load_name = cfg->load_name != NULL ? cfg->load_name : "policies";
     }
     if (cfg && cfg->loop != NULL) {
         int rc = acquire_create(cfg->loop, lim, cfg->max_waiters, &sl->acq);
         if (rc < 0) {
-            free(sl->config_path);
             free(sl);
             return rc;
         }
@@ -69,7 +71,6 @@ void commands_sl_destroy(struct commands_sl *sl)
     if (sl == NULL)
         return;
     acquire_destroy(sl->acq);
-    free(sl->config_path);
     free(sl);
 }
 
@@ -90,7 +91,7 @@ enum {
 static int sl__which(const char *argv0, size_t len)
 {
     for (int i = 0; i < SL_NCMDS; i++) {
-        if (commands_arg_is(argv0, len, sl_names[i]))
+        if (args_is(argv0, len, sl_names[i]))
             return i;
     }
     return -1;
@@ -117,12 +118,12 @@ struct sl_spec {
     int peek;
     int64_t timeout_ms;
     int has_timeout;
-    int scope; /* SCOPE given with ALGO: enum config_scope; -1 not given */
+    int scope; /* SCOPE given with ALGO: enum policy_scope; -1 not given */
 };
 
 static int sl__int(const char *s, size_t len, int64_t *v, struct resp_buf *out)
 {
-    if (commands_parse_int64(s, len, v) < 0) {
+    if (args_parse_int64(s, len, v) < 0) {
         resp_add_error(out, "ERR value is not an integer or out of range");
         return -1;
     }
@@ -156,33 +157,33 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
         const char *a = argv[*i];
         size_t al = argvlen[*i];
         size_t left = argc - *i - 1;
-        if (stop_at_key && commands_arg_is(a, al, "KEY"))
+        if (stop_at_key && args_is(a, al, "KEY"))
             break;
-        if (commands_arg_is(a, al, "POLICY") && left >= 1 && pname == NULL) {
+        if (args_is(a, al, "POLICY") && left >= 1 && pname == NULL) {
             pname = argv[*i + 1];
             pnamelen = argvlen[*i + 1];
             *i += 2;
-        } else if (commands_arg_is(a, al, "ALGO") && left >= 1 && algo == NULL) {
+        } else if (args_is(a, al, "ALGO") && left >= 1 && algo == NULL) {
             algo = argv[*i + 1];
             algolen = argvlen[*i + 1];
             *i += 2;
-        } else if (commands_arg_is(a, al, "BURST") && left >= 1) {
+        } else if (args_is(a, al, "BURST") && left >= 1) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &burst, out) < 0)
                 return -1;
             has_burst = 1;
             *i += 2;
-        } else if (commands_arg_is(a, al, "RATE") && left >= 2) {
+        } else if (args_is(a, al, "RATE") && left >= 2) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &count, out) < 0 ||
                 sl__int(argv[*i + 2], argvlen[*i + 2], &period_ms, out) < 0)
                 return -1;
             has_rate = 1;
             *i += 3;
-        } else if (commands_arg_is(a, al, "PRECISION") && left >= 1) {
+        } else if (args_is(a, al, "PRECISION") && left >= 1) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &precision, out) < 0)
                 return -1;
             has_precision = 1;
             *i += 2;
-        } else if (commands_arg_is(a, al, "QTY") && left >= 1 && (opts & OPT_QTY)) {
+        } else if (args_is(a, al, "QTY") && left >= 1 && (opts & OPT_QTY)) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &s->qty, out) < 0)
                 return -1;
             if (s->qty < 0) {
@@ -191,20 +192,20 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
             }
             s->has_qty = 1;
             *i += 2;
-        } else if (commands_arg_is(a, al, "SCOPE") && left >= 1 && s->scope < 0) {
-            if (commands_arg_is(argv[*i + 1], argvlen[*i + 1], "local")) {
-                s->scope = CONFIG_SCOPE_LOCAL;
-            } else if (commands_arg_is(argv[*i + 1], argvlen[*i + 1], "global")) {
-                s->scope = CONFIG_SCOPE_GLOBAL;
+        } else if (args_is(a, al, "SCOPE") && left >= 1 && s->scope < 0) {
+            if (args_is(argv[*i + 1], argvlen[*i + 1], "local")) {
+                s->scope = POLICY_SCOPE_LOCAL;
+            } else if (args_is(argv[*i + 1], argvlen[*i + 1], "global")) {
+                s->scope = POLICY_SCOPE_GLOBAL;
             } else {
                 resp_add_error(out, "ERR SCOPE must be local or global");
                 return -1;
             }
             *i += 2;
-        } else if (commands_arg_is(a, al, "PEEK") && (opts & OPT_PEEK)) {
+        } else if (args_is(a, al, "PEEK") && (opts & OPT_PEEK)) {
             s->peek = 1;
             *i += 1;
-        } else if (commands_arg_is(a, al, "TIMEOUT") && left >= 1 && (opts & OPT_TIMEOUT)) {
+        } else if (args_is(a, al, "TIMEOUT") && left >= 1 && (opts & OPT_TIMEOUT)) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &s->timeout_ms, out) < 0)
                 return -1;
             if (s->timeout_ms < 0 || s->timeout_ms > SL_MAX_TIMEOUT_MS) {
@@ -278,7 +279,7 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
                                                  : "precision must be 1..1000");
             return -1;
         }
-        if (s->scope == CONFIG_SCOPE_GLOBAL && !algo_can_be_global(kind)) {
+        if (s->scope == POLICY_SCOPE_GLOBAL && !algo_can_be_global(kind)) {
             resp_add_errorf(out, "ERR %s cannot be global (it needs every admission's time)",
                             algo_name(kind));
             return -1;
@@ -638,7 +639,7 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
     struct algo_result outs[LIMITER_MULTI_MAX];
     int64_t qty = 1;
     size_t i = 1, n = 0;
-    if (i + 1 < argc && commands_arg_is(argv[i], argvlen[i], "QTY")) {
+    if (i + 1 < argc && args_is(argv[i], argvlen[i], "QTY")) {
         if (sl__int(argv[i + 1], argvlen[i + 1], &qty, out) < 0)
             return;
         if (qty < 0) {
@@ -648,7 +649,7 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
         i += 2;
     }
     while (i < argc) {
-        if (!commands_arg_is(argv[i], argvlen[i], "KEY") || i + 1 >= argc) {
+        if (!args_is(argv[i], argvlen[i], "KEY") || i + 1 >= argc) {
             sl__syntax(out, argv[i], argvlen[i]);
             return;
         }
@@ -712,9 +713,9 @@ static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out
         resp_add_pair_int(out, "count", p->algo.count);
         resp_add_pair_int(out, "period_ms", sl__ms(p->algo.period_ns));
         resp_add_pair_int(out, "precision", p->algo.precision);
-        resp_add_pair_str(out, "scope", p->scope == CONFIG_SCOPE_GLOBAL ? "global" : "local");
+        resp_add_pair_str(out, "scope", p->scope == POLICY_SCOPE_GLOBAL ? "global" : "local");
         resp_add_pair_str(out, "partition",
-                          p->partition == CONFIG_PARTITION_SHARE ? "share" : "optimistic");
+                          p->partition == POLICY_PARTITION_SHARE ? "share" : "optimistic");
         resp_add_bulk_str(out, "match");
         if (p->match == NULL)
             resp3 ? resp_add_null3(out) : resp_add_null(out);
@@ -726,31 +727,23 @@ static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out
 
 int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen)
 {
-    struct config cfg;
     struct policy_set *set = NULL;
     int rc;
-    if (sl->config_path == NULL) {
+    if (sl->load == NULL) {
         snprintf(err, errlen, "no config file (start sluiced with --config FILE)");
         sl->reload_failures++;
         return -SLUICE_EINVAL;
     }
-    rc = config_load(sl->config_path, &cfg, err, errlen);
-    if (rc == 0) {
-        rc = policy_set_build(&cfg, &set);
-        if (rc < 0)
-            snprintf(err, errlen, "%s: cannot build the policies: %s", sl->config_path,
-                     sluice_strerror(rc));
-        config_free(&cfg);
-    }
+    rc = sl->load(sl->load_ud, &set, err, errlen);
     if (rc < 0) {
         sl->reload_failures++;
         log_error("reload failed, keeping the running policies: %s", err);
         return rc;
     }
     limiter_set_policies(sl->lim, set);
-    policy_set_release(set);
     sl->reloads++;
-    log_info("reloaded %s: %zu policies", sl->config_path, policy_set_count(set));
+    log_info("reloaded %s: %zu policies", sl->load_name, policy_set_count(set));
+    policy_set_release(set);
     return 0;
 }
 
@@ -772,12 +765,12 @@ void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text)
     struct commands_sl_stats st;
     commands_sl_get_stats(sl, &st);
     resp_add_raw(text, "# Policies\r\n", 12);
-    commands_info_u64(text, "policies", st.policies);
-    commands_info_u64(text, "reloads", st.reloads);
-    commands_info_u64(text, "reload_failures", st.reload_failures);
-    commands_info_u64(text, "dry_run_would_limit", st.dry_run_would_limit);
-    commands_info_u64(text, "algorithm_changes", st.algorithm_changes);
-    commands_info_u64(text, "waiting_acquires", st.waiting_acquires);
+    info_u64(text, "policies", st.policies);
+    info_u64(text, "reloads", st.reloads);
+    info_u64(text, "reload_failures", st.reload_failures);
+    info_u64(text, "dry_run_would_limit", st.dry_run_would_limit);
+    info_u64(text, "algorithm_changes", st.algorithm_changes);
+    info_u64(text, "waiting_acquires", st.waiting_acquires);
     resp_add_raw(text, "\r\n", 2);
 }
 

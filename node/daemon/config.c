@@ -281,7 +281,7 @@ static void config__section(struct config_parser *ps, const char *s, size_t n)
     } else if (n > 7 && memcmp(s, "policy", 6) == 0 && (s[6] == ' ' || s[6] == '\t')) {
         const char *name = s + 7;
         size_t nl = n - 7;
-        struct config_policy *np;
+        struct policy_spec *np;
         struct config_pol_lines *nl2;
         while (nl > 0 && (*name == ' ' || *name == '\t'))
             name++, nl--;
@@ -325,7 +325,7 @@ static void config__section(struct config_parser *ps, const char *s, size_t n)
             return;
         }
         np[cfg->npolicies].line = ps->line;
-        np[cfg->npolicies].partition = CONFIG_PARTITION_SHARE;
+        np[cfg->npolicies].partition = POLICY_PARTITION_SHARE;
         nl2[cfg->npolicies].kind = ALGO_GCRA;
         cfg->npolicies++;
         ps->sec = SEC_POLICY;
@@ -406,12 +406,12 @@ static int config__dup_key(struct config_parser *ps, const char *key)
         return 0;                                                                                  \
     } while (0)
 
-static int config__scope(const char *v, enum config_scope *out)
+static int config__scope(const char *v, enum policy_scope *out)
 {
     if (strcmp(v, "local") == 0)
-        *out = CONFIG_SCOPE_LOCAL;
+        *out = POLICY_SCOPE_LOCAL;
     else if (strcmp(v, "global") == 0)
-        *out = CONFIG_SCOPE_GLOBAL;
+        *out = POLICY_SCOPE_GLOBAL;
     else
         return -1;
     return 0;
@@ -584,9 +584,9 @@ static int config__cluster_key(struct config_parser *ps, const char *k, const ch
             NOMEM();
     } else if (strcmp(k, "partition_policy") == 0) {
         if (strcmp(v, "optimistic") == 0)
-            cfg->partition_policy = CONFIG_PARTITION_OPTIMISTIC;
+            cfg->partition_policy = POLICY_PARTITION_OPTIMISTIC;
         else if (strcmp(v, "share") == 0)
-            cfg->partition_policy = CONFIG_PARTITION_SHARE;
+            cfg->partition_policy = POLICY_PARTITION_SHARE;
         else
             BAD("partition_policy: expected optimistic or share, got '%s'", v);
     } else if (strcmp(k, "gossip_interval_ms") == 0) {
@@ -602,7 +602,7 @@ static int config__cluster_key(struct config_parser *ps, const char *k, const ch
 static int config__policy_key(struct config_parser *ps, const char *k, const char *v)
 {
     struct config *cfg = ps->cfg;
-    struct config_policy *pol = &cfg->policies[cfg->npolicies - 1];
+    struct policy_spec *pol = &cfg->policies[cfg->npolicies - 1];
     struct config_pol_lines *pl = &ps->pl[cfg->npolicies - 1];
     uint64_t u;
     int rc;
@@ -631,9 +631,9 @@ static int config__policy_key(struct config_parser *ps, const char *k, const cha
         pl->scope = ps->line;
     } else if (strcmp(k, "partition") == 0) {
         if (strcmp(v, "optimistic") == 0)
-            pol->partition = CONFIG_PARTITION_OPTIMISTIC;
+            pol->partition = POLICY_PARTITION_OPTIMISTIC;
         else if (strcmp(v, "share") == 0)
-            pol->partition = CONFIG_PARTITION_SHARE;
+            pol->partition = POLICY_PARTITION_SHARE;
         else
             BAD("partition: expected optimistic or share, got '%s'", v);
         pl->partition = ps->line;
@@ -686,7 +686,7 @@ static void config__finish(struct config_parser *ps)
 {
     struct config *cfg = ps->cfg;
     for (size_t i = 0; i < cfg->npolicies && !ps->failed; i++) {
-        struct config_policy *pol = &cfg->policies[i];
+        struct policy_spec *pol = &cfg->policies[i];
         struct config_pol_lines *pl = &ps->pl[i];
         int windowed = pl->kind != ALGO_GCRA && pl->kind != ALGO_TOKEN_BUCKET;
         int rc;
@@ -709,7 +709,7 @@ static void config__finish(struct config_parser *ps)
         }
         if (!pl->scope)
             pol->scope = cfg->default_scope;
-        if (pol->scope == CONFIG_SCOPE_GLOBAL && !algo_can_be_global(pl->kind)) {
+        if (pol->scope == POLICY_SCOPE_GLOBAL && !algo_can_be_global(pl->kind)) {
             if (pl->scope)
                 config__fail(ps, pl->scope, -SLUICE_ECONFIG,
                              "policy '%s': %s cannot be global (exactness needs every "
@@ -752,9 +752,9 @@ int config_defaults(struct config *cfg)
     cfg->on_full = CONFIG_ON_FULL_EVICT;
     cfg->log_level = CONFIG_LOG_INFO;
     cfg->max_clients = SERVER_DEFAULT_MAX_CLIENTS;
-    cfg->default_scope = CONFIG_SCOPE_LOCAL;
+    cfg->default_scope = POLICY_SCOPE_LOCAL;
     cfg->gossip_interval_ms = 100;
-    cfg->partition_policy = CONFIG_PARTITION_SHARE;
+    cfg->partition_policy = POLICY_PARTITION_SHARE;
     if (config__set_str(&cfg->socket, "/run/sluice/sluice.sock") < 0 ||
         config__set_str(&cfg->gossip_bind, "0.0.0.0:7946") < 0) {
         config_free(cfg);
@@ -865,5 +865,19 @@ int config_load(const char *path, struct config *cfg, char *err, size_t errlen)
     fclose(f);
     rc = config_load_buffer(path, buf, n, cfg, err, errlen);
     free(buf);
+    return rc;
+}
+
+int config_load_policies(void *path, struct policy_set **out, char *err, size_t errlen)
+{
+    struct config cfg;
+    int rc = config_load((const char *)path, &cfg, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = policy_set_build(cfg.policies, cfg.npolicies, out);
+    if (rc < 0)
+        snprintf(err, errlen, "%s: cannot build the policies: %s", (const char *)path,
+                 sluice_strerror(rc));
+    config_free(&cfg);
     return rc;
 }

@@ -55,21 +55,4 @@ void commands_destroy(struct commands *cmds);
 int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char **argv,
                       const size_t *argvlen, struct resp_buf *out);
 
-/*
- * Strict decimal int64: optional '+' or '-', then digits, no spaces, no
- * trailing bytes; overflow is an error.  Returns 0 or -SLUICE_EINVAL /
- * -SLUICE_ERANGE.
- */
-int commands_parse_int64(const char *s, size_t len, int64_t *out);
-
-/* 1 if the argument arg (len bytes, not NUL-terminated) is word in any
- * case, else 0.  Shared by every command module's option parsing. */
-int commands_arg_is(const char *arg, size_t len, const char *word);
-
-/* Append one INFO line "name:value\r\n" to t.  A line that does not fit
- * the formatting buffer (a name or value of hundreds of bytes) is left out
- * rather than cut; out-of-memory is the buffer's (see resp_add_raw). */
-void commands_info_u64(struct resp_buf *t, const char *name, uint64_t v);
-void commands_info_str(struct resp_buf *t, const char *name, const char *v);
-
 #endif

@@ -80,11 +80,22 @@
 #include "resp.h"
 #include "server.h"
 
+/*
+ * Where SL.RELOAD and SIGHUP get a new policy set: the daemon passes its
+ * config file's loader (config_load_policies), so this layer knows nothing
+ * of the file's format.  On success *out holds one reference, which the
+ * caller takes over; on failure the loader writes the reason into err and
+ * returns a negative enum sluice_err.
+ */
+typedef int (*commands_sl_load_fn)(void *ud, struct policy_set **out, char *err, size_t errlen);
+
 struct commands_sl_config {
-    size_t max_key_bytes;    /* 0 = 512 */
-    uv_loop_t *loop;         /* for SL.ACQUIRE; NULL: SL.ACQUIRE never waits */
-    const char *config_path; /* for SL.RELOAD (copied); NULL: no file */
-    size_t max_waiters;      /* 0 = ACQUIRE_DEFAULT_MAX_WAITERS */
+    size_t max_key_bytes;              /* 0 = 512 */
+    uv_loop_t *loop;                   /* for SL.ACQUIRE; NULL: SL.ACQUIRE never waits */
+    commands_sl_load_fn load_policies; /* for SL.RELOAD; NULL: no config file */
+    void *load_ud;                     /* borrowed; passed to load_policies */
+    const char *load_name;             /* the source in log lines (borrowed), e.g. its path */
+    size_t max_waiters;                /* 0 = ACQUIRE_DEFAULT_MAX_WAITERS */
 };
 
 struct commands_sl;

@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "cluster.h"
+#include "cluster_flags.h"
 #include "commands.h"
 #include "commands_sl.h"
 #include "config.h"
@@ -82,7 +83,7 @@ static void usage(FILE *f)
             "reloads the policies from --config FILE (a bad file keeps the running ones and\n"
             "logs why); so does `sluicectl reload`.  SIGHUP also re-reads the cluster key\n"
             "file, so keys rotate without a restart (install, use, remove).\n");
-    cluster_usage(f);
+    cluster_flags_usage(f);
 }
 
 /* Parses a decimal size in [min, max]; returns 0 or -1. */
@@ -315,7 +316,7 @@ int main(int argc, char **argv)
         {"ratelimit-headers", no_argument, NULL, OPT_RL_HEADERS},
         {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, OPT_HELP},
-        CLUSTER_LONG_OPTIONS,
+        CLUSTER_FLAGS_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
     };
     struct server_config scfg = {.socket_mode = 0660};
@@ -336,7 +337,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "sluiced: %s\n", cerr);
             return 2;
         }
-        if (policy_set_build(&file_cfg, &policies) < 0) {
+        if (policy_set_build(file_cfg.policies, file_cfg.npolicies, &policies) < 0) {
             fprintf(stderr, "sluiced: %s: cannot build the policies\n", config_path);
             return 2;
         }
@@ -464,7 +465,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         default: {
-            int taken = cluster_options_flag(&clopt, opt, optarg);
+            int taken = cluster_flags_parse(&clopt, opt, optarg);
             if (taken > 0)
                 break;
             if (taken == 0)
@@ -479,7 +480,7 @@ int main(int argc, char **argv)
         return 2;
     }
     /* The file's [cluster] section fills what the cluster flags left unset. */
-    if (config_path != NULL && cluster_options_apply_config(&clopt, &file_cfg) < 0) {
+    if (config_path != NULL && cluster_flags_apply_config(&clopt, &file_cfg) < 0) {
         fprintf(stderr, "sluiced: out of memory\n");
         return 2;
     }
@@ -516,8 +517,11 @@ int main(int argc, char **argv)
     limiter_set_policies(d.lim, policies);
     policy_set_release(policies);
     policies = NULL;
-    struct commands_sl_config slcfg = {
-        .max_key_bytes = ccfg.max_key_bytes, .loop = &d.loop, .config_path = config_path};
+    struct commands_sl_config slcfg = {.max_key_bytes = ccfg.max_key_bytes,
+                                       .loop = &d.loop,
+                                       .load_policies = config_path ? config_load_policies : NULL,
+                                       .load_ud = (void *)config_path,
+                                       .load_name = config_path};
     rc = commands_sl_create(d.lim, &slcfg, &d.sl);
     if (rc < 0) {
         log_error("cannot create the command layer: %s", sluice_strerror(rc));

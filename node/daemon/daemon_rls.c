@@ -64,7 +64,7 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
     rc = algo_params_init(&p, d->kind, burst, q->requests_per_unit, period_ns, 0);
     if (rc < 0)
         return (int)rc;
-    int global = q->global && cluster_is_global(d->cluster, NULL, CONFIG_SCOPE_GLOBAL, p.kind);
+    int global = q->global && cluster_is_global(d->cluster, NULL, POLICY_SCOPE_GLOBAL, p.kind);
     /* The clock the decision is taken on: the limiter's, or the cluster's
      * for a global key.  Its offset from the wall clock is read at each call
      * (it moves only as NTP slews the wall clock). */

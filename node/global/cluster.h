@@ -1,6 +1,6 @@
 /*
  * cluster: the daemon's side of global limits.  One object owns the gossip
- * keyring, the libgossip libuv adapter and the replica (node/replica.h), the
+ * keyring, the libgossip libuv adapter and the replica (global/replica.h), the
  * clock global decisions use, and the scope rules that say which keys are
  * global.
  *
@@ -8,7 +8,7 @@
  * daemon passes NULL around): every key is then local, whatever its scope
  * says, and a single node behaves exactly like a standalone limiter.
  *
- * Clock.  Nothing of a time crosses the wire (node/replica.h): each node
+ * Clock.  Nothing of a time crosses the wire (global/replica.h): each node
  * measures durations on its own monotonic clock.  cluster_now_ns() is that
  * clock plus (realtime - monotonic) captured once at start, so that local
  * window algorithms line up with the wall clock; a host whose clock is off
@@ -28,13 +28,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <getopt.h>
-#include <stdio.h>
 
 #include <uv.h>
 
 #include "algo.h"
-#include "config.h"
 #include "policy.h"
 
 struct cluster;
@@ -57,8 +54,8 @@ struct cluster_options {
     int insecure;               /* 1: run without a key file (unsealed packets) */
     int allow_shared_key;       /* 1: accept a key file readable by group or others */
     int64_t gossip_interval_ms; /* delta and gossip period; 0 = 100 */
-    int default_scope;          /* enum config_scope, or -1: global when clustered */
-    int partition;              /* enum config_partition, or -1: share */
+    int default_scope;          /* enum policy_scope, or -1: global when clustered */
+    int partition;              /* enum policy_partition, or -1: share */
     int64_t probe_interval_ms;  /* 0: libgossip's default (1000) */
     int64_t sync_timeout_ms;    /* -1: 2000; fail-closed bound after a start */
     int64_t dns_interval_ms;    /* join list re-resolution; 0 = 30000 */
@@ -72,42 +69,6 @@ struct cluster_options {
 void cluster_options_init(struct cluster_options *o);
 /* Frees what the options own. */
 void cluster_options_free(struct cluster_options *o);
-
-/*
- * Fills, from a loaded config's [cluster] section, every field the flags
- * left unset (flags win).  Strings are borrowed from cfg, which must outlive
- * cluster_start(); the join list is copied into o->join_buf.  Does nothing
- * when cfg has no [cluster] section.  Fails with -SLUICE_ENOMEM.
- */
-int cluster_options_apply_config(struct cluster_options *o, const struct config *cfg);
-
-/*
- * Flag parsing for sluiced: CLUSTER_LONG_OPTIONS goes into the daemon's
- * getopt_long table; for any option value it does not know the daemon calls
- * cluster_options_flag(), which returns 1 (taken), 0 (not a cluster flag) or
- * -1 (bad value; the message is printed on stderr).
- */
-#define CLUSTER_OPT_BASE 0x1000
-/* clang-format off */
-#define CLUSTER_LONG_OPTIONS \
-    {"node-name", required_argument, NULL, CLUSTER_OPT_BASE + 0}, \
-    {"gossip-bind", required_argument, NULL, CLUSTER_OPT_BASE + 1}, \
-    {"advertise", required_argument, NULL, CLUSTER_OPT_BASE + 2}, \
-    {"join", required_argument, NULL, CLUSTER_OPT_BASE + 3}, \
-    {"cluster-key-file", required_argument, NULL, CLUSTER_OPT_BASE + 4}, \
-    {"cluster-label", required_argument, NULL, CLUSTER_OPT_BASE + 5}, \
-    {"gossip-interval-ms", required_argument, NULL, CLUSTER_OPT_BASE + 6}, \
-    {"default-scope", required_argument, NULL, CLUSTER_OPT_BASE + 7}, \
-    {"partition-policy", required_argument, NULL, CLUSTER_OPT_BASE + 8}, \
-    {"insecure-no-encryption", no_argument, NULL, CLUSTER_OPT_BASE + 9}, \
-    {"gossip-probe-interval-ms", required_argument, NULL, CLUSTER_OPT_BASE + 10}, \
-    {"sync-timeout-ms", required_argument, NULL, CLUSTER_OPT_BASE + 11}, \
-    {"dns-interval-ms", required_argument, NULL, CLUSTER_OPT_BASE + 12}, \
-    {"allow-shared-key-file", no_argument, NULL, CLUSTER_OPT_BASE + 13}
-/* clang-format on */
-int cluster_options_flag(struct cluster_options *o, int opt, const char *arg);
-/* The cluster part of `sluiced --help`. */
-void cluster_usage(FILE *f);
 
 /*
  * Starts the cluster on loop: loads the key file, binds the gossip socket,
@@ -200,6 +161,6 @@ struct replica *cluster_replica(struct cluster *c);
 const char *cluster_node_name(const struct cluster *c);
 /* The advertised gossip address, "IP:PORT". */
 const char *cluster_address(const struct cluster *c);
-enum config_scope cluster_default_scope(const struct cluster *c);
+enum policy_scope cluster_default_scope(const struct cluster *c);
 
 #endif

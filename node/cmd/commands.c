@@ -8,7 +8,9 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "commands_cluster.h"
+#include "info.h"
 #include "commands_sl.h"
 #include "sluice/error.h"
 
@@ -51,39 +53,6 @@ static int client_resp3(const struct server_client *c)
     return server_client_proto(c) == 3;
 }
 
-int commands_parse_int64(const char *s, size_t len, int64_t *out)
-{
-    size_t i = 0;
-    int neg = 0;
-    if (len > 0 && (s[0] == '-' || s[0] == '+')) {
-        neg = s[0] == '-';
-        i = 1;
-    }
-    if (i == len)
-        return -SLUICE_EINVAL;
-    uint64_t v = 0;
-    const uint64_t limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
-    int overflow = 0;
-    for (; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -SLUICE_EINVAL;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (v > (limit - d) / 10)
-            overflow = 1; /* keep scanning: junk is EINVAL, not ERANGE */
-        else
-            v = v * 10 + d;
-    }
-    if (overflow)
-        return -SLUICE_ERANGE;
-    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
-    return 0;
-}
-
-int commands_arg_is(const char *arg, size_t len, const char *word)
-{
-    return strlen(word) == len && strncasecmp(arg, word, len) == 0;
-}
-
 static int reply_arity(struct resp_buf *out, const char *name)
 {
     resp_add_errorf(out, "ERR wrong number of arguments for '%s' command", name);
@@ -114,7 +83,7 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
     }
     int64_t v[4] = {0, 0, 0, 1};
     for (size_t i = 2; i < argc; i++) {
-        if (commands_parse_int64(argv[i], argvlen[i], &v[i - 2]) < 0) {
+        if (args_parse_int64(argv[i], argvlen[i], &v[i - 2]) < 0) {
             int shown = argvlen[i] > 128 ? 128 : (int)argvlen[i];
             resp_add_errorf(out, CELL_ERR "Couldn't parse as integer: %.*s", shown, argv[i]);
             return SERVER_CONTINUE;
@@ -203,7 +172,7 @@ static int cmd_select(struct commands *cmds, struct server_client *c, size_t arg
     if (argc != 2)
         return reply_arity(out, "select");
     int64_t db;
-    if (commands_parse_int64(argv[1], argvlen[1], &db) < 0)
+    if (args_parse_int64(argv[1], argvlen[1], &db) < 0)
         resp_add_error(out, "ERR value is not an integer or out of range");
     else if (db != 0)
         resp_add_error(out, "ERR DB index is out of range");
@@ -228,7 +197,7 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
     size_t i = 1;
     int64_t ver = client_resp3(c) ? 3 : 2;
     if (argc >= 2) {
-        if (commands_parse_int64(argv[1], argvlen[1], &ver) < 0) {
+        if (args_parse_int64(argv[1], argvlen[1], &ver) < 0) {
             resp_add_error(out, "ERR Protocol version is not an integer or out of range");
             return SERVER_CONTINUE;
         }
@@ -243,9 +212,9 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
     const char *setname = NULL;
     size_t setname_len = 0;
     for (; i < argc; i++) {
-        if (commands_arg_is(argv[i], argvlen[i], "AUTH") && i + 2 < argc) {
+        if (args_is(argv[i], argvlen[i], "AUTH") && i + 2 < argc) {
             i += 2; /* no authentication: the socket's permissions are the gate */
-        } else if (commands_arg_is(argv[i], argvlen[i], "SETNAME") && i + 1 < argc) {
+        } else if (args_is(argv[i], argvlen[i], "SETNAME") && i + 1 < argc) {
             setname = argv[i + 1];
             setname_len = argvlen[i + 1];
             i++;
@@ -296,11 +265,11 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
         resp_add_error(out, "ERR CLIENT needs a connection");
         return SERVER_CONTINUE;
     }
-    if (commands_arg_is(sub, sublen, "ID")) {
+    if (args_is(sub, sublen, "ID")) {
         if (argc != 2)
             return reply_arity(out, "client|id");
         resp_add_int(out, (int64_t)server_client_id(c));
-    } else if (commands_arg_is(sub, sublen, "GETNAME")) {
+    } else if (args_is(sub, sublen, "GETNAME")) {
         if (argc != 2)
             return reply_arity(out, "client|getname");
         const char *name = server_client_name(c);
@@ -308,7 +277,7 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
             resp_add_null(out);
         else
             resp_add_bulk_str(out, name);
-    } else if (commands_arg_is(sub, sublen, "SETNAME")) {
+    } else if (args_is(sub, sublen, "SETNAME")) {
         if (argc != 3)
             return reply_arity(out, "client|setname");
         if (!name_is_valid(argv[2], argvlen[2])) {
@@ -319,11 +288,10 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
         } else {
             resp_add_simple(out, "OK");
         }
-    } else if (commands_arg_is(sub, sublen, "SETINFO")) {
+    } else if (args_is(sub, sublen, "SETINFO")) {
         if (argc != 4)
             return reply_arity(out, "client|setinfo");
-        if (commands_arg_is(argv[2], argvlen[2], "LIB-NAME") ||
-            commands_arg_is(argv[2], argvlen[2], "LIB-VER")) {
+        if (args_is(argv[2], argvlen[2], "LIB-NAME") || args_is(argv[2], argvlen[2], "LIB-VER")) {
             resp_add_simple(out, "OK");
         } else {
             int shown = argvlen[2] > 128 ? 128 : (int)argvlen[2];
@@ -346,7 +314,7 @@ static int cmd_auth(struct commands *cmds, struct server_client *c, size_t argc,
         resp_add_error(out, "ERR AUTH <password> called without any password configured for "
                             "the default user. Are you sure your configuration is correct?");
     } else if (argc == 3) {
-        if (commands_arg_is(argv[1], argvlen[1], "default"))
+        if (args_is(argv[1], argvlen[1], "default"))
             resp_add_simple(out, "OK");
         else
             resp_add_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
@@ -435,8 +403,8 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
             free(pattern);
             return SERVER_CONTINUE;
         }
-        if (commands_arg_is(argv[i], argvlen[i], "COUNT")) {
-            if (commands_parse_int64(argv[i + 1], argvlen[i + 1], &count) < 0) {
+        if (args_is(argv[i], argvlen[i], "COUNT")) {
+            if (args_parse_int64(argv[i + 1], argvlen[i + 1], &count) < 0) {
                 resp_add_error(out, "ERR value is not an integer or out of range");
                 free(pattern);
                 return SERVER_CONTINUE;
@@ -446,7 +414,7 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
                 free(pattern);
                 return SERVER_CONTINUE;
             }
-        } else if (commands_arg_is(argv[i], argvlen[i], "MATCH")) {
+        } else if (args_is(argv[i], argvlen[i], "MATCH")) {
             free(pattern);
             pattern = malloc(argvlen[i + 1] + 1);
             if (pattern == NULL) {
@@ -495,32 +463,13 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
 
 /* ---- introspection ---- */
 
-/* Appends "name:value\r\n" to a text buffer. */
-void commands_info_u64(struct resp_buf *t, const char *name, uint64_t v)
-{
-    char line[160];
-    int n = snprintf(line, sizeof(line), "%s:%llu\r\n", name, (unsigned long long)v);
-    if (n > 0 && (size_t)n < sizeof(line))
-        resp_add_raw(t, line, (size_t)n);
-}
-
-void commands_info_str(struct resp_buf *t, const char *name, const char *v)
-{
-    char line[200];
-    int n = snprintf(line, sizeof(line), "%s:%s\r\n", name, v);
-    if (n > 0 && (size_t)n < sizeof(line))
-        resp_add_raw(t, line, (size_t)n);
-}
-
 static int section_wanted(size_t argc, const char **argv, const size_t *argvlen, const char *name)
 {
     if (argc < 2)
         return 1;
     for (size_t i = 1; i < argc; i++) {
-        if (commands_arg_is(argv[i], argvlen[i], name) ||
-            commands_arg_is(argv[i], argvlen[i], "all") ||
-            commands_arg_is(argv[i], argvlen[i], "everything") ||
-            commands_arg_is(argv[i], argvlen[i], "default"))
+        if (args_is(argv[i], argvlen[i], name) || args_is(argv[i], argvlen[i], "all") ||
+            args_is(argv[i], argvlen[i], "everything") || args_is(argv[i], argvlen[i], "default"))
             return 1;
     }
     return 0;
@@ -542,36 +491,36 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         resp_add_raw(&t, "sluice_version:" SLUICE_VERSION_STRING "\r\n",
                      strlen("sluice_version:" SLUICE_VERSION_STRING "\r\n"));
         resp_add_raw(&t, "redis_mode:standalone\r\n", 23);
-        commands_info_u64(&t, "process_id", (uint64_t)getpid());
+        info_u64(&t, "process_id", (uint64_t)getpid());
         uint64_t up = (uv_hrtime() - cmds->started_ns) / 1000000000u;
-        commands_info_u64(&t, "uptime_in_seconds", up);
+        info_u64(&t, "uptime_in_seconds", up);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "clients")) {
         resp_add_raw(&t, "# Clients\r\n", 11);
-        commands_info_u64(&t, "connected_clients", ss.connected_clients);
+        info_u64(&t, "connected_clients", ss.connected_clients);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "stats")) {
         resp_add_raw(&t, "# Stats\r\n", 9);
-        commands_info_u64(&t, "total_connections_received", ss.total_connections);
-        commands_info_u64(&t, "total_commands_processed", ss.total_commands);
-        commands_info_u64(&t, "rejected_connections", ss.rejected_connections);
-        commands_info_u64(&t, "protocol_errors", ss.protocol_errors);
-        commands_info_u64(&t, "output_limit_disconnects", ss.output_limit_disconnects);
+        info_u64(&t, "total_connections_received", ss.total_connections);
+        info_u64(&t, "total_commands_processed", ss.total_commands);
+        info_u64(&t, "rejected_connections", ss.rejected_connections);
+        info_u64(&t, "protocol_errors", ss.protocol_errors);
+        info_u64(&t, "output_limit_disconnects", ss.output_limit_disconnects);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "limiter")) {
         struct limiter_stats ls;
         limiter_get_stats(cmds->lim, &ls);
         resp_add_raw(&t, "# Limiter\r\n", 11);
-        commands_info_u64(&t, "keys", ls.keys);
-        commands_info_u64(&t, "decisions", ls.decisions);
-        commands_info_u64(&t, "limited", ls.limited);
-        commands_info_u64(&t, "reclaimed", ls.reclaimed);
-        commands_info_u64(&t, "evicted", ls.evicted);
-        commands_info_u64(&t, "overflow_denied", ls.overflow_denied);
-        commands_info_u64(&t, "overflow_allowed", ls.overflow_allowed);
+        info_u64(&t, "keys", ls.keys);
+        info_u64(&t, "decisions", ls.decisions);
+        info_u64(&t, "limited", ls.limited);
+        info_u64(&t, "reclaimed", ls.reclaimed);
+        info_u64(&t, "evicted", ls.evicted);
+        info_u64(&t, "overflow_denied", ls.overflow_denied);
+        info_u64(&t, "overflow_allowed", ls.overflow_allowed);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "cluster"))
@@ -616,7 +565,7 @@ static int cmd_command(struct commands *cmds, struct server_client *c, size_t ar
 {
     /* Clients call COMMAND / COMMAND DOCS for hints and metadata only; an
      * empty answer makes them fall back to sending commands as typed. */
-    if (argc >= 2 && commands_arg_is(argv[1], argvlen[1], "COUNT"))
+    if (argc >= 2 && args_is(argv[1], argvlen[1], "COUNT"))
         resp_add_int(out, (int64_t)command_count());
     else
         resp_add_array(out, 0);
@@ -628,11 +577,11 @@ static int cmd_config(struct commands *cmds, struct server_client *c, size_t arg
 {
     /* redis-benchmark asks for `save` and `appendonly`; sluice keeps no data
      * on disk, which is what these answers say. */
-    if (argc == 3 && commands_arg_is(argv[1], argvlen[1], "GET")) {
-        if (commands_arg_is(argv[2], argvlen[2], "save")) {
+    if (argc == 3 && args_is(argv[1], argvlen[1], "GET")) {
+        if (args_is(argv[2], argvlen[2], "save")) {
             resp_add_array(out, 2);
             resp_add_pair_str(out, "save", "");
-        } else if (commands_arg_is(argv[2], argvlen[2], "appendonly")) {
+        } else if (args_is(argv[2], argvlen[2], "appendonly")) {
             resp_add_array(out, 2);
             resp_add_pair_str(out, "appendonly", "no");
         } else {
@@ -872,7 +821,7 @@ static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc
 static int tx_command(struct commands *cmds, struct server_client *c, struct tx *t, size_t argc,
                       const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    if (commands_arg_is(argv[0], argvlen[0], "EXEC")) {
+    if (args_is(argv[0], argvlen[0], "EXEC")) {
         int rc = t->failed ? (resp_add_error(out, "EXECABORT Transaction discarded because of "
                                                   "previous errors."),
                               SERVER_CONTINUE)
@@ -880,20 +829,20 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
         server_client_set_ctx(c, NULL, NULL); /* frees t */
         return rc;
     }
-    if (commands_arg_is(argv[0], argvlen[0], "DISCARD")) {
+    if (args_is(argv[0], argvlen[0], "DISCARD")) {
         server_client_set_ctx(c, NULL, NULL);
         resp_add_simple(out, "OK");
         return SERVER_CONTINUE;
     }
-    if (commands_arg_is(argv[0], argvlen[0], "MULTI")) {
+    if (args_is(argv[0], argvlen[0], "MULTI")) {
         resp_add_error(out, "ERR MULTI calls can not be nested");
         return SERVER_CONTINUE;
     }
-    if (commands_arg_is(argv[0], argvlen[0], "WATCH")) {
+    if (args_is(argv[0], argvlen[0], "WATCH")) {
         resp_add_error(out, "ERR WATCH inside MULTI is not allowed");
         return SERVER_CONTINUE;
     }
-    if (commands_arg_is(argv[0], argvlen[0], "QUIT"))
+    if (args_is(argv[0], argvlen[0], "QUIT"))
         return cmd_quit(cmds, c, argc, argv, argvlen, out);
     handler_fn fn = command_lookup(argv[0], argvlen[0]);
     if (fn == NULL) {
@@ -901,7 +850,7 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
         t->failed = 1;
         return SERVER_CONTINUE;
     }
-    if (commands_arg_is(argv[0], argvlen[0], "SL.ACQUIRE")) {
+    if (args_is(argv[0], argvlen[0], "SL.ACQUIRE")) {
         resp_add_error(out, "ERR SL.ACQUIRE cannot wait inside MULTI");
         t->failed = 1;
         return SERVER_CONTINUE;
