@@ -21,8 +21,7 @@
 
 #include "sluice/error.h"
 #include "table.h"
-
-#define NS_PER_MS ((int64_t)1000000)
+#include "num.h"
 
 struct acquire_queue;
 
@@ -93,12 +92,6 @@ size_t acquire_waiting(const struct acquire *a)
     return a->waiting;
 }
 
-static int64_t acquire__sat_add(int64_t x, int64_t y)
-{
-    int64_t r;
-    return __builtin_add_overflow(x, y, &r) ? INT64_MAX : r;
-}
-
 static void acquire__unlink(struct acquire_waiter *w)
 {
     struct acquire_queue *q = w->q;
@@ -165,7 +158,7 @@ static void acquire__rearm(struct acquire_queue *q, int64_t now)
                limiter_earliest_fit(a->lim, q->key, q->klen, &q->head->p, q->head->qty, now, &delay,
                                     NULL) == 0 &&
                delay != ALGO_NEVER) {
-        int64_t fit = acquire__sat_add(now, delay);
+        int64_t fit = num_add_sat(now, delay);
         if (fit < due)
             due = fit;
     }
@@ -173,7 +166,7 @@ static void acquire__rearm(struct acquire_queue *q, int64_t now)
     /* libuv timers count whole milliseconds from the loop's cached time:
      * round up so the timer never fires before the head fits (an early
      * fire would only re-arm, but costs a wake-up). */
-    uint64_t ms = (uint64_t)(wait_ns / NS_PER_MS + (wait_ns % NS_PER_MS != 0));
+    uint64_t ms = (uint64_t)(wait_ns / NUM_NS_PER_MS + (wait_ns % NUM_NS_PER_MS != 0));
     uv_timer_start(&q->timer, acquire__on_timer, ms, 0);
 }
 
@@ -188,7 +181,7 @@ static void acquire__refusal(struct acquire *a, struct acquire_waiter *w, int64_
         if (w->next_try_ns == INT64_MAX)
             w->r.retry_after_ns = ALGO_NEVER;
         else
-            w->r.retry_after_ns = w->next_try_ns > now ? w->next_try_ns - now : NS_PER_MS;
+            w->r.retry_after_ns = w->next_try_ns > now ? w->next_try_ns - now : NUM_NS_PER_MS;
         return;
     }
     if (limiter_earliest_fit(a->lim, w->q->key, w->q->klen, &w->p, w->qty, now, &delay, &w->r) <
@@ -197,7 +190,7 @@ static void acquire__refusal(struct acquire *a, struct acquire_waiter *w, int64_
         w->r.limit = w->p.limit;
     }
     w->r.limited = 1;
-    w->r.retry_after_ns = delay == 0 ? NS_PER_MS : delay;
+    w->r.retry_after_ns = delay == 0 ? NUM_NS_PER_MS : delay;
 }
 
 /*
@@ -223,7 +216,7 @@ static int acquire__poll(struct acquire_waiter *w, int64_t now)
     if (w->r.retry_after_ns == ALGO_NEVER)
         w->next_try_ns = INT64_MAX;
     else
-        w->next_try_ns = acquire__sat_add(now, w->r.retry_after_ns > 0 ? w->r.retry_after_ns : 1);
+        w->next_try_ns = num_add_sat(now, w->r.retry_after_ns > 0 ? w->r.retry_after_ns : 1);
     return 1;
 }
 
@@ -373,7 +366,7 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
             return rc;
         if (!r->limited || r->retry_after_ns == ALGO_NEVER || r->retry_after_ns > req->timeout_ns)
             return 1;
-        next_try = acquire__sat_add(now_ns, r->retry_after_ns > 0 ? r->retry_after_ns : 1);
+        next_try = num_add_sat(now_ns, r->retry_after_ns > 0 ? r->retry_after_ns : 1);
     } else if (decide != NULL) {
         /* Behind the waiters (FIFO): asked when it reaches the head. */
         memset(r, 0, sizeof(*r));
@@ -399,7 +392,7 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
          * one would fit only after the deadline, say so now.  (When that
          * total exceeds what the key can hold at once there is no
          * estimate; the deadline answers.) */
-        int64_t total = acquire__sat_add(q->qty_sum, req->qty);
+        int64_t total = num_add_sat(q->qty_sum, req->qty);
         rc = limiter_earliest_fit(a->lim, req->key, req->klen, p, req->qty, now_ns, &delay, r);
         if (rc < 0)
             return rc;
@@ -431,7 +424,7 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
     w->next_try_ns = next_try;
     w->qty = req->qty;
     w->start_ns = now_ns;
-    w->deadline_ns = acquire__sat_add(now_ns, req->timeout_ns);
+    w->deadline_ns = num_add_sat(now_ns, req->timeout_ns);
     w->done = done;
     w->ud = ud;
     w->q = q;
@@ -442,7 +435,7 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
         q->head = w;
     q->tail = w;
     q->n++;
-    q->qty_sum = acquire__sat_add(q->qty_sum, w->qty);
+    q->qty_sum = num_add_sat(q->qty_sum, w->qty);
     a->waiting++;
     acquire__rearm(q, now_ns);
     *wout = w;

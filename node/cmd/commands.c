@@ -13,6 +13,7 @@
 #include "info.h"
 #include "commands_sl.h"
 #include "sluice/error.h"
+#include "version.h"
 
 struct commands {
     struct limiter *lim;
@@ -59,11 +60,6 @@ static int reply_arity(struct resp_buf *out, const char *name)
     return SERVER_CONTINUE;
 }
 
-static uint64_t now_ns(const struct server_client *c)
-{
-    return c ? server_now_ns(server_client_server(c)) : uv_hrtime();
-}
-
 /* ---- CL.THROTTLE ---- */
 
 #define CELL_ERR "Cell error: Store error: "
@@ -105,7 +101,7 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
         return SERVER_CONTINUE;
     struct limiter_throttle_result r;
     int rc = limiter_throttle(cmds->lim, argv[1], argvlen[1], v[0], v[1], v[2], v[3],
-                              (int64_t)now_ns(c), &r);
+                              server_client_now_ns(c), &r);
     if (rc == -SLUICE_ENOMEM) {
         resp_add_error(out, "ERR out of memory");
         return SERVER_CONTINUE;
@@ -488,8 +484,8 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         resp_add_raw(&t, "# Server\r\n", 10);
         resp_add_raw(&t, "redis_version:" SLUICE_REDIS_COMPAT_VERSION "\r\n",
                      strlen("redis_version:" SLUICE_REDIS_COMPAT_VERSION "\r\n"));
-        resp_add_raw(&t, "sluice_version:" SLUICE_VERSION_STRING "\r\n",
-                     strlen("sluice_version:" SLUICE_VERSION_STRING "\r\n"));
+        resp_add_raw(&t, "sluice_version:" SLUICE_VERSION "\r\n",
+                     strlen("sluice_version:" SLUICE_VERSION "\r\n"));
         resp_add_raw(&t, "redis_mode:standalone\r\n", 23);
         info_u64(&t, "process_id", (uint64_t)getpid());
         uint64_t up = (uv_hrtime() - cmds->started_ns) / 1000000000u;

@@ -23,9 +23,6 @@
 #include "resp.h"
 #include "server.h"
 
-#ifndef SLUICE_VERSION_STRING
-#define SLUICE_VERSION_STRING "0.1.0"
-#endif
 /* The Redis version sluice reports to clients that gate features on it. */
 #define SLUICE_REDIS_COMPAT_VERSION "7.0.0"
 

@@ -12,10 +12,9 @@
 #include "replica.h"
 #include "server.h"
 #include "sluice/error.h"
+#include "num.h"
 
-#define CELL_ERR  "Cell error: Store error: "
-#define NS_PER_S  1000000000LL
-#define NS_PER_MS 1000000LL
+#define CELL_ERR "Cell error: Store error: "
 
 int commands_cluster_throttle(struct cluster *cl, struct limiter *lim, const char *key, size_t klen,
                               const int64_t v[4], struct resp_buf *out)
@@ -28,7 +27,7 @@ int commands_cluster_throttle(struct cluster *cl, struct limiter *lim, const cha
     struct algo_params p;
     if (pol != NULL) {
         p = pol->algo;
-    } else if (__builtin_mul_overflow(v[2], NS_PER_S, &period_ns) ||
+    } else if (__builtin_mul_overflow(v[2], NUM_NS_PER_S, &period_ns) ||
                algo_params_init(&p, ALGO_GCRA, v[0], v[1], period_ns, 0) < 0) {
         /* The local path words these errors; it answers them the same way. */
         return 0;
@@ -83,7 +82,7 @@ static int members_one(void *ud, const struct gossip_member_info *m)
     if (m->is_self)
         ago = 0;
     else if (m->last_heard_ns > 0)
-        ago = x->now > m->last_heard_ns ? (x->now - m->last_heard_ns) / NS_PER_MS : 0;
+        ago = x->now > m->last_heard_ns ? (x->now - m->last_heard_ns) / NUM_NS_PER_MS : 0;
     resp_add_array(x->items, 6);
     resp_add_bulk_str(x->items, m->name);
     resp_add_bulk_str(x->items, addr);
@@ -146,7 +145,7 @@ static void slot_one(void *ud, const struct replica_slot_info *s)
     add_double(x->items, s->share);
     resp_add_int(x->items, s->reachable ? 1 : 0);
     add_double(x->items, s->frozen);
-    resp_add_int(x->items, s->age_ns / NS_PER_MS);
+    resp_add_int(x->items, s->age_ns / NUM_NS_PER_MS);
     x->n++;
 }
 
@@ -176,12 +175,12 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
     resp_add_pair_str(out, "algorithm", algo_name(info.params.kind));
     resp_add_pair_int(out, "burst", info.params.burst);
     resp_add_pair_int(out, "count", info.params.count);
-    resp_add_pair_int(out, "period_ms", info.params.period_ns / NS_PER_MS);
+    resp_add_pair_int(out, "period_ms", info.params.period_ns / NUM_NS_PER_MS);
     resp_add_pair_str(out, "policy",
                       info.policy == POLICY_PARTITION_SHARE ? "share" : "optimistic");
     resp_add_pair_int(out, "remaining", info.remaining);
-    resp_add_pair_int(out, "debt_ms", info.debt_ns / NS_PER_MS);
-    resp_add_pair_int(out, "reset_after_ms", info.reset_after_ns / NS_PER_MS);
+    resp_add_pair_int(out, "debt_ms", info.debt_ns / NUM_NS_PER_MS);
+    resp_add_pair_int(out, "reset_after_ms", info.reset_after_ns / NUM_NS_PER_MS);
     resp_add_bulk_str(out, "share");
     add_double(out, info.share);
     resp_add_bulk_str(out, "demand");

@@ -13,9 +13,9 @@
 #include "policy.h"
 #include "replica.h"
 #include "sluice/error.h"
+#include "num.h"
 
 #define SL_DEFAULT_MAX_KEY 512
-#define NS_PER_MS          ((int64_t)1000000)
 /* Longest SL.ACQUIRE wait: one day. */
 #define SL_MAX_TIMEOUT_MS ((int64_t)86400000)
 
@@ -268,7 +268,7 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
                                 "burst and precision not negative");
             return -1;
         }
-        if (__builtin_mul_overflow(period_ms, NS_PER_MS, &period_ns)) {
+        if (__builtin_mul_overflow(period_ms, NUM_NS_PER_MS, &period_ns)) {
             resp_add_error(out, "ERR invalid limit: period_ms too large");
             return -1;
         }
@@ -302,7 +302,7 @@ static int64_t sl__ms(int64_t ns)
 {
     if (ns <= 0)
         return 0;
-    return ns / NS_PER_MS + (ns % NS_PER_MS != 0);
+    return ns / NUM_NS_PER_MS + (ns % NUM_NS_PER_MS != 0);
 }
 
 /* One decision (see commands_sl.h); waited_ns < 0: no waited_ms field. */
@@ -359,11 +359,6 @@ static int sl__key_ok(struct commands_sl *sl, size_t klen, struct resp_buf *out)
     return 1;
 }
 
-static int64_t sl__now(const struct server_client *c)
-{
-    return (int64_t)(c ? server_now_ns(server_client_server(c)) : uv_hrtime());
-}
-
 /* ---- scope ---- */
 
 /* 1 when the key of spec s is decided by the cluster's replica. */
@@ -390,11 +385,10 @@ static void sl__global_refusal(const struct algo_params *p, int64_t qty, struct 
     r->limited = 1;
     if (qty > r->limit) {
         r->retry_after_ns = ALGO_NEVER;
-    } else if (p->kind == ALGO_GCRA || p->kind == ALGO_TOKEN_BUCKET) {
-        int64_t missing = qty - (r->remaining > 0 ? r->remaining : 0), t;
+    } else if (algo_has_burst(p->kind)) {
+        int64_t missing = qty - (r->remaining > 0 ? r->remaining : 0);
         int64_t em = p->period_ns / p->count > 0 ? p->period_ns / p->count : 1;
-        r->retry_after_ns =
-            __builtin_mul_overflow(missing > 0 ? missing : 1, em, &t) ? INT64_MAX : t;
+        r->retry_after_ns = num_mul_sat(missing > 0 ? missing : 1, em);
     } else {
         r->retry_after_ns = r->reset_after_ns > 0 ? r->reset_after_ns : 1;
     }
@@ -425,7 +419,7 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
     unsigned opts = cmd == SL_THROTTLE ? OPT_QTY | OPT_PEEK : OPT_QTY;
     if (sl__parse(sl, argv[1], argvlen[1], argc, argv, argvlen, &i, opts, 0, &s, out) < 0)
         return;
-    int64_t now = sl__now(c);
+    int64_t now = server_client_now_ns(c);
     int global = sl__is_global(sl, &s);
     if (cmd == SL_REFUND) {
         if (!s.has_qty) {
@@ -524,15 +518,16 @@ static void sl__acquire(struct commands_sl *sl, struct server_client *c, int res
                               s.pol,
                               s.pol ? limiter_policies(sl->lim) : NULL,
                               s.qty,
-                              s.timeout_ms * NS_PER_MS};
+                              s.timeout_ms * NUM_NS_PER_MS};
     struct algo_result r;
     int64_t waited;
     int rc;
     if (sl__is_global(sl, &s))
-        rc = acquire_submit_via(sl->acq, &req, sl__global_decide, sl, sl__now(c), sl__acquire_done,
-                                x, &r, &waited, &x->w);
+        rc = acquire_submit_via(sl->acq, &req, sl__global_decide, sl, server_client_now_ns(c),
+                                sl__acquire_done, x, &r, &waited, &x->w);
     else
-        rc = acquire_submit(sl->acq, &req, sl__now(c), sl__acquire_done, x, &r, &waited, &x->w);
+        rc = acquire_submit(sl->acq, &req, server_client_now_ns(c), sl__acquire_done, x, &r,
+                            &waited, &x->w);
     if (rc == 1) {
         free(x);
         sl__reply(out, resp3, &r, s.p->kind, s.pol, waited);
@@ -677,9 +672,9 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
     for (size_t k = 0; k < n; k++)
         nglobal += sl__is_global(sl, &specs[k]);
     if (nglobal > 0)
-        rc = sl__multi_mixed(sl, specs, reqs, n, sl__now(c), outs, &allowed);
+        rc = sl__multi_mixed(sl, specs, reqs, n, server_client_now_ns(c), outs, &allowed);
     else
-        rc = limiter_multi(sl->lim, reqs, n, sl__now(c), outs, &allowed);
+        rc = limiter_multi(sl->lim, reqs, n, server_client_now_ns(c), outs, &allowed);
     if (rc == -SLUICE_EINVAL) {
         resp_add_error(out, "ERR duplicate key in SL.MULTI");
         return;

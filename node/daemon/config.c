@@ -688,7 +688,7 @@ static void config__finish(struct config_parser *ps)
     for (size_t i = 0; i < cfg->npolicies && !ps->failed; i++) {
         struct policy_spec *pol = &cfg->policies[i];
         struct config_pol_lines *pl = &ps->pl[i];
-        int windowed = pl->kind != ALGO_GCRA && pl->kind != ALGO_TOKEN_BUCKET;
+        int windowed = !algo_has_burst(pl->kind);
         int rc;
         if (pl->rate == 0) {
             config__fail(ps, pol->line, -SLUICE_ECONFIG,

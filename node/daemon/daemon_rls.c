@@ -29,9 +29,7 @@
 #include "rls/server.h"
 #include "rls/service.h"
 #include "sluice/error.h"
-
-#define NS_PER_S  1000000000LL
-#define NS_PER_MS 1000000LL
+#include "num.h"
 
 struct daemon_rls {
     struct limiter *lim;
@@ -49,7 +47,7 @@ static int64_t daemon_rls__wall(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
+    return (int64_t)ts.tv_sec * NUM_NS_PER_S + ts.tv_nsec;
 }
 
 static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct rls_decide_res *res)
@@ -58,7 +56,7 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
     struct algo_params p;
     struct algo_result r;
     int64_t period_ns, rc;
-    if (__builtin_mul_overflow(q->period_s, NS_PER_S, &period_ns))
+    if (__builtin_mul_overflow(q->period_s, NUM_NS_PER_S, &period_ns))
         return -SLUICE_ERANGE;
     int64_t burst = q->requests_per_unit - 1;
     rc = algo_params_init(&p, d->kind, burst, q->requests_per_unit, period_ns, 0);
@@ -89,9 +87,9 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
     if (d->calendar) {
         /* Until the window ends, whether or not anything was counted. */
         int64_t into = (now + phase) % period_ns;
-        res->reset_after_ms = (period_ns - into + NS_PER_MS - 1) / NS_PER_MS;
+        res->reset_after_ms = (period_ns - into + NUM_NS_PER_MS - 1) / NUM_NS_PER_MS;
     } else {
-        res->reset_after_ms = (r.reset_after_ns + NS_PER_MS - 1) / NS_PER_MS;
+        res->reset_after_ms = (r.reset_after_ns + NUM_NS_PER_MS - 1) / NUM_NS_PER_MS;
     }
     return 0;
 }

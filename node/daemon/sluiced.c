@@ -31,6 +31,7 @@
 #include "server.h"
 #include "sluice/client.h"
 #include "sluice/error.h"
+#include "version.h"
 
 static void usage(FILE *f)
 {
@@ -458,7 +459,7 @@ int main(int argc, char **argv)
             rlsopt.headers = 1;
             break;
         case OPT_VERSION:
-            printf("sluiced %s\n", SLUICE_VERSION_STRING);
+            printf("sluiced %s\n", SLUICE_VERSION);
             return 0;
         case OPT_HELP:
         case 'h':
@@ -596,9 +597,8 @@ int main(int argc, char **argv)
     d.sighup.data = &d;
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);
     daemon_raise_nofile(scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
-    log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION_STRING,
-             socket_path, scfg.socket_mode,
-             scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
+    log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION, socket_path,
+             scfg.socket_mode, scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
     uv_run(&d.loop, UV_RUN_DEFAULT);
     status = 0;
     if (cluster_failed(d.cluster)) {

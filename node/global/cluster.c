@@ -18,10 +18,10 @@
 #include "log.h"
 #include "replica.h"
 #include "sluice/error.h"
+#include "num.h"
 
 #define DEFAULT_INTERVAL_MS     100
 #define DEFAULT_DNS_INTERVAL_MS 30000
-#define NS_PER_SEC              1000000000LL
 #define TRIM_AFTER_GC           256 /* keys dropped since the last trim worth returning memory for */
 #define GOSSIP_FANOUT           5 /* membership gossip: a broadcast reaches 1000 nodes in ~0.5 s */
 
@@ -81,7 +81,7 @@ static int64_t realtime_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * NS_PER_SEC + ts.tv_nsec;
+    return (int64_t)ts.tv_sec * NUM_NS_PER_S + ts.tv_nsec;
 }
 
 int64_t cluster_now_ns(const struct cluster *c)
@@ -194,7 +194,7 @@ static void cluster__log_drops(struct cluster *c)
         gs.drops[GOSSIP_DROP_AUTH] + gs.drops[GOSSIP_DROP_NOKEY] + gs.drops[GOSSIP_DROP_VERSION];
     int64_t now = cluster_now_ns(c);
     if (bad > c->drops_logged &&
-        (c->drops_logged_at == 0 || now - c->drops_logged_at >= 60 * NS_PER_SEC)) {
+        (c->drops_logged_at == 0 || now - c->drops_logged_at >= 60 * NUM_NS_PER_S)) {
         log_warn("cluster: %llu gossip packets dropped since the last such line: %llu failed "
                  "authentication (another cluster key or label?), %llu sealed with a key id we "
                  "do not hold, %llu of another protocol version",
@@ -231,7 +231,7 @@ static void on_tick(uv_timer_t *t)
     replica_get_stats(c->r, &after);
     c->gc_since_trim += after.gc_keys - before.gc_keys;
     int64_t now = cluster_now_ns(c);
-    if (c->gc_since_trim >= TRIM_AFTER_GC && now - c->trimmed_at >= NS_PER_SEC) {
+    if (c->gc_since_trim >= TRIM_AFTER_GC && now - c->trimmed_at >= NUM_NS_PER_S) {
         malloc_trim(0); /* drained keys were dropped: give the memory back (at most 1/s) */
         c->gc_since_trim = 0;
         c->trimmed_at = now;

@@ -9,8 +9,8 @@
 #include "sluice/error.h"
 #include "table.h"
 #include "wire.h"
+#include "num.h"
 
-#define NS_PER_SEC          1000000000LL
 #define DEMAND_TAU_S        1.0                /* demand estimate: shortest EWMA time constant */
 #define DEMAND_TAU_MAX_S    10.0               /* ... and longest */
 #define DEMAND_EVENTS       20.0               /* requests a time constant should span */
@@ -33,7 +33,7 @@ struct rlimit {
 /* Units a fresh key admits at once: burst + 1, or the count of a window. */
 static int64_t replica__limit(const struct rlimit *l)
 {
-    return l->kind == ALGO_GCRA || l->kind == ALGO_TOKEN_BUCKET ? l->burst + 1 : l->count;
+    return algo_has_burst((enum algo_kind)l->kind) ? l->burst + 1 : l->count;
 }
 
 static void replica__limit_of(struct rlimit *l, const struct algo_params *p)
@@ -270,7 +270,7 @@ static int replica__append(struct replica *r, uint32_t id, int t, uint64_t life,
 
 static int replica__windowed(const struct rlimit *p)
 {
-    return p->kind == ALGO_FIXED_WINDOW || p->kind == ALGO_SLIDING_WINDOW;
+    return !algo_has_burst((enum algo_kind)p->kind);
 }
 
 /* Units per ns of the whole limit. */
@@ -514,10 +514,10 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     memcpy(r->name, cfg->node_name, nl);
     r->life = cfg->life_id;
     r->interval = cfg->interval_ns > 0 ? cfg->interval_ns : 100 * 1000000LL;
-    r->young = cfg->young_ns < 0 ? 2 * NS_PER_SEC : cfg->young_ns;
-    r->grace = cfg->gc_grace_ns > 0 ? cfg->gc_grace_ns : 5 * NS_PER_SEC;
+    r->young = cfg->young_ns < 0 ? 2 * NUM_NS_PER_S : cfg->young_ns;
+    r->grace = cfg->gc_grace_ns > 0 ? cfg->gc_grace_ns : 5 * NUM_NS_PER_S;
     r->silence = cfg->silence_ns > 0 ? cfg->silence_ns : 5 * r->interval;
-    r->phantom_max = cfg->phantom_max_ns > 0 ? cfg->phantom_max_ns : 60 * NS_PER_SEC;
+    r->phantom_max = cfg->phantom_max_ns > 0 ? cfg->phantom_max_ns : 60 * NUM_NS_PER_S;
     r->max_msg = cfg->max_msg >= 256 ? cfg->max_msg : 1200;
     r->default_policy = cfg->default_policy;
     r->send = cfg->send;
@@ -527,7 +527,7 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->synced = r->young == 0;
     /* Reports may use about 400 KB/s: enough for every key every interval
      * up to ~1,300 contested keys, and a fair rotation beyond. */
-    r->tick_budget = (size_t)(400000.0 * (double)r->interval / (double)NS_PER_SEC);
+    r->tick_budget = (size_t)(400000.0 * (double)r->interval / (double)NUM_NS_PER_S);
     if (r->tick_budget < r->max_msg)
         r->tick_budget = r->max_msg;
 
@@ -898,7 +898,7 @@ static int replica__presumed_dead(const struct replica *r, const struct orep *rp
 static int64_t replica__debt(const struct okey *o, int64_t now)
 {
     double em = (double)o->p.period_ns / (double)o->p.count;
-    double tol = (double)replica__limit(&o->p) * em + 2.0 * (double)NS_PER_SEC;
+    double tol = (double)replica__limit(&o->p) * em + 2.0 * (double)NUM_NS_PER_S;
     double over = (double)o->tat - (double)now - tol;
     return over > 9e18 ? INT64_MAX : (int64_t)over;
 }
@@ -922,7 +922,7 @@ static int replica__rep_active(const struct orep *rp)
 static void replica__split(struct replica *r, struct okey *o, double avail, double dsum,
                            int64_t now)
 {
-    double rate = (double)o->p.count * (double)NS_PER_SEC / (double)o->p.period_ns;
+    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
     uint32_t nl = 0;
     for (uint32_t i = 0; i < o->n; i++)
         if (replica__rep_live(r, &o->reps[i], now)) {
@@ -1194,7 +1194,7 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
  * DEMAND_TAU_S, one step per tick (dt: since the previous tick). */
 static void replica__demand(struct replica *r, struct nkey *k, int64_t now)
 {
-    double age = (double)(now - k->born) / (double)NS_PER_SEC;
+    double age = (double)(now - k->born) / (double)NUM_NS_PER_S;
     if (!(k->p.flags & NK_GROWN)) {
         if (age <= 0.0)
             return;
@@ -1209,7 +1209,7 @@ static void replica__demand(struct replica *r, struct nkey *k, int64_t now)
     int64_t dt = now - r->last_tick;
     if (dt <= 0)
         return;
-    double sec = (double)dt / (double)NS_PER_SEC;
+    double sec = (double)dt / (double)NUM_NS_PER_S;
     double inst = (double)k->acc / sec;
     /* The time constant spans about DEMAND_EVENTS requests (at least
      * DEMAND_TAU_S, at most DEMAND_TAU_MAX_S): a node with a request every
@@ -1233,7 +1233,7 @@ static void replica__demand(struct replica *r, struct nkey *k, int64_t now)
  * interval then. */
 static int replica__contested(const struct nkey *k)
 {
-    double own = replica__rate(&k->p) * (double)NS_PER_SEC * k->share;
+    double own = replica__rate(&k->p) * (double)NUM_NS_PER_S * k->share;
     return k->demand > 0.0 && (k->demand >= 0.5 * own || k->tokens < 1.0);
 }
 

@@ -20,19 +20,11 @@ static const struct algo_ops *const algo_table[ALGO_KIND_COUNT_] = {
     [ALGO_SLIDING_LOG] = &algo_sliding_log_ops,
 };
 
-static const char *const algo_names[ALGO_KIND_COUNT_] = {
-    [ALGO_GCRA] = "gcra",
-    [ALGO_TOKEN_BUCKET] = "token-bucket",
-    [ALGO_FIXED_WINDOW] = "fixed-window",
-    [ALGO_SLIDING_WINDOW] = "sliding-window",
-    [ALGO_SLIDING_LOG] = "sliding-log",
-};
-
 const char *algo_name(enum algo_kind kind)
 {
     if ((unsigned)kind >= ALGO_KIND_COUNT_)
         return "?";
-    return algo_names[kind];
+    return algo_table[kind]->name;
 }
 
 int algo_from_name(const char *name, enum algo_kind *out)
@@ -40,7 +32,7 @@ int algo_from_name(const char *name, enum algo_kind *out)
     if (name == NULL)
         return -SLUICE_EINVAL;
     for (int k = 0; k < ALGO_KIND_COUNT_; k++) {
-        if (strcmp(name, algo_names[k]) == 0) {
+        if (strcmp(name, algo_table[k]->name) == 0) {
             *out = (enum algo_kind)k;
             return 0;
         }
@@ -50,7 +42,17 @@ int algo_from_name(const char *name, enum algo_kind *out)
 
 int algo_can_be_global(enum algo_kind kind)
 {
-    return (unsigned)kind < ALGO_KIND_COUNT_ && kind != ALGO_SLIDING_LOG;
+    return (unsigned)kind < ALGO_KIND_COUNT_ && (algo_table[kind]->flags & ALGO_F_GLOBAL) != 0;
+}
+
+int algo_has_burst(enum algo_kind kind)
+{
+    return (unsigned)kind < ALGO_KIND_COUNT_ && (algo_table[kind]->flags & ALGO_F_BURST) != 0;
+}
+
+enum algo_carry algo_carry(enum algo_kind kind)
+{
+    return (unsigned)kind < ALGO_KIND_COUNT_ ? algo_table[kind]->carry : ALGO_CARRY_ABSOLUTE;
 }
 
 int64_t algo_sat_add(int64_t a, int64_t b)
@@ -84,55 +86,9 @@ int algo_params_init(struct algo_params *p, enum algo_kind kind, int64_t burst, 
     q.kind = kind;
     q.count = count;
     q.period_ns = period_ns;
-    switch (kind) {
-    case ALGO_GCRA:
-    case ALGO_TOKEN_BUCKET:
-        if (burst < 0)
-            return -SLUICE_EINVAL;
-        if (burst == INT64_MAX)
-            return -SLUICE_ERANGE;
-        q.burst = burst;
-        q.limit = burst + 1;
-        if (kind == ALGO_GCRA) {
-            /* redis-cell's arithmetic, including its refusal of an
-             * emission interval that truncates to zero. */
-            int rc = gcra_params_init(&q.gcra, burst, count, period_ns);
-            if (rc < 0)
-                return rc;
-            q.interval_ns = q.gcra.emission_ns;
-        } else {
-            if (__builtin_mul_overflow(q.limit, period_ns, &q.scaled_cap) ||
-                q.scaled_cap >= ALGO_DEBT_BOUND)
-                return -SLUICE_ERANGE;
-        }
-        break;
-    case ALGO_FIXED_WINDOW:
-        /* Counters saturate at ALGO_DEBT_BOUND; keep the limit below. */
-        if (count > ALGO_DEBT_BOUND / 2)
-            return -SLUICE_ERANGE;
-        q.limit = count;
-        break;
-    case ALGO_SLIDING_WINDOW:
-        if (precision == 0)
-            precision = ALGO_PRECISION_DEFAULT;
-        if (precision < 1 || precision > ALGO_PRECISION_MAX)
-            return -SLUICE_EINVAL;
-        if (count > ALGO_DEBT_BOUND / 2)
-            return -SLUICE_ERANGE;
-        q.precision = precision;
-        q.interval_ns = period_ns / precision;
-        if (q.interval_ns < 1)
-            return -SLUICE_ERANGE;
-        q.limit = count;
-        break;
-    case ALGO_SLIDING_LOG:
-        if (count > ALGO_SLIDING_LOG_MAX)
-            return -SLUICE_ERANGE;
-        q.limit = count;
-        break;
-    default:
-        return -SLUICE_EINVAL;
-    }
+    int rc = algo_table[kind]->params(&q, burst, precision);
+    if (rc < 0)
+        return rc;
     q.magic = ALGO_MAGIC;
     *p = q;
     return 0;

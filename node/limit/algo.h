@@ -154,6 +154,21 @@ const char *algo_name(enum algo_kind kind);
 int algo_from_name(const char *name, enum algo_kind *out);
 /* 1 if consume() is meaningful across nodes (see the header comment). */
 int algo_can_be_global(enum algo_kind kind);
+/* 1 for a bucket (capacity burst+1, refilled continuously), 0 for an
+ * algorithm that counts `count` per period and ignores burst. */
+int algo_has_burst(enum algo_kind kind);
+
+/* How a key's state carries on when its limit changes to another of the
+ * same algorithm (a policy reload): the limiter reads it from here. */
+enum algo_carry {
+    ALGO_CARRY_ABSOLUTE = 0,     /* the state holds absolute times: it means the
+                                  * same under any parameters (gcra, the log) */
+    ALGO_CARRY_TIME_TO_FULL = 1, /* depends on period and burst; keep the time
+                                  * until the key is full again (token-bucket) */
+    ALGO_CARRY_USED = 2,         /* depends on period and precision; keep the units
+                                  * used while the old window lasts (windows) */
+};
+enum algo_carry algo_carry(enum algo_kind kind);
 
 /* Bytes of per-key state for p; 0 for invalid params. */
 size_t algo_state_size(const struct algo_params *p);
@@ -208,7 +223,20 @@ void algo_free(const struct algo_params *p, void *state);
 
 /* ---- per-algorithm entry points, dispatched by algo.c ---- */
 
+/* What the rest of sluice asks of an algorithm besides its state machine:
+ * adding one is its algo_*.c file (with these ops) and a row in algo.c. */
+#define ALGO_F_GLOBAL 1u /* consume() is meaningful across nodes */
+#define ALGO_F_BURST  2u /* a bucket: burst is meaningful (see algo_has_burst) */
+
 struct algo_ops {
+    const char *name; /* as configs, ALGO specs and INFO spell it */
+    unsigned flags;   /* ALGO_F_* */
+    enum algo_carry carry;
+    /* Validates the algorithm's own parameters and fills its derived fields
+     * of q, whose kind, count and period_ns are set and valid (count >= 1,
+     * period_ns >= 1).  -SLUICE_EINVAL / -SLUICE_ERANGE as algo_params_init
+     * documents; q may be partly written on error (the caller discards it). */
+    int (*params)(struct algo_params *q, int64_t burst, int64_t precision);
     size_t (*state_size)(const struct algo_params *p);
     void (*init)(const struct algo_params *p, void *state);
     /* apply = 0: compute the answer for qty without changing state. */

@@ -121,7 +121,22 @@ static int algo_fixed_window_consume(const struct algo_params *p, void *state, i
     return 0;
 }
 
+/* Counters saturate at ALGO_DEBT_BOUND; keep the limit below. */
+static int algo_fixed_window_params(struct algo_params *q, int64_t burst, int64_t precision)
+{
+    (void)burst;
+    (void)precision;
+    if (q->count > ALGO_DEBT_BOUND / 2)
+        return -SLUICE_ERANGE;
+    q->limit = q->count;
+    return 0;
+}
+
 const struct algo_ops algo_fixed_window_ops = {
+    .name = "fixed-window",
+    .flags = ALGO_F_GLOBAL,
+    .carry = ALGO_CARRY_USED,
+    .params = algo_fixed_window_params,
     .state_size = algo_fixed_window_state_size,
     .init = algo_fixed_window_init,
     .eval = algo_fixed_window_eval,

@@ -60,7 +60,29 @@ static int algo_gcra_consume(const struct algo_params *p, void *state, int64_t q
     return gcra_consume(state, &p->gcra, qty, at);
 }
 
+/* burst >= 0; redis-cell's arithmetic, including its refusal of an
+ * emission interval that truncates to zero. */
+static int algo_gcra_params(struct algo_params *q, int64_t burst, int64_t precision)
+{
+    (void)precision;
+    if (burst < 0)
+        return -SLUICE_EINVAL;
+    if (burst == INT64_MAX)
+        return -SLUICE_ERANGE;
+    q->burst = burst;
+    q->limit = burst + 1;
+    int rc = gcra_params_init(&q->gcra, burst, q->count, q->period_ns);
+    if (rc < 0)
+        return rc;
+    q->interval_ns = q->gcra.emission_ns;
+    return 0;
+}
+
 const struct algo_ops algo_gcra_ops = {
+    .name = "gcra",
+    .flags = ALGO_F_GLOBAL | ALGO_F_BURST,
+    .carry = ALGO_CARRY_ABSOLUTE,
+    .params = algo_gcra_params,
     .state_size = algo_gcra_state_size,
     .init = algo_gcra_init,
     .eval = algo_gcra_eval,

@@ -193,7 +193,22 @@ static void algo_sliding_log_free(const struct algo_params *p, void *state)
     algo_sliding_log_init(p, state);
 }
 
+/* One timestamp per unit: count is bounded by ALGO_SLIDING_LOG_MAX. */
+static int algo_sliding_log_params(struct algo_params *q, int64_t burst, int64_t precision)
+{
+    (void)burst;
+    (void)precision;
+    if (q->count > ALGO_SLIDING_LOG_MAX)
+        return -SLUICE_ERANGE;
+    q->limit = q->count;
+    return 0;
+}
+
 const struct algo_ops algo_sliding_log_ops = {
+    .name = "sliding-log",
+    .flags = 0,
+    .carry = ALGO_CARRY_ABSOLUTE,
+    .params = algo_sliding_log_params,
     .state_size = algo_sliding_log_state_size,
     .init = algo_sliding_log_init,
     .eval = algo_sliding_log_eval,

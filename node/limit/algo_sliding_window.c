@@ -174,7 +174,29 @@ static int algo_sliding_window_consume(const struct algo_params *p, void *state,
     return 0;
 }
 
+/* precision 0 means the default; sub-windows must be at least 1 ns. */
+static int algo_sliding_window_params(struct algo_params *q, int64_t burst, int64_t precision)
+{
+    (void)burst;
+    if (precision == 0)
+        precision = ALGO_PRECISION_DEFAULT;
+    if (precision < 1 || precision > ALGO_PRECISION_MAX)
+        return -SLUICE_EINVAL;
+    if (q->count > ALGO_DEBT_BOUND / 2)
+        return -SLUICE_ERANGE;
+    q->precision = precision;
+    q->interval_ns = q->period_ns / precision;
+    if (q->interval_ns < 1)
+        return -SLUICE_ERANGE;
+    q->limit = q->count;
+    return 0;
+}
+
 const struct algo_ops algo_sliding_window_ops = {
+    .name = "sliding-window",
+    .flags = ALGO_F_GLOBAL,
+    .carry = ALGO_CARRY_USED,
+    .params = algo_sliding_window_params,
     .state_size = algo_sliding_window_state_size,
     .init = algo_sliding_window_init,
     .eval = algo_sliding_window_eval,

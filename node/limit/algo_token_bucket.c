@@ -125,7 +125,28 @@ static int algo_token_bucket_consume(const struct algo_params *p, void *state, i
     return 0;
 }
 
+/* burst >= 0, and (burst+1)*period_ns below the debt bound (tokens are
+ * held in units of 1/period_ns). */
+static int algo_token_bucket_params(struct algo_params *q, int64_t burst, int64_t precision)
+{
+    (void)precision;
+    if (burst < 0)
+        return -SLUICE_EINVAL;
+    if (burst == INT64_MAX)
+        return -SLUICE_ERANGE;
+    q->burst = burst;
+    q->limit = burst + 1;
+    if (__builtin_mul_overflow(q->limit, q->period_ns, &q->scaled_cap) ||
+        q->scaled_cap >= ALGO_DEBT_BOUND)
+        return -SLUICE_ERANGE;
+    return 0;
+}
+
 const struct algo_ops algo_token_bucket_ops = {
+    .name = "token-bucket",
+    .flags = ALGO_F_GLOBAL | ALGO_F_BURST,
+    .carry = ALGO_CARRY_TIME_TO_FULL,
+    .params = algo_token_bucket_params,
     .state_size = algo_token_bucket_state_size,
     .init = algo_token_bucket_init,
     .eval = algo_token_bucket_eval,

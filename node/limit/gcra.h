@@ -25,9 +25,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "num.h"
+
 #define GCRA_TAT_FULL   INT64_MIN /* state of a key that has never been used */
 #define GCRA_NO_RETRY   (-1)      /* retry_after_ns when no retry can help */
-#define GCRA_NS_PER_SEC 1000000000LL
+#define GCRA_NS_PER_SEC NUM_NS_PER_S
 
 struct gcra_params {
     int64_t emission_ns;  /* time one unit takes to drain (period / count) */

@@ -31,6 +31,7 @@
 #include "policy.h"
 #include "sluice/error.h"
 #include "table.h"
+#include "num.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -165,22 +166,25 @@ static int limiter__params(struct limiter *lim, int64_t burst, int64_t count, in
 
 enum limiter__op { OP_DECIDE, OP_FIT, OP_REFUND, OP_PEEK };
 
-/* The parameters a state's meaning depends on, besides its algorithm:
- * token-bucket holds tokens * period_ns capped at (burst+1) * period_ns;
- * the windows index time by period and precision.  gcra and the log hold
- * absolute times, which mean the same under any parameters. */
+/* The parameters a state's meaning depends on, besides its algorithm
+ * (algo_carry): a bucket's time to full depends on period and burst, a
+ * window's index on period and precision (0 for the fixed window); states
+ * of absolute times mean the same under any parameters. */
 static void limiter__shape(const struct algo_params *p, int64_t *a, int64_t *b)
 {
     *a = 0;
     *b = 0;
-    if (p->kind == ALGO_TOKEN_BUCKET) {
+    switch (algo_carry(p->kind)) {
+    case ALGO_CARRY_TIME_TO_FULL:
         *a = p->period_ns;
         *b = p->burst;
-    } else if (p->kind == ALGO_FIXED_WINDOW) {
-        *a = p->period_ns;
-    } else if (p->kind == ALGO_SLIDING_WINDOW) {
+        break;
+    case ALGO_CARRY_USED:
         *a = p->period_ns;
         *b = p->precision;
+        break;
+    case ALGO_CARRY_ABSOLUTE:
+        break;
     }
 }
 
@@ -193,19 +197,13 @@ static int64_t limiter__carry(const struct algo_params *p, const struct limiter_
     int64_t ttf, units;
     if (h->drain_at <= now)
         return 0;
-    if (p->kind != ALGO_TOKEN_BUCKET)
+    if (algo_carry(p->kind) != ALGO_CARRY_TIME_TO_FULL)
         return h->used > 0 ? h->used : 0;
     ttf = h->drain_at - now;
     if (__builtin_mul_overflow(ttf, p->count, &units))
         return p->limit;
     units = units / p->period_ns + (units % p->period_ns != 0);
     return units < p->limit ? units : p->limit;
-}
-
-static int64_t limiter__sat_add(int64_t a, int64_t b)
-{
-    int64_t r;
-    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
 }
 
 /* Writes the header of a non-GCRA state after a call answered by r. */
@@ -218,7 +216,7 @@ static void limiter__hdr_update(const struct algo_params *p, struct limiter__hdr
     if (r->remaining <= 0 && h->drain_at > now && h->used > used)
         used = h->used;
     h->used = used;
-    h->drain_at = limiter__sat_add(now, r->reset_after_ns > 0 ? r->reset_after_ns : 0);
+    h->drain_at = num_add_sat(now, r->reset_after_ns > 0 ? r->reset_after_ns : 0);
     limiter__shape(p, &h->shape_a, &h->shape_b);
 }
 

@@ -123,6 +123,11 @@ uint64_t server_now_ns(const struct server *s)
     return s->now_ns;
 }
 
+int64_t server_client_now_ns(const struct server_client *c)
+{
+    return (int64_t)(c != NULL ? server_now_ns(server_client_server(c)) : uv_hrtime());
+}
+
 struct server *server_client_server(const struct server_client *c)
 {
     return c->srv;

@@ -111,6 +111,10 @@ void server_get_stats(const struct server *s, struct server_stats *out);
 /* Monotonic nanoseconds read once at the start of the current read batch. */
 uint64_t server_now_ns(const struct server *s);
 
+/* The clock a handler decides with: server_now_ns of c's server, or the
+ * monotonic clock when c is NULL (handlers called directly by tests). */
+int64_t server_client_now_ns(const struct server_client *c);
+
 /* Per-client accessors for handlers. */
 struct server *server_client_server(const struct server_client *c);
 uint64_t server_client_id(const struct server_client *c);
