@@ -1,6 +1,7 @@
 /* commands: command table and handlers (see commands.h). */
 #include "commands.h"
 
+#include <ctype.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,8 +150,6 @@ static int cmd_ping(struct commands *cmds, struct server_client *c, size_t argc,
 static int cmd_echo(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                     const size_t *argvlen, struct resp_buf *out)
 {
-    if (argc != 2)
-        return reply_arity(out, "echo");
     resp_add_bulk(out, argv[1], argvlen[1]);
     return SERVER_CONTINUE;
 }
@@ -165,8 +164,6 @@ static int cmd_quit(struct commands *cmds, struct server_client *c, size_t argc,
 static int cmd_select(struct commands *cmds, struct server_client *c, size_t argc,
                       const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    if (argc != 2)
-        return reply_arity(out, "select");
     int64_t db;
     if (args_parse_int64(argv[1], argvlen[1], &db) < 0)
         resp_add_error(out, "ERR value is not an integer or out of range");
@@ -253,8 +250,6 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
 static int cmd_client(struct commands *cmds, struct server_client *c, size_t argc,
                       const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    if (argc < 2)
-        return reply_arity(out, "client");
     const char *sub = argv[1];
     size_t sublen = argvlen[1];
     if (c == NULL) {
@@ -384,8 +379,6 @@ static int parse_uint64(const char *s, size_t len, uint64_t *out)
 static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                     const size_t *argvlen, struct resp_buf *out)
 {
-    if (argc < 2)
-        return reply_arity(out, "scan");
     uint64_t cursor;
     if (parse_uint64(argv[1], argvlen[1], &cursor) < 0) {
         resp_add_error(out, "ERR invalid cursor");
@@ -545,17 +538,6 @@ static int cmd_sl_key(struct commands *cmds, struct server_client *c, size_t arg
     return commands_cluster_key(cmds->cluster, argc, argv, argvlen, out);
 }
 
-/* SL.THROTTLE, SL.ACQUIRE, ...: see commands_sl.h. */
-static int cmd_sl(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                  const size_t *argvlen, struct resp_buf *out)
-{
-    if (cmds->sl == NULL) {
-        resp_add_error(out, "ERR SL commands are not enabled");
-        return SERVER_CONTINUE;
-    }
-    return commands_sl_dispatch(cmds->sl, c, client_resp3(c), argc, argv, argvlen, out);
-}
-
 static int cmd_command(struct commands *cmds, struct server_client *c, size_t argc,
                        const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
@@ -600,38 +582,52 @@ static int cmd_discard(struct commands *cmds, struct server_client *c, size_t ar
 static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                      const size_t *argvlen, struct resp_buf *out);
 
-static const struct {
-    const char *name;
-    size_t len;
+/*
+ * The command table: one row per command, and the only place a command's
+ * name is written.  arity counts the name, as Redis's does: N exactly N
+ * arguments, -N at least N, 0 the handler checks (it has its own wording,
+ * as CL.THROTTLE has redis-cell's).  A row has a handler of the command
+ * layer (fn) or of the SL.* layer (sl), which gets the connection's
+ * protocol and answers "not enabled" when the daemon runs without it.
+ */
+#define CMD_F_BLOCKS 1u /* may wait for its answer: refused inside MULTI */
+
+struct commands_row {
+    const char *name; /* lower case */
+    int arity;
+    unsigned flags; /* CMD_F_* */
     handler_fn fn;
-} command_table[] = {
-    {"cl.throttle", 11, cmd_throttle},
-    {"ping", 4, cmd_ping},
-    {"echo", 4, cmd_echo},
-    {"quit", 4, cmd_quit},
-    {"hello", 5, cmd_hello},
-    {"client", 6, cmd_client},
-    {"info", 4, cmd_info},
-    {"command", 7, cmd_command},
-    {"select", 6, cmd_select},
-    {"config", 6, cmd_config},
-    {"auth", 4, cmd_auth},
-    {"scan", 4, cmd_scan},
-    {"sl.members", 10, cmd_sl_members},
-    {"sl.key", 6, cmd_sl_key},
-    {"sl.throttle", 11, cmd_sl},
-    {"sl.peek", 7, cmd_sl},
-    {"sl.refund", 9, cmd_sl},
-    {"sl.reset", 8, cmd_sl},
-    {"sl.acquire", 10, cmd_sl},
-    {"sl.multi", 8, cmd_sl},
-    {"sl.policies", 11, cmd_sl},
-    {"sl.reload", 9, cmd_sl},
-    {"multi", 5, cmd_multi},
-    {"exec", 4, cmd_exec},
-    {"discard", 7, cmd_discard},
-    {"watch", 5, cmd_watch},
-    {"unwatch", 7, cmd_watch},
+    commands_sl_fn sl;
+};
+
+static const struct commands_row command_table[] = {
+    {"cl.throttle", 0, 0, cmd_throttle, NULL},
+    {"ping", -1, 0, cmd_ping, NULL},
+    {"echo", 2, 0, cmd_echo, NULL},
+    {"quit", 0, 0, cmd_quit, NULL},
+    {"hello", 0, 0, cmd_hello, NULL},
+    {"client", -2, 0, cmd_client, NULL},
+    {"info", 0, 0, cmd_info, NULL},
+    {"command", 0, 0, cmd_command, NULL},
+    {"select", 2, 0, cmd_select, NULL},
+    {"config", 0, 0, cmd_config, NULL},
+    {"auth", 0, 0, cmd_auth, NULL},
+    {"scan", -2, 0, cmd_scan, NULL},
+    {"multi", 1, 0, cmd_multi, NULL},
+    {"exec", 0, 0, cmd_exec, NULL},
+    {"discard", 0, 0, cmd_discard, NULL},
+    {"watch", -2, 0, cmd_watch, NULL},
+    {"unwatch", 0, 0, cmd_watch, NULL},
+    {"sl.members", 0, 0, cmd_sl_members, NULL},
+    {"sl.key", 0, 0, cmd_sl_key, NULL},
+    {"sl.throttle", 0, 0, NULL, commands_sl_throttle},
+    {"sl.peek", 0, 0, NULL, commands_sl_peek},
+    {"sl.refund", 0, 0, NULL, commands_sl_refund},
+    {"sl.reset", 0, 0, NULL, commands_sl_reset},
+    {"sl.acquire", 0, CMD_F_BLOCKS, NULL, commands_sl_acquire},
+    {"sl.multi", 0, 0, NULL, commands_sl_multi},
+    {"sl.policies", 0, 0, NULL, commands_sl_policies},
+    {"sl.reload", 0, 0, NULL, commands_sl_reload_cmd},
 };
 
 static size_t command_count(void)
@@ -661,12 +657,36 @@ static void reply_unknown(size_t argc, const char **argv, const size_t *argvlen,
     resp_add_error(out, msg);
 }
 
-static handler_fn command_lookup(const char *name, size_t len)
+const struct commands_row *commands_find(const char *name, size_t len)
 {
     for (size_t i = 0; i < command_count(); i++)
-        if (command_table[i].len == len && strncasecmp(command_table[i].name, name, len) == 0)
-            return command_table[i].fn;
+        if (args_is(name, len, command_table[i].name))
+            return &command_table[i];
     return NULL;
+}
+
+commands_sl_fn commands_row_sl(const struct commands_row *row)
+{
+    return row != NULL ? row->sl : NULL;
+}
+
+/* Runs one command of a known row: the arity check, then its handler. */
+static int commands_run(struct commands *cmds, const struct commands_row *row,
+                        struct server_client *c, size_t argc, const char **argv,
+                        const size_t *argvlen, struct resp_buf *out)
+{
+    if ((row->arity > 0 && argc != (size_t)row->arity) ||
+        (row->arity < 0 && argc < (size_t)-row->arity)) {
+        resp_add_errorf(out, "ERR wrong number of arguments for '%s' command", row->name);
+        return SERVER_CONTINUE;
+    }
+    if (row->fn != NULL)
+        return row->fn(cmds, c, argc, argv, argvlen, out);
+    if (cmds->sl == NULL) {
+        resp_add_error(out, "ERR SL commands are not enabled");
+        return SERVER_CONTINUE;
+    }
+    return row->sl(cmds->sl, c, client_resp3(c), argc, argv, argvlen, out);
 }
 
 /* ---- transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH ----
@@ -759,10 +779,10 @@ static int tx_exec(struct commands *cmds, struct server_client *c, struct tx *t,
             }
             off += l;
         }
-        handler_fn fn =
-            argv != NULL && argvlen != NULL ? command_lookup(argv[0], argvlen[0]) : NULL;
-        if (fn != NULL)
-            (void)fn(cmds, c, argc, argv, argvlen, out);
+        const struct commands_row *row =
+            argv != NULL && argvlen != NULL ? commands_find(argv[0], argvlen[0]) : NULL;
+        if (row != NULL)
+            (void)commands_run(cmds, row, c, argc, argv, argvlen, out);
         else
             resp_add_error(out, "ERR out of memory");
         free(argv);
@@ -774,10 +794,6 @@ static int tx_exec(struct commands *cmds, struct server_client *c, struct tx *t,
 static int cmd_multi(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                      const size_t *argvlen, struct resp_buf *out)
 {
-    if (argc != 1) {
-        resp_add_error(out, "ERR wrong number of arguments for 'multi' command");
-        return SERVER_CONTINUE;
-    }
     struct tx *t = calloc(1, sizeof(*t));
     if (t == NULL) {
         resp_add_error(out, "ERR out of memory");
@@ -805,10 +821,6 @@ static int cmd_discard(struct commands *cmds, struct server_client *c, size_t ar
 static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                      const size_t *argvlen, struct resp_buf *out)
 {
-    if (argc < 2 && argvlen[0] == 5) {
-        resp_add_error(out, "ERR wrong number of arguments for 'watch' command");
-        return SERVER_CONTINUE;
-    }
     resp_add_simple(out, "OK"); /* nothing is watched: see "transactions" above */
     return SERVER_CONTINUE;
 }
@@ -840,14 +852,19 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
     }
     if (args_is(argv[0], argvlen[0], "QUIT"))
         return cmd_quit(cmds, c, argc, argv, argvlen, out);
-    handler_fn fn = command_lookup(argv[0], argvlen[0]);
-    if (fn == NULL) {
+    const struct commands_row *row = commands_find(argv[0], argvlen[0]);
+    if (row == NULL) {
         reply_unknown(argc, argv, argvlen, out);
         t->failed = 1;
         return SERVER_CONTINUE;
     }
-    if (args_is(argv[0], argvlen[0], "SL.ACQUIRE")) {
-        resp_add_error(out, "ERR SL.ACQUIRE cannot wait inside MULTI");
+    if (row->flags & CMD_F_BLOCKS) {
+        char up[32];
+        size_t n = 0;
+        for (; row->name[n] != '\0' && n + 1 < sizeof(up); n++)
+            up[n] = (char)toupper((unsigned char)row->name[n]);
+        up[n] = '\0';
+        resp_add_errorf(out, "ERR %s cannot wait inside MULTI", up);
         t->failed = 1;
         return SERVER_CONTINUE;
     }
@@ -869,9 +886,9 @@ int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char
     struct tx *t = server_client_ctx(c);
     if (t != NULL)
         return tx_command(cmds, c, t, argc, argv, argvlen, out);
-    handler_fn fn = command_lookup(argv[0], argvlen[0]);
-    if (fn != NULL)
-        return fn(cmds, c, argc, argv, argvlen, out);
+    const struct commands_row *row = commands_find(argv[0], argvlen[0]);
+    if (row != NULL)
+        return commands_run(cmds, row, c, argc, argv, argvlen, out);
     reply_unknown(argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }

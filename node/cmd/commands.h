@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "commands_sl.h"
 #include "limiter.h"
 #include "resp.h"
 #include "server.h"
@@ -51,5 +52,16 @@ void commands_destroy(struct commands *cmds);
  */
 int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char **argv,
                       const size_t *argvlen, struct resp_buf *out);
+
+/*
+ * The row of the command table for a name (len bytes, any case), or NULL
+ * for an unknown command.  Rows are static: never freed.
+ */
+struct commands_row;
+const struct commands_row *commands_find(const char *name, size_t len);
+/* The SL.* handler of a row (commands_sl.h), or NULL when the row is not
+ * an SL.* command.  Lets tests and fuzz targets drive one SL.* handler
+ * without a server. */
+commands_sl_fn commands_row_sl(const struct commands_row *row);
 
 #endif

@@ -74,33 +74,8 @@ void commands_sl_destroy(struct commands_sl *sl)
     free(sl);
 }
 
-static const char *const sl_names[] = {"sl.throttle", "sl.peek",  "sl.refund",   "sl.reset",
-                                       "sl.acquire",  "sl.multi", "sl.policies", "sl.reload"};
-enum {
-    SL_THROTTLE,
-    SL_PEEK,
-    SL_REFUND,
-    SL_RESET,
-    SL_ACQUIRE,
-    SL_MULTI,
-    SL_POLICIES,
-    SL_RELOAD,
-    SL_NCMDS
-};
-
-static int sl__which(const char *argv0, size_t len)
-{
-    for (int i = 0; i < SL_NCMDS; i++) {
-        if (args_is(argv0, len, sl_names[i]))
-            return i;
-    }
-    return -1;
-}
-
-int commands_sl_is(const char *argv0, size_t len)
-{
-    return sl__which(argv0, len) >= 0;
-}
+/* Which of the throttle-shaped commands sl__throttle serves. */
+enum { SL_THROTTLE, SL_PEEK, SL_REFUND };
 
 /* ---- arguments ---- */
 
@@ -769,51 +744,76 @@ void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text)
     resp_add_raw(text, "\r\n", 2);
 }
 
-int commands_sl_dispatch(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+/* ---- the handlers (rows of the command table in commands.c) ---- */
+
+int commands_sl_throttle(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    int cmd = argc > 0 ? sl__which(argv[0], argvlen[0]) : -1;
-    switch (cmd) {
-    case SL_THROTTLE:
-    case SL_PEEK:
-    case SL_REFUND:
-        sl__throttle(sl, c, resp3, cmd, argc, argv, argvlen, out);
-        break;
-    case SL_RESET:
-        if (argc != 2) {
-            resp_add_error(out, "ERR wrong number of arguments: SL.RESET key");
-            break;
-        }
-        if (cluster_replica(sl->cl) != NULL &&
-            replica_key_total(cluster_replica(sl->cl), argv[1], argvlen[1]) >= 0) {
-            /* Forgetting it here would only hand this node a fresh quota
-             * while every other node still counts what it admitted. */
-            resp_add_error(out, "ERR SL.RESET cannot reset a global key (the cluster's counts "
-                                "only grow; it is fresh again once they have drained)");
-            break;
-        }
-        resp_add_int(out, limiter_reset(sl->lim, argv[1], argvlen[1]));
-        break;
-    case SL_ACQUIRE:
-        sl__acquire(sl, c, resp3, argc, argv, argvlen, out);
-        break;
-    case SL_MULTI:
-        sl__multi(sl, c, resp3, argc, argv, argvlen, out);
-        break;
-    case SL_POLICIES:
-        sl__policies(sl, resp3, out);
-        break;
-    case SL_RELOAD: {
-        char err[512];
-        if (commands_sl_reload(sl, err, sizeof(err)) < 0)
-            resp_add_errorf(out, "ERR reload failed: %s", err);
-        else
-            resp_add_simple(out, "OK");
-        break;
+    sl__throttle(sl, c, resp3, SL_THROTTLE, argc, argv, argvlen, out);
+    return SERVER_CONTINUE;
+}
+
+int commands_sl_peek(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                     const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    sl__throttle(sl, c, resp3, SL_PEEK, argc, argv, argvlen, out);
+    return SERVER_CONTINUE;
+}
+
+int commands_sl_refund(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                       const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    sl__throttle(sl, c, resp3, SL_REFUND, argc, argv, argvlen, out);
+    return SERVER_CONTINUE;
+}
+
+int commands_sl_reset(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc != 2) {
+        resp_add_error(out, "ERR wrong number of arguments: SL.RESET key");
+        return SERVER_CONTINUE;
     }
-    default:
-        resp_add_error(out, "ERR unknown SL command");
-        break;
+    if (cluster_replica(sl->cl) != NULL &&
+        replica_key_total(cluster_replica(sl->cl), argv[1], argvlen[1]) >= 0) {
+        /* Forgetting it here would only hand this node a fresh quota
+         * while every other node still counts what it admitted. */
+        resp_add_error(out, "ERR SL.RESET cannot reset a global key (the cluster's counts "
+                            "only grow; it is fresh again once they have drained)");
+        return SERVER_CONTINUE;
     }
+    resp_add_int(out, limiter_reset(sl->lim, argv[1], argvlen[1]));
+    return SERVER_CONTINUE;
+}
+
+int commands_sl_acquire(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                        const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    sl__acquire(sl, c, resp3, argc, argv, argvlen, out);
+    return SERVER_CONTINUE;
+}
+
+int commands_sl_multi(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    sl__multi(sl, c, resp3, argc, argv, argvlen, out);
+    return SERVER_CONTINUE;
+}
+
+int commands_sl_policies(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                         const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    sl__policies(sl, resp3, out);
+    return SERVER_CONTINUE;
+}
+
+int commands_sl_reload_cmd(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                           const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    char err[512];
+    if (commands_sl_reload(sl, err, sizeof(err)) < 0)
+        resp_add_errorf(out, "ERR reload failed: %s", err);
+    else
+        resp_add_simple(out, "OK");
     return SERVER_CONTINUE;
 }

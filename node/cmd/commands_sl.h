@@ -115,17 +115,33 @@ void commands_sl_set_cluster(struct commands_sl *sl, struct cluster *cl);
 void commands_sl_close(struct commands_sl *sl);
 void commands_sl_destroy(struct commands_sl *sl);
 
-/* 1 if argv0 (len bytes, any case) is an SL.* command handled here. */
-int commands_sl_is(const char *argv0, size_t len);
-
 /*
- * Executes one SL.* command (a server_dispatch_fn with the connection's
- * protocol: resp3 nonzero after HELLO 3).  c may be NULL (tests): then
- * SL.ACQUIRE answers at once or with an error, never waits.  Appends one
- * reply to out, or blocks c (SL.ACQUIRE) and answers later.
+ * The SL.* handlers, each a row of the command table (commands.c), with
+ * the connection's protocol (resp3 nonzero after HELLO 3).  c may be NULL
+ * (tests): then SL.ACQUIRE answers at once or with an error, never waits.
+ * Each appends one reply to out, or blocks c (SL.ACQUIRE) and answers
+ * later; each returns SERVER_CONTINUE.
  */
-int commands_sl_dispatch(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+typedef int (*commands_sl_fn)(struct commands_sl *sl, struct server_client *c, int resp3,
+                              size_t argc, const char **argv, const size_t *argvlen,
+                              struct resp_buf *out);
+int commands_sl_throttle(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                          const char **argv, const size_t *argvlen, struct resp_buf *out);
+int commands_sl_peek(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                     const char **argv, const size_t *argvlen, struct resp_buf *out);
+int commands_sl_refund(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                       const char **argv, const size_t *argvlen, struct resp_buf *out);
+int commands_sl_reset(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out);
+int commands_sl_acquire(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                        const char **argv, const size_t *argvlen, struct resp_buf *out);
+int commands_sl_multi(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                      const char **argv, const size_t *argvlen, struct resp_buf *out);
+int commands_sl_policies(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                         const char **argv, const size_t *argvlen, struct resp_buf *out);
+/* SL.RELOAD: commands_sl_reload, answered +OK or with the reason. */
+int commands_sl_reload_cmd(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                           const char **argv, const size_t *argvlen, struct resp_buf *out);
 
 /*
  * Reloads the policies from the config file (SIGHUP, SL.RELOAD): loads and

@@ -95,8 +95,9 @@ void cluster_stop(struct cluster *c, void (*on_stopped)(void *ud), void *ud);
 void cluster_destroy(struct cluster *c);
 
 /*
- * The call site of every decision that may be global.  Decides qty units of
- * key under limit p when the key is global: its scope is pol's (when a
+ * cluster_is_global, then cluster_decide_global: the one call for handlers
+ * that have a key and its limit.  Decides qty units of key under limit p
+ * when the key is global: its scope is pol's (when a
  * policy covers the key) or the cluster's default scope, and its algorithm
  * can be global.  A dry-run policy's refusal is answered as allowed (the
  * replica still counts it).  Returns 1 with *out filled when it decided, 0
@@ -110,10 +111,11 @@ int cluster_decide(struct cluster *c, const struct policy *pol, const char *key,
 
 /*
  * Whether a decision under pol (or, for an inline limit, pol NULL) goes to
- * the replica: the scope is pol's; for an inline limit it is scope (enum
- * config_scope, given explicitly by the client) or, when scope < 0, the
- * cluster's default; and the algorithm must be able to be global.  Always 0
- * when c is NULL or stopping.  Never fails.
+ * the replica; the one place that says whether a key is global, for every
+ * command (CL.THROTTLE, SL.*, the Envoy service): the scope is pol's; for an inline limit it is
+ * scope (enum policy_scope, given explicitly by the client) or, when scope < 0, the cluster's
+ * default; and the algorithm must be able to be global.  Always 0 when c is NULL or stopping. Never
+ * fails.
  */
 int cluster_is_global(const struct cluster *c, const struct policy *pol, int scope,
                       enum algo_kind kind);

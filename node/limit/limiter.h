@@ -1,6 +1,7 @@
 /*
- * limiter: the daemon's decision engine, the one object the command layer
- * talks to.  It owns the key table and every key's algorithm state; all of it
+ * limiter: the decision engine for local keys (global ones are the
+ * replica's, global/replica.h; cluster_is_global says which is which).  It
+ * owns the key table and every key's algorithm state; all of it
  * is touched only from the event-loop thread, so each call is atomic with
  * respect to every other command (no locks).
  *
