@@ -8,14 +8,14 @@ set -euo pipefail
 BUILD_PACKAGES=(
   build-essential cmake pkg-config
   libuv1-dev libmsgpack-dev libsodium-dev libinih-dev
-  libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev
+  libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler libyaml-dev libhttp-parser-dev
 )
 TEST_PACKAGES=(
   libcmocka-dev
   redis-server redis-tools python3 python3-redis
   clang clang-format clang-tidy cppcheck libclang-rt-14-dev
   valgrind gnuplot-nox iproute2 procps faketime
-  python3-grpcio python3-grpc-tools nghttp2-client
+  python3-grpcio python3-grpc-tools nghttp2-client nginx-light caddy
 )
 BUILD_ONLY=0
 [ "${1:-}" = "--build-only" ] && BUILD_ONLY=1

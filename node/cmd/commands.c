@@ -591,6 +591,7 @@ static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc
  * protocol and answers "not enabled" when the daemon runs without it.
  */
 #define CMD_F_BLOCKS 1u /* may wait for its answer: refused inside MULTI */
+#define CMD_F_CONN   2u /* about the connection itself: needs one (commands_execute) */
 
 struct commands_row {
     const char *name; /* lower case */
@@ -604,20 +605,20 @@ static const struct commands_row command_table[] = {
     {"cl.throttle", 0, 0, cmd_throttle, NULL},
     {"ping", -1, 0, cmd_ping, NULL},
     {"echo", 2, 0, cmd_echo, NULL},
-    {"quit", 0, 0, cmd_quit, NULL},
-    {"hello", 0, 0, cmd_hello, NULL},
-    {"client", -2, 0, cmd_client, NULL},
+    {"quit", 0, CMD_F_CONN, cmd_quit, NULL},
+    {"hello", 0, CMD_F_CONN, cmd_hello, NULL},
+    {"client", -2, CMD_F_CONN, cmd_client, NULL},
     {"info", 0, 0, cmd_info, NULL},
     {"command", 0, 0, cmd_command, NULL},
-    {"select", 2, 0, cmd_select, NULL},
+    {"select", 2, CMD_F_CONN, cmd_select, NULL},
     {"config", 0, 0, cmd_config, NULL},
-    {"auth", 0, 0, cmd_auth, NULL},
+    {"auth", 0, CMD_F_CONN, cmd_auth, NULL},
     {"scan", -2, 0, cmd_scan, NULL},
-    {"multi", 1, 0, cmd_multi, NULL},
-    {"exec", 0, 0, cmd_exec, NULL},
-    {"discard", 0, 0, cmd_discard, NULL},
-    {"watch", -2, 0, cmd_watch, NULL},
-    {"unwatch", 0, 0, cmd_watch, NULL},
+    {"multi", 1, CMD_F_CONN, cmd_multi, NULL},
+    {"exec", 0, CMD_F_CONN, cmd_exec, NULL},
+    {"discard", 0, CMD_F_CONN, cmd_discard, NULL},
+    {"watch", -2, CMD_F_CONN, cmd_watch, NULL},
+    {"unwatch", 0, CMD_F_CONN, cmd_watch, NULL},
     {"sl.members", 0, 0, cmd_sl_members, NULL},
     {"sl.key", 0, 0, cmd_sl_key, NULL},
     {"sl.throttle", 0, 0, NULL, commands_sl_throttle},
@@ -875,6 +876,24 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
     }
     resp_add_simple(out, "QUEUED");
     return SERVER_CONTINUE;
+}
+
+int commands_execute(struct commands *cmds, size_t argc, const char **argv, const size_t *argvlen,
+                     struct resp_buf *out)
+{
+    if (cmds == NULL || argc == 0 || argv == NULL || argvlen == NULL || out == NULL)
+        return -SLUICE_EINVAL;
+    const struct commands_row *row = commands_find(argv[0], argvlen[0]);
+    if (row == NULL) {
+        reply_unknown(argc, argv, argvlen, out);
+        return 0;
+    }
+    if (row->flags & CMD_F_CONN) {
+        resp_add_errorf(out, "ERR '%s' needs a connection", row->name);
+        return 0;
+    }
+    (void)commands_run(cmds, row, NULL, argc, argv, argvlen, out);
+    return 0;
 }
 
 int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char **argv,

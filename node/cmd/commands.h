@@ -54,6 +54,17 @@ int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char
                       const size_t *argvlen, struct resp_buf *out);
 
 /*
+ * Runs one command without a connection (the HTTP decision endpoint, a
+ * test): RESP2, an SL.ACQUIRE answers at once instead of waiting, and a
+ * command about the connection itself (CLIENT, HELLO, MULTI ...) answers an
+ * error.  Appends exactly one reply to out.  -SLUICE_EINVAL for missing
+ * arguments (nothing appended); otherwise 0, the command's own errors being
+ * replies.
+ */
+int commands_execute(struct commands *cmds, size_t argc, const char **argv, const size_t *argvlen,
+                     struct resp_buf *out);
+
+/*
  * The row of the command table for a name (len bytes, any case), or NULL
  * for an unknown command.  Rows are static: never freed.
  */

@@ -461,12 +461,12 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
             cfg->log_level = CONFIG_LOG_ERROR;
         else
             BAD("log_level: expected debug, info, warn or error, got '%s'", v);
-    } else if (strcmp(k, "metrics") == 0) {
+    } else if (strcmp(k, "http") == 0 || strcmp(k, "metrics") == 0) {
         if (strcmp(v, "off") == 0) {
             free(cfg->metrics);
             cfg->metrics = NULL;
         } else if (config__hostport(v) < 0) {
-            BAD("metrics: expected host:port or off, got '%s'", v);
+            BAD("%s: expected host:port or off, got '%s'", k, v);
         } else if (config__set_str(&cfg->metrics, v) < 0) {
             NOMEM();
         }
@@ -490,6 +490,13 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
             BAD("ratelimit_algorithm: expected calendar or an algorithm name, got '%s'", v);
         if (config__set_str(&cfg->ratelimit_algorithm, v) < 0)
             NOMEM();
+    } else if (strcmp(k, "http_deny_status") == 0) {
+        if (strcmp(v, "429") == 0)
+            cfg->http_deny_status = 429;
+        else if (strcmp(v, "403") == 0)
+            cfg->http_deny_status = 403;
+        else
+            BAD("http_deny_status: expected 429 or 403, got '%s'", v);
     } else if (strcmp(k, "ratelimit_headers") == 0) {
         if (strcmp(v, "on") == 0 || strcmp(v, "true") == 0)
             cfg->ratelimit_headers = 1;

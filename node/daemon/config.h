@@ -43,7 +43,8 @@ struct config {
     uint64_t max_keys;    /* key table bound */
     enum config_on_full on_full;
     enum config_log_level log_level;
-    char *metrics; /* "host:port" of the Prometheus endpoint, or NULL (off) */
+    char *metrics;        /* http = (or metrics =) "host:port" of the HTTP listener, or NULL */
+    int http_deny_status; /* 0 (429), 429 or 403: a refused /v1/throttle */
     /* Envoy's rate limit service (see README "Envoy rate limit service") */
     char *grpc;                /* "host:port" of its gRPC listener, or NULL (off) */
     char *ratelimit_config;    /* directory of envoyproxy/ratelimit YAML files, or NULL */

@@ -25,6 +25,8 @@
 #include "limiter.h"
 #include "gossip/gossip.h"
 #include "log.h"
+#include "http.h"
+#include "http_throttle.h"
 #include "metrics.h"
 #include "policy.h"
 #include "replica.h"
@@ -58,10 +60,13 @@ static void usage(FILE *f)
             "  --on-full POLICY         when --max-keys keys are all still limiting:\n"
             "                           evict (default), deny (fail closed), allow (fail open)\n"
             "  --log-level LEVEL        debug, info (default), warn, error, off\n"
-            "  --metrics HOST:PORT      serve Prometheus metrics over HTTP at\n"
-            "                           http://HOST:PORT/metrics (and /health), e.g.\n"
-            "                           127.0.0.1:9464 or [::1]:9464; 'off' (default) serves\n"
-            "                           nothing.  Overrides the config file's metrics.\n"
+            "  --http HOST:PORT         serve HTTP at HOST:PORT, e.g. 127.0.0.1:9464 or\n"
+            "                           [::1]:9464: Prometheus metrics at /metrics, /health,\n"
+            "                           and decisions at /v1/throttle (README, \"HTTP\");\n"
+            "                           'off' (default) serves nothing.  --metrics is the\n"
+            "                           same flag.  Overrides the config file's http.\n"
+            "  --http-deny-status N     status of a refused /v1/throttle: 429 (default) or\n"
+            "                           403 (nginx auth_request treats others as errors)\n"
             "  --grpc HOST:PORT         serve Envoy's rate limit service (gRPC v3,\n"
             "                           envoy.service.ratelimit.v3.RateLimitService) over\n"
             "                           HTTP/2 cleartext; 'off' (default) serves nothing\n"
@@ -116,7 +121,9 @@ struct daemon {
     struct commands *cmds;
     struct limiter *lim;
     struct cluster *cluster; /* NULL when not clustered */
-    struct metrics *metrics; /* NULL when --metrics is off */
+    struct http_server *http;      /* NULL when --http is off */
+    struct metrics *metrics;       /* its /metrics and /health */
+    struct http_throttle *throttle; /* its /v1/throttle */
     struct daemon_rls *rls;  /* NULL when neither --grpc nor --ratelimit-config */
 };
 
@@ -224,7 +231,7 @@ static void daemon_raise_nofile(size_t max_clients)
 static void daemon_shutdown(struct daemon *d)
 {
     server_close(d->srv);
-    metrics_close(d->metrics);
+    http_close(d->http);
     daemon_rls_close(d->rls);
     commands_sl_close(d->sl); /* after server_close has cancelled the waiters' clients */
     uv_close((uv_handle_t *)&d->sighup, NULL);
@@ -289,6 +296,7 @@ enum {
     OPT_ON_FULL,
     OPT_LOG_LEVEL,
     OPT_METRICS,
+    OPT_HTTP_DENY,
     OPT_GRPC,
     OPT_RL_CONFIG,
     OPT_RL_ALGORITHM,
@@ -310,7 +318,9 @@ int main(int argc, char **argv)
         {"max-keys", required_argument, NULL, OPT_MAX_KEYS},
         {"on-full", required_argument, NULL, OPT_ON_FULL},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"http", required_argument, NULL, OPT_METRICS},
         {"metrics", required_argument, NULL, OPT_METRICS},
+        {"http-deny-status", required_argument, NULL, OPT_HTTP_DENY},
         {"grpc", required_argument, NULL, OPT_GRPC},
         {"ratelimit-config", required_argument, NULL, OPT_RL_CONFIG},
         {"ratelimit-algorithm", required_argument, NULL, OPT_RL_ALGORITHM},
@@ -324,7 +334,8 @@ int main(int argc, char **argv)
     struct commands_config ccfg = {0};
     struct limiter_config lcfg = {.max_keys = 0, .overflow = LIMITER_OVERFLOW_EVICT};
     const char *socket_path = NULL;
-    const char *metrics_addr = NULL; /* NULL: off */
+    const char *metrics_addr = NULL; /* --http; NULL: off */
+    struct http_throttle_config htcfg = {0};
     struct daemon_rls_options rlsopt = {0};
     struct cluster_options clopt;
     cluster_options_init(&clopt);
@@ -350,6 +361,7 @@ int main(int argc, char **argv)
         lcfg.overflow = (enum limiter_overflow)file_cfg.on_full;
         log_set_level((enum log_level)file_cfg.log_level);
         metrics_addr = file_cfg.metrics;
+        htcfg.deny_status = file_cfg.http_deny_status;
         rlsopt.grpc = file_cfg.grpc;
         rlsopt.config_dir = file_cfg.ratelimit_config;
         rlsopt.algorithm = file_cfg.ratelimit_algorithm;
@@ -445,6 +457,14 @@ int main(int argc, char **argv)
         }
         case OPT_METRICS:
             metrics_addr = strcmp(optarg, "off") == 0 ? NULL : optarg;
+            break;
+        case OPT_HTTP_DENY:
+            if (strcmp(optarg, "429") != 0 && strcmp(optarg, "403") != 0) {
+                fprintf(stderr, "sluiced: --http-deny-status: expected 429 or 403, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            htcfg.deny_status = atoi(optarg);
             break;
         case OPT_GRPC:
             rlsopt.grpc = strcmp(optarg, "off") == 0 ? NULL : optarg;
@@ -554,29 +574,33 @@ int main(int argc, char **argv)
         goto out_server;
     }
     if (metrics_addr != NULL) {
-        struct metrics_config mcfg = {.bind = metrics_addr};
-        rc = metrics_create(&d.loop, &mcfg, daemon_collect, &d, &d.metrics);
-        if (rc == 0 && metrics_start(d.metrics) < 0) {
-            log_error("%s", metrics_error(d.metrics));
+        struct http_config hcfg = {.bind = metrics_addr};
+        rc = http_create(&d.loop, &hcfg, &d.http);
+        if (rc == 0)
+            rc = metrics_attach(d.http, daemon_collect, &d, &d.metrics);
+        if (rc == 0)
+            rc = http_throttle_attach(d.http, d.cmds, d.lim, &htcfg, &d.throttle);
+        if (rc == 0 && http_start(d.http) < 0) {
+            log_error("%s", http_error(d.http));
             rc = -SLUICE_EIO;
         } else if (rc < 0) {
-            log_error("cannot create the metrics endpoint: %s", sluice_strerror(rc));
+            log_error("cannot create the HTTP listener: %s", sluice_strerror(rc));
         }
         if (rc < 0) {
-            metrics_close(d.metrics);
+            http_close(d.http);
             server_close(d.srv);
             cluster_stop(d.cluster, NULL, NULL);
             uv_run(&d.loop, UV_RUN_DEFAULT);
             goto out_server;
         }
-        log_info("metrics on http://%s/metrics", metrics_addr);
+        log_info("HTTP on http://%s (/metrics, /health, %s)", metrics_addr, HTTP_THROTTLE_PATH);
     }
     if (rlsopt.grpc != NULL || rlsopt.config_dir != NULL) {
         char rerr[512];
         rc = daemon_rls_start(&d.loop, d.lim, d.cluster, &rlsopt, &d.rls, rerr, sizeof(rerr));
         if (rc < 0) {
             log_error("ratelimit: %s", rerr);
-            metrics_close(d.metrics);
+            http_close(d.http);
             server_close(d.srv);
             cluster_stop(d.cluster, NULL, NULL);
             uv_run(&d.loop, UV_RUN_DEFAULT);
@@ -610,7 +634,9 @@ int main(int argc, char **argv)
     log_info("stopped");
 out_server:
     daemon_rls_destroy(d.rls);
+    http_destroy(d.http);
     metrics_destroy(d.metrics);
+    http_throttle_destroy(d.throttle);
     server_destroy(d.srv);
 out_cmds:
     commands_destroy(d.cmds);

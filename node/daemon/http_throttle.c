@@ -1,0 +1,226 @@
+/*
+ * http_throttle: the HTTP decision endpoint (see http_throttle.h).
+ */
+#include "http_throttle.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "num.h"
+#include "policy.h"
+#include "resp.h"
+#include "sluice/error.h"
+
+#define HT_MAX_KEY   512 /* as CL.THROTTLE's default bound */
+#define HT_MAX_VALUE 32  /* numbers and policy names beyond this are refused */
+
+struct http_throttle {
+    struct commands *cmds;
+    struct limiter *lim;
+    int deny_status;
+    struct http_throttle_stats st;
+};
+
+/* A parameter from the query, else from its header; NUL-terminated into
+ * out.  Returns its length, -SLUICE_ENOENT when given neither way, or
+ * -SLUICE_ETOOBIG / -SLUICE_EPROTO for a value that does not fit or does
+ * not decode. */
+static int ht__param(const struct http_request *req, const char *name, const char *header,
+                     char *out, size_t outlen)
+{
+    int n = http_query_get(req->query, req->query_len, name, out, outlen);
+    if (n != -SLUICE_ENOENT)
+        return n;
+    size_t len;
+    const char *v = http_request_header(req, header, &len);
+    if (v == NULL)
+        return -SLUICE_ENOENT;
+    if (len + 1 > outlen)
+        return -SLUICE_ETOOBIG;
+    if (memchr(v, '\0', len) != NULL)
+        return -SLUICE_EPROTO;
+    memcpy(out, v, len);
+    out[len] = '\0';
+    return (int)len;
+}
+
+/* Reads "*5" and five integers from a RESP2 reply; 0, or -SLUICE_EPROTO
+ * with the error text (without "-") in err when the reply is an error. */
+static int ht__reply(const char *p, size_t len, int64_t v[5], char *err, size_t errlen)
+{
+    const char *end = p + len;
+    if (len > 0 && p[0] == '-') {
+        const char *nl = memchr(p, '\r', len);
+        size_t n = nl != NULL ? (size_t)(nl - p - 1) : len - 1;
+        snprintf(err, errlen, "%.*s", (int)n, p + 1);
+        return -SLUICE_EPROTO;
+    }
+    if (len < 4 || memcmp(p, "*5\r\n", 4) != 0) {
+        snprintf(err, errlen, "unexpected reply");
+        return -SLUICE_EPROTO;
+    }
+    p += 4;
+    for (int i = 0; i < 5; i++) {
+        if (p >= end || *p != ':') {
+            snprintf(err, errlen, "unexpected reply");
+            return -SLUICE_EPROTO;
+        }
+        char *e;
+        v[i] = strtoll(p + 1, &e, 10);
+        if (e + 2 > end || e[0] != '\r' || e[1] != '\n') {
+            snprintf(err, errlen, "unexpected reply");
+            return -SLUICE_EPROTO;
+        }
+        p = e + 2;
+    }
+    return 0;
+}
+
+static void ht__bad(struct http_throttle *t, struct http_reply *rep, const char *fmt,
+                    const char *what)
+{
+    char msg[600];
+    snprintf(msg, sizeof(msg), fmt, what);
+    t->st.bad_requests++;
+    http_reply_text(rep, 400, msg);
+}
+
+/* Seconds, rounded up, of a duration in unit_ns (negative: 0). */
+static int64_t ht__ceil_s(int64_t v, int64_t unit_ns)
+{
+    if (v <= 0)
+        return 0;
+    int64_t ns = num_mul_sat(v, unit_ns);
+    return ns / NUM_NS_PER_S + (ns % NUM_NS_PER_S != 0);
+}
+
+static void ht__on_request(void *ud, const struct http_request *req, struct http_reply *rep)
+{
+    struct http_throttle *t = ud;
+    char key[HT_MAX_KEY + 1], pol[HT_MAX_VALUE + 1], cost[HT_MAX_VALUE + 1];
+    char burst[HT_MAX_VALUE + 1], count[HT_MAX_VALUE + 1], period[HT_MAX_VALUE + 1];
+    int klen = ht__param(req, "key", "X-Sluice-Key", key, sizeof(key));
+    if (klen == -SLUICE_ENOENT || klen == 0) {
+        ht__bad(t, rep, "%s\n", "key is required (?key=KEY or X-Sluice-Key)");
+        return;
+    }
+    if (klen < 0) {
+        ht__bad(t, rep, "key: %s\n", sluice_strerror(klen));
+        return;
+    }
+    int np = ht__param(req, "policy", "X-Sluice-Policy", pol, sizeof(pol));
+    int nc = ht__param(req, "cost", "X-Sluice-Cost", cost, sizeof(cost));
+    int nb = ht__param(req, "burst", "X-Sluice-Burst", burst, sizeof(burst));
+    int nn = ht__param(req, "count", "X-Sluice-Count", count, sizeof(count));
+    int nd = ht__param(req, "period", "X-Sluice-Period", period, sizeof(period));
+    if (nc == -SLUICE_ENOENT)
+        snprintf(cost, sizeof(cost), "1");
+    else if (nc <= 0) {
+        ht__bad(t, rep, "%s\n", "cost: expected a number");
+        return;
+    }
+    const char *argv[7];
+    size_t argvlen[7], argc;
+    int64_t unit_ns, window_s = 0;
+    const char *name = "default";
+    if (np > 0) {
+        if (nb != -SLUICE_ENOENT || nn != -SLUICE_ENOENT || nd != -SLUICE_ENOENT) {
+            ht__bad(t, rep, "%s\n", "policy and burst/count/period are exclusive");
+            return;
+        }
+        const struct policy *p = policy_set_find(limiter_policies(t->lim), pol, (size_t)np);
+        if (p == NULL) {
+            ht__bad(t, rep, "unknown policy '%s'\n", pol);
+            return;
+        }
+        name = p->name;
+        window_s = ht__ceil_s(p->algo.period_ns, 1);
+        argv[0] = "SL.THROTTLE";
+        argv[1] = key;
+        argv[2] = "POLICY";
+        argv[3] = pol;
+        argv[4] = "QTY";
+        argv[5] = cost;
+        argc = 6;
+        unit_ns = NUM_NS_PER_MS; /* SL.THROTTLE answers in milliseconds */
+    } else if (np == -SLUICE_ENOENT && nb > 0 && nn > 0 && nd > 0) {
+        argv[0] = "CL.THROTTLE";
+        argv[1] = key;
+        argv[2] = burst;
+        argv[3] = count;
+        argv[4] = period;
+        argv[5] = cost;
+        argc = 6;
+        unit_ns = NUM_NS_PER_S;
+        window_s = strtoll(period, NULL, 10);
+    } else {
+        ht__bad(t, rep, "%s\n",
+                "expected policy=NAME, or burst=B&count=C&period=SECONDS (numbers)");
+        return;
+    }
+    for (size_t i = 0; i < argc; i++)
+        argvlen[i] = strlen(argv[i]);
+    struct resp_buf out;
+    resp_buf_init(&out);
+    int64_t v[5];
+    char err[512];
+    int rc = commands_execute(t->cmds, argc, argv, argvlen, &out);
+    if (rc == 0)
+        rc = ht__reply(out.data, out.len, v, err, sizeof(err));
+    else
+        snprintf(err, sizeof(err), "%s", sluice_strerror(rc));
+    resp_buf_free(&out);
+    if (rc < 0) {
+        ht__bad(t, rep, "%s\n", err);
+        return;
+    }
+    /* v: limited, limit, remaining, retry after, reset after (unit_ns). */
+    http_reply_header(rep, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld", name, (long long)v[1],
+                      (long long)window_s);
+    http_reply_header(rep, "RateLimit", "\"%s\";r=%lld;t=%lld", name,
+                      (long long)(v[2] > 0 ? v[2] : 0), (long long)ht__ceil_s(v[4], unit_ns));
+    if (v[0] == 0) {
+        t->st.allowed++;
+        http_reply_text(rep, 200, "allowed\n");
+        return;
+    }
+    t->st.limited++;
+    if (v[3] >= 0)
+        http_reply_header(rep, "Retry-After", "%lld", (long long)ht__ceil_s(v[3], unit_ns));
+    http_reply_text(rep, t->deny_status, "limited\n");
+}
+
+int http_throttle_attach(struct http_server *h, struct commands *cmds, struct limiter *lim,
+                         const struct http_throttle_config *cfg, struct http_throttle **out)
+{
+    int deny = cfg != NULL && cfg->deny_status != 0 ? cfg->deny_status : 429;
+    if (h == NULL || cmds == NULL || lim == NULL || out == NULL || (deny != 429 && deny != 403))
+        return -SLUICE_EINVAL;
+    struct http_throttle *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return -SLUICE_ENOMEM;
+    t->cmds = cmds;
+    t->lim = lim;
+    t->deny_status = deny;
+    int rc = http_route(h, HTTP_THROTTLE_PATH, ht__on_request, t);
+    if (rc < 0) {
+        free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void http_throttle_get_stats(const struct http_throttle *t, struct http_throttle_stats *out)
+{
+    if (t == NULL)
+        memset(out, 0, sizeof(*out));
+    else
+        *out = t->st;
+}
+
+void http_throttle_destroy(struct http_throttle *t)
+{
+    free(t);
+}

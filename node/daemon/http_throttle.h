@@ -1,0 +1,63 @@
+/*
+ * http_throttle: the HTTP decision endpoint, a route on the daemon's HTTP
+ * listener (server/http.h) for proxies that ask "may this request pass?"
+ * by HTTP: nginx auth_request, Traefik forwardAuth, Caddy forward_auth.
+ *
+ *   GET /v1/throttle?key=KEY&policy=NAME[&cost=Q]
+ *   GET /v1/throttle?key=KEY&burst=B&count=C&period=SECONDS[&cost=Q]
+ *
+ * The second form means what CL.THROTTLE KEY B C SECONDS Q means.  A proxy
+ * that cannot build a query string sends the same values as headers
+ * (X-Sluice-Key, X-Sluice-Policy, X-Sluice-Burst, X-Sluice-Count,
+ * X-Sluice-Period, X-Sluice-Cost); query parameters win when both are
+ * given.
+ *
+ * Each request runs the same command a Redis client would send (SL.THROTTLE
+ * KEY POLICY NAME QTY Q, or CL.THROTTLE) through the command table, so a
+ * global key is decided by the cluster exactly as it is over RESP.
+ *
+ * Answers:
+ *   200 "allowed"                 the request may pass
+ *   deny_status (429) "limited"   with Retry-After: seconds, rounded up
+ *   400                           missing or malformed parameters, or the
+ *                                 command's error (an unknown policy)
+ * Both 200 and the refusal carry the IETF RateLimit fields
+ * (draft-ietf-httpapi-ratelimit-headers-08 and later):
+ *   RateLimit-Policy: "NAME";q=LIMIT;w=WINDOW_SECONDS
+ *   RateLimit: "NAME";r=REMAINING;t=SECONDS_UNTIL_FULL
+ * where NAME is the policy's name, or "default" for the inline form.
+ */
+#ifndef SLUICE_HTTP_THROTTLE_H
+#define SLUICE_HTTP_THROTTLE_H
+
+#include "commands.h"
+#include "http.h"
+#include "limiter.h"
+
+#define HTTP_THROTTLE_PATH "/v1/throttle"
+
+struct http_throttle_config {
+    int deny_status; /* 429 (0 means 429) or 403 for nginx auth_request */
+};
+
+struct http_throttle;
+
+/*
+ * Routes HTTP_THROTTLE_PATH on h to a new endpoint that decides with cmds
+ * (and reads policy windows from lim); both borrowed and outliving it.
+ * Fails with -SLUICE_EINVAL (a deny_status other than 403 or 429),
+ * -SLUICE_ENOMEM or http_route's errors.  The caller frees *out with
+ * http_throttle_destroy after http_destroy.
+ */
+int http_throttle_attach(struct http_server *h, struct commands *cmds, struct limiter *lim,
+                         const struct http_throttle_config *cfg, struct http_throttle **out);
+
+struct http_throttle_stats {
+    uint64_t allowed, limited, bad_requests;
+};
+void http_throttle_get_stats(const struct http_throttle *t, struct http_throttle_stats *out);
+
+/* Frees t; NULL is fine. */
+void http_throttle_destroy(struct http_throttle *t);
+
+#endif

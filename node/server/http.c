@@ -1,0 +1,801 @@
+/*
+ * http: the daemon's HTTP/1.1 listener (see http.h for the contract).
+ *
+ * Design note.  Requests to this listener are small (a scrape every few
+ * seconds, a proxy's subrequest per client request) and answers are built
+ * whole, so the server is deliberately plain: one fixed input buffer per
+ * connection, the whole answer built in one allocation and written with
+ * uv_try_write, the remainder (if the socket is full) queued with one
+ * uv_write while reads are paused.  Nothing here can block the loop, and
+ * every resource a client can hold is bounded: connections (max_conns),
+ * input (HTTP_MAX_REQUEST), output (one answer), time (idle_timeout_ms per
+ * request, not per byte).
+ *
+ * Parsing.  libhttp-parser is a streaming parser; http_parse_request runs
+ * a fresh one over the whole buffered head each time more bytes arrive
+ * (heads are at most 8 KiB, so re-parsing is cheaper than keeping partial
+ * state) and pauses it at the end of the headers, so a pipelined next
+ * request stays in the buffer.  Header and URL pointers point into the
+ * caller's buffer.
+ *
+ * Closing after an error uses a lingering close, as web servers do: the
+ * write side is shut down once the answer is out, and input is read and
+ * discarded until the client closes (or the timer fires).  Closing at once
+ * with unread input would make the kernel send a reset, which can destroy
+ * the answer before the client reads it.
+ *
+ * Wire format (HTTP/1.1, RFC 9112; only what a scraper or a proxy's
+ * subrequest sends is needed):
+ *
+ *   request                              response
+ *   +---------------------------------+  +-----------------------------------+
+ *   | GET /v1/throttle?key=k HTTP/1.1 |  | HTTP/1.1 429 Too Many Requests    |
+ *   | Host: h:9464 CRLF               |  | Content-Type: text/plain; ... CRLF|
+ *   | X-Sluice-Key: k CRLF   (if any) |  | Content-Length: N CRLF            |
+ *   | ...  (<= 8 KiB in all)          |  | Connection: keep-alive|close CRLF |
+ *   | CRLF                            |  | (route's headers: Retry-After ...)|
+ *   +---------------------------------+  | CRLF                              |
+ *                                        | N bytes of body                   |
+ *                                        +-----------------------------------+
+ */
+#include "http.h"
+
+#include <http_parser.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "sluice/error.h"
+
+#define HTTP_TEXT_PLAIN "text/plain; charset=utf-8"
+
+/* ---- the request parser ---- */
+
+struct http__parse {
+    struct http_request *out;
+    const char *field; /* the header name being read, until its value */
+    size_t field_len;
+    int done;
+};
+
+static int http__on_url(http_parser *p, const char *at, size_t len)
+{
+    struct http__parse *x = p->data;
+    /* A fresh parser over a whole head calls this once. */
+    const char *q = memchr(at, '?', len);
+    x->out->path = at;
+    x->out->path_len = q != NULL ? (size_t)(q - at) : len;
+    if (q != NULL) {
+        x->out->query = q + 1;
+        x->out->query_len = len - (size_t)(q - at) - 1;
+    }
+    return 0;
+}
+
+static int http__on_field(http_parser *p, const char *at, size_t len)
+{
+    struct http__parse *x = p->data;
+    x->field = at;
+    x->field_len = len;
+    return 0;
+}
+
+static int http__on_value(http_parser *p, const char *at, size_t len)
+{
+    struct http__parse *x = p->data;
+    struct http_request *r = x->out;
+    if (x->field == NULL)
+        return 0;
+    if (r->nheaders < HTTP_MAX_HEADERS) {
+        r->headers[r->nheaders++] = (struct http_header){
+            .name = x->field, .name_len = x->field_len, .value = at, .value_len = len};
+    }
+    x->field = NULL;
+    return 0;
+}
+
+static int http__on_headers_complete(http_parser *p)
+{
+    struct http__parse *x = p->data;
+    x->done = 1;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static const http_parser_settings http__settings = {
+    .on_url = http__on_url,
+    .on_header_field = http__on_field,
+    .on_header_value = http__on_value,
+    .on_headers_complete = http__on_headers_complete,
+};
+
+int http_parse_request(const char *buf, size_t len, size_t max, struct http_request *out)
+{
+    http_parser p;
+    struct http__parse x = {.out = out};
+    size_t lim = len < max ? len : max;
+    memset(out, 0, sizeof(*out));
+    http_parser_init(&p, HTTP_REQUEST);
+    p.data = &x;
+    size_t n = http_parser_execute(&p, &http__settings, buf, lim);
+    enum http_errno e = HTTP_PARSER_ERRNO(&p);
+    if (!x.done) {
+        if (e != HPE_OK)
+            return -SLUICE_EPROTO;
+        return len >= max ? -SLUICE_ETOOBIG : 0;
+    }
+    if (e != HPE_PAUSED && e != HPE_OK)
+        return -SLUICE_EPROTO;
+    /* Paused in on_headers_complete, the parser may or may not have
+     * counted the head's last byte: the head ends at the first empty line,
+     * which the parser has just validated. */
+    (void)n;
+    size_t end = 0;
+    for (size_t i = 0; i + 1 < lim && end == 0; i++) {
+        if (buf[i] != '\n')
+            continue;
+        if (buf[i + 1] == '\n')
+            end = i + 2;
+        else if (buf[i + 1] == '\r' && i + 2 < lim && buf[i + 2] == '\n')
+            end = i + 3;
+    }
+    if (end == 0)
+        return -SLUICE_EPROTO;
+    if (p.http_major != 1 || p.http_minor > 1)
+        return -SLUICE_EPROTO;
+    /* Obsolete line folding (a header line starting with a space or tab),
+     * which RFC 9112 lets a server refuse and this one does. */
+    for (size_t i = 0; i + 1 < end; i++)
+        if (buf[i] == '\n' && (buf[i + 1] == ' ' || buf[i + 1] == '\t'))
+            return -SLUICE_EPROTO;
+    /* libhttp-parser tolerates several spaces after the method; RFC 9112
+     * has one, and the path starts right after it. */
+    const char *sp = memchr(buf, ' ', lim);
+    if (out->path == NULL || out->path_len == 0 || out->path[0] != '/' || sp == NULL ||
+        out->path != sp + 1)
+        return -SLUICE_EPROTO;
+    if (p.method == HTTP_GET)
+        out->method = HTTP_REQ_GET;
+    else if (p.method == HTTP_HEAD)
+        out->method = HTTP_REQ_HEAD;
+    else
+        out->method = HTTP_REQ_OTHER;
+    out->keep_alive = http_should_keep_alive(&p) ? 1 : 0;
+    out->has_body = (p.flags & F_CHUNKED) != 0 ||
+                    (p.content_length > 0 && p.content_length != ULLONG_MAX);
+    return (int)end;
+}
+
+const char *http_request_header(const struct http_request *r, const char *name, size_t *len)
+{
+    size_t nl = strlen(name);
+    for (size_t i = 0; i < r->nheaders; i++) {
+        if (r->headers[i].name_len == nl && strncasecmp(r->headers[i].name, name, nl) == 0) {
+            if (len != NULL)
+                *len = r->headers[i].value_len;
+            return r->headers[i].value;
+        }
+    }
+    return NULL;
+}
+
+static int http__hex(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int http_query_get(const char *q, size_t qlen, const char *name, char *out, size_t outlen)
+{
+    size_t nl = strlen(name), i = 0;
+    while (q != NULL && i < qlen) {
+        size_t end = i;
+        while (end < qlen && q[end] != '&')
+            end++;
+        const char *eq = memchr(q + i, '=', end - i);
+        size_t klen = eq != NULL ? (size_t)(eq - (q + i)) : end - i;
+        if (klen == nl && memcmp(q + i, name, nl) == 0) {
+            size_t o = 0;
+            for (size_t k = eq != NULL ? (size_t)(eq - q) + 1 : end; k < end; k++) {
+                char c = q[k];
+                if (c == '+') {
+                    c = ' ';
+                } else if (c == '%') {
+                    if (k + 2 >= end)
+                        return -SLUICE_EPROTO;
+                    int hi = http__hex(q[k + 1]), lo = http__hex(q[k + 2]);
+                    if (hi < 0 || lo < 0)
+                        return -SLUICE_EPROTO;
+                    c = (char)(hi * 16 + lo);
+                    k += 2;
+                    if (c == '\0')
+                        return -SLUICE_EPROTO;
+                }
+                if (o + 1 >= outlen)
+                    return -SLUICE_ETOOBIG;
+                out[o++] = c;
+            }
+            if (outlen == 0)
+                return -SLUICE_ETOOBIG;
+            out[o] = '\0';
+            return (int)o;
+        }
+        i = end + 1;
+    }
+    return -SLUICE_ENOENT;
+}
+
+/* ---- answers ---- */
+
+static void http__reply_init(struct http_reply *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->status = 200;
+}
+
+static void http__reply_free(struct http_reply *r)
+{
+    free(r->body);
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
+}
+
+void http_reply_header(struct http_reply *r, const char *name, const char *fmt, ...)
+{
+    char line[512];
+    int n = snprintf(line, sizeof(line), "%s: ", name);
+    va_list ap;
+    va_start(ap, fmt);
+    int m = n > 0 && (size_t)n < sizeof(line) ? vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap)
+                                               : -1;
+    va_end(ap);
+    if (m < 0 || (size_t)(n + m) + 2 > sizeof(line) ||
+        r->headers_len + (size_t)(n + m) + 2 > sizeof(r->headers)) {
+        r->oom = 1;
+        return;
+    }
+    /* A value must not carry a line end into the head. */
+    for (int k = 0; k < n + m; k++)
+        if (line[k] == '\r' || line[k] == '\n')
+            line[k] = ' ';
+    memcpy(r->headers + r->headers_len, line, (size_t)(n + m));
+    r->headers_len += (size_t)(n + m);
+    memcpy(r->headers + r->headers_len, "\r\n", 2);
+    r->headers_len += 2;
+}
+
+void http_reply_body(struct http_reply *r, const char *p, size_t n)
+{
+    if (r->oom || n == 0)
+        return;
+    if (r->body_len + n > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 256;
+        while (cap < r->body_len + n)
+            cap *= 2;
+        char *b = realloc(r->body, cap);
+        if (b == NULL) {
+            r->oom = 1;
+            return;
+        }
+        r->body = b;
+        r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, p, n);
+    r->body_len += n;
+}
+
+void http_reply_text(struct http_reply *r, int status, const char *text)
+{
+    r->status = status;
+    r->body_len = 0;
+    http_reply_body(r, text, strlen(text));
+}
+
+/* ---- the listener ---- */
+
+struct conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_write_t wreq;
+    uv_shutdown_t sreq;
+    struct http_server *m;
+    struct conn *prev, *next;
+    char *out;   /* the answer being written by wreq, or NULL */
+    int handles; /* open libuv handles; freed at 0 */
+    int writing, closing, lingering, close_after;
+    size_t len; /* bytes in in[] */
+    int idle; /* 1: waiting for (more of) a request, nothing being answered */
+    char in[HTTP_MAX_REQUEST];
+};
+
+struct http_route {
+    const char *path;
+    size_t len;
+    http_handler_fn fn;
+    void *ud;
+};
+
+struct http_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    int listener_open, closed;
+    char *bind;
+    size_t max_conns;
+    uint64_t idle_ms;
+    struct http_route routes[HTTP_MAX_ROUTES];
+    size_t nroutes;
+    struct conn *conns;
+    struct http_stats st;
+    int port;
+    char discard[4096]; /* reads of lingering connections land here */
+    char err[512];
+};
+
+int http_create(uv_loop_t *loop, const struct http_config *cfg, struct http_server **out)
+{
+    if (loop == NULL || cfg == NULL || cfg->bind == NULL)
+        return -SLUICE_EINVAL;
+    struct http_server *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return -SLUICE_ENOMEM;
+    m->bind = strdup(cfg->bind);
+    if (m->bind == NULL) {
+        free(m);
+        return -SLUICE_ENOMEM;
+    }
+    m->loop = loop;
+    m->max_conns = cfg->max_conns ? cfg->max_conns : HTTP_DEFAULT_MAX_CONNS;
+    m->idle_ms = cfg->idle_timeout_ms ? cfg->idle_timeout_ms : HTTP_DEFAULT_IDLE_MS;
+    *out = m;
+    return 0;
+}
+
+int http_route(struct http_server *h, const char *path, http_handler_fn fn, void *ud)
+{
+    if (h == NULL || path == NULL || fn == NULL)
+        return -SLUICE_EINVAL;
+    size_t len = strlen(path);
+    for (size_t i = 0; i < h->nroutes; i++)
+        if (h->routes[i].len == len && memcmp(h->routes[i].path, path, len) == 0)
+            return -SLUICE_EEXIST;
+    if (h->nroutes == HTTP_MAX_ROUTES)
+        return -SLUICE_EFULL;
+    h->routes[h->nroutes++] = (struct http_route){.path = path, .len = len, .fn = fn, .ud = ud};
+    return 0;
+}
+
+const char *http_error(const struct http_server *h)
+{
+    return h->err;
+}
+
+int http_port(const struct http_server *h)
+{
+    return h->port;
+}
+
+void http_get_stats(const struct http_server *h, struct http_stats *out)
+{
+    *out = h->st;
+}
+
+static void conn_on_close(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    if (--c->handles > 0)
+        return;
+    struct http_server *m = c->m;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        m->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    m->st.open_conns--;
+    free(c->out);
+    free(c);
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    uv_close((uv_handle_t *)&c->tcp, conn_on_close);
+    uv_close((uv_handle_t *)&c->timer, conn_on_close);
+}
+
+static void conn_on_timeout(uv_timer_t *t)
+{
+    struct conn *c = t->data;
+    if (!c->lingering)
+        c->m->st.timeouts++;
+    conn_close(c);
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct conn *c = h->data;
+    (void)suggested;
+    if (c->lingering) {
+        *buf = uv_buf_init(c->m->discard, sizeof(c->m->discard));
+        return;
+    }
+    *buf = uv_buf_init(c->in + c->len, (unsigned)(sizeof(c->in) - c->len));
+}
+
+static void conn_process(struct conn *c);
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+static void conn_on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct conn *c = req->data;
+    if (status < 0)
+        conn_close(c);
+}
+
+/* The answer is out and the connection must end: half-close and read
+ * (discarding) until the client closes or the timer fires. */
+static void conn_linger(struct conn *c)
+{
+    if (c->closing || c->lingering)
+        return;
+    c->lingering = 1;
+    c->sreq.data = c;
+    if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, conn_on_shutdown) < 0) {
+        conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, conn_on_timeout, c->m->idle_ms < 2000 ? c->m->idle_ms : 2000, 0);
+    uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
+}
+
+/* A response is fully handed to the kernel. */
+static void conn_sent(struct conn *c)
+{
+    if (c->close_after) {
+        conn_linger(c);
+        return;
+    }
+    uv_timer_start(&c->timer, conn_on_timeout, c->m->idle_ms, 0);
+}
+
+static void conn_on_write(uv_write_t *req, int status)
+{
+    struct conn *c = req->data;
+    free(c->out);
+    c->out = NULL;
+    c->writing = 0;
+    if (c->closing)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    conn_sent(c);
+    if (c->lingering || c->closing)
+        return;
+    conn_process(c);
+}
+
+static const char *http__reason(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return status >= 500 ? "Internal Server Error" : "Unknown";
+    }
+}
+
+/* Builds and sends one answer. */
+static void conn_answer(struct conn *c, int head_only, const struct http_reply *r)
+{
+    int status = r->status >= 100 && r->status <= 599 ? r->status : 500;
+    const char *ctype = r->content_type != NULL ? r->content_type : HTTP_TEXT_PLAIN;
+    size_t cap = 160 + strlen(ctype) + r->headers_len + (head_only ? 0 : r->body_len);
+    char *out = malloc(cap);
+    if (out == NULL) {
+        conn_close(c);
+        return;
+    }
+    int n = snprintf(out, cap,
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                     "Connection: %s\r\n",
+                     status, http__reason(status), ctype, r->body_len,
+                     c->close_after ? "close" : "keep-alive");
+    size_t len = n > 0 && (size_t)n < cap ? (size_t)n : 0;
+    memcpy(out + len, r->headers, r->headers_len);
+    len += r->headers_len;
+    memcpy(out + len, "\r\n", 2);
+    len += 2;
+    if (!head_only && r->body_len > 0) {
+        memcpy(out + len, r->body, r->body_len);
+        len += r->body_len;
+    }
+    c->m->st.requests++;
+    c->idle = 0;
+    uv_buf_t ub = uv_buf_init(out, (unsigned)len);
+    int w = uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
+    if (w == UV_EAGAIN || w == UV_ENOSYS)
+        w = 0;
+    if (w < 0) {
+        free(out);
+        conn_close(c);
+        return;
+    }
+    if ((size_t)w == len) {
+        free(out);
+        conn_sent(c);
+        return;
+    }
+    /* The socket is full: queue the rest and stop reading until it drains. */
+    c->out = out;
+    ub = uv_buf_init(out + w, (unsigned)(len - (size_t)w));
+    c->wreq.data = c;
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &ub, 1, conn_on_write) < 0) {
+        conn_close(c);
+        return;
+    }
+    c->writing = 1;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+}
+
+static void conn_error(struct conn *c, int status, const char *body)
+{
+    struct http_reply r;
+    http__reply_init(&r);
+    http_reply_text(&r, status, body);
+    c->close_after = 1;
+    conn_answer(c, 0, &r);
+    http__reply_free(&r);
+}
+
+static void conn_request(struct conn *c, const struct http_request *req)
+{
+    struct http_server *m = c->m;
+    int head_only = req->method == HTTP_REQ_HEAD;
+    struct http_reply r;
+    if (!req->keep_alive || req->has_body)
+        c->close_after = 1;
+    http__reply_init(&r);
+    if (req->method == HTTP_REQ_OTHER) {
+        c->close_after = 1;
+        http_reply_text(&r, 405, "method not allowed\n");
+        http_reply_header(&r, "Allow", "GET, HEAD");
+    } else {
+        const struct http_route *route = NULL;
+        for (size_t i = 0; i < m->nroutes && route == NULL; i++)
+            if (m->routes[i].len == req->path_len &&
+                memcmp(m->routes[i].path, req->path, req->path_len) == 0)
+                route = &m->routes[i];
+        if (route == NULL)
+            http_reply_text(&r, 404, "not found\n");
+        else
+            route->fn(route->ud, req, &r);
+        if (r.oom) {
+            http__reply_free(&r);
+            http__reply_init(&r);
+            http_reply_text(&r, 500, "out of memory\n");
+        }
+    }
+    conn_answer(c, head_only, &r);
+    http__reply_free(&r);
+}
+
+/* Answers every complete request in the buffer, in order, until one is
+ * still being written, the connection must close, or more bytes are
+ * needed. */
+static void conn_process(struct conn *c)
+{
+    while (!c->writing && !c->closing && !c->lingering) {
+        struct http_request r;
+        int n = http_parse_request(c->in, c->len, sizeof(c->in), &r);
+        if (n == 0) {
+            c->idle = 1;
+            uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
+            return;
+        }
+        if (n == -SLUICE_ETOOBIG) {
+            c->m->st.too_big++;
+            conn_error(c, 431, "request too large\n");
+            return;
+        }
+        if (n < 0) {
+            c->m->st.bad_requests++;
+            conn_error(c, 400, "bad request\n");
+            return;
+        }
+        conn_request(c, &r);
+        /* r.path pointed into in[]: done with it, drop the head. */
+        memmove(c->in, c->in + n, c->len - (size_t)n);
+        c->len -= (size_t)n;
+    }
+}
+
+static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = s->data;
+    (void)buf;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    if (nread == 0 || c->lingering)
+        return;
+    size_t before = c->len;
+    c->len += (size_t)nread;
+    /* A head ends with a line end: no need to parse before one arrives,
+     * unless the buffer is full (then the parser says it is too big) or
+     * this is the request line's start (noise is refused early). */
+    if (before > 0 && c->len < sizeof(c->in) && memchr(c->in + before, '\n', (size_t)nread) == NULL)
+        return;
+    conn_process(c);
+}
+
+/* Accepts and closes at once a connection over max_conns. */
+static void refuse_on_close(uv_handle_t *h)
+{
+    free(h);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct http_server *m = server->data;
+    if (status < 0 || m->closed)
+        return;
+    if (m->st.open_conns >= m->max_conns) {
+        /* Make room by closing the oldest connection that is only waiting
+         * for a request (the list is newest first).  A closed connection
+         * counts until libuv has closed it, hence the hard bound of twice
+         * max_conns; with every slot busy answering, the new one waits. */
+        struct conn *victim = NULL;
+        for (struct conn *o = m->conns; o != NULL; o = o->next)
+            if (o->idle && !o->closing && !o->lingering && !o->writing)
+                victim = o;
+        if (victim == NULL || m->st.open_conns >= 2 * m->max_conns) {
+            uv_tcp_t *t = malloc(sizeof(*t));
+            if (t == NULL)
+                return;
+            uv_tcp_init(m->loop, t);
+            (void)uv_accept(server, (uv_stream_t *)t);
+            m->st.refused++;
+            uv_close((uv_handle_t *)t, refuse_on_close);
+            return;
+        }
+        m->st.evicted++;
+        conn_close(victim);
+    }
+    struct conn *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return;
+    c->m = m;
+    uv_tcp_init(m->loop, &c->tcp);
+    uv_timer_init(m->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->handles = 2;
+    c->next = m->conns;
+    if (m->conns != NULL)
+        m->conns->prev = c;
+    m->conns = c;
+    m->st.open_conns++;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+        conn_close(c);
+        return;
+    }
+    c->idle = 1;
+    uv_tcp_nodelay(&c->tcp, 1);
+    uv_timer_start(&c->timer, conn_on_timeout, m->idle_ms, 0);
+    uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
+}
+
+/* Splits "HOST:PORT" / "[V6]:PORT" into host and port strings. */
+static int split_hostport(const char *s, char *host, size_t hlen, char *port, size_t plen)
+{
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) >= plen)
+        return -1;
+    const char *h = s;
+    size_t n = (size_t)(colon - s);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        h++;
+        n -= 2;
+    }
+    if (n >= hlen)
+        return -1;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    if (n == 0 || strcmp(host, "*") == 0)
+        snprintf(host, hlen, "0.0.0.0");
+    for (const char *p = colon + 1; *p != '\0'; p++)
+        if (*p < '0' || *p > '9')
+            return -1;
+    snprintf(port, plen, "%s", colon + 1);
+    return 0;
+}
+
+int http_start(struct http_server *m)
+{
+    char host[256], port[8];
+    if (split_hostport(m->bind, host, sizeof(host), port, sizeof(port)) < 0 || atoi(port) > 65535) {
+        snprintf(m->err, sizeof(m->err), "http: '%s' is not HOST:PORT", m->bind);
+        return -SLUICE_EINVAL;
+    }
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        snprintf(m->err, sizeof(m->err), "http: cannot resolve '%s': %s", host,
+                 gai_strerror(rc));
+        if (res != NULL)
+            freeaddrinfo(res);
+        return -SLUICE_EINVAL;
+    }
+    uv_tcp_init(m->loop, &m->listener);
+    m->listener.data = m;
+    m->listener_open = 1;
+    rc = uv_tcp_bind(&m->listener, res->ai_addr, 0);
+    freeaddrinfo(res);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&m->listener, 64, on_connection);
+    if (rc < 0) {
+        snprintf(m->err, sizeof(m->err), "http: cannot listen on %s: %s", m->bind,
+                 uv_strerror(rc));
+        return -SLUICE_EIO;
+    }
+    struct sockaddr_storage ss;
+    int sl = sizeof(ss);
+    if (uv_tcp_getsockname(&m->listener, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET)
+            m->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            m->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    return 0;
+}
+
+void http_close(struct http_server *m)
+{
+    if (m == NULL || m->closed)
+        return;
+    m->closed = 1;
+    if (m->listener_open)
+        uv_close((uv_handle_t *)&m->listener, NULL);
+    for (struct conn *c = m->conns; c != NULL; c = c->next)
+        conn_close(c);
+}
+
+void http_destroy(struct http_server *m)
+{
+    if (m == NULL)
+        return;
+    free(m->bind);
+    free(m);
+}

@@ -1,0 +1,130 @@
+"""The HTTP decision endpoint of a real sluiced (/v1/throttle): the policy
+form, the CL.THROTTLE form, the header form, cost, the refusal status and
+its headers, errors, and that the endpoint and RESP clients share one
+state (the same key drawn from both sides)."""
+import os
+import sys
+import tempfile
+import unittest
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluicetest import Daemon, free_tcp_port  # noqa: E402
+
+import redis  # noqa: E402  (Debian python3-redis)
+
+CONF = """[policy api]
+algorithm = gcra
+burst = 2
+rate = 1 per 1h
+"""
+
+
+def get(port, path, headers=None):
+    """(status, headers dict with lower-case names, body) of one GET."""
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read().decode()
+
+
+class HttpThrottle(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="sluice-http-")
+        self.conf = os.path.join(self.dir.name, "sluice.conf")
+        with open(self.conf, "w") as f:
+            f.write(CONF)
+        self.port = free_tcp_port()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def daemon(self, *extra):
+        return Daemon("--config", self.conf, "--http", "127.0.0.1:%d" % self.port, *extra)
+
+    def test_policy_form_until_refused(self):
+        with self.daemon():
+            # burst 2: three at once, then refused for about an hour.
+            for i in range(3):
+                st, h, body = get(self.port, "/v1/throttle?key=u1&policy=api")
+                self.assertEqual((st, body), (200, "allowed\n"), h)
+                self.assertEqual(h["ratelimit-policy"], '"api";q=3;w=3600')
+                self.assertEqual(h["ratelimit"].split(";")[1], "r=%d" % (2 - i))
+            st, h, body = get(self.port, "/v1/throttle?key=u1&policy=api")
+            self.assertEqual((st, body), (429, "limited\n"))
+            self.assertEqual(h["ratelimit"].split(";")[1], "r=0")
+            retry = int(h["retry-after"])
+            self.assertTrue(3590 <= retry <= 3600, retry)  # one emission interval: 1h
+            # Another key is untouched.
+            self.assertEqual(get(self.port, "/v1/throttle?key=u2&policy=api")[0], 200)
+
+    def test_inline_form_is_cl_throttle(self):
+        with self.daemon() as d:
+            r = redis.Redis(unix_socket_path=d.path, socket_timeout=10)
+            # The endpoint and a RESP client draw on the same key.
+            self.assertEqual(r.execute_command("CL.THROTTLE", "k", 1, 1, 60)[0], 0)
+            st, h, _ = get(self.port, "/v1/throttle?key=k&burst=1&count=1&period=60")
+            self.assertEqual(st, 200)
+            self.assertEqual(h["ratelimit-policy"], '"default";q=2;w=60')
+            st, h, _ = get(self.port, "/v1/throttle?key=k&burst=1&count=1&period=60")
+            self.assertEqual(st, 429)
+            self.assertEqual(h["retry-after"], str(r.execute_command(
+                "CL.THROTTLE", "k", 1, 1, 60)[3]))
+            r.close()
+
+    def test_header_form_cost_and_deny_status(self):
+        with self.daemon("--http-deny-status", "403"):
+            hdr = {"X-Sluice-Key": "proxy:1", "X-Sluice-Policy": "api", "X-Sluice-Cost": "2"}
+            st, h, _ = get(self.port, "/v1/throttle", hdr)
+            self.assertEqual(st, 200)
+            self.assertEqual(h["ratelimit"].split(";")[1], "r=1")
+            st, h, _ = get(self.port, "/v1/throttle", hdr)
+            self.assertEqual(st, 403)  # cost 2 > 1 left
+            self.assertIn("retry-after", h)
+            # The query wins over headers.
+            st, _, _ = get(self.port, "/v1/throttle?key=other&policy=api", hdr)
+            self.assertEqual(st, 200)
+            # A percent-encoded key is decoded: the same key as the header's.
+            hdr1 = dict(hdr, **{"X-Sluice-Cost": "1"})
+            st, _, _ = get(self.port, "/v1/throttle?key=proxy%3A1&policy=api&cost=1", hdr1)
+            self.assertEqual(st, 200)
+            st, _, _ = get(self.port, "/v1/throttle?key=proxy%3A1&policy=api&cost=1")
+            self.assertEqual(st, 403)
+
+    def test_errors(self):
+        with self.daemon():
+            cases = [
+                ("/v1/throttle", "key is required"),
+                ("/v1/throttle?key=a", "expected policy=NAME"),
+                ("/v1/throttle?key=a&policy=nope", "unknown policy 'nope'"),
+                ("/v1/throttle?key=a&burst=1&count=x&period=60", "Couldn't parse"),
+                ("/v1/throttle?key=a&burst=1&count=0&period=60", "Zero rates"),
+                ("/v1/throttle?key=a&policy=api&burst=1", "exclusive"),
+                ("/v1/throttle?key=a&policy=api&cost=-1", "QTY"),
+                ("/v1/throttle?key=%zz&policy=api", "key:"),
+            ]
+            for path, want in cases:
+                st, _, body = get(self.port, path)
+                self.assertEqual(st, 400, (path, body))
+                self.assertIn(want, body, path)
+            # The listener's other routes are still there.
+            self.assertEqual(get(self.port, "/health")[2], "ok\n")
+            self.assertEqual(get(self.port, "/metrics")[0], 200)
+
+    def test_metrics_flag_is_an_alias(self):
+        with Daemon("--config", self.conf, "--metrics", "127.0.0.1:%d" % self.port):
+            self.assertEqual(get(self.port, "/v1/throttle?key=m&policy=api")[0], 200)
+
+    def test_config_file_keys(self):
+        with open(self.conf, "a") as f:
+            f.write("[sluiced]\nhttp = 127.0.0.1:%d\nhttp_deny_status = 403\n" % self.port)
+        with Daemon("--config", self.conf):
+            codes = [get(self.port, "/v1/throttle?key=c&policy=api")[0] for _ in range(4)]
+            self.assertEqual(codes, [200, 200, 200, 403])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
