@@ -45,6 +45,37 @@ static int ht__param(const struct http_request *req, const char *name, const cha
     return (int)len;
 }
 
+/* key_header=NAME: the key is the first comma-separated element of that
+ * request header (X-Forwarded-For's client address), for a proxy that can
+ * neither build a query string nor set a header per request (Traefik). */
+static int ht__key_from_header(const struct http_request *req, char *out, size_t outlen)
+{
+    char name[64];
+    int n = http_query_get(req->query, req->query_len, "key_header", name, sizeof(name));
+    if (n <= 0)
+        return n == 0 ? -SLUICE_ENOENT : n;
+    size_t len;
+    const char *v = http_request_header(req, name, &len);
+    if (v == NULL)
+        return -SLUICE_ENOENT;
+    const char *comma = memchr(v, ',', len);
+    if (comma != NULL)
+        len = (size_t)(comma - v);
+    while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t'))
+        len--;
+    while (len > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        len--;
+    }
+    if (len + 1 > outlen)
+        return -SLUICE_ETOOBIG;
+    if (memchr(v, '\0', len) != NULL)
+        return -SLUICE_EPROTO;
+    memcpy(out, v, len);
+    out[len] = '\0';
+    return (int)len;
+}
+
 /* Reads "*5" and five integers from a RESP2 reply; 0, or -SLUICE_EPROTO
  * with the error text (without "-") in err when the reply is an error. */
 static int ht__reply(const char *p, size_t len, int64_t v[5], char *err, size_t errlen)
@@ -101,8 +132,10 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
     char key[HT_MAX_KEY + 1], pol[HT_MAX_VALUE + 1], cost[HT_MAX_VALUE + 1];
     char burst[HT_MAX_VALUE + 1], count[HT_MAX_VALUE + 1], period[HT_MAX_VALUE + 1];
     int klen = ht__param(req, "key", "X-Sluice-Key", key, sizeof(key));
+    if (klen == -SLUICE_ENOENT)
+        klen = ht__key_from_header(req, key, sizeof(key));
     if (klen == -SLUICE_ENOENT || klen == 0) {
-        ht__bad(t, rep, "%s\n", "key is required (?key=KEY or X-Sluice-Key)");
+        ht__bad(t, rep, "%s\n", "key is required (?key=KEY, X-Sluice-Key, or ?key_header=NAME)");
         return;
     }
     if (klen < 0) {

@@ -10,7 +10,9 @@
  * that cannot build a query string sends the same values as headers
  * (X-Sluice-Key, X-Sluice-Policy, X-Sluice-Burst, X-Sluice-Count,
  * X-Sluice-Period, X-Sluice-Cost); query parameters win when both are
- * given.
+ * given.  A proxy that can do neither (Traefik's forwardAuth) names a
+ * request header to take the key from: ?key_header=X-Forwarded-For (its
+ * first comma-separated element).
  *
  * Each request runs the same command a Redis client would send (SL.THROTTLE
  * KEY POLICY NAME QTY Q, or CL.THROTTLE) through the command table, so a

@@ -120,11 +120,11 @@ struct daemon {
     struct server *srv;
     struct commands *cmds;
     struct limiter *lim;
-    struct cluster *cluster; /* NULL when not clustered */
-    struct http_server *http;      /* NULL when --http is off */
-    struct metrics *metrics;       /* its /metrics and /health */
+    struct cluster *cluster;        /* NULL when not clustered */
+    struct http_server *http;       /* NULL when --http is off */
+    struct metrics *metrics;        /* its /metrics and /health */
     struct http_throttle *throttle; /* its /v1/throttle */
-    struct daemon_rls *rls;  /* NULL when neither --grpc nor --ratelimit-config */
+    struct daemon_rls *rls;         /* NULL when neither --grpc nor --ratelimit-config */
 };
 
 static int collect_member(void *ud, const struct gossip_member_info *m)

@@ -165,8 +165,8 @@ int http_parse_request(const char *buf, size_t len, size_t max, struct http_requ
     else
         out->method = HTTP_REQ_OTHER;
     out->keep_alive = http_should_keep_alive(&p) ? 1 : 0;
-    out->has_body = (p.flags & F_CHUNKED) != 0 ||
-                    (p.content_length > 0 && p.content_length != ULLONG_MAX);
+    out->has_body =
+        (p.flags & F_CHUNKED) != 0 || (p.content_length > 0 && p.content_length != ULLONG_MAX);
     return (int)end;
 }
 
@@ -255,8 +255,9 @@ void http_reply_header(struct http_reply *r, const char *name, const char *fmt, 
     int n = snprintf(line, sizeof(line), "%s: ", name);
     va_list ap;
     va_start(ap, fmt);
-    int m = n > 0 && (size_t)n < sizeof(line) ? vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap)
-                                               : -1;
+    int m = n > 0 && (size_t)n < sizeof(line)
+                ? vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap)
+                : -1;
     va_end(ap);
     if (m < 0 || (size_t)(n + m) + 2 > sizeof(line) ||
         r->headers_len + (size_t)(n + m) + 2 > sizeof(r->headers)) {
@@ -313,7 +314,7 @@ struct conn {
     int handles; /* open libuv handles; freed at 0 */
     int writing, closing, lingering, close_after;
     size_t len; /* bytes in in[] */
-    int idle; /* 1: waiting for (more of) a request, nothing being answered */
+    int idle;   /* 1: waiting for (more of) a request, nothing being answered */
     char in[HTTP_MAX_REQUEST];
 };
 
@@ -752,8 +753,7 @@ int http_start(struct http_server *m)
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     int rc = getaddrinfo(host, port, &hints, &res);
     if (rc != 0 || res == NULL) {
-        snprintf(m->err, sizeof(m->err), "http: cannot resolve '%s': %s", host,
-                 gai_strerror(rc));
+        snprintf(m->err, sizeof(m->err), "http: cannot resolve '%s': %s", host, gai_strerror(rc));
         if (res != NULL)
             freeaddrinfo(res);
         return -SLUICE_EINVAL;
@@ -766,8 +766,7 @@ int http_start(struct http_server *m)
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&m->listener, 64, on_connection);
     if (rc < 0) {
-        snprintf(m->err, sizeof(m->err), "http: cannot listen on %s: %s", m->bind,
-                 uv_strerror(rc));
+        snprintf(m->err, sizeof(m->err), "http: cannot listen on %s: %s", m->bind, uv_strerror(rc));
         return -SLUICE_EIO;
     }
     struct sockaddr_storage ss;

@@ -58,8 +58,8 @@ struct http_request {
     size_t path_len;
     const char *query; /* after '?', or NULL */
     size_t query_len;
-    int keep_alive; /* 1: the client may send another request */
-    int has_body;   /* 1: Content-Length > 0 or Transfer-Encoding given */
+    int keep_alive;  /* 1: the client may send another request */
+    int has_body;    /* 1: Content-Length > 0 or Transfer-Encoding given */
     size_t nheaders; /* headers beyond HTTP_MAX_HEADERS are not kept */
     struct http_header headers[HTTP_MAX_HEADERS];
 };

@@ -21,6 +21,7 @@ check keys bytes_per_key bash "$HERE/keys.sh" "$build" 20000
 check decision ns_per_decision bash "$HERE/decision.sh" "$build" 2000
 check redis_compare "sluice/Lua" env SLUICE_BIN="$build/bin" BENCH_SCALE=0.02 bash "$HERE/redis_compare.sh"
 check rls rls_calls_per_s env BENCH_SCALE=0.02 bash "$HERE/rls.sh" "$build"
+check http http_decisions_per_s env BENCH_SCALE=0.02 bash "$HERE/http.sh" "$build"
 for extra in "$HERE"/smoke.d/*.sh; do
   [ -e "$extra" ] || continue
   check "$(basename "$extra" .sh)" "ratio" bash "$extra" "$build"

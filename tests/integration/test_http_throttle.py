@@ -94,6 +94,20 @@ class HttpThrottle(unittest.TestCase):
             st, _, _ = get(self.port, "/v1/throttle?key=proxy%3A1&policy=api&cost=1")
             self.assertEqual(st, 403)
 
+    def test_key_from_a_named_header(self):
+        """Traefik's form: the key is X-Forwarded-For's first address."""
+        with self.daemon():
+            q = "/v1/throttle?policy=api&key_header=X-Forwarded-For"
+            codes = [get(self.port, q, {"X-Forwarded-For": "10.0.0.7, 10.0.0.1"})[0]
+                     for _ in range(4)]
+            self.assertEqual(codes, [200, 200, 200, 429])
+            # Another client address is another key.
+            self.assertEqual(get(self.port, q, {"X-Forwarded-For": "10.0.0.8"})[0], 200)
+            # The same key by name: 10.0.0.7 is spent.
+            self.assertEqual(get(self.port, "/v1/throttle?policy=api&key=10.0.0.7")[0], 429)
+            # Without the named header there is no key.
+            self.assertEqual(get(self.port, q)[0], 400)
+
     def test_errors(self):
         with self.daemon():
             cases = [
