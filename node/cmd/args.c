@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "resp.h"
 #include "sluice/error.h"
 
 int args_parse_int64(const char *s, size_t len, int64_t *out)
@@ -39,4 +40,20 @@ int args_parse_int64(const char *s, size_t len, int64_t *out)
 int args_is(const char *arg, size_t len, const char *word)
 {
     return strlen(word) == len && strncasecmp(arg, word, len) == 0;
+}
+
+void args_reply_cell(struct resp_buf *out, const int64_t v[5])
+{
+    if (resp_buf_reserve(out, 4 + 5 * 24) < 0)
+        return;
+    char *d = out->data + out->len;
+    size_t n = 4;
+    memcpy(d, "*5\r\n", 4);
+    for (int i = 0; i < 5; i++) {
+        d[n++] = ':';
+        n += resp_format_int(d + n, v[i]);
+        d[n++] = '\r';
+        d[n++] = '\n';
+    }
+    out->len += n;
 }

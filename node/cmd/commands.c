@@ -97,12 +97,17 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
         resp_add_error(out, CELL_ERR "Zero rates are not supported");
         return SERVER_CONTINUE;
     }
-    /* Global keys are decided by the cluster's replica, local ones below. */
-    if (commands_cluster_throttle(cmds->cluster, cmds->lim, argv[1], argvlen[1], v, out))
+    /* The key is matched against the policies once: a policy's key is
+     * decided under the policy, global keys by the cluster's replica,
+     * local ones below. */
+    const struct policy *pol = policy_set_match(limiter_policies(cmds->lim), argv[1], argvlen[1]);
+    if (commands_cluster_throttle(cmds->cluster, pol, argv[1], argvlen[1], v, out))
         return SERVER_CONTINUE;
     struct limiter_throttle_result r;
-    int rc = limiter_throttle(cmds->lim, argv[1], argvlen[1], v[0], v[1], v[2], v[3],
-                              server_client_now_ns(c), &r);
+    int rc = pol != NULL ? limiter_throttle_policy(cmds->lim, argv[1], argvlen[1], pol, v[3],
+                                                   server_client_now_ns(c), &r)
+                         : limiter_throttle_inline(cmds->lim, argv[1], argvlen[1], v[0], v[1],
+                                                   v[2], v[3], server_client_now_ns(c), &r);
     if (rc == -SLUICE_ENOMEM) {
         resp_add_error(out, "ERR out of memory");
         return SERVER_CONTINUE;
@@ -114,22 +119,9 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
                                                  : CELL_ERR "invalid arguments");
         return SERVER_CONTINUE;
     }
-    /* The hot path: one reserve, five integers written in place. */
-    if (resp_buf_reserve(out, 4 + 5 * 24) < 0)
-        return SERVER_CONTINUE;
-    char *d = out->data + out->len;
-    size_t n = 0;
-    memcpy(d, "*5\r\n", 4);
-    n = 4;
-    const int64_t vals[5] = {r.limited ? 1 : 0, r.limit, r.remaining, r.retry_after_s,
+    const int64_t five[5] = {r.limited ? 1 : 0, r.limit, r.remaining, r.retry_after_s,
                              r.reset_after_s};
-    for (int i = 0; i < 5; i++) {
-        d[n++] = ':';
-        n += resp_format_int(d + n, vals[i]);
-        d[n++] = '\r';
-        d[n++] = '\n';
-    }
-    out->len += n;
+    args_reply_cell(out, five);
     return SERVER_CONTINUE;
 }
 

@@ -16,13 +16,11 @@
 
 #define CELL_ERR "Cell error: Store error: "
 
-int commands_cluster_throttle(struct cluster *cl, struct limiter *lim, const char *key, size_t klen,
-                              const int64_t v[4], struct resp_buf *out)
+int commands_cluster_throttle(struct cluster *cl, const struct policy *pol, const char *key,
+                              size_t klen, const int64_t v[4], struct resp_buf *out)
 {
     if (cl == NULL)
         return 0;
-    /* A key under a policy's prefix is decided by the policy, as locally. */
-    const struct policy *pol = policy_set_match(limiter_policies(lim), key, klen);
     int64_t period_ns;
     struct algo_params p;
     if (pol != NULL) {
@@ -55,12 +53,9 @@ int commands_cluster_throttle(struct cluster *cl, struct limiter *lim, const cha
                             .reset_after_ns = r.reset_after_ns};
     struct gcra_cell_reply cell;
     gcra_to_cell(&g, &cell);
-    resp_add_array(out, 5);
-    resp_add_int(out, cell.limited);
-    resp_add_int(out, cell.limit);
-    resp_add_int(out, cell.remaining);
-    resp_add_int(out, cell.retry_after_s);
-    resp_add_int(out, cell.reset_after_s);
+    const int64_t five[5] = {cell.limited, cell.limit, cell.remaining, cell.retry_after_s,
+                             cell.reset_after_s};
+    args_reply_cell(out, five);
     return 1;
 }
 

@@ -31,13 +31,14 @@
 
 /*
  * CL.THROTTLE's global branch: burst, count, period (s) and quantity already
- * validated by the caller (v[0..3]); a key under a policy of lim's policy set
- * is decided by that policy instead, as the local path does.  When cluster_decide() takes the key,
+ * validated by the caller (v[0..3]); pol is the policy the caller matched
+ * the key to (NULL: none), which decides it instead, as on the local path.
+ * When cluster_decide() takes the key,
  * appends the five-integer reply (or an error reply) to out and returns 1;
  * returns 0, appending nothing, when the key is local.
  */
-int commands_cluster_throttle(struct cluster *cl, struct limiter *lim, const char *key, size_t klen,
-                              const int64_t v[4], struct resp_buf *out);
+int commands_cluster_throttle(struct cluster *cl, const struct policy *pol, const char *key,
+                              size_t klen, const int64_t v[4], struct resp_buf *out);
 
 int commands_cluster_members(struct cluster *cl, size_t argc, const char **argv,
                              const size_t *argvlen, struct resp_buf *out);

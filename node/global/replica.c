@@ -28,12 +28,13 @@ struct rlimit {
     uint8_t kind;
     uint8_t policy; /* enum policy_partition */
     uint8_t flags;  /* NK_* (node side) or dirty (owner side) */
+    uint8_t bucket; /* algo_has_burst(kind), kept: asked on every decision */
 };
 
 /* Units a fresh key admits at once: burst + 1, or the count of a window. */
 static int64_t replica__limit(const struct rlimit *l)
 {
-    return algo_has_burst((enum algo_kind)l->kind) ? l->burst + 1 : l->count;
+    return l->bucket ? l->burst + 1 : l->count;
 }
 
 static void replica__limit_of(struct rlimit *l, const struct algo_params *p)
@@ -43,6 +44,7 @@ static void replica__limit_of(struct rlimit *l, const struct algo_params *p)
     l->period_ns = p->period_ns;
     l->precision = (int32_t)p->precision;
     l->kind = (uint8_t)p->kind;
+    l->bucket = (uint8_t)algo_has_burst(p->kind);
 }
 
 static int replica__params_of(struct algo_params *p, const struct rlimit *l)
@@ -270,7 +272,7 @@ static int replica__append(struct replica *r, uint32_t id, int t, uint64_t life,
 
 static int replica__windowed(const struct rlimit *p)
 {
-    return !algo_has_burst((enum algo_kind)p->kind);
+    return !p->bucket;
 }
 
 /* Units per ns of the whole limit. */

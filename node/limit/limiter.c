@@ -134,8 +134,9 @@ void limiter_destroy(struct limiter *lim)
     free(lim);
 }
 
-static int limiter__params(struct limiter *lim, int64_t burst, int64_t count, int64_t period_s,
-                           const struct gcra_params **out)
+static inline __attribute__((always_inline)) int limiter__params(struct limiter *lim, int64_t burst,
+                                                                 int64_t count, int64_t period_s,
+                                                                 const struct gcra_params **out)
 {
     int64_t period_ns;
     int rc;
@@ -510,9 +511,9 @@ struct policy_set *limiter_policies(const struct limiter *lim)
 
 /* CL.THROTTLE on a key a policy covers: the policy decides, the reply keeps
  * redis-cell's shape and rounding. */
-static int limiter__throttle_policy(struct limiter *lim, const char *key, size_t klen,
-                                    const struct policy *pol, int64_t quantity, int64_t now_ns,
-                                    struct limiter_throttle_result *out)
+int limiter_throttle_policy(struct limiter *lim, const char *key, size_t klen,
+                            const struct policy *pol, int64_t quantity, int64_t now_ns,
+                            struct limiter_throttle_result *out)
 {
     struct algo_result r;
     int rc = limiter_decide_policy(lim, key, klen, pol, quantity, now_ns, &r, NULL);
@@ -527,9 +528,13 @@ static int limiter__throttle_policy(struct limiter *lim, const char *key, size_t
     return 0;
 }
 
-int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
-                     int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
-                     struct limiter_throttle_result *out)
+/* CL.THROTTLE's inline GCRA limit, after the argument checks: the body of
+ * both limiter_throttle and limiter_throttle_inline, inlined into each so
+ * that the hot path is one call. */
+static inline __attribute__((always_inline)) int
+limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
+                       int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
+                       struct limiter_throttle_result *out)
 {
     const struct gcra_params *p;
     struct table_entry *e;
@@ -538,15 +543,6 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
     int64_t tat;
     int rc;
 
-    if (quantity < 0)
-        return -SLUICE_EINVAL;
-    if (klen > TABLE_MAX_KEY)
-        return -SLUICE_ETOOBIG;
-    if (lim->has_match) {
-        const struct policy *pol = policy_set_match(lim->policies, key, klen);
-        if (pol != NULL)
-            return limiter__throttle_policy(lim, key, klen, pol, quantity, now_ns, out);
-    }
     rc = limiter__params(lim, max_burst, count, period_s, &p);
     if (rc < 0)
         return rc;
@@ -606,6 +602,35 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
     out->retry_after_s = cell.retry_after_s;
     out->reset_after_s = cell.reset_after_s;
     return 0;
+}
+
+int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
+                     int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
+                     struct limiter_throttle_result *out)
+{
+    if (quantity < 0)
+        return -SLUICE_EINVAL;
+    if (klen > TABLE_MAX_KEY)
+        return -SLUICE_ETOOBIG;
+    if (lim->has_match) {
+        const struct policy *pol = policy_set_match(lim->policies, key, klen);
+        if (pol != NULL)
+            return limiter_throttle_policy(lim, key, klen, pol, quantity, now_ns, out);
+    }
+    return limiter__throttle_gcra(lim, key, klen, max_burst, count, period_s, quantity, now_ns,
+                                  out);
+}
+
+int limiter_throttle_inline(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
+                            int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
+                            struct limiter_throttle_result *out)
+{
+    if (quantity < 0)
+        return -SLUICE_EINVAL;
+    if (klen > TABLE_MAX_KEY)
+        return -SLUICE_ETOOBIG;
+    return limiter__throttle_gcra(lim, key, klen, max_burst, count, period_s, quantity, now_ns,
+                                  out);
 }
 
 size_t limiter_maintain(struct limiter *lim, int64_t now_ns, size_t budget)

@@ -83,6 +83,18 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
                      int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
                      struct limiter_throttle_result *out);
 
+/* limiter_throttle's two halves, for a caller that has already matched the
+ * key against the policies (CL.THROTTLE when clustered, which must know the
+ * policy to tell a global key from a local one): under pol, whatever the
+ * inline limit says; or the inline GCRA limit, without matching.  They fail
+ * as limiter_throttle does. */
+int limiter_throttle_policy(struct limiter *lim, const char *key, size_t klen,
+                            const struct policy *pol, int64_t quantity, int64_t now_ns,
+                            struct limiter_throttle_result *out);
+int limiter_throttle_inline(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
+                            int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
+                            struct limiter_throttle_result *out);
+
 /*
  * Frees keys that have drained without being touched again: visits `budget`
  * buckets of the key table (about one key each) from a rotating cursor.
