@@ -259,17 +259,21 @@ void http_reply_header(struct http_reply *r, const char *name, const char *fmt, 
                 ? vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap)
                 : -1;
     va_end(ap);
-    if (m < 0 || (size_t)(n + m) + 2 > sizeof(line) ||
-        r->headers_len + (size_t)(n + m) + 2 > sizeof(r->headers)) {
+    if (m < 0) {
+        r->oom = 1;
+        return;
+    }
+    size_t len = (size_t)n + (size_t)m;
+    if (len + 2 > sizeof(line) || r->headers_len + len + 2 > sizeof(r->headers)) {
         r->oom = 1;
         return;
     }
     /* A value must not carry a line end into the head. */
-    for (int k = 0; k < n + m; k++)
+    for (size_t k = 0; k < len; k++)
         if (line[k] == '\r' || line[k] == '\n')
             line[k] = ' ';
-    memcpy(r->headers + r->headers_len, line, (size_t)(n + m));
-    r->headers_len += (size_t)(n + m);
+    memcpy(r->headers + r->headers_len, line, len);
+    r->headers_len += len;
     memcpy(r->headers + r->headers_len, "\r\n", 2);
     r->headers_len += 2;
 }
