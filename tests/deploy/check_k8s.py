@@ -21,6 +21,9 @@ deployment of sluice and what a schema would not catch:
     file that sluiced reads are in mounted directories (not subPath, so
     edits reach the pods), from the ConfigMap and the Secret the Pod names,
     under the data keys that exist;
+  - memory: the container's limit holds max_keys keys (the ConfigMap's, or
+    sluiced's default) at 385 bytes each (the README's figure for a global
+    key) plus 64 MiB;
   - sluice.conf: every section and key is one deploy/sluice.conf documents,
     and the real daemon accepts it: sluiced has no check-only mode, so the
     check starts it with the ConfigMap's file and the container's own flags
@@ -63,6 +66,9 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 DEFAULT_DIR = os.path.join(ROOT, "deploy", "kubernetes")
 REFERENCE_CONF = os.path.join(ROOT, "deploy", "sluice.conf")
 SERVED_PATHS = ("/health", "/metrics")  # node/metrics.c answers these
+DEFAULT_MAX_KEYS = 4194304  # sluiced's default max_keys (deploy/sluice.conf)
+BYTES_PER_KEY = 385  # README: a global key served and owned, the costliest
+BASE_BYTES = 64 << 20  # the daemon itself, clients and allocator, at the least
 
 
 class Bundle:
@@ -150,6 +156,16 @@ def reference_keys():
     for sec, kv in conf.items():
         keys["policy" if sec.startswith("policy ") else sec].update(kv)
     return keys
+
+
+def quantity_bytes(q):
+    """A Kubernetes memory quantity ('768Mi', '1G', '536870912') in bytes."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]i?|k)?", str(q).strip())
+    if not m:
+        return None
+    mult = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+            "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}[m.group(2)]
+    return int(float(m.group(1)) * mult)
 
 
 def daemon_args(container):
@@ -338,6 +354,19 @@ class Checker:
                 if p.get("containerPort") == int(ref):
                     return p
             return None
+
+        # Memory: the limit holds max_keys keys at the README's bytes per key.
+        max_keys = int(flag(args, "--max-keys") or sl.get("max_keys") or DEFAULT_MAX_KEYS)
+        limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+        need = max_keys * BYTES_PER_KEY + BASE_BYTES
+        if limit is None:
+            self.fail("container sluiced: no memory limit")
+        elif quantity_bytes(limit) is None:
+            self.fail("container sluiced: memory limit %r is not a quantity" % limit)
+        elif quantity_bytes(limit) < need:
+            self.fail("memory limit %s < %d MiB: max_keys %d at %d bytes a key, plus %d MiB "
+                      "(the pod would be OOM-killed before the table is full)"
+                      % (limit, need >> 20, max_keys, BYTES_PER_KEY, BASE_BYTES >> 20))
 
         # Gossip: UDP, the container's port, the advertised port, the Service.
         gossip_port = None
@@ -748,6 +777,10 @@ BREAKAGES = [
          {"prometheus.io/port": "9090"}), False),
     ("join naming a Service that does not exist",
      _conf_sub("join = sluice-peers.", "join = sluice-peer."), False),
+    ("max_keys left at the default (4,194,304) under a 768Mi limit",
+     _conf_sub("max_keys = 1048576\n", ""), False),
+    ("a memory limit too small for max_keys",
+     lambda b: _sluiced(b)["resources"]["limits"].update(memory="256Mi"), False),
     ("a key sluice.conf does not document",
      _conf_sub("log_level = info", "log_level = info\n    loglevel = info"), False),
     # Only the real daemon catches these two: the keys are right, the values wrong.
