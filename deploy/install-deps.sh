@@ -12,7 +12,7 @@ BUILD_PACKAGES=(
 )
 TEST_PACKAGES=(
   libcmocka-dev
-  redis-server redis-tools python3 python3-redis
+  redis-server redis-tools python3 python3-redis python3-yaml
   clang clang-format clang-tidy cppcheck libclang-rt-14-dev
   valgrind gnuplot-nox iproute2 procps faketime
   python3-grpcio python3-grpc-tools nghttp2-client nginx-light caddy

@@ -65,7 +65,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 DEFAULT_DIR = os.path.join(ROOT, "deploy", "kubernetes")
 REFERENCE_CONF = os.path.join(ROOT, "deploy", "sluice.conf")
-SERVED_PATHS = ("/health", "/metrics")  # what sluiced's metrics listener answers
+SERVED_PATHS = ("/health", "/metrics", "/v1/throttle")  # what sluiced's HTTP listener answers
 DEFAULT_MAX_KEYS = 4194304  # sluiced's default max_keys (deploy/sluice.conf)
 BYTES_PER_KEY = 385  # README: a global key served and owned, the costliest
 BASE_BYTES = 64 << 20  # the daemon itself, clients and allocator, at the least
@@ -337,7 +337,8 @@ class Checker:
 
         # What sluiced will use: the file, overridden by the flags.
         socket_path = flag(args, "--socket") or sl.get("socket")
-        metrics = flag(args, "--metrics") or sl.get("metrics", "off")
+        metrics = (flag(args, "--http") or flag(args, "--metrics") or sl.get("http")
+                   or sl.get("metrics", "off"))
         gossip = flag(args, "--gossip-bind") or cl.get("gossip_bind")
         advertise = flag(args, "--advertise") or cl.get("advertise")
         join = flag(args, "--join") or cl.get("join")
@@ -431,7 +432,7 @@ class Checker:
         # Metrics: served on a TCP port that is declared, annotated, probed.
         metrics_port = None
         if metrics == "off":
-            self.fail("metrics are off (sluice.conf metrics = off and no --metrics): nothing "
+            self.fail("metrics are off (sluice.conf http = off and no --http): nothing "
                       "to scrape or probe")
         else:
             hp = hostport(metrics)
@@ -749,11 +750,11 @@ BREAKAGES = [
     ("the ConfigMap's gossip port changed, not the pod's",
      _conf_sub("gossip_bind = 0.0.0.0:7946", "gossip_bind = 0.0.0.0:7950"), False),
     ("the ConfigMap's metrics port changed, not the pod's",
-     _conf_sub("metrics = 0.0.0.0:9464", "metrics = 0.0.0.0:9465"), False),
+     _conf_sub("http = 0.0.0.0:9464", "http = 0.0.0.0:9465"), False),
     ("metrics off",
-     _conf_sub("metrics = 0.0.0.0:9464", "metrics = off"), False),
+     _conf_sub("http = 0.0.0.0:9464", "http = off"), False),
     ("metrics on loopback",
-     _conf_sub("metrics = 0.0.0.0:9464", "metrics = 127.0.0.1:9464"), False),
+     _conf_sub("http = 0.0.0.0:9464", "http = 127.0.0.1:9464"), False),
     ("a probe on the gossip (UDP) port",
      lambda b: _sluiced(b)["readinessProbe"]["httpGet"].update(port="gossip"), False),
     ("a probe on a port nothing serves",
