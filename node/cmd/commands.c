@@ -127,13 +127,30 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
 
 /* ---- connection commands ---- */
 
+/* ECHO's and PING's message, and a client's name, are bounded: a health
+ * check or a name needs little, and neither should let a connection hold
+ * more than its share of --max-client-memory.  Redis bounds neither; a
+ * longer one is refused with an error, the connection stays. */
+#define ECHO_MAX_BYTES        (16u * 1024)
+#define CLIENT_NAME_MAX_BYTES 256u
+
+static int reply_echo(struct resp_buf *out, const char *cmd, const char *msg, size_t len)
+{
+    if (len > ECHO_MAX_BYTES)
+        resp_add_errorf(out, "ERR %s message too long (%zu bytes, at most %u)", cmd, len,
+                        ECHO_MAX_BYTES);
+    else
+        resp_add_bulk(out, msg, len);
+    return SERVER_CONTINUE;
+}
+
 static int cmd_ping(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                     const size_t *argvlen, struct resp_buf *out)
 {
     if (argc > 2)
         return reply_arity(out, "ping");
     if (argc == 2)
-        resp_add_bulk(out, argv[1], argvlen[1]);
+        reply_echo(out, "PING", argv[1], argvlen[1]);
     else
         resp_add_raw(out, "+PONG\r\n", 7);
     return SERVER_CONTINUE;
@@ -142,8 +159,7 @@ static int cmd_ping(struct commands *cmds, struct server_client *c, size_t argc,
 static int cmd_echo(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                     const size_t *argvlen, struct resp_buf *out)
 {
-    resp_add_bulk(out, argv[1], argvlen[1]);
-    return SERVER_CONTINUE;
+    return reply_echo(out, "ECHO", argv[1], argvlen[1]);
 }
 
 static int cmd_quit(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
@@ -166,14 +182,24 @@ static int cmd_select(struct commands *cmds, struct server_client *c, size_t arg
     return SERVER_CONTINUE;
 }
 
-/* Redis refuses names with spaces, newlines or other special characters. */
-static int name_is_valid(const char *s, size_t len)
+/* Redis refuses names with spaces, newlines or other special characters;
+ * sluice also refuses names longer than CLIENT_NAME_MAX_BYTES.  Returns 0, or
+ * -1 with the error reply added to out. */
+static int check_name(struct resp_buf *out, const char *name, size_t len)
 {
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '!' || s[i] > '~')
-            return 0;
+    if (len > CLIENT_NAME_MAX_BYTES) {
+        resp_add_errorf(out, "ERR Client name is too long (%zu bytes, at most %u)", len,
+                        CLIENT_NAME_MAX_BYTES);
+        return -1;
     }
-    return 1;
+    for (size_t i = 0; i < len; i++) {
+        if (name[i] < '!' || name[i] > '~') {
+            resp_add_error(out, "ERR Client names cannot contain spaces, newlines or special "
+                                "characters.");
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
@@ -210,11 +236,8 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
         }
     }
     if (setname != NULL) {
-        if (!name_is_valid(setname, setname_len)) {
-            resp_add_error(out, "ERR Client names cannot contain spaces, newlines or special "
-                                "characters.");
+        if (check_name(out, setname, setname_len) < 0)
             return SERVER_CONTINUE;
-        }
         if (c != NULL && server_client_set_name(c, setname, setname_len) < 0) {
             resp_add_error(out, "ERR out of memory");
             return SERVER_CONTINUE;
@@ -263,9 +286,8 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
     } else if (args_is(sub, sublen, "SETNAME")) {
         if (argc != 3)
             return reply_arity(out, "client|setname");
-        if (!name_is_valid(argv[2], argvlen[2])) {
-            resp_add_error(out, "ERR Client names cannot contain spaces, newlines or special "
-                                "characters.");
+        if (check_name(out, argv[2], argvlen[2]) < 0) {
+            /* the error is in out */
         } else if (server_client_set_name(c, argv[2], argvlen[2]) < 0) {
             resp_add_error(out, "ERR out of memory");
         } else {
@@ -480,6 +502,7 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
     if (section_wanted(argc, argv, argvlen, "clients")) {
         resp_add_raw(&t, "# Clients\r\n", 11);
         info_u64(&t, "connected_clients", ss.connected_clients);
+        info_u64(&t, "client_memory", ss.client_memory);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "stats")) {
@@ -489,6 +512,7 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         info_u64(&t, "rejected_connections", ss.rejected_connections);
         info_u64(&t, "protocol_errors", ss.protocol_errors);
         info_u64(&t, "output_limit_disconnects", ss.output_limit_disconnects);
+        info_u64(&t, "client_memory_disconnects", ss.client_memory_disconnects);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "limiter")) {
@@ -866,6 +890,8 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
         t->failed = 1;
         return SERVER_CONTINUE;
     }
+    /* The queue counts in the client's memory (--max-client-memory). */
+    server_client_set_ctx_bytes(c, sizeof(*t) + t->cap);
     resp_add_simple(out, "QUEUED");
     return SERVER_CONTINUE;
 }

@@ -441,6 +441,12 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
         if (rc < 0 || u == 0)
             BAD("max_clients: expected a number from 1 to 65536, got '%s'", v);
         cfg->max_clients = (uint32_t)u;
+    } else if (strcmp(k, "max_client_memory") == 0) {
+        rc = config__uint(v, 10, UINT64_C(1) << 48, &u);
+        if (rc < 0 || (u != 0 && u < 1024 * 1024))
+            BAD("max_client_memory: expected bytes, at least 1048576, or 0 (no limit), got '%s'",
+                v);
+        cfg->max_client_memory = u;
     } else if (strcmp(k, "on_full") == 0) {
         if (strcmp(v, "evict") == 0)
             cfg->on_full = CONFIG_ON_FULL_EVICT;
@@ -759,6 +765,7 @@ int config_defaults(struct config *cfg)
     cfg->on_full = CONFIG_ON_FULL_EVICT;
     cfg->log_level = CONFIG_LOG_INFO;
     cfg->max_clients = SERVER_DEFAULT_MAX_CLIENTS;
+    cfg->max_client_memory = SERVER_DEFAULT_MAX_CLIENT_MEMORY;
     cfg->default_scope = POLICY_SCOPE_LOCAL;
     cfg->gossip_interval_ms = 100;
     cfg->partition_policy = POLICY_PARTITION_SHARE;

@@ -51,6 +51,7 @@ struct config {
     char *ratelimit_algorithm; /* "calendar" (NULL) or an algorithm name */
     int ratelimit_headers;     /* 1: RateLimit-* response headers */
     uint32_t max_clients;
+    uint64_t max_client_memory; /* bytes of all clients' buffers, 0 = no limit */
     /* [cluster] */
     int cluster;       /* 1 when a [cluster] section is present */
     char *node_name;   /* NULL: the host name */

@@ -55,6 +55,13 @@ static void usage(FILE *f)
             "                           '-ERR max number of clients reached' (default 10000)\n"
             "  --max-request-bytes N    largest accepted command, framing included\n"
             "                           (default 65536); larger ones close the connection\n"
+            "  --max-client-memory N    bytes all clients' buffers may hold together (queued\n"
+            "                           requests, unread replies, names); past it the\n"
+            "                           heaviest clients are disconnected first (default\n"
+            "                           67108864, 64 MiB; 0: no limit).  Per client: queued\n"
+            "                           input stops being read past N + 64 KiB with N the\n"
+            "                           --max-request-bytes, replies pause it past 256 KiB\n"
+            "                           and past 16 MiB disconnect it\n"
             "  --max-key-bytes N        longest key (default 512); longer keys get an error\n"
             "  --max-keys N             keys held in memory (default: the limiter's)\n"
             "  --on-full POLICY         when --max-keys keys are all still limiting:\n"
@@ -159,6 +166,8 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->commands = ss.total_commands;
     s->protocol_errors = ss.protocol_errors;
     s->output_limit_disconnects = ss.output_limit_disconnects;
+    s->client_memory = ss.client_memory;
+    s->client_memory_disconnects = ss.client_memory_disconnects;
     struct commands_sl_stats sls;
     commands_sl_get_stats(d->sl, &sls);
     s->policies = sls.policies;
@@ -291,6 +300,7 @@ enum {
     OPT_SOCKET_GROUP,
     OPT_MAX_CLIENTS,
     OPT_MAX_REQUEST,
+    OPT_MAX_CLIENT_MEMORY,
     OPT_MAX_KEY,
     OPT_MAX_KEYS,
     OPT_ON_FULL,
@@ -314,6 +324,7 @@ int main(int argc, char **argv)
         {"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
         {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
         {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST},
+        {"max-client-memory", required_argument, NULL, OPT_MAX_CLIENT_MEMORY},
         {"max-key-bytes", required_argument, NULL, OPT_MAX_KEY},
         {"max-keys", required_argument, NULL, OPT_MAX_KEYS},
         {"on-full", required_argument, NULL, OPT_ON_FULL},
@@ -357,6 +368,9 @@ int main(int argc, char **argv)
         socket_path = file_cfg.socket;
         scfg.socket_mode = file_cfg.socket_mode;
         scfg.max_clients = file_cfg.max_clients;
+        scfg.max_client_memory = file_cfg.max_client_memory == 0
+                                     ? SERVER_CLIENT_MEMORY_UNLIMITED
+                                     : (size_t)file_cfg.max_client_memory;
         lcfg.max_keys = (size_t)file_cfg.max_keys;
         lcfg.overflow = (enum limiter_overflow)file_cfg.on_full;
         log_set_level((enum log_level)file_cfg.log_level);
@@ -413,6 +427,17 @@ int main(int argc, char **argv)
                 return 2;
             }
             scfg.max_request = (size_t)v;
+            break;
+        case OPT_MAX_CLIENT_MEMORY:
+            if (parse_size(optarg, 0, (unsigned long long)SIZE_MAX / 2, &v) < 0 ||
+                (v != 0 && v < 1024 * 1024)) {
+                fprintf(stderr,
+                        "sluiced: --max-client-memory: expected bytes, at least 1048576, or 0 "
+                        "(no limit), got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            scfg.max_client_memory = v == 0 ? SERVER_CLIENT_MEMORY_UNLIMITED : (size_t)v;
             break;
         case OPT_MAX_KEY:
             if (parse_size(optarg, 1, 1024 * 1024, &v) < 0) {

@@ -102,6 +102,12 @@ static const struct family families[] = {
     F("output_limit_disconnects_total",
       "Clients disconnected for not reading their replies (output hard limit).", FAM_COUNTER,
       output_limit_disconnects),
+    F("client_memory_bytes", "Bytes held by client connections' buffers.", FAM_GAUGE,
+      client_memory),
+    F("client_memory_disconnects_total",
+      "Clients disconnected, heaviest first, because client memory was over "
+      "max_client_memory.",
+      FAM_COUNTER, client_memory_disconnects),
     F("policies", "Named policies loaded.", FAM_GAUGE, policies),
     F("reloads_total", "Successful configuration reloads.", FAM_COUNTER, reloads),
     F("reload_failures_total", "Reloads refused (the running policies were kept).", FAM_COUNTER,

@@ -39,6 +39,7 @@ struct metrics_snapshot {
     /* RESP server */
     uint64_t connected_clients, connections, rejected_connections, commands;
     uint64_t protocol_errors, output_limit_disconnects;
+    uint64_t client_memory, client_memory_disconnects;
     /* policies and the waiting acquire */
     uint64_t policies, reloads, reload_failures, waiting_acquires;
     /* Envoy's rate limit service (zero when off) */

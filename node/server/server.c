@@ -2,6 +2,9 @@
 #include "server.h"
 
 #include <errno.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "clientmem.h"
 #include "log.h"
 #include "sluice/error.h"
 
@@ -17,6 +21,16 @@
 /* An output buffer this large is freed once empty instead of being kept. */
 #define OUT_KEEP_CAP   (64 * 1024)
 #define LISTEN_BACKLOG 4096
+/* An input buffer past this, mostly consumed, is shrunk to its tail. */
+#define IN_KEEP_CAP (2 * READ_CHUNK)
+/* malloc_trim once this much client memory was freed, at most once per
+ * TRIM_INTERVAL_MS (a wave of disconnects gives back its pages at once). */
+#define TRIM_MIN_BYTES   (1024 * 1024)
+#define TRIM_INTERVAL_MS 1000
+/* One log line per this many ms about clients closed over the budget. */
+#define MEM_LOG_INTERVAL_MS 10000
+/* The parser's arrays, per argument slot (struct resp_parser). */
+#define PARSER_BYTES_PER_ARG (2 * sizeof(size_t) + sizeof(char *))
 
 struct server_client {
     uv_pipe_t pipe; /* first: the handle's address is the client's */
@@ -41,8 +55,11 @@ struct server_client {
     server_cancel_fn cancel;
     void *cancel_arg;
     char *name;
-    int proto; /* 2 or 3 (HELLO 3); 0 is read as 2 */
-    void *ctx; /* the command layer's per-connection state (server_client_set_ctx) */
+    size_t name_len;
+    size_t ctx_bytes; /* what ctx holds (server_client_set_ctx_bytes) */
+    size_t mem;       /* client_mem() when last counted into srv->client_mem */
+    int proto;        /* 2 or 3 (HELLO 3); 0 is read as 2 */
+    void *ctx;        /* the command layer's per-connection state (server_client_set_ctx) */
     void (*ctx_free)(void *ctx);
 };
 
@@ -56,6 +73,18 @@ struct server {
     size_t max_clients, max_request, max_args, soft_limit, hard_limit;
     uint64_t refused_logged_at, refused_logged; /* rate limit of the refusal log line */
     size_t in_limit; /* queued input of a paused client before reading stops */
+    size_t max_client_memory;
+    size_t client_mem;            /* sum of every open client's mem */
+    size_t trim_bytes;            /* client memory freed since the last malloc_trim */
+    unsigned depth;               /* clients executing commands now (nested unblocks) */
+    int enforcing;                /* inside server_enforce_budget */
+    struct clientmem_entry *ents; /* scratch for server_enforce_budget */
+    size_t ents_cap;
+    uv_timer_t housekeep; /* trims and the budget's log line */
+    int housekeep_init;
+    uint64_t mem_logged_at; /* uv_now of the last budget log line */
+    int mem_logged;
+    uint64_t mem_unlogged, mem_unlogged_bytes, mem_unlogged_largest;
     server_dispatch_fn dispatch;
     void *ud;
     struct server_client *clients;
@@ -100,6 +129,13 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
     if (s->hard_limit < s->soft_limit)
         s->hard_limit = s->soft_limit;
     s->in_limit = s->max_request + READ_CHUNK;
+    s->max_client_memory =
+        cfg->max_client_memory ? cfg->max_client_memory : SERVER_DEFAULT_MAX_CLIENT_MEMORY;
+    if (s->max_client_memory != SERVER_CLIENT_MEMORY_UNLIMITED &&
+        s->max_clients > s->max_client_memory / 2 / sizeof(struct server_client))
+        log_warn("--max-clients %zu idle clients alone would take half of --max-client-memory "
+                 "(%zu bytes): busy ones will be disconnected early",
+                 s->max_clients, s->max_client_memory);
     s->dispatch = dispatch;
     s->ud = ud;
     s->next_id = 1;
@@ -116,6 +152,7 @@ const char *server_error(const struct server *s)
 void server_get_stats(const struct server *s, struct server_stats *out)
 {
     *out = s->stats;
+    out->client_memory = s->client_mem;
 }
 
 uint64_t server_now_ns(const struct server *s)
@@ -165,8 +202,16 @@ void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(
         return;
     if (c->ctx_free != NULL && c->ctx != ctx)
         c->ctx_free(c->ctx);
+    if (c->ctx != ctx)
+        c->ctx_bytes = 0;
     c->ctx = ctx;
     c->ctx_free = ctx_free;
+}
+
+void server_client_set_ctx_bytes(struct server_client *c, size_t bytes)
+{
+    if (c != NULL)
+        c->ctx_bytes = bytes;
 }
 
 int server_client_set_name(struct server_client *c, const char *name, size_t len)
@@ -181,6 +226,7 @@ int server_client_set_name(struct server_client *c, const char *name, size_t len
     }
     free(c->name);
     c->name = n;
+    c->name_len = n != NULL ? len + 1 : 0;
     return 0;
 }
 
@@ -192,6 +238,157 @@ struct resp_buf *server_client_out(struct server_client *c)
 static size_t client_pending(const struct server_client *c)
 {
     return c->out.len + (c->writing ? c->wbuf.len - c->wsent : 0);
+}
+
+/* ---- memory ---- */
+
+/* What c holds: its buffers at capacity, its name, the command layer's
+ * state and the fixed part (the structure, with its libuv handle). */
+static size_t client_mem(const struct server_client *c)
+{
+    return sizeof(*c) + c->incap + c->out.cap + c->wbuf.cap + c->name_len + c->ctx_bytes +
+           c->parser.cap * PARSER_BYTES_PER_ARG;
+}
+
+static void on_housekeep(uv_timer_t *t);
+
+/*
+ * Frees a closed client's buffers now rather than when libuv runs the close
+ * callback at the end of the loop iteration: within one iteration many
+ * clients may be read and disconnected, and their memory would add up
+ * meanwhile.  Only for a client that is not executing; libuv no longer
+ * touches a closed pipe's write buffer (the write is only cancelled).
+ */
+static void client_release(struct server_client *c)
+{
+    free(c->inbuf);
+    c->inbuf = NULL;
+    c->inlen = c->incap = 0;
+    resp_buf_free(&c->out);
+    resp_buf_free(&c->wbuf);
+    c->wsent = 0;
+    free(c->name);
+    c->name = NULL;
+    c->name_len = 0;
+}
+
+/* Runs on_housekeep within delay_ms (sooner if it is already due sooner). */
+static void server_housekeep_within(struct server *s, uint64_t delay_ms)
+{
+    if (!s->housekeep_init || s->closing)
+        return;
+    if (uv_is_active((uv_handle_t *)&s->housekeep) &&
+        uv_timer_get_due_in(&s->housekeep) <= delay_ms)
+        return;
+    uv_timer_start(&s->housekeep, on_housekeep, delay_ms, 0);
+}
+
+static void server_freed(struct server *s, size_t bytes)
+{
+    s->trim_bytes += bytes;
+    if (s->trim_bytes >= TRIM_MIN_BYTES)
+        server_housekeep_within(s, TRIM_INTERVAL_MS);
+}
+
+/* Brings c's share of the client memory up to date. */
+static void client_account(struct server_client *c)
+{
+    if (c->closing)
+        return;
+    struct server *s = c->srv;
+    size_t m = client_mem(c);
+    s->client_mem = s->client_mem - c->mem + m;
+    if (m < c->mem)
+        server_freed(s, c->mem - m);
+    c->mem = m;
+}
+
+/* One line per MEM_LOG_INTERVAL_MS about the clients closed over budget
+ * since the last line; a later one is left to the housekeeping timer. */
+static void server_log_budget(struct server *s)
+{
+    if (s->mem_unlogged == 0)
+        return;
+    uint64_t now_ms = uv_now(s->loop);
+    if (s->mem_logged && now_ms - s->mem_logged_at < MEM_LOG_INTERVAL_MS) {
+        server_housekeep_within(s, MEM_LOG_INTERVAL_MS - (now_ms - s->mem_logged_at));
+        return;
+    }
+    log_warn("client memory over --max-client-memory (%zu bytes): disconnected %llu clients "
+             "holding %llu bytes (largest %llu), heaviest first; %llu so far",
+             s->max_client_memory, (unsigned long long)s->mem_unlogged,
+             (unsigned long long)s->mem_unlogged_bytes, (unsigned long long)s->mem_unlogged_largest,
+             (unsigned long long)s->stats.client_memory_disconnects);
+    s->mem_logged = 1;
+    s->mem_logged_at = now_ms;
+    s->mem_unlogged = s->mem_unlogged_bytes = s->mem_unlogged_largest = 0;
+}
+
+static void on_housekeep(uv_timer_t *t)
+{
+    struct server *s = t->data;
+    if (s->trim_bytes >= TRIM_MIN_BYTES) {
+        s->trim_bytes = 0;
+        s->stats.memory_trims++;
+#if defined(__GLIBC__)
+        malloc_trim(0);
+#endif
+    }
+    server_log_budget(s);
+}
+
+/*
+ * Past the budget, disconnects the heaviest clients until the sum is within
+ * it.  Not while a command executes (the client running it, or one it
+ * unblocked, may be the heaviest): the read that started it checks after.
+ */
+static void server_enforce_budget(struct server *s)
+{
+    if (s->client_mem <= s->max_client_memory || s->depth > 0 || s->enforcing || s->closing)
+        return;
+    s->enforcing = 1;
+    size_t n = 0;
+    for (struct server_client *c = s->clients; c != NULL; c = c->next)
+        n++;
+    if (n > s->ents_cap) {
+        struct clientmem_entry *e = realloc(s->ents, n * sizeof(*e));
+        if (e == NULL) {
+            s->enforcing = 0;
+            return; /* tried again at the next read */
+        }
+        s->ents = e;
+        s->ents_cap = n;
+    }
+    n = 0;
+    for (struct server_client *c = s->clients; c != NULL; c = c->next) {
+        client_account(c); /* figures not yet counted since their last read */
+        s->ents[n].bytes = c->mem;
+        s->ents[n].client = c;
+        n++;
+    }
+    size_t k = clientmem_pick(s->ents, n, s->client_mem, s->max_client_memory);
+    for (size_t i = 0; i < k; i++) {
+        struct server_client *c = s->ents[i].client;
+        s->stats.client_memory_disconnects++;
+        s->mem_unlogged++;
+        s->mem_unlogged_bytes += s->ents[i].bytes;
+        if (s->ents[i].bytes > s->mem_unlogged_largest)
+            s->mem_unlogged_largest = s->ents[i].bytes;
+        log_debug("client %llu: holds %zu bytes, client memory over budget, disconnecting",
+                  (unsigned long long)c->id, s->ents[i].bytes);
+        client_close(c); /* no-op when a cancel callback already closed it */
+        client_release(c);
+    }
+    s->enforcing = 0;
+    if (k > 0)
+        server_log_budget(s);
+}
+
+/* After c's read, write or unblock: count its memory, keep the budget. */
+static void client_settle(struct server_client *c)
+{
+    client_account(c);
+    server_enforce_budget(c->srv);
 }
 
 /* ---- output ---- */
@@ -215,6 +412,7 @@ static void on_write(uv_write_t *req, int status)
     client_flush(c);
     if (!c->closing && !c->writing)
         client_resume(c);
+    client_settle(c);
 }
 
 /*
@@ -284,6 +482,7 @@ static size_t client_execute(struct server_client *c, const char *buf, size_t le
     struct server *s = c->srv;
     size_t pos = 0;
     c->executing = 1;
+    s->depth++;
     while (pos < len && !client_paused(c)) {
         struct resp_cmd cmd;
         int rc = resp_parse(&c->parser, buf + pos, len - pos, &cmd);
@@ -296,6 +495,7 @@ static size_t client_execute(struct server_client *c, const char *buf, size_t le
             c->close_after_reply = 1;
             resp_parser_reset(&c->parser);
             c->executing = 0;
+            s->depth--;
             return len; /* the rest is unframeable: drop it */
         }
         pos += cmd.consumed;
@@ -307,6 +507,7 @@ static size_t client_execute(struct server_client *c, const char *buf, size_t le
             c->close_after_reply = 1;
     }
     c->executing = 0;
+    s->depth--;
     return pos;
 }
 
@@ -326,6 +527,15 @@ static int client_keep(struct server_client *c, const char *buf, size_t len)
     if (buf >= c->inbuf && buf < c->inbuf + c->incap) {
         memmove(c->inbuf, buf, len);
         c->inlen = len;
+        /* A large request was consumed: keep the tail and room for a read,
+         * not the capacity it needed. */
+        if (c->incap > IN_KEEP_CAP && len + READ_CHUNK <= c->incap / 2) {
+            char *nb = realloc(c->inbuf, len + READ_CHUNK);
+            if (nb != NULL) {
+                c->inbuf = nb;
+                c->incap = len + READ_CHUNK;
+            }
+        }
         return 0;
     }
     if (c->incap < len) {
@@ -389,6 +599,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     client_flush(c);
     client_resume(c);
+    client_settle(c);
 }
 
 /*
@@ -454,6 +665,7 @@ void server_client_unblock(struct server_client *c)
     client_flush(c);
     if (!c->closing && !c->writing)
         client_resume(c);
+    client_settle(c); /* checks the budget only when called outside a command */
 }
 
 /* ---- lifecycle ---- */
@@ -490,6 +702,9 @@ static void client_close(struct server_client *c)
     if (c->next)
         c->next->prev = c->prev;
     s->stats.connected_clients--;
+    s->client_mem -= c->mem;
+    server_freed(s, c->mem);
+    c->mem = 0;
     uv_close((uv_handle_t *)&c->pipe, on_client_closed);
 }
 
@@ -542,6 +757,7 @@ static void on_connection(uv_stream_t *listener, int status)
     }
     c->reading = 1;
     log_debug("client %llu: connected", (unsigned long long)c->id);
+    client_settle(c);
 }
 
 /*
@@ -600,6 +816,9 @@ int server_start(struct server *s)
     int rc = server_clear_stale(s);
     if (rc < 0)
         return rc;
+    uv_timer_init(s->loop, &s->housekeep);
+    s->housekeep.data = s;
+    s->housekeep_init = 1;
     uv_pipe_init(s->loop, &s->listener, 0);
     s->listener.data = s;
     s->listening = 1;
@@ -639,6 +858,8 @@ void server_close(struct server *s)
     s->closing = 1;
     while (s->clients != NULL)
         client_close(s->clients);
+    if (s->housekeep_init)
+        uv_close((uv_handle_t *)&s->housekeep, NULL);
     if (s->listening)
         uv_close((uv_handle_t *)&s->listener, NULL);
     if (s->bound)
@@ -650,5 +871,6 @@ void server_destroy(struct server *s)
     if (s == NULL)
         return;
     free(s->path);
+    free(s->ents);
     free(s);
 }

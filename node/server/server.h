@@ -20,7 +20,17 @@
  *   Its input is still read, so a disconnect is seen at once, but only up to
  *   max_request + 64 KiB of queued bytes, then reading stops too.  Output past
  *   out_hard_limit disconnects it.  So a slow reader costs memory bounded by
- *   the limits and never blocks the loop.
+ *   the limits and never blocks the loop.  An input buffer holding a large
+ *   request is shrunk once the request is consumed.
+ *
+ * - Client memory budget: the bytes every client's buffers hold (input,
+ *   output, name, the command layer's state, plus a fixed cost per client)
+ *   are summed; past max_client_memory the heaviest clients are disconnected
+ *   first until the sum is within the budget (clientmem.h), counted in
+ *   client_memory_disconnects and logged at most every 10 s.  The check runs
+ *   after each read and write, never while a command is executing.  After
+ *   clients or large buffers are freed, malloc_trim returns the pages to the
+ *   system (at most once a second).
  *
  * - Replies later (blocking commands): a handler that cannot answer now calls
  *   server_client_block(c, cancel, arg) and returns without writing a reply.
@@ -59,6 +69,9 @@ struct server_config {
     size_t max_args;       /* arguments per command, 0 = RESP_DEFAULT_MAX_ARGS */
     size_t out_soft_limit; /* pause a client above this much unsent output, 0 = 256 KiB */
     size_t out_hard_limit; /* disconnect above this, 0 = 16 MiB */
+    /* Budget of every client's buffers together, 0 =
+     * SERVER_DEFAULT_MAX_CLIENT_MEMORY, SERVER_CLIENT_MEMORY_UNLIMITED = none. */
+    size_t max_client_memory;
 };
 
 /* What a dispatch function returns. */
@@ -67,6 +80,11 @@ enum { SERVER_CONTINUE = 0, SERVER_CLOSE_AFTER_REPLY = 1 };
 /* Client connections at once when not configured (--max-clients' default,
  * with or without a config file). */
 #define SERVER_DEFAULT_MAX_CLIENTS 10000
+
+/* Client memory budget when not configured (--max-client-memory's default):
+ * 64 MiB, within the example Kubernetes limit next to a full key table. */
+#define SERVER_DEFAULT_MAX_CLIENT_MEMORY (64u * 1024 * 1024)
+#define SERVER_CLIENT_MEMORY_UNLIMITED   ((size_t)-1)
 
 /*
  * Executes one command (argc >= 1; the pointers are valid only during the
@@ -86,6 +104,9 @@ struct server_stats {
     uint64_t total_commands;
     uint64_t protocol_errors;
     uint64_t output_limit_disconnects;
+    uint64_t client_memory;             /* bytes held by clients now (gauge) */
+    uint64_t client_memory_disconnects; /* heaviest clients closed over the budget */
+    uint64_t memory_trims;              /* malloc_trim calls */
 };
 
 /* Creates a server (nothing is bound yet).  Fails with -SLUICE_EINVAL (no
@@ -137,6 +158,9 @@ struct resp_buf *server_client_out(struct server_client *c);
  * NULL c: NULL / no-op. */
 void *server_client_ctx(const struct server_client *c);
 void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(void *ctx));
+/* The bytes the ctx holds now, counted in the client's memory (0 when it
+ * holds none or is freed).  NULL c: no-op. */
+void server_client_set_ctx_bytes(struct server_client *c, size_t bytes);
 void server_client_block(struct server_client *c, server_cancel_fn cancel, void *arg);
 void server_client_unblock(struct server_client *c);
 

@@ -43,6 +43,7 @@ static void test_example_loads(void **unused)
     assert_int_equal(cfg.socket_mode, 0660);
     assert_int_equal(cfg.max_keys, LIMITER_DEFAULT_MAX_KEYS); /* the file states the default */
     assert_int_equal(cfg.max_clients, SERVER_DEFAULT_MAX_CLIENTS);
+    assert_int_equal(cfg.max_client_memory, SERVER_DEFAULT_MAX_CLIENT_MEMORY);
     assert_int_equal(cfg.on_full, CONFIG_ON_FULL_EVICT);
     assert_null(cfg.metrics);
     assert_int_equal(cfg.cluster, 1);
@@ -86,6 +87,7 @@ static void test_empty_is_defaults(void **unused)
      * flags' defaults (a file once turned 10000 clients into 1024) */
     assert_int_equal(cfg.max_keys, LIMITER_DEFAULT_MAX_KEYS);
     assert_int_equal(cfg.max_clients, SERVER_DEFAULT_MAX_CLIENTS);
+    assert_int_equal(cfg.max_client_memory, SERVER_DEFAULT_MAX_CLIENT_MEMORY);
     config_free(&cfg);
 }
 

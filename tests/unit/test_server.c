@@ -4,6 +4,7 @@
  * client that leaves (or a server that shuts down) while blocked cancels the
  * pending reply exactly once without leaking.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,20 +97,24 @@ static int dispatch(void *ud, struct server_client *c, size_t argc, const char *
 
 static char sock_path[108];
 
-static struct server *start_server_limits(size_t soft, size_t hard)
+static struct server *start_server_cfg(struct server_config *cfg)
 {
     snprintf(sock_path, sizeof(sock_path), "/tmp/sluice-test-server-%d.sock", (int)getpid());
     unlink(sock_path);
     assert_int_equal(uv_loop_init(&loop), 0);
-    struct server_config cfg = {.socket_path = sock_path,
-                                .socket_mode = 0600,
-                                .out_soft_limit = soft,
-                                .out_hard_limit = hard};
+    cfg->socket_path = sock_path;
+    cfg->socket_mode = 0600;
     struct server *s;
-    assert_int_equal(server_create(&loop, &cfg, dispatch, NULL, &s), 0);
+    assert_int_equal(server_create(&loop, cfg, dispatch, NULL, &s), 0);
     assert_int_equal(server_start(s), 0);
     cancels = unblocks = blocked_now = bigs_done = 0;
     return s;
+}
+
+static struct server *start_server_limits(size_t soft, size_t hard)
+{
+    struct server_config cfg = {.out_soft_limit = soft, .out_hard_limit = hard};
+    return start_server_cfg(&cfg);
 }
 
 static struct server *start_server(void)
@@ -283,6 +288,133 @@ static void test_output_past_hard_limit_disconnects(void **state)
     stop_server(s);
 }
 
+static int bigs_one(void *arg)
+{
+    return bigs_done == 1;
+}
+
+static int one_memory_disconnect(void *arg)
+{
+    struct server_stats st;
+    server_get_stats(arg, &st);
+    return st.client_memory_disconnects == 1;
+}
+
+static int trimmed(void *arg)
+{
+    struct server_stats st;
+    server_get_stats(arg, &st);
+    return st.memory_trims >= 1;
+}
+
+static int peer_closed(void *arg)
+{
+    char buf[65536];
+    int fd = *(int *)arg;
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+        ;
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static void read_reply(int fd, size_t want)
+{
+    static char buf[1 << 16];
+    size_t got = 0;
+    for (int i = 0; i < 200000 && got < want; i++) {
+        ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0)
+            got += (size_t)n;
+        else
+            uv_run(&loop, UV_RUN_NOWAIT);
+    }
+    assert_int_equal(got, want);
+}
+
+/*
+ * Past --max-client-memory the heaviest client goes, and only it: a reader
+ * that stopped reading a 1.5 MB reply is disconnected, one with a smaller
+ * backlog and an idle one stay; the freed memory is then trimmed.
+ */
+static void test_client_memory_budget_disconnects_heaviest(void **state)
+{
+    struct server_config cfg = {
+        .out_soft_limit = 8u << 20, .out_hard_limit = 64u << 20, .max_client_memory = 1u << 20};
+    struct server *s = start_server_cfg(&cfg);
+    int idle = connect_client();
+    int medium = connect_client();
+    assert_int_equal(send(medium, "BIG 300000\r\n", 12, 0), 12);
+    pump_until(bigs_one, NULL);
+    pump(50);
+    struct server_stats st;
+    server_get_stats(s, &st);
+    assert_int_equal(st.client_memory_disconnects, 0);
+    assert_true(st.client_memory > 0 && st.client_memory <= cfg.max_client_memory);
+
+    int heavy = connect_client();
+    assert_int_equal(send(heavy, "BIG 1500000\r\n", 13, 0), 13);
+    pump_until(one_memory_disconnect, s);
+    pump_until(peer_closed, &heavy);
+    server_get_stats(s, &st);
+    assert_int_equal(st.connected_clients, 2);
+    assert_true(st.client_memory <= cfg.max_client_memory);
+
+    /* The others are still served, the medium one its whole reply. */
+    read_reply(medium, 9 + 300000 + 2);
+    assert_int_equal(send(idle, "PING\r\n", 6, 0), 6);
+    struct reader r = {.fd = idle, .want = 7};
+    pump_until(read_enough, &r);
+    assert_memory_equal(r.buf, "+PONG\r\n", 7);
+    pump_until(trimmed, s);
+    close(heavy);
+    close(medium);
+    close(idle);
+    stop_server(s);
+}
+
+static int got_pong(void *arg)
+{
+    struct reader *r = arg;
+    return read_enough(r) && r->len >= 7;
+}
+
+/*
+ * An input buffer that grew for a large request goes back to a small one
+ * once the request is consumed, though a partial command follows it.
+ */
+static void test_input_buffer_shrinks_after_large_request(void **state)
+{
+    struct server_config cfg = {.max_request = 4u << 20};
+    struct server *s = start_server_cfg(&cfg);
+    int fd = connect_client();
+    size_t big = 2000000;
+    char head[64];
+    int hn = snprintf(head, sizeof(head), "*2\r\n$3\r\nFOO\r\n$%zu\r\n", big);
+    static const char tail[] = "\r\n*1\r\n$4\r\nPI"; /* a partial PING follows */
+    char *req = malloc((size_t)hn + big + sizeof(tail));
+    assert_non_null(req);
+    memcpy(req, head, (size_t)hn);
+    memset(req + hn, 'q', big);
+    memcpy(req + (size_t)hn + big, tail, sizeof(tail) - 1);
+    size_t len = (size_t)hn + big + sizeof(tail) - 1, off = 0;
+    for (int i = 0; i < 100000 && off < len; i++) {
+        ssize_t n = send(fd, req + off, len - off, MSG_DONTWAIT);
+        if (n > 0)
+            off += (size_t)n;
+        uv_run(&loop, UV_RUN_NOWAIT);
+    }
+    assert_int_equal(off, len);
+    struct reader r = {.fd = fd, .want = 7};
+    pump_until(got_pong, &r);
+    assert_memory_equal(r.buf, "+PONG\r\n", 7);
+    struct server_stats st;
+    server_get_stats(s, &st);
+    assert_true(st.client_memory < 256 * 1024);
+    free(req);
+    close(fd);
+    stop_server(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -291,6 +423,8 @@ int main(void)
         cmocka_unit_test(test_shutdown_while_blocked_cancels),
         cmocka_unit_test(test_slow_reader_paused_then_drained),
         cmocka_unit_test(test_output_past_hard_limit_disconnects),
+        cmocka_unit_test(test_client_memory_budget_disconnects_heaviest),
+        cmocka_unit_test(test_input_buffer_shrinks_after_large_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
