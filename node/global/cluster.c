@@ -43,6 +43,9 @@ struct cluster {
     uint64_t gc_since_trim;
     uint64_t drops_logged; /* auth/key/version drops already logged */
     int64_t drops_logged_at;
+    uint64_t dns_logged; /* --join lookups failed, already logged */
+    int64_t dns_logged_at;
+    char *join; /* the --join list as given, for that line */
     int64_t trimmed_at;
     int64_t interval_ms;
     enum policy_scope default_scope;
@@ -186,6 +189,24 @@ static void cluster__refresh_view(struct cluster *c)
 
 /* A peer with another cluster key or label sits alone and says nothing:
  * say it here, once a minute at most, with the counts since the last line. */
+/* A --join name that does not resolve leaves the node alone (or short of
+ * a seed) in silence otherwise: say so, once a minute at most. */
+static void cluster__log_dns(struct cluster *c)
+{
+    struct gossip_uv_stats us;
+    gossip_uv_stats(c->g, &us);
+    int64_t now = cluster_now_ns(c);
+    if (us.dns_failures > c->dns_logged &&
+        (c->dns_logged_at == 0 || now - c->dns_logged_at >= 60 * NUM_NS_PER_S)) {
+        log_warn("cluster: %llu lookups of the --join names failed since the last such line "
+                 "(%s); retrying every --dns-interval-ms",
+                 (unsigned long long)(us.dns_failures - c->dns_logged),
+                 c->join != NULL ? c->join : "");
+        c->dns_logged = us.dns_failures;
+        c->dns_logged_at = now;
+    }
+}
+
 static void cluster__log_drops(struct cluster *c)
 {
     struct gossip_stats gs;
@@ -224,6 +245,7 @@ static void on_tick(uv_timer_t *t)
         }
     }
     cluster__log_drops(c);
+    cluster__log_dns(c);
     struct replica_stats before, after;
     replica_get_stats(c->r, &before);
     replica_tick(c->r, cluster_now_ns(c));
@@ -362,6 +384,8 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     rc_cfg.evict = o->evict;
     rc_cfg.send = cluster__send;
     rc_cfg.send_ud = c;
+    /* Kept for the log line of failed lookups; none if out of memory. */
+    c->join = o->join != NULL ? strdup(o->join) : NULL;
     /* A lone first node (no seeds) has no past to recover. */
     if (o->join == NULL)
         rc_cfg.young_ns = 0;
@@ -372,6 +396,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
         errf(err, errlen, "cannot create the replica: %s", sluice_strerror(rc));
         gossip_keyring_destroy(c->kr);
         free(c->key_file);
+        free(c->join);
         free(c);
         return rc == -SLUICE_ENOMEM ? rc : -SLUICE_ECONFIG;
     }
@@ -404,6 +429,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
         replica_destroy(c->r);
         gossip_keyring_destroy(c->kr);
         free(c->key_file);
+        free(c->join);
         free(c);
         return rc == -GOSSIP_EIO ? -SLUICE_EIO : -SLUICE_ECONFIG;
     }
@@ -423,6 +449,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
             replica_destroy(c->r);
             gossip_keyring_destroy(c->kr);
             free(c->key_file);
+            free(c->join);
             free(c);
             return -SLUICE_ECONFIG;
         }
@@ -499,6 +526,7 @@ void cluster_destroy(struct cluster *c)
     replica_destroy(c->r);
     gossip_keyring_destroy(c->kr);
     free(c->key_file);
+    free(c->join);
     free(c);
 }
 
