@@ -106,8 +106,8 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
     struct limiter_throttle_result r;
     int rc = pol != NULL ? limiter_throttle_policy(cmds->lim, argv[1], argvlen[1], pol, v[3],
                                                    server_client_now_ns(c), &r)
-                         : limiter_throttle_inline(cmds->lim, argv[1], argvlen[1], v[0], v[1],
-                                                   v[2], v[3], server_client_now_ns(c), &r);
+                         : limiter_throttle_inline(cmds->lim, argv[1], argvlen[1], v[0], v[1], v[2],
+                                                   v[3], server_client_now_ns(c), &r);
     if (rc == -SLUICE_ENOMEM) {
         resp_add_error(out, "ERR out of memory");
         return SERVER_CONTINUE;
