@@ -12,6 +12,7 @@
 #include "args.h"
 #include "commands_cluster.h"
 #include "info.h"
+#include "metrics.h"
 #include "commands_sl.h"
 #include "sluice/error.h"
 #include "version.h"
@@ -22,6 +23,8 @@ struct commands {
     struct commands_sl *sl;  /* NULL: no SL.* commands */
     size_t max_key;
     uint64_t started_ns;
+    unsigned lat_tick;                /* which decision to time next */
+    struct metrics_histogram latency; /* of the timed ones */
 };
 
 typedef int (*handler_fn)(struct commands *cmds, struct server_client *c, size_t argc,
@@ -608,6 +611,10 @@ static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc
  */
 #define CMD_F_BLOCKS 1u /* may wait for its answer: refused inside MULTI */
 #define CMD_F_CONN   2u /* about the connection itself: needs one (commands_execute) */
+#define CMD_F_DECIDE 4u /* a decision: sampled into the latency histogram */
+/* One decision in LAT_EVERY is timed: two clock reads on every decision
+ * would cost about a third of a local decision. */
+#define LAT_EVERY 16u
 
 struct commands_row {
     const char *name; /* lower case */
@@ -618,7 +625,7 @@ struct commands_row {
 };
 
 static const struct commands_row command_table[] = {
-    {"cl.throttle", 0, 0, cmd_throttle, NULL},
+    {"cl.throttle", 0, CMD_F_DECIDE, cmd_throttle, NULL},
     {"ping", -1, 0, cmd_ping, NULL},
     {"echo", 2, 0, cmd_echo, NULL},
     {"quit", 0, CMD_F_CONN, cmd_quit, NULL},
@@ -637,12 +644,12 @@ static const struct commands_row command_table[] = {
     {"unwatch", 0, CMD_F_CONN, cmd_watch, NULL},
     {"sl.members", 0, 0, cmd_sl_members, NULL},
     {"sl.key", 0, 0, cmd_sl_key, NULL},
-    {"sl.throttle", 0, 0, NULL, commands_sl_throttle},
-    {"sl.peek", 0, 0, NULL, commands_sl_peek},
+    {"sl.throttle", 0, CMD_F_DECIDE, NULL, commands_sl_throttle},
+    {"sl.peek", 0, CMD_F_DECIDE, NULL, commands_sl_peek},
     {"sl.refund", 0, 0, NULL, commands_sl_refund},
     {"sl.reset", 0, 0, NULL, commands_sl_reset},
-    {"sl.acquire", 0, CMD_F_BLOCKS, NULL, commands_sl_acquire},
-    {"sl.multi", 0, 0, NULL, commands_sl_multi},
+    {"sl.acquire", 0, CMD_F_BLOCKS | CMD_F_DECIDE, NULL, commands_sl_acquire},
+    {"sl.multi", 0, CMD_F_DECIDE, NULL, commands_sl_multi},
     {"sl.policies", 0, 0, NULL, commands_sl_policies},
     {"sl.reload", 0, 0, NULL, commands_sl_reload_cmd},
 };
@@ -687,7 +694,22 @@ commands_sl_fn commands_row_sl(const struct commands_row *row)
     return row != NULL ? row->sl : NULL;
 }
 
-/* Runs one command of a known row: the arity check, then its handler. */
+/* A row's handler. */
+static int commands_call(struct commands *cmds, const struct commands_row *row,
+                         struct server_client *c, size_t argc, const char **argv,
+                         const size_t *argvlen, struct resp_buf *out)
+{
+    if (row->fn != NULL)
+        return row->fn(cmds, c, argc, argv, argvlen, out);
+    if (cmds->sl == NULL) {
+        resp_add_error(out, "ERR SL commands are not enabled");
+        return SERVER_CONTINUE;
+    }
+    return row->sl(cmds->sl, c, client_resp3(c), argc, argv, argvlen, out);
+}
+
+/* Runs one command of a known row: the arity check, then its handler,
+ * timed one decision in LAT_EVERY. */
 static int commands_run(struct commands *cmds, const struct commands_row *row,
                         struct server_client *c, size_t argc, const char **argv,
                         const size_t *argvlen, struct resp_buf *out)
@@ -697,13 +719,18 @@ static int commands_run(struct commands *cmds, const struct commands_row *row,
         resp_add_errorf(out, "ERR wrong number of arguments for '%s' command", row->name);
         return SERVER_CONTINUE;
     }
-    if (row->fn != NULL)
-        return row->fn(cmds, c, argc, argv, argvlen, out);
-    if (cmds->sl == NULL) {
-        resp_add_error(out, "ERR SL commands are not enabled");
-        return SERVER_CONTINUE;
-    }
-    return row->sl(cmds->sl, c, client_resp3(c), argc, argv, argvlen, out);
+    if (!(row->flags & CMD_F_DECIDE) || (++cmds->lat_tick % LAT_EVERY) != 0)
+        return commands_call(cmds, row, c, argc, argv, argvlen, out);
+    uint64_t t0 = uv_hrtime();
+    int rc = commands_call(cmds, row, c, argc, argv, argvlen, out);
+    uint64_t dt = uv_hrtime() - t0;
+    int b = 0;
+    while (b < METRICS_LATENCY_BUCKETS && (int64_t)dt > metrics_latency_bounds_ns[b])
+        b++;
+    cmds->latency.buckets[b]++;
+    cmds->latency.count++;
+    cmds->latency.sum_ns += dt;
+    return rc;
 }
 
 /* ---- transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH ----
@@ -894,6 +921,11 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
     server_client_set_ctx_bytes(c, sizeof(*t) + t->cap);
     resp_add_simple(out, "QUEUED");
     return SERVER_CONTINUE;
+}
+
+void commands_get_latency(const struct commands *cmds, struct metrics_histogram *out)
+{
+    *out = cmds->latency;
 }
 
 int commands_execute(struct commands *cmds, size_t argc, const char **argv, const size_t *argvlen,

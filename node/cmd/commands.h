@@ -53,6 +53,11 @@ void commands_destroy(struct commands *cmds);
 int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char **argv,
                       const size_t *argvlen, struct resp_buf *out);
 
+/* The decision latency histogram (one decision in 16 timed, from the
+ * handler's start to its reply). */
+struct metrics_histogram;
+void commands_get_latency(const struct commands *cmds, struct metrics_histogram *out);
+
 /*
  * Runs one command without a connection (the HTTP decision endpoint, a
  * test): RESP2, an SL.ACQUIRE answers at once instead of waiting, and a

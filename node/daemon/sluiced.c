@@ -158,6 +158,20 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->overflow_denied = ls.overflow_denied + gdenied;
     s->overflow_allowed = ls.overflow_allowed + gallowed;
     s->dry_run_would_limit = ls.dry_run_would_limit;
+    /* The set is retained by the limiter until the next reload, which
+     * cannot happen while this scrape renders (one loop thread). */
+    const struct policy_set *set = limiter_policies(d->lim);
+    size_t np = policy_set_count(set);
+    for (size_t i = 0; i < np; i++) {
+        const struct policy *p = policy_set_at(set, i);
+        size_t slot = i < METRICS_MAX_POLICIES ? i : METRICS_MAX_POLICIES;
+        if (i <= METRICS_MAX_POLICIES)
+            s->by_policy[slot].policy = i < METRICS_MAX_POLICIES ? p->name : "_other";
+        s->by_policy[slot].decisions += p->counts->decisions;
+        s->by_policy[slot].limited += p->counts->limited;
+    }
+    s->npolicy = np < METRICS_MAX_POLICIES + 1 ? np : METRICS_MAX_POLICIES + 1;
+    commands_get_latency(d->cmds, &s->latency);
     struct server_stats ss;
     server_get_stats(d->srv, &ss);
     s->connected_clients = ss.connected_clients;

@@ -588,6 +588,8 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
             out->retry_after_ns = p->period_ns / (p->count > 0 ? p->count : 1);
             c->overflow_denied++;
         }
+        if (qty > 0)
+            policy_count(pol, out->limited);
         return 0;
     }
     if (rc < 0)
@@ -597,6 +599,8 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
         out->limited = 0;
         out->retry_after_ns = ALGO_NEVER;
     }
+    if (qty > 0)
+        policy_count(pol, out->limited);
     return 0;
 }
 

@@ -368,6 +368,8 @@ int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
         out->limited = 0;
         out->retry_after_ns = ALGO_NEVER;
     }
+    if (qty > 0)
+        policy_count(pol, out->limited);
     return 0;
 }
 
@@ -417,6 +419,14 @@ static const struct algo_params *limiter__req_params(const struct limiter_req *q
     return q->pol != NULL ? &q->pol->algo : q->p;
 }
 
+/* SL.MULTI's keys count under their policies: all allowed or all limited. */
+static void limiter__count_multi(const struct limiter_req *reqs, size_t n, int limited)
+{
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].qty > 0)
+            policy_count(reqs[i].pol, limited);
+}
+
 int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n, int64_t now_ns,
                   struct algo_result *outs, int *allowed)
 {
@@ -455,6 +465,7 @@ int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n,
     if (!ok) {
         lim->limited++;
         *allowed = 0;
+        limiter__count_multi(reqs, n, 1);
         return 0;
     }
     /* Phase 2: charge them all.  Distinct keys cannot interfere, so each
@@ -485,16 +496,19 @@ int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n,
                 return rc;
             lim->limited++;
             *allowed = 0;
+            limiter__count_multi(reqs, n, 1);
             return 0;
         }
     }
     *allowed = 1;
+    limiter__count_multi(reqs, n, 0);
     return 0;
 }
 
 void limiter_set_policies(struct limiter *lim, struct policy_set *set)
 {
     struct policy_set *old = lim->policies;
+    policy_set_carry_counts(set, old);
     lim->policies = policy_set_retain(set);
     lim->has_match = 0;
     for (size_t i = 0; i < policy_set_count(set); i++) {

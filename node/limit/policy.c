@@ -22,7 +22,8 @@ struct policy_group {
 
 struct policy_set {
     unsigned refs;
-    struct policy *pol; /* file order */
+    struct policy *pol;           /* file order */
+    struct policy_counts *counts; /* one per policy, same order */
     size_t n;
     const struct policy **by_name;
     struct policy_group *groups; /* longest prefix length first */
@@ -54,6 +55,7 @@ static void policy__free(struct policy_set *set)
         free((char *)(uintptr_t)set->pol[i].match);
     }
     free(set->pol);
+    free(set->counts);
     free(set->by_name);
     free(set->groups);
     free(set->group_mem);
@@ -81,10 +83,12 @@ int policy_set_build(const struct policy_spec *specs, size_t n, struct policy_se
     set->refs = 1;
     set->n = n;
     set->pol = calloc(set->n ? set->n : 1, sizeof(*set->pol));
+    set->counts = calloc(set->n ? set->n : 1, sizeof(*set->counts));
     set->by_name = calloc(set->n ? set->n : 1, sizeof(*set->by_name));
     set->group_mem = calloc(set->n ? set->n : 1, sizeof(*set->group_mem));
     set->groups = calloc(set->n ? set->n : 1, sizeof(*set->groups));
-    if (set->pol == NULL || set->by_name == NULL || set->group_mem == NULL || set->groups == NULL)
+    if (set->pol == NULL || set->counts == NULL || set->by_name == NULL || set->group_mem == NULL ||
+        set->groups == NULL)
         goto nomem;
     for (size_t i = 0; i < set->n; i++) {
         const struct policy_spec *c = &specs[i];
@@ -104,6 +108,7 @@ int policy_set_build(const struct policy_spec *specs, size_t n, struct policy_se
         p->partition = c->partition;
         p->dry_run = c->dry_run;
         p->index = (uint32_t)i;
+        p->counts = &set->counts[i];
         set->by_name[i] = p;
     }
     qsort(set->by_name, set->n, sizeof(*set->by_name), policy__cmp_name);
@@ -142,6 +147,17 @@ void policy_set_release(struct policy_set *set)
 {
     if (set != NULL && --set->refs == 0)
         policy__free(set);
+}
+
+void policy_set_carry_counts(struct policy_set *to, const struct policy_set *from)
+{
+    if (to == NULL || from == NULL || to == from)
+        return;
+    for (size_t i = 0; i < to->n; i++) {
+        const struct policy *old = policy_set_find(from, to->pol[i].name, strlen(to->pol[i].name));
+        if (old != NULL)
+            to->counts[i] = *old->counts;
+    }
 }
 
 size_t policy_set_count(const struct policy_set *set)

@@ -38,6 +38,14 @@ struct policy_spec {
     int line;                        /* where the source defined it (messages); 0 if none */
 };
 
+/* Decisions made under a policy, for the per-policy metrics.  Counted by
+ * whoever decides (the limiter for local keys, the cluster for global
+ * ones) through policy_count(); carried by name across a reload
+ * (policy_set_carry_counts). */
+struct policy_counts {
+    uint64_t decisions, limited;
+};
+
 struct policy {
     const char *name;                /* NUL-terminated, owned by the set */
     struct algo_params algo;         /* the limit */
@@ -45,9 +53,20 @@ struct policy {
     enum policy_partition partition; /* global limits during a partition */
     const char *match;               /* key prefix, or NULL */
     size_t match_len;
-    int dry_run;    /* decide and count, but always answer allowed */
-    uint32_t index; /* position in the file, 0-based: a stable id within the set */
+    int dry_run;                  /* decide and count, but always answer allowed */
+    uint32_t index;               /* position in the file, 0-based: a stable id within the set */
+    struct policy_counts *counts; /* owned by the set; mutable through a const policy */
 };
+
+/* Counts one decision under p (NULL: none); limited is the answer given. */
+static inline void policy_count(const struct policy *p, int limited)
+{
+    if (p != NULL && p->counts != NULL) { /* a policy outside a set counts nothing */
+        p->counts->decisions++;
+        if (limited)
+            p->counts->limited++;
+    }
+}
 
 struct policy_set;
 
@@ -65,6 +84,11 @@ struct policy_set *policy_set_retain(struct policy_set *set);
 void policy_set_release(struct policy_set *set);
 
 size_t policy_set_count(const struct policy_set *set);
+
+/* Gives every policy of to that has a namesake in from the namesake's
+ * counts, so that a reload does not reset the per-policy counters of the
+ * policies it keeps.  NULL sets are fine. */
+void policy_set_carry_counts(struct policy_set *to, const struct policy_set *from);
 /* The i-th policy in file order, NULL when i is out of range. */
 const struct policy *policy_set_at(const struct policy_set *set, size_t i);
 

@@ -134,8 +134,11 @@ int http_parse_request(const char *buf, size_t len, size_t max, struct http_requ
      * counted the head's last byte: the head ends at the first empty line,
      * which the parser has just validated. */
     (void)n;
+    if (out->path == NULL || out->path < buf || out->path >= buf + lim)
+        return -SLUICE_EPROTO;
+    /* From the request line on (the parser skips empty lines before it). */
     size_t end = 0;
-    for (size_t i = 0; i + 1 < lim && end == 0; i++) {
+    for (size_t i = (size_t)(out->path - buf); i + 1 < lim && end == 0; i++) {
         if (buf[i] != '\n')
             continue;
         if (buf[i + 1] == '\n')
@@ -154,7 +157,7 @@ int http_parse_request(const char *buf, size_t len, size_t max, struct http_requ
             return -SLUICE_EPROTO;
     /* libhttp-parser tolerates several spaces after the method; RFC 9112
      * has one, and the path starts right after it. */
-    const char *sp = memchr(buf, ' ', lim);
+    const char *sp = memchr(buf, ' ', (size_t)(out->path - buf));
     if (out->path == NULL || out->path_len == 0 || out->path[0] != '/' || sp == NULL ||
         out->path != sp + 1)
         return -SLUICE_EPROTO;

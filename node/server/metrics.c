@@ -215,9 +215,71 @@ static void table(struct metrics_buf *b, const struct metrics_snapshot *s, const
     }
 }
 
+const int64_t metrics_latency_bounds_ns[METRICS_LATENCY_BUCKETS] = {
+    1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 5000000,
+};
+
+static void policies(struct metrics_buf *b, const struct metrics_snapshot *s)
+{
+    static const char *const names[2] = {"sluice_policy_decisions_total",
+                                         "sluice_policy_limited_total"};
+    static const char *const helps[2] = {
+        "Decisions under each named policy (local and global keys; the first 32 policies, "
+        "the rest as _other).",
+        "Refusals under each named policy."};
+    size_t n = s->npolicy < METRICS_MAX_POLICIES + 1 ? s->npolicy : METRICS_MAX_POLICIES + 1;
+    for (int k = 0; k < 2; k++) {
+        head(b, names[k], helps[k], FAM_COUNTER);
+        for (size_t i = 0; i < n; i++) {
+            buf_str(b, names[k]);
+            buf_str(b, "{policy=\"");
+            label_value(b, s->by_policy[i].policy != NULL ? s->by_policy[i].policy : "");
+            buf_str(b, "\"} ");
+            buf_u64(b, k == 0 ? s->by_policy[i].decisions : s->by_policy[i].limited);
+            buf_add(b, "\n", 1);
+        }
+    }
+}
+
+static void histogram(struct metrics_buf *b, const char *name, const char *help,
+                      const struct metrics_histogram *h)
+{
+    char line[160];
+    uint64_t cum = 0;
+    buf_str(b, "# HELP ");
+    buf_str(b, name);
+    buf_add(b, " ", 1);
+    buf_str(b, help);
+    buf_str(b, "\n# TYPE ");
+    buf_str(b, name);
+    buf_str(b, " histogram\n");
+    for (int i = 0; i <= METRICS_LATENCY_BUCKETS; i++) {
+        cum += h->buckets[i];
+        if (i < METRICS_LATENCY_BUCKETS)
+            snprintf(line, sizeof(line), "%s_bucket{le=\"%g\"} ", name,
+                     (double)metrics_latency_bounds_ns[i] / 1e9);
+        else
+            snprintf(line, sizeof(line), "%s_bucket{le=\"+Inf\"} ", name);
+        buf_str(b, line);
+        buf_u64(b, cum);
+        buf_add(b, "\n", 1);
+    }
+    snprintf(line, sizeof(line), "%s_sum %.9f\n", name, (double)h->sum_ns / 1e9);
+    buf_str(b, line);
+    buf_str(b, name);
+    buf_str(b, "_count ");
+    buf_u64(b, h->count);
+    buf_add(b, "\n", 1);
+}
+
 int metrics_render(const struct metrics_snapshot *s, struct metrics_buf *out)
 {
     table(out, s, families, sizeof(families) / sizeof(families[0]));
+    policies(out, s);
+    histogram(out, "sluice_decision_duration_seconds",
+              "Time to decide one command (CL.THROTTLE, SL.*), in the event loop; one command "
+              "in 16 is timed.",
+              &s->latency);
     if (s->clustered) {
         labelled(out, "sluice_cluster_members", "Cluster members known, by state.", FAM_GAUGE,
                  "state", s->members, s->nmembers);

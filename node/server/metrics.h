@@ -25,7 +25,26 @@
 /* Labelled series per family in a snapshot (member states, drop reasons). */
 #define METRICS_MAX_LABELS 16
 
+/* Per-policy series: the first METRICS_MAX_POLICIES policies in file
+ * order; the rest are summed under policy="_other" (bounded cardinality). */
+#define METRICS_MAX_POLICIES 32
+/* Decision latency histogram bounds, ns (a last bucket is +Inf). */
+#define METRICS_LATENCY_BUCKETS 11
+extern const int64_t metrics_latency_bounds_ns[METRICS_LATENCY_BUCKETS];
+
 /* ---- what the daemon reports ---- */
+
+struct metrics_policy_value {
+    const char *policy; /* owned by the collector until render ends */
+    uint64_t decisions, limited;
+};
+
+/* A histogram: counts per bucket (not cumulative; the last is +Inf), the
+ * number of observations and their sum in ns. */
+struct metrics_histogram {
+    uint64_t buckets[METRICS_LATENCY_BUCKETS + 1];
+    uint64_t count, sum_ns;
+};
 
 struct metrics_label_value {
     const char *label; /* static or owned by the collector until render ends */
@@ -45,6 +64,10 @@ struct metrics_snapshot {
     /* Envoy's rate limit service (zero when off) */
     uint64_t rls_calls, rls_over_limit, rls_shadowed, rls_errors;
     uint64_t rls_connected, rls_protocol_errors, rls_reloads, rls_reload_failures;
+    /* decisions by policy (local and global) and their latency */
+    struct metrics_policy_value by_policy[METRICS_MAX_POLICIES + 1];
+    size_t npolicy;
+    struct metrics_histogram latency;
     /* cluster: only rendered when clustered is nonzero */
     int clustered;
     struct metrics_label_value members[METRICS_MAX_LABELS]; /* by state */

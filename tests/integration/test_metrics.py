@@ -48,6 +48,13 @@ def parse_exposition(text):
         m = SAMPLE.match(line)
         assert m, "line %d does not parse: %r" % (n, line)
         name = m.group(1)
+        if typed.get(current) == "histogram":
+            # NAME_bucket{le="..."}, NAME_sum, NAME_count
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert base == current, "line %d: sample %s outside its family %s" % (n, name, current)
+            series = name + (m.group(2) or "")
+            out[series] = float(m.group(3))
+            continue
         assert name == current, "line %d: sample %s outside its family %s" % (n, name, current)
         if typed[name] == "counter":
             assert name.endswith("_total"), name

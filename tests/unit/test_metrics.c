@@ -193,6 +193,14 @@ static struct metrics_snapshot fixed_snapshot(int clustered)
     s.ndrops = 1;
     s.gossip_bytes_sent = 18446744073709551615ull;
     s.synced = 1;
+    s.by_policy[0] = (struct metrics_policy_value){"api", 10, 4};
+    s.by_policy[1] = (struct metrics_policy_value){"_other", 2, 0};
+    s.npolicy = 2;
+    s.latency.buckets[0] = 5;  /* <= 1 us */
+    s.latency.buckets[2] = 1;  /* <= 5 us */
+    s.latency.buckets[11] = 1; /* > 5 ms */
+    s.latency.count = 7;
+    s.latency.sum_ns = 6000000;
     return s;
 }
 
@@ -215,9 +223,31 @@ static void test_render_exact(void **state)
         "sluice_keys 3\n";
     assert_true(b.len > strlen(first));
     assert_memory_equal(b.data, first, strlen(first));
-    const char *last = "# HELP sluice_waiting_acquires SL.ACQUIRE requests waiting now.\n"
-                       "# TYPE sluice_waiting_acquires gauge\n"
-                       "sluice_waiting_acquires 1\n";
+    const char *waiting = "# HELP sluice_waiting_acquires SL.ACQUIRE requests waiting now.\n"
+                          "# TYPE sluice_waiting_acquires gauge\n"
+                          "sluice_waiting_acquires 1\n";
+    assert_non_null(strstr(b.data, waiting));
+    assert_non_null(strstr(b.data, "# TYPE sluice_policy_decisions_total counter\n"
+                                   "sluice_policy_decisions_total{policy=\"api\"} 10\n"
+                                   "sluice_policy_decisions_total{policy=\"_other\"} 2\n"));
+    assert_non_null(strstr(b.data, "sluice_policy_limited_total{policy=\"api\"} 4\n"
+                                   "sluice_policy_limited_total{policy=\"_other\"} 0\n"));
+    /* Cumulative buckets, then sum (seconds) and count. */
+    const char *last = "# TYPE sluice_decision_duration_seconds histogram\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"1e-06\"} 5\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"2.5e-06\"} 5\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"5e-06\"} 6\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"1e-05\"} 6\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"2.5e-05\"} 6\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"5e-05\"} 6\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"0.0001\"} 6\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"0.00025\"} 6\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"0.0005\"} 6\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"0.001\"} 6\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"0.005\"} 6\n"
+                       "sluice_decision_duration_seconds_bucket{le=\"+Inf\"} 7\n"
+                       "sluice_decision_duration_seconds_sum 0.006000000\n"
+                       "sluice_decision_duration_seconds_count 7\n";
     assert_true(b.len >= strlen(last));
     assert_string_equal(b.data + b.len - strlen(last), last);
     assert_non_null(strstr(b.data, "\nsluice_connected_clients 2\n"));
@@ -261,7 +291,8 @@ static void test_render_grammar(void **state)
             assert_int_equal(strncmp(name, "sluice_", 7), 0);
         } else if (strncmp(line, "# TYPE ", 7) == 0) {
             assert_int_equal(sscanf(line + 7, "%127s %31s", name, kind), 2);
-            assert_true(strcmp(kind, "counter") == 0 || strcmp(kind, "gauge") == 0);
+            assert_true(strcmp(kind, "counter") == 0 || strcmp(kind, "gauge") == 0 ||
+                        strcmp(kind, "histogram") == 0);
             if (strcmp(kind, "counter") == 0)
                 assert_non_null(strstr(name, "_total"));
             char key[140];
@@ -274,6 +305,13 @@ static void test_render_grammar(void **state)
             assert_true(fl > 0);
             assert_int_equal(strncmp(line, fam, fl), 0);
             const char *v = line + fl;
+            /* A histogram's samples: NAME_bucket{le=...}, NAME_sum (a
+             * decimal number of seconds), NAME_count. */
+            int is_sum = strncmp(v, "_sum ", 5) == 0;
+            if (strncmp(v, "_bucket{", 8) == 0 || strncmp(v, "_count ", 7) == 0)
+                v = strchr(v, v[1] == 'b' ? '{' : ' ');
+            else if (is_sum)
+                v += 4;
             if (*v == '{') {
                 v = strstr(v, "\"} ");
                 assert_non_null(v);
@@ -282,7 +320,10 @@ static void test_render_grammar(void **state)
             assert_int_equal(*v, ' ');
             char *end;
             errno = 0;
-            (void)strtoull(v + 1, &end, 10);
+            if (is_sum)
+                (void)strtod(v + 1, &end);
+            else
+                (void)strtoull(v + 1, &end, 10);
             assert_int_equal(errno, 0);
             assert_int_equal(*end, '\0');
             samples++;
