@@ -83,8 +83,12 @@ class Daemon:
 
     def start(self, wait=True):
         self.log = open(self.logpath, "wb")
+        # A session of its own, so that signals reach sluiced through a
+        # prefix that forks (faketime runs it as a child): stop() and kill()
+        # signal the whole group, and nothing outlives the test.
         self.proc = subprocess.Popen(self.prefix + [SLUICED, "--socket", self.path] + self.args,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         if wait:
             try:
                 wait_for_socket(self.path, self.proc)
@@ -105,18 +109,27 @@ class Daemon:
         """SIGTERM, wait, return the exit status."""
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else 0
-        self.proc.send_signal(signal.SIGTERM)
+        self._signal_group(signal.SIGTERM)
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self.kill()
             raise
 
+    def _signal_group(self, sig):
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
     def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        """SIGKILL to the daemon and anything its prefix forked."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self._signal_group(signal.SIGKILL)
+                self.proc.wait()
+            else:
+                self._signal_group(signal.SIGKILL)  # a prefix's orphaned child
 
     def close(self):
         self.kill()
