@@ -122,8 +122,8 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
 {
     const char *algo = NULL, *pname = NULL;
     size_t algolen = 0, pnamelen = 0;
-    int64_t burst = 0, count = 0, period_ms = 0, precision = 0;
-    int has_burst = 0, has_rate = 0, has_precision = 0;
+    int64_t burst = 0, count = 0, period_ms = 0, precision = 0, warmup_ms = 0, cold = 0;
+    int has_burst = 0, has_rate = 0, has_precision = 0, has_warmup = 0, has_cold = 0;
 
     memset(s, 0, sizeof(*s));
     s->qty = 1;
@@ -157,6 +157,16 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &precision, out) < 0)
                 return -1;
             has_precision = 1;
+            *i += 2;
+        } else if (args_is(a, al, "WARMUP") && left >= 1) {
+            if (sl__int(argv[*i + 1], argvlen[*i + 1], &warmup_ms, out) < 0)
+                return -1;
+            has_warmup = 1;
+            *i += 2;
+        } else if (args_is(a, al, "COLD") && left >= 1) {
+            if (sl__int(argv[*i + 1], argvlen[*i + 1], &cold, out) < 0)
+                return -1;
+            has_cold = 1;
             *i += 2;
         } else if (args_is(a, al, "QTY") && left >= 1 && (opts & OPT_QTY)) {
             if (sl__int(argv[*i + 1], argvlen[*i + 1], &s->qty, out) < 0)
@@ -199,8 +209,8 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
         resp_add_error(out, "ERR POLICY and ALGO are exclusive");
         return -1;
     }
-    if (algo == NULL && (has_burst || has_rate || has_precision)) {
-        resp_add_error(out, "ERR BURST, RATE and PRECISION need ALGO");
+    if (algo == NULL && (has_burst || has_rate || has_precision || has_warmup || has_cold)) {
+        resp_add_error(out, "ERR BURST, RATE, PRECISION, WARMUP and COLD need ALGO");
         return -1;
     }
     if (algo == NULL && s->scope >= 0) {
@@ -227,10 +237,15 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
         memcpy(name, algo, algolen);
         name[algolen] = '\0';
         if (memchr(algo, '\0', algolen) != NULL || algo_from_name(name, &kind) < 0) {
-            resp_add_errorf(out,
-                            "ERR unknown algorithm '%s' (gcra, token-bucket, fixed-window, "
-                            "sliding-window, sliding-log)",
-                            name);
+            char known[128] = "";
+            for (int k = 0; k < ALGO_KIND_COUNT_; k++)
+                snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s",
+                         k > 0 ? ", " : "", algo_name((enum algo_kind)k));
+            resp_add_errorf(out, "ERR unknown algorithm '%s' (%s)", name, known);
+            return -1;
+        }
+        if ((has_warmup || has_cold) && kind != ALGO_WARMUP) {
+            resp_add_error(out, "ERR WARMUP and COLD apply to warmup only");
             return -1;
         }
         if (!has_rate) {
@@ -254,9 +269,19 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
                                                  : "precision must be 1..1000");
             return -1;
         }
+        if (kind == ALGO_WARMUP && (has_warmup || has_cold)) {
+            int64_t wns;
+            if (warmup_ms < 0 || __builtin_mul_overflow(warmup_ms, NUM_NS_PER_MS, &wns) ||
+                algo_params_set_warmup(&s->inline_p, has_warmup ? wns : s->inline_p.warmup_ns,
+                                       has_cold ? cold : s->inline_p.cold_factor) < 0) {
+                resp_add_errorf(out, "ERR invalid limit: WARMUP must be >= 1 ms and COLD 1..%lld",
+                                (long long)ALGO_COLD_FACTOR_MAX);
+                return -1;
+            }
+        }
         if (s->scope == POLICY_SCOPE_GLOBAL && !algo_can_be_global(kind)) {
-            resp_add_errorf(out, "ERR %s cannot be global (it needs every admission's time)",
-                            algo_name(kind));
+            resp_add_errorf(out, "ERR %s cannot be global (%s)", algo_name(kind),
+                            algo_why_local(kind));
             return -1;
         }
         s->p = &s->inline_p;
@@ -377,7 +402,7 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
 {
     static const char *const usage[] = {
         [SL_THROTTLE] = ("SL.THROTTLE key [POLICY name | ALGO algorithm [BURST b] RATE count "
-                         "period_ms [PRECISION p]] [QTY q] [PEEK]"),
+                         "period_ms [PRECISION p] [WARMUP ms] [COLD f]] [QTY q] [PEEK]"),
         [SL_PEEK] = "SL.PEEK key [POLICY name | ALGO ...] [QTY q]",
         [SL_REFUND] = "SL.REFUND key [POLICY name | ALGO ...] QTY q",
     };

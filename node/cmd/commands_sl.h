@@ -6,12 +6,14 @@
  *
  *   SPEC := POLICY name
  *         | ALGO algorithm [BURST b] RATE count period_ms [PRECISION p]
- *                [SCOPE local|global]
+ *                [WARMUP ms] [COLD f] [SCOPE local|global]
  *         | (nothing: the policy whose match prefix is the longest prefix
  *            of the key; none -> "-ERR no policy matches key and no ALGO
  *            given")
  *   algorithm := gcra | token-bucket | fixed-window | sliding-window
- *              | sliding-log
+ *              | sliding-log | warmup
+ *   (PRECISION: sliding-window only; WARMUP, the warm-up period, default
+ *    one period, and COLD, the cold factor, default 3: warmup only)
  *
  *   SL.THROTTLE key SPEC [QTY q] [PEEK]     decide q units (default 1)
  *   SL.PEEK     key SPEC [QTY q]            = SL.THROTTLE ... QTY 0: the

@@ -32,9 +32,9 @@ enum config_section { SEC_NONE, SEC_SLUICED, SEC_CLUSTER, SEC_POLICY };
 
 /* Per-policy parse bookkeeping: the line of each key (0 = not given). */
 struct config_pol_lines {
-    int algorithm, burst, rate, scope, partition, match, precision, dry_run;
+    int algorithm, burst, rate, scope, partition, match, precision, dry_run, warmup, cold;
     enum algo_kind kind;
-    int64_t burst_v, count, period_ns, precision_v;
+    int64_t burst_v, count, period_ns, precision_v, warmup_ns, cold_v;
 };
 
 struct config_parser {
@@ -663,6 +663,19 @@ static int config__policy_key(struct config_parser *ps, const char *k, const cha
                 (long long)ALGO_PRECISION_MAX, v);
         pl->precision_v = (int64_t)u;
         pl->precision = ps->line;
+    } else if (strcmp(k, "warmup") == 0) {
+        int64_t ns;
+        if (config_parse_duration(v, &ns) < 0 || ns < 1)
+            BAD("warmup: expected a duration such as 10s or 500ms, got '%s'", v);
+        pl->warmup_ns = ns;
+        pl->warmup = ps->line;
+    } else if (strcmp(k, "cold_factor") == 0) {
+        rc = config__uint(v, 10, (uint64_t)ALGO_COLD_FACTOR_MAX, &u);
+        if (rc < 0 || u == 0)
+            BAD("cold_factor: expected a whole number from 1 to %lld, got '%s'",
+                (long long)ALGO_COLD_FACTOR_MAX, v);
+        pl->cold_v = (int64_t)u;
+        pl->cold = ps->line;
     } else if (strcmp(k, "dry_run") == 0) {
         if (config__bool(v, &pol->dry_run) < 0)
             BAD("dry_run: expected true or false, got '%s'", v);
@@ -720,14 +733,19 @@ static void config__finish(struct config_parser *ps)
                          "policy '%s': precision applies to sliding-window only", pol->name);
             break;
         }
+        if ((pl->warmup || pl->cold) && pl->kind != ALGO_WARMUP) {
+            config__fail(ps, pl->warmup ? pl->warmup : pl->cold, -SLUICE_ECONFIG,
+                         "policy '%s': %s applies to warmup only", pol->name,
+                         pl->warmup ? "warmup" : "cold_factor");
+            break;
+        }
         if (!pl->scope)
             pol->scope = cfg->default_scope;
         if (pol->scope == POLICY_SCOPE_GLOBAL && !algo_can_be_global(pl->kind)) {
             if (pl->scope)
                 config__fail(ps, pl->scope, -SLUICE_ECONFIG,
-                             "policy '%s': %s cannot be global (exactness needs every "
-                             "timestamp); use scope = local",
-                             pol->name, algo_name(pl->kind));
+                             "policy '%s': %s cannot be global (%s); use scope = local", pol->name,
+                             algo_name(pl->kind), algo_why_local(pl->kind));
             else
                 config__fail(ps, pol->line, -SLUICE_ECONFIG,
                              "policy '%s': %s cannot be global, and default_scope (line %d) "
@@ -737,6 +755,18 @@ static void config__finish(struct config_parser *ps)
         }
         rc = algo_params_init(&pol->algo, pl->kind, pl->burst_v, pl->count, pl->period_ns,
                               pl->precision_v);
+        if (rc == 0 && pl->kind == ALGO_WARMUP && (pl->warmup || pl->cold)) {
+            rc =
+                algo_params_set_warmup(&pol->algo, pl->warmup ? pl->warmup_ns : pol->algo.warmup_ns,
+                                       pl->cold ? pl->cold_v : pol->algo.cold_factor);
+            if (rc < 0) {
+                config__fail(ps, pl->warmup ? pl->warmup : pl->cold, -SLUICE_ECONFIG,
+                             "policy '%s': warmup and cold_factor out of range for this rate "
+                             "(%s)",
+                             pol->name, sluice_strerror(rc));
+                break;
+            }
+        }
         if (rc < 0) {
             config__fail(ps, pl->rate, -SLUICE_ECONFIG,
                          "policy '%s': rate out of range for %s (%s: a rate above one unit "

@@ -18,6 +18,7 @@ static const struct algo_ops *const algo_table[ALGO_KIND_COUNT_] = {
     [ALGO_FIXED_WINDOW] = &algo_fixed_window_ops,
     [ALGO_SLIDING_WINDOW] = &algo_sliding_window_ops,
     [ALGO_SLIDING_LOG] = &algo_sliding_log_ops,
+    [ALGO_WARMUP] = &algo_warmup_ops,
 };
 
 const char *algo_name(enum algo_kind kind)
@@ -45,6 +46,13 @@ int algo_can_be_global(enum algo_kind kind)
     return (unsigned)kind < ALGO_KIND_COUNT_ && (algo_table[kind]->flags & ALGO_F_GLOBAL) != 0;
 }
 
+const char *algo_why_local(enum algo_kind kind)
+{
+    if ((unsigned)kind >= ALGO_KIND_COUNT_ || algo_table[kind]->why_local == NULL)
+        return "";
+    return algo_table[kind]->why_local;
+}
+
 int algo_has_burst(enum algo_kind kind)
 {
     return (unsigned)kind < ALGO_KIND_COUNT_ && (algo_table[kind]->flags & ALGO_F_BURST) != 0;
@@ -65,6 +73,13 @@ int64_t algo_sat_add(int64_t a, int64_t b)
     if (r < -ALGO_DEBT_BOUND)
         return -ALGO_DEBT_BOUND;
     return r;
+}
+
+int algo_params_set_warmup(struct algo_params *p, int64_t warmup_ns, int64_t cold_factor)
+{
+    if (p == NULL || p->magic != ALGO_MAGIC || p->kind != ALGO_WARMUP)
+        return -SLUICE_EINVAL;
+    return algo_warmup__set(p, warmup_ns, cold_factor);
 }
 
 int algo_params_set_phase(struct algo_params *p, int64_t phase_ns)

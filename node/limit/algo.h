@@ -55,6 +55,25 @@
  *                  Weak spot: memory grows with count (bounded by
  *                  ALGO_SLIDING_LOG_MAX), and it cannot be global.
  *
+ *  warmup          16 bytes (the schedule: when the next unit is free; the
+ *                  stored units).  Guava's SmoothWarmingUp: rate count per
+ *                  period at full speed; from cold (a fresh key, or one idle
+ *                  for the warm-up period) a unit costs up to cold_factor
+ *                  (default 3) stable intervals, and the cost falls linearly
+ *                  to one stable interval as saturating demand uses up the
+ *                  stored units, over the warm-up period (default: one
+ *                  period), so admissions per second rise from about
+ *                  rate/cold_factor to the rate.  A request passes when the
+ *                  schedule is at most burst stable intervals ahead of now
+ *                  (burst 0 is Guava's tryAcquire: the first request after
+ *                  idleness always passes and pays its cost forward); qty
+ *                  above burst+1 never fits.  The model is in
+ *                  algo_warmup.c.  Weak spot: not global (its cold/warm
+ *                  state is one node's history of demand; a cluster-wide
+ *                  warm-up would need every node's admissions in order),
+ *                  and `remaining` is counted at the stable cost, so it can
+ *                  overstate what a cold key admits.
+ *
  * Global scope (consume()): the global-limit layer pours units admitted by
  * other nodes into the local state with no limit check, and state may go
  * into debt, so the local node refuses until the debt is repaid:
@@ -65,6 +84,7 @@
  *     the nodes' clocks share the window boundaries.
  *   sliding-window: units are added to at_ns's sub-window (ignored if it has
  *     left the period).  Meaningful, with the same clock caveat.
+ *   warmup: NOT global (see above); refused as sliding-log is.
  *   sliding-log: NOT global.  Its exactness needs every admitted timestamp of
  *     every node, which gossip of counters cannot give; consume() still works
  *     locally (it records the units at at_ns, keeping the newest count
@@ -86,6 +106,7 @@ enum algo_kind {
     ALGO_FIXED_WINDOW = 2,
     ALGO_SLIDING_WINDOW = 3,
     ALGO_SLIDING_LOG = 4,
+    ALGO_WARMUP = 5,
     ALGO_KIND_COUNT_
 };
 
@@ -97,6 +118,9 @@ enum algo_kind {
 #define ALGO_PRECISION_MAX ((int64_t)1000)
 /* Default sliding-window precision. */
 #define ALGO_PRECISION_DEFAULT ((int64_t)10)
+/* warmup's cold factor: Guava's default, and the largest accepted. */
+#define ALGO_COLD_FACTOR_DEFAULT ((int64_t)3)
+#define ALGO_COLD_FACTOR_MAX     ((int64_t)1000)
 
 /*
  * An algorithm and its limit.  Fill it with algo_params_init() only; the
@@ -104,23 +128,26 @@ enum algo_kind {
  */
 struct algo_params {
     enum algo_kind kind;
-    int64_t burst;     /* gcra, token-bucket: capacity is burst + 1 */
-    int64_t count;     /* units per period */
-    int64_t period_ns; /* the period, ns */
-    int64_t precision; /* sliding-window: number of sub-windows */
-    int64_t phase_ns;  /* fixed-window: windows start at k*period - phase (0 by default) */
+    int64_t burst;       /* gcra, token-bucket: capacity is burst + 1 */
+    int64_t count;       /* units per period */
+    int64_t period_ns;   /* the period, ns */
+    int64_t precision;   /* sliding-window: number of sub-windows */
+    int64_t phase_ns;    /* fixed-window: windows start at k*period - phase (0 by default) */
+    int64_t warmup_ns;   /* warmup: ns of saturating demand from cold to full rate */
+    int64_t cold_factor; /* warmup: a cold unit costs this many stable intervals */
     /* derived */
-    int64_t limit;           /* units a fresh key admits at once */
+    int64_t limit;           /* units a fresh key admits at once (warmup: a warm one) */
     int64_t interval_ns;     /* gcra: emission interval; sliding-window: sub-window width */
     int64_t scaled_cap;      /* token-bucket: limit * period_ns */
     struct gcra_params gcra; /* gcra: redis-cell's parameters */
-    uint32_t magic;          /* set by algo_params_init */
+    double wu_stable, wu_threshold, wu_max, wu_slope, wu_cooldown; /* warmup's model */
+    uint32_t magic;                                                /* set by algo_params_init */
 };
 
 /* One decision, all durations in nanoseconds. */
 struct algo_result {
     int limited;            /* 0 allowed, 1 limited */
-    int64_t limit;          /* units a fresh key admits at once */
+    int64_t limit;          /* units a fresh key admits at once (warmup: a warm one) */
     int64_t remaining;      /* units still available right now (after this call) */
     int64_t retry_after_ns; /* ALGO_NEVER when allowed or when qty can never fit */
     int64_t reset_after_ns; /* until the key is back to fresh (0 if it is) */
@@ -148,12 +175,23 @@ int algo_params_init(struct algo_params *p, enum algo_kind kind, int64_t burst, 
  */
 int algo_params_set_phase(struct algo_params *p, int64_t phase_ns);
 
+/*
+ * Sets a warmup limit's warm-up period (ns, >= 1) and cold factor
+ * (1..ALGO_COLD_FACTOR_MAX); algo_params_init gives it one period and 3.
+ * -SLUICE_EINVAL unless p is a warmup limit and the values are in range,
+ * -SLUICE_ERANGE when the model's numbers do not fit a double; p is
+ * unchanged on error.
+ */
+int algo_params_set_warmup(struct algo_params *p, int64_t warmup_ns, int64_t cold_factor);
+
 /* "gcra", "token-bucket", ...; "?" for an unknown kind. */
 const char *algo_name(enum algo_kind kind);
 /* Parses a name as printed by algo_name.  -SLUICE_EINVAL if unknown. */
 int algo_from_name(const char *name, enum algo_kind *out);
 /* 1 if consume() is meaningful across nodes (see the header comment). */
 int algo_can_be_global(enum algo_kind kind);
+/* Why an algorithm cannot be global, for messages ("" when it can). */
+const char *algo_why_local(enum algo_kind kind);
 /* 1 for a bucket (capacity burst+1, refilled continuously), 0 for an
  * algorithm that counts `count` per period and ignores burst. */
 int algo_has_burst(enum algo_kind kind);
@@ -229,8 +267,9 @@ void algo_free(const struct algo_params *p, void *state);
 #define ALGO_F_BURST  2u /* a bucket: burst is meaningful (see algo_has_burst) */
 
 struct algo_ops {
-    const char *name; /* as configs, ALGO specs and INFO spell it */
-    unsigned flags;   /* ALGO_F_* */
+    const char *name;      /* as configs, ALGO specs and INFO spell it */
+    unsigned flags;        /* ALGO_F_* */
+    const char *why_local; /* without ALGO_F_GLOBAL: why, in a few words */
     enum algo_carry carry;
     /* Validates the algorithm's own parameters and fills its derived fields
      * of q, whose kind, count and period_ns are set and valid (count >= 1,
@@ -253,6 +292,9 @@ extern const struct algo_ops algo_token_bucket_ops;
 extern const struct algo_ops algo_fixed_window_ops;
 extern const struct algo_ops algo_sliding_window_ops;
 extern const struct algo_ops algo_sliding_log_ops;
+extern const struct algo_ops algo_warmup_ops;
+/* algo_params_set_warmup's work, once algo.c has checked p. */
+int algo_warmup__set(struct algo_params *q, int64_t warmup_ns, int64_t cold_factor);
 
 /* Debt bound shared by the algorithms (see algo_consume). */
 #define ALGO_DEBT_BOUND ((int64_t)1 << 61)

@@ -206,6 +206,7 @@ static int algo_sliding_log_params(struct algo_params *q, int64_t burst, int64_t
 
 const struct algo_ops algo_sliding_log_ops = {
     .name = "sliding-log",
+    .why_local = "exactness needs every timestamp",
     .flags = 0,
     .carry = ALGO_CARRY_ABSOLUTE,
     .params = algo_sliding_log_params,

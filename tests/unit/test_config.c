@@ -53,7 +53,7 @@ static void test_example_loads(void **unused)
     assert_string_equal(cfg.cluster_label, "prod");
     assert_int_equal(cfg.default_scope, POLICY_SCOPE_GLOBAL);
     assert_int_equal(cfg.gossip_interval_ms, 100);
-    assert_int_equal(cfg.npolicies, 3);
+    assert_int_equal(cfg.npolicies, 4);
     struct policy_spec *p = &cfg.policies[0];
     assert_string_equal(p->name, "reply");
     assert_int_equal(p->algo.kind, ALGO_GCRA);
@@ -70,6 +70,9 @@ static void test_example_loads(void **unused)
     assert_int_equal(cfg.policies[2].algo.precision, 10);
     /* the api policy takes the cluster's default scope */
     assert_int_equal(cfg.policies[2].scope, POLICY_SCOPE_GLOBAL);
+    assert_int_equal(cfg.policies[3].algo.kind, ALGO_WARMUP);
+    assert_int_equal(cfg.policies[3].algo.warmup_ns, 30 * S);
+    assert_int_equal(cfg.policies[3].scope, POLICY_SCOPE_LOCAL);
     config_free(&cfg);
     config_free(&cfg); /* harmless twice */
 }
@@ -140,7 +143,33 @@ static const struct bad bads[] = {
     {"[policy a]\nrate = 1 per 1s\ndry_run = maybe\n", 3, "dry_run"},
     {"[policy a]\nrate = 1 per 1s\npartition = split\n", 3, "partition"},
     {"[policy a]\nrate = 1 per 1s\ncolour = red\n", 3, "unknown key 'colour' in [policy a]"},
+    {"[policy a]\nrate = 5 per 1s\nwarmup = 10s\n", 3, "warmup applies to warmup only"},
+    {"[policy a]\nrate = 5 per 1s\ncold_factor = 2\n", 3, "cold_factor applies to warmup only"},
+    {"[policy a]\nalgorithm = warmup\nrate = 5 per 1s\nwarmup = soon\n", 4, "warmup"},
+    {"[policy a]\nalgorithm = warmup\nrate = 5 per 1s\ncold_factor = 0\n", 4, "cold_factor"},
+    {"[policy a]\nalgorithm = warmup\nrate = 5 per 1s\ncold_factor = 1001\n", 4, "cold_factor"},
+    {"[policy a]\nalgorithm = warmup\nrate = 5 per 1s\nscope = global\n", 4,
+     "warmup cannot be global (the warm-up is one node's history of demand)"},
 };
+
+/* A warmup policy: its warm-up and cold factor, and the defaults. */
+static void test_warmup_policy(void **unused)
+{
+    const char *text = "[policy cache]\nalgorithm = warmup\nrate = 100 per 1s\nburst = 5\n"
+                       "warmup = 10s\ncold_factor = 4\n"
+                       "[policy plain]\nalgorithm = warmup\nrate = 10 per 2s\n";
+    char err[512];
+    struct config cfg;
+    assert_int_equal(config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.npolicies, 2);
+    assert_int_equal(cfg.policies[0].algo.kind, ALGO_WARMUP);
+    assert_int_equal(cfg.policies[0].algo.warmup_ns, 10000000000LL);
+    assert_int_equal(cfg.policies[0].algo.cold_factor, 4);
+    assert_int_equal(cfg.policies[0].algo.limit, 6);
+    assert_int_equal(cfg.policies[1].algo.warmup_ns, 2000000000LL); /* one period */
+    assert_int_equal(cfg.policies[1].algo.cold_factor, 3);
+    config_free(&cfg);
+}
 
 static void test_errors_name_their_line(void **unused)
 {
@@ -296,9 +325,13 @@ int main(void)
 {
     (void)test_seed("test_config");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_example_loads),          cmocka_unit_test(test_empty_is_defaults),
-        cmocka_unit_test(test_errors_name_their_line), cmocka_unit_test(test_lines_nul_and_size),
-        cmocka_unit_test(test_rate_and_duration),      cmocka_unit_test(test_policy_set),
+        cmocka_unit_test(test_example_loads),
+        cmocka_unit_test(test_empty_is_defaults),
+        cmocka_unit_test(test_errors_name_their_line),
+        cmocka_unit_test(test_warmup_policy),
+        cmocka_unit_test(test_lines_nul_and_size),
+        cmocka_unit_test(test_rate_and_duration),
+        cmocka_unit_test(test_policy_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -31,6 +31,11 @@ static struct algo_params mkp(enum algo_kind k, int64_t burst, int64_t count, in
 {
     struct algo_params p;
     assert_int_equal(algo_params_init(&p, k, burst, count, period_ns, precision), 0);
+    /* These checks are about the limiter (state kept, carried, reclaimed),
+     * with bucket arithmetic: a warmup limit with cold factor 1 is one, its
+     * warm-up has its own tests (test_algo_warmup). */
+    if (k == ALGO_WARMUP)
+        assert_int_equal(algo_params_set_warmup(&p, period_ns, 1), 0);
     return p;
 }
 
@@ -96,10 +101,10 @@ static void test_params_change_keeps_state(void **state)
         assert_int_equal(r.limited, 1);
         /* A different period (a new shape for the windows and the bucket):
          * the windows and the log stay limited (the used units are carried);
-         * gcra and the bucket keep their time to full, which at half the
-         * rate is fewer units, but not none. */
+         * gcra and the buckets (warmup's schedule too) keep their time to
+         * full, which at half the rate is fewer units, but not none. */
         struct algo_params c = mkp((enum algo_kind)k, 4, 5, 20 * S, 4);
-        if (k == ALGO_GCRA || k == ALGO_TOKEN_BUCKET) {
+        if (algo_has_burst((enum algo_kind)k)) {
             r = dec(lim, "key", &c, 0, now);
             assert_true(r.remaining < r.limit);
             assert_true(r.remaining > 0);
