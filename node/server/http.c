@@ -158,8 +158,7 @@ int http_parse_request(const char *buf, size_t len, size_t max, struct http_requ
     /* libhttp-parser tolerates several spaces after the method; RFC 9112
      * has one, and the path starts right after it. */
     const char *sp = memchr(buf, ' ', (size_t)(out->path - buf));
-    if (out->path == NULL || out->path_len == 0 || out->path[0] != '/' || sp == NULL ||
-        out->path != sp + 1)
+    if (out->path_len == 0 || out->path[0] != '/' || sp == NULL || out->path != sp + 1)
         return -SLUICE_EPROTO;
     if (p.method == HTTP_GET)
         out->method = HTTP_REQ_GET;
