@@ -22,6 +22,7 @@ struct commands {
     struct cluster *cluster; /* NULL when not clustered */
     struct commands_sl *sl;  /* NULL: no SL.* commands */
     size_t max_key;
+    int admin_off;
     uint64_t started_ns;
     unsigned lat_tick;                /* which decision to time next */
     struct metrics_histogram latency; /* of the timed ones */
@@ -38,6 +39,7 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
     cmds->lim = lim;
     cmds->cluster = cfg ? cfg->cluster : NULL;
     cmds->sl = cfg ? cfg->sl : NULL;
+    cmds->admin_off = cfg ? cfg->admin_off : 0;
     /* SL.* decide global keys through the same cluster as CL.THROTTLE. */
     commands_sl_set_cluster(cmds->sl, cmds->cluster);
     cmds->max_key = (cfg && cfg->max_key_bytes) ? cfg->max_key_bytes : COMMANDS_DEFAULT_MAX_KEY;
@@ -612,6 +614,7 @@ static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc
 #define CMD_F_BLOCKS 1u /* may wait for its answer: refused inside MULTI */
 #define CMD_F_CONN   2u /* about the connection itself: needs one (commands_execute) */
 #define CMD_F_DECIDE 4u /* a decision: sampled into the latency histogram */
+#define CMD_F_ADMIN  8u /* administrative: refused when admin_commands = off */
 /* One decision in LAT_EVERY is timed: two clock reads on every decision
  * would cost about a third of a local decision. */
 #define LAT_EVERY 16u
@@ -651,7 +654,7 @@ static const struct commands_row command_table[] = {
     {"sl.acquire", 0, CMD_F_BLOCKS | CMD_F_DECIDE, NULL, commands_sl_acquire},
     {"sl.multi", 0, CMD_F_DECIDE, NULL, commands_sl_multi},
     {"sl.policies", 0, 0, NULL, commands_sl_policies},
-    {"sl.reload", 0, 0, NULL, commands_sl_reload_cmd},
+    {"sl.reload", 0, CMD_F_ADMIN, NULL, commands_sl_reload_cmd},
 };
 
 static size_t command_count(void)
@@ -717,6 +720,13 @@ static int commands_run(struct commands *cmds, const struct commands_row *row,
     if ((row->arity > 0 && argc != (size_t)row->arity) ||
         (row->arity < 0 && argc < (size_t)-row->arity)) {
         resp_add_errorf(out, "ERR wrong number of arguments for '%s' command", row->name);
+        return SERVER_CONTINUE;
+    }
+    if ((row->flags & CMD_F_ADMIN) && cmds->admin_off) {
+        resp_add_errorf(out,
+                        "ERR '%s' is disabled on this daemon (admin_commands = off); "
+                        "send sluiced SIGHUP instead",
+                        row->name);
         return SERVER_CONTINUE;
     }
     if (!(row->flags & CMD_F_DECIDE) || (++cmds->lat_tick % LAT_EVERY) != 0)

@@ -36,6 +36,7 @@ struct commands_config {
     size_t max_key_bytes;    /* 0 = COMMANDS_DEFAULT_MAX_KEY */
     struct cluster *cluster; /* borrowed; NULL: a node running alone */
     struct commands_sl *sl;  /* borrowed; the SL.* commands (NULL: not offered) */
+    int admin_off;           /* 1: administrative commands (SL.RELOAD) answer an error */
 };
 
 struct commands;

@@ -27,7 +27,7 @@ struct commands_sl {
     commands_sl_load_fn load; /* NULL: no policy source */
     void *load_ud;
     const char *load_name;
-    uint64_t reloads, reload_failures;
+    uint64_t reloads, reload_failures, reloads_unchanged;
 };
 
 int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg,
@@ -735,8 +735,14 @@ int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen)
         log_error("reload failed, keeping the running policies: %s", err);
         return rc;
     }
-    limiter_set_policies(sl->lim, set);
     sl->reloads++;
+    if (set == NULL) {
+        /* The source is unchanged since the policies in use were read:
+         * a successful reload with nothing to swap. */
+        sl->reloads_unchanged++;
+        return 0;
+    }
+    limiter_set_policies(sl->lim, set);
     log_info("reloaded %s: %zu policies", sl->load_name, policy_set_count(set));
     policy_set_release(set);
     return 0;
@@ -750,6 +756,7 @@ void commands_sl_get_stats(const struct commands_sl *sl, struct commands_sl_stat
     out->policies = policy_set_count(limiter_policies(sl->lim));
     out->reloads = sl->reloads;
     out->reload_failures = sl->reload_failures;
+    out->reloads_unchanged = sl->reloads_unchanged;
     out->dry_run_would_limit = ls.dry_run_would_limit;
     out->algorithm_changes = ls.reinitialised;
     out->waiting_acquires = sl->acq ? acquire_waiting(sl->acq) : 0;
@@ -763,6 +770,7 @@ void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text)
     info_u64(text, "policies", st.policies);
     info_u64(text, "reloads", st.reloads);
     info_u64(text, "reload_failures", st.reload_failures);
+    info_u64(text, "reloads_unchanged", st.reloads_unchanged);
     info_u64(text, "dry_run_would_limit", st.dry_run_would_limit);
     info_u64(text, "algorithm_changes", st.algorithm_changes);
     info_u64(text, "waiting_acquires", st.waiting_acquires);

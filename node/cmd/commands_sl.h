@@ -84,10 +84,11 @@
 
 /*
  * Where SL.RELOAD and SIGHUP get a new policy set: the daemon passes its
- * config file's loader (config_load_policies), so this layer knows nothing
+ * config file's loader (reload_policies), so this layer knows nothing
  * of the file's format.  On success *out holds one reference, which the
- * caller takes over; on failure the loader writes the reason into err and
- * returns a negative enum sluice_err.
+ * caller takes over; 0 with *out NULL means the source is unchanged since
+ * the set in use was read (nothing to swap); on failure the loader writes
+ * the reason into err and returns a negative enum sluice_err.
  */
 typedef int (*commands_sl_load_fn)(void *ud, struct policy_set **out, char *err, size_t errlen);
 
@@ -161,6 +162,7 @@ struct commands_sl_stats {
     uint64_t policies;            /* in the running set */
     uint64_t reloads;             /* successful reloads (SIGHUP, SL.RELOAD) */
     uint64_t reload_failures;     /* reloads refused; the running set stayed */
+    uint64_t reloads_unchanged;   /* of the reloads, those that found the source unchanged */
     uint64_t dry_run_would_limit; /* refusals dry-run policies answered allowed */
     uint64_t algorithm_changes;   /* keys re-initialised under another algorithm */
     uint64_t waiting_acquires;    /* SL.ACQUIREs waiting now */

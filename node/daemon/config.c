@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "file.h"
 #include "limiter.h"
 #include "server.h"
 #include "sluice/error.h"
@@ -496,6 +497,13 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
             BAD("ratelimit_algorithm: expected calendar or an algorithm name, got '%s'", v);
         if (config__set_str(&cfg->ratelimit_algorithm, v) < 0)
             NOMEM();
+    } else if (strcmp(k, "admin_commands") == 0) {
+        if (strcmp(v, "on") == 0)
+            cfg->admin_off = 0;
+        else if (strcmp(v, "off") == 0)
+            cfg->admin_off = 1;
+        else
+            BAD("admin_commands: expected on or off, got '%s'", v);
     } else if (strcmp(k, "http_deny_status") == 0) {
         if (strcmp(v, "429") == 0)
             cfg->http_deny_status = 429;
@@ -874,54 +882,27 @@ int config_load_buffer(const char *name, const char *buf, size_t len, struct con
     return 0;
 }
 
-int config_load(const char *path, struct config *cfg, char *err, size_t errlen)
+int config_load_file(const char *path, struct config *cfg, struct stat *st, char *err,
+                     size_t errlen)
 {
-    FILE *f;
     char *buf;
     size_t n;
-    int rc;
     if (errlen > 0)
         err[0] = '\0';
     if (path == NULL || cfg == NULL)
         return -SLUICE_EINVAL;
     memset(cfg, 0, sizeof(*cfg));
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        if (errlen > 0)
-            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -SLUICE_EIO;
-    }
-    buf = malloc(CONFIG_MAX_BYTES + 1);
-    if (buf == NULL) {
-        fclose(f);
-        if (errlen > 0)
-            snprintf(err, errlen, "%s: out of memory", path);
-        return -SLUICE_ENOMEM;
-    }
-    n = fread(buf, 1, CONFIG_MAX_BYTES + 1, f);
-    if (ferror(f)) {
-        if (errlen > 0)
-            snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-        fclose(f);
-        free(buf);
-        return -SLUICE_EIO;
-    }
-    fclose(f);
+    int rc = file_read_regular(path, CONFIG_MAX_BYTES, &buf, &n, st, err, errlen);
+    if (rc == -SLUICE_EINVAL)
+        return -SLUICE_ECONFIG;
+    if (rc < 0)
+        return rc;
     rc = config_load_buffer(path, buf, n, cfg, err, errlen);
     free(buf);
     return rc;
 }
 
-int config_load_policies(void *path, struct policy_set **out, char *err, size_t errlen)
+int config_load(const char *path, struct config *cfg, char *err, size_t errlen)
 {
-    struct config cfg;
-    int rc = config_load((const char *)path, &cfg, err, errlen);
-    if (rc < 0)
-        return rc;
-    rc = policy_set_build(cfg.policies, cfg.npolicies, out);
-    if (rc < 0)
-        snprintf(err, errlen, "%s: cannot build the policies: %s", (const char *)path,
-                 sluice_strerror(rc));
-    config_free(&cfg);
-    return rc;
+    return config_load_file(path, cfg, NULL, err, errlen);
 }

@@ -45,6 +45,7 @@ struct config {
     enum config_log_level log_level;
     char *metrics;        /* http = (or metrics =) "host:port" of the HTTP listener, or NULL */
     int http_deny_status; /* 0 (429), 429 or 403: a refused /v1/throttle */
+    int admin_off;        /* admin_commands = off: SL.RELOAD refused */
     /* Envoy's rate limit service (see README "Envoy rate limit service") */
     char *grpc;                /* "host:port" of its gRPC listener, or NULL (off) */
     char *ratelimit_config;    /* directory of envoyproxy/ratelimit YAML files, or NULL */
@@ -83,19 +84,17 @@ int config_defaults(struct config *cfg);
  */
 int config_load(const char *path, struct config *cfg, char *err, size_t errlen);
 
+/* config_load, also giving the file's fstat in *st (its identity and
+ * mtime: a reload can tell an unchanged file).  A path that is not a
+ * regular file (a FIFO would block) fails with -SLUICE_ECONFIG. */
+struct stat;
+int config_load_file(const char *path, struct config *cfg, struct stat *st, char *err,
+                     size_t errlen);
+
 /* The same for len bytes in memory (need not be NUL-terminated; a NUL byte
  * is an error); name is used in messages. */
 int config_load_buffer(const char *name, const char *buf, size_t len, struct config *cfg, char *err,
                        size_t errlen);
-
-/*
- * Loads the file at path (a const char *, borrowed) and builds its policy
- * set: the daemon's commands_sl_load_fn.  On success *out holds the set's
- * one reference.  Fails as config_load does, or with -SLUICE_ENOMEM /
- * -SLUICE_EEXIST from policy_set_build ("PATH: cannot build the policies:
- * reason" in err); nothing is left allocated on failure.
- */
-int config_load_policies(void *path, struct policy_set **out, char *err, size_t errlen);
 
 /* Releases everything cfg owns and zeroes it.  NULL is fine. */
 void config_free(struct config *cfg);

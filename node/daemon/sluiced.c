@@ -28,6 +28,7 @@
 #include "http.h"
 #include "http_throttle.h"
 #include "metrics.h"
+#include "reload.h"
 #include "policy.h"
 #include "replica.h"
 #include "server.h"
@@ -72,6 +73,9 @@ static void usage(FILE *f)
             "                           and decisions at /v1/throttle (README, \"HTTP\");\n"
             "                           'off' (default) serves nothing.  --metrics is the\n"
             "                           same flag.  Overrides the config file's http.\n"
+            "  --admin-commands on|off  off: SL.RELOAD answers an error (SIGHUP still\n"
+            "                           reloads); default on.  Reloads read the file only\n"
+            "                           when it changed, so repeated ones cost a stat\n"
             "  --http-deny-status N     status of a refused /v1/throttle: 429 (default) or\n"
             "                           403 (nginx auth_request treats others as errors)\n"
             "  --grpc HOST:PORT         serve Envoy's rate limit service (gRPC v3,\n"
@@ -121,6 +125,7 @@ static int parse_size(const char *s, unsigned long long min, unsigned long long 
 
 struct daemon {
     uv_loop_t loop;
+    struct reload reload; /* the config file's policies for SL.RELOAD and SIGHUP */
     uv_signal_t sigint, sigterm, sighup;
     uv_timer_t maintain;
     struct commands_sl *sl;
@@ -321,6 +326,7 @@ enum {
     OPT_LOG_LEVEL,
     OPT_METRICS,
     OPT_HTTP_DENY,
+    OPT_ADMIN,
     OPT_GRPC,
     OPT_RL_CONFIG,
     OPT_RL_ALGORITHM,
@@ -346,6 +352,7 @@ int main(int argc, char **argv)
         {"http", required_argument, NULL, OPT_METRICS},
         {"metrics", required_argument, NULL, OPT_METRICS},
         {"http-deny-status", required_argument, NULL, OPT_HTTP_DENY},
+        {"admin-commands", required_argument, NULL, OPT_ADMIN},
         {"grpc", required_argument, NULL, OPT_GRPC},
         {"ratelimit-config", required_argument, NULL, OPT_RL_CONFIG},
         {"ratelimit-algorithm", required_argument, NULL, OPT_RL_ALGORITHM},
@@ -368,12 +375,16 @@ int main(int argc, char **argv)
     unsigned long long v;
     const char *config_path = find_config_flag(argc, argv);
     struct policy_set *policies = NULL;
+    struct reload reload;
+    reload_init(&reload, config_path);
     if (config_path != NULL) {
         char cerr[512];
-        if (config_load(config_path, &file_cfg, cerr, sizeof(cerr)) < 0) {
+        struct stat cst;
+        if (config_load_file(config_path, &file_cfg, &cst, cerr, sizeof(cerr)) < 0) {
             fprintf(stderr, "sluiced: %s\n", cerr);
             return 2;
         }
+        reload_loaded(&reload, &cst);
         if (policy_set_build(file_cfg.policies, file_cfg.npolicies, &policies) < 0) {
             fprintf(stderr, "sluiced: %s: cannot build the policies\n", config_path);
             return 2;
@@ -390,6 +401,7 @@ int main(int argc, char **argv)
         log_set_level((enum log_level)file_cfg.log_level);
         metrics_addr = file_cfg.metrics;
         htcfg.deny_status = file_cfg.http_deny_status;
+        ccfg.admin_off = file_cfg.admin_off;
         rlsopt.grpc = file_cfg.grpc;
         rlsopt.config_dir = file_cfg.ratelimit_config;
         rlsopt.algorithm = file_cfg.ratelimit_algorithm;
@@ -497,6 +509,14 @@ int main(int argc, char **argv)
         case OPT_METRICS:
             metrics_addr = strcmp(optarg, "off") == 0 ? NULL : optarg;
             break;
+        case OPT_ADMIN:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "sluiced: --admin-commands: expected on or off, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            ccfg.admin_off = strcmp(optarg, "off") == 0;
+            break;
         case OPT_HTTP_DENY:
             if (strcmp(optarg, "429") != 0 && strcmp(optarg, "403") != 0) {
                 fprintf(stderr, "sluiced: --http-deny-status: expected 429 or 403, got '%s'\n",
@@ -553,6 +573,7 @@ int main(int argc, char **argv)
 
     struct daemon d;
     memset(&d, 0, sizeof(d));
+    d.reload = reload;
     int rc = uv_loop_init(&d.loop);
     if (rc < 0) {
         log_error("cannot create the event loop: %s", uv_strerror(rc));
@@ -579,8 +600,8 @@ int main(int argc, char **argv)
     policies = NULL;
     struct commands_sl_config slcfg = {.max_key_bytes = ccfg.max_key_bytes,
                                        .loop = &d.loop,
-                                       .load_policies = config_path ? config_load_policies : NULL,
-                                       .load_ud = (void *)config_path,
+                                       .load_policies = config_path ? reload_policies : NULL,
+                                       .load_ud = &d.reload,
                                        .load_name = config_path};
     rc = commands_sl_create(d.lim, &slcfg, &d.sl);
     if (rc < 0) {

@@ -282,6 +282,11 @@ static int cluster__key_file_private(const char *path, int allow, char *err, siz
     struct stat st;
     if (stat(path, &st) != 0)
         return 0; /* the loader reports a missing or unreadable file */
+    if (!S_ISREG(st.st_mode)) {
+        /* A FIFO would block the loader, and the loop with it. */
+        errf(err, errlen, "cluster key file %s is not a regular file", path);
+        return -SLUICE_ECONFIG;
+    }
     /* Group access is fine for the daemon's own group (a Kubernetes secret
      * mounted with fsGroup); other groups and everyone else are not. */
     int group_ok = st.st_gid == getegid();

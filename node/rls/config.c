@@ -36,6 +36,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "file.h"
 #include "sluice/error.h"
 
 /* One descriptor of the tree.  value NULL: the key's default entry. */
@@ -567,30 +568,6 @@ static int rls_config__name_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Reads path whole into a new buffer (at most RLS_CONFIG_MAX_FILE_BYTES + 1). */
-static int rls_config__read(const char *path, char **out, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return -SLUICE_EIO;
-    size_t cap = RLS_CONFIG_MAX_FILE_BYTES + 1;
-    char *buf = malloc(cap);
-    if (buf == NULL) {
-        fclose(f);
-        return -SLUICE_ENOMEM;
-    }
-    size_t n = fread(buf, 1, cap, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return -SLUICE_EIO;
-    }
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 int rls_config_load_dir(const char *dir, struct rls_config **out, char *err, size_t errlen)
 {
     char **names = NULL;
@@ -639,9 +616,11 @@ int rls_config_load_dir(const char *dir, struct rls_config **out, char *err, siz
             break;
         }
         snprintf(path, plen, "%s/%s", dir, names[i]);
-        rc = rls_config__read(path, &buf, &len);
-        if (rc == -SLUICE_EIO)
-            snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        /* Regular files only, read without blocking (a FIFO named *.yaml
+         * would hang the daemon's loop on a reload), bounded in size. */
+        rc = file_read_regular(path, RLS_CONFIG_MAX_FILE_BYTES, &buf, &len, NULL, err, errlen);
+        if (rc == -SLUICE_EINVAL || rc == -SLUICE_ETOOBIG)
+            rc = -SLUICE_ECONFIG;
         if (rc == 0)
             rc = rls_config_add_buffer(cfg, path, buf, len, err, errlen);
         free(buf);

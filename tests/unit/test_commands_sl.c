@@ -24,6 +24,7 @@
 #include "config.h"
 #include "limiter.h"
 #include "policy.h"
+#include "reload.h"
 #include "replica.h"
 #include "sluice/error.h"
 
@@ -32,7 +33,8 @@ struct fixture {
     struct commands_sl *sl;
     struct resp_buf out;
     char path[64];
-    char *text; /* last reply, NUL-terminated */
+    struct reload reload; /* the config file's policies for SL.RELOAD */
+    char *text;           /* last reply, NUL-terminated */
 };
 
 static void write_file(const char *path, const char *text)
@@ -55,8 +57,9 @@ static int setup(void **state)
     snprintf(f->path, sizeof(f->path), "/tmp/sluice-test-sl-%ld.conf", (long)getpid());
     write_file(f->path, CONF);
     assert_int_equal(limiter_create(&f->lim, NULL), 0);
+    reload_init(&f->reload, f->path);
     struct commands_sl_config cfg = {
-        .load_policies = config_load_policies, .load_ud = f->path, .load_name = f->path};
+        .load_policies = reload_policies, .load_ud = &f->reload, .load_name = f->path};
     assert_int_equal(commands_sl_create(f->lim, &cfg, &f->sl), 0);
     char err[256];
     assert_int_equal(commands_sl_reload(f->sl, err, sizeof(err)), 0);
@@ -367,8 +370,9 @@ static int csetup(void **state)
                         "[policy mine]\nalgorithm = gcra\nburst = 1\nrate = 2 per 1h\n"
                         "scope = local\nmatch = mine:\n");
     assert_int_equal(limiter_create(&f->lim, NULL), 0);
-    struct commands_sl_config cfg = {.load_policies = config_load_policies,
-                                     .load_ud = f->path,
+    reload_init(&f->reload, f->path);
+    struct commands_sl_config cfg = {.load_policies = reload_policies,
+                                     .load_ud = &f->reload,
                                      .load_name = f->path,
                                      .loop = &cf->loop};
     assert_int_equal(commands_sl_create(f->lim, &cfg, &f->sl), 0);
