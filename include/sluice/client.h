@@ -43,13 +43,19 @@ struct sluice_reply {
 
 /* The socket path used when none is given: $SLUICE_SOCKET if set, else
  * /run/sluice/sluice.sock if the directory /run/sluice exists (a system
- * daemon), else /tmp/sluice.sock.  Static or environment storage: do not
- * free. */
+ * daemon), else $XDG_RUNTIME_DIR/sluice/sluice.sock if that variable holds
+ * an absolute path, else /tmp/sluice-UID/sluice.sock (UID the effective
+ * user's): directories only the daemon's user can create in, never a name
+ * in /tmp that another user could bind first.  Static (per thread) or
+ * environment storage, valid until the next call: do not free. */
 const char *sluice_client_default_path(void);
 
-/* Connects to the Unix socket at path (NULL: the default path).  Fails with
- * -SLUICE_EINVAL (path too long), -SLUICE_EIO (cannot connect; errno is
- * kept), -SLUICE_ENOMEM. */
+/* Connects to the Unix socket at path (NULL: the default path, which is
+ * then refused with errno EPERM unless the socket belongs to us, root or
+ * its directory's owner, in a directory others cannot write to, or a
+ * sticky one where it is ours or root's).  Fails with -SLUICE_EINVAL (path
+ * too long), -SLUICE_EIO (cannot connect, or refused; errno is kept),
+ * -SLUICE_ENOMEM. */
 int sluice_client_connect(const char *path, struct sluice_client **out);
 /* Wraps an already connected stream socket (a socketpair in tests, a socket
  * passed by a supervisor).  On success the client owns fd and closes it in

@@ -1,7 +1,7 @@
 /*
  * log: one readable line per event on stderr,
  *
- *   2026-11-22T10:00:00Z info  listening on /tmp/sluice.sock
+ *   2026-11-22T10:00:00Z info  listening on /run/sluice/sluice.sock
  *
  * UTC timestamps so lines from several hosts sort together.  Messages below
  * the configured level cost one comparison.  Never fails: a line that cannot

@@ -8,6 +8,7 @@
 #include "sluice/client.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -29,20 +30,64 @@ struct sluice_client {
 
 const char *sluice_client_default_path(void)
 {
+    /* Per thread: a composed path outlives the call, as documented. */
+    static _Thread_local char buf[sizeof(((struct sockaddr_un *)0)->sun_path)];
     const char *env = getenv("SLUICE_SOCKET");
     if (env != NULL && env[0] != '\0')
         return env;
     struct stat st;
     if (stat("/run/sluice", &st) == 0 && S_ISDIR(st.st_mode))
         return "/run/sluice/sluice.sock";
-    return "/tmp/sluice.sock";
+    /* Directories only this user can create in: never a shared /tmp name,
+     * which another user could bind first. */
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (xdg != NULL && xdg[0] == '/') {
+        int n = snprintf(buf, sizeof(buf), "%s/sluice/sluice.sock", xdg);
+        if (n > 0 && (size_t)n < sizeof(buf))
+            return buf;
+    }
+    snprintf(buf, sizeof(buf), "/tmp/sluice-%lu/sluice.sock", (unsigned long)geteuid());
+    return buf;
+}
+
+/*
+ * Whether a client may trust what answers at path, found by default rather
+ * than named by the user: the socket must belong to us, to root or to the
+ * owner of its directory, and the directory must not be one where others
+ * may put files (unless sticky, where they cannot replace ours).  0, or
+ * -SLUICE_EIO with errno EPERM.
+ */
+static int client__trusted(const char *path)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct stat ss, ds;
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return 0;
+    *(slash == dir ? slash + 1 : slash) = '\0';
+    if (lstat(path, &ss) < 0 || stat(dir, &ds) < 0)
+        return 0; /* connect reports it */
+    uid_t me = geteuid();
+    int dir_open = (ds.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (ds.st_mode & S_ISVTX) == 0;
+    int owner_ok = ss.st_uid == me || ss.st_uid == 0 || ss.st_uid == ds.st_uid;
+    if ((ds.st_mode & S_ISVTX) && ss.st_uid != me && ss.st_uid != 0)
+        owner_ok = 0; /* a sticky shared directory: anyone's file could be there */
+    if (dir_open || !owner_ok) {
+        errno = EPERM;
+        return -SLUICE_EIO;
+    }
+    return 0;
 }
 
 int sluice_client_connect(const char *path, struct sluice_client **out)
 {
     struct sockaddr_un sun;
-    if (path == NULL)
+    if (path == NULL) {
         path = sluice_client_default_path();
+        if (client__trusted(path) < 0)
+            return -SLUICE_EIO;
+    }
     size_t plen = strlen(path);
     if (plen >= sizeof(sun.sun_path))
         return -SLUICE_EINVAL;

@@ -58,11 +58,13 @@ static void usage(FILE *f)
                "  reset KEY      forgets the key\n"
                "  policies       the loaded policies\n"
                "  reload         reloads the daemon's config file (as SIGHUP)\n"
+               "  path           prints the socket path sluicectl would use\n"
                "\n"
                "Options:\n"
                "  -s PATH        socket path (default: $SLUICE_SOCKET, else\n"
                "                 /run/sluice/sluice.sock if /run/sluice exists, else\n"
-               "                 /tmp/sluice.sock)\n"
+               "                 $XDG_RUNTIME_DIR/sluice/sluice.sock, else\n"
+               "                 /tmp/sluice-UID/sluice.sock; `sluicectl path` prints it)\n"
                "  -h, --help     this help\n"
                "\n"
                "Exit status: 0 success (or allowed), 1 limited, 2 error.\n");
@@ -436,9 +438,16 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_ERR;
     }
+    /* Named (-s) or found by default: a default path is checked before it
+     * is trusted (sluice_client_connect with NULL). */
+    const char *named = path;
     if (path == NULL)
         path = sluice_client_default_path();
     const char *cmd = argv[optind];
+    if (strcmp(cmd, "path") == 0) {
+        printf("%s\n", path);
+        return 0;
+    }
     int nargs = argc - optind;
     char **args = argv + optind;
     if (strcmp(cmd, "raw") == 0 && nargs < 2) {
@@ -456,7 +465,14 @@ int main(int argc, char **argv)
     }
 
     struct sluice_client *c;
-    int rc = sluice_client_connect(path, &c);
+    int rc = sluice_client_connect(named, &c);
+    if (rc < 0 && rc == -SLUICE_EIO && errno == EPERM && named == NULL) {
+        fprintf(stderr,
+                "sluicectl: refusing %s: it belongs to another user, or its directory lets "
+                "others replace it (name the socket with -s if you trust it)\n",
+                path);
+        return EXIT_ERR;
+    }
     if (rc < 0) {
         fprintf(stderr, "sluicectl: cannot connect to %s: %s\n", path,
                 rc == -SLUICE_EIO ? strerror(errno) : sluice_strerror(rc));

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <uv.h>
 
@@ -47,8 +48,12 @@ static void usage(FILE *f)
             "Options:\n"
             "  --socket PATH            Unix socket to listen on (default: $SLUICE_SOCKET, else\n"
             "                           /run/sluice/sluice.sock if /run/sluice exists, else\n"
-            "                           /tmp/sluice.sock).  A stale socket file is replaced; if\n"
-            "                           a live daemon answers on it, sluiced refuses to start.\n"
+            "                           $XDG_RUNTIME_DIR/sluice/sluice.sock, else\n"
+            "                           /tmp/sluice-UID/sluice.sock, its directory made 0700).\n"
+            "                           A stale socket file is replaced; if a live daemon\n"
+            "                           answers on it, sluiced refuses to start; so it does in\n"
+            "                           a directory others may write to unless it is sticky,\n"
+            "                           and there if the socket found is another user's.\n"
             "  --socket-mode MODE       octal permissions of the socket file (default 0660)\n"
             "  --socket-group GROUP     group (name or number) of the socket file, so that\n"
             "                           members may connect (default: the daemon's group)\n"
@@ -335,6 +340,40 @@ enum {
     OPT_HELP,
 };
 
+/* The directory of a default socket path: created 0700 when missing (not
+ * /run/sluice, which a system set-up provides); refused, with a message on
+ * stderr, when it exists but belongs to another user or others can write
+ * to it.  0 or -1. */
+static int daemon_private_dir(const char *socket_path)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    snprintf(dir, sizeof(dir), "%s", socket_path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL || slash == dir || strncmp(dir, "/run/sluice/", 12) == 0 ||
+        strcmp(dir, "/run/sluice/sluice.sock") == 0)
+        return 0;
+    *slash = '\0';
+    if (strcmp(dir, "/run/sluice") == 0)
+        return 0;
+    if (getenv("SLUICE_SOCKET") != NULL && getenv("SLUICE_SOCKET")[0] != '\0')
+        return 0; /* named by the user: the server's checks apply */
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        fprintf(stderr, "sluiced: cannot create the socket directory %s: %s\n", dir,
+                strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+        fprintf(stderr,
+                "sluiced: the socket directory %s is not a private directory of this user "
+                "(another user made it first?); pass --socket PATH\n",
+                dir);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -564,8 +603,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "sluiced: out of memory\n");
         return 2;
     }
-    if (socket_path == NULL)
+    if (socket_path == NULL) {
         socket_path = sluice_client_default_path();
+        /* The default's directory is this user's alone: made private if
+         * missing ($XDG_RUNTIME_DIR/sluice, /tmp/sluice-UID); an existing
+         * one must be ours and closed to others. */
+        if (daemon_private_dir(socket_path) < 0)
+            return 2;
+    }
     scfg.socket_path = socket_path;
 
     /* A client vanishing mid-write must be an error return, not a signal. */

@@ -767,7 +767,29 @@ static void on_connection(uv_stream_t *listener, int status)
  */
 static int server_clear_stale(struct server *s)
 {
-    struct stat st;
+    struct stat st, ds;
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    snprintf(dir, sizeof(dir), "%s", s->path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    if (stat(dir, &ds) < 0) {
+        snprintf(s->err, sizeof(s->err), "socket directory %s: %s", dir, strerror(errno));
+        return -SLUICE_EIO;
+    }
+    /* Where others may create files and the directory is not sticky, they
+     * could replace the socket with their own, and clients would believe
+     * its answers. */
+    int sticky = (ds.st_mode & S_ISVTX) != 0;
+    if ((ds.st_mode & (S_IWGRP | S_IWOTH)) != 0 && !sticky) {
+        snprintf(s->err, sizeof(s->err),
+                 "socket directory %s is writable by others (mode %04o) and not sticky: anyone "
+                 "could replace the socket; use a private directory",
+                 dir, (unsigned)(ds.st_mode & 07777));
+        return -SLUICE_EEXIST;
+    }
     if (lstat(s->path, &st) < 0) {
         if (errno == ENOENT)
             return 0;
@@ -777,6 +799,15 @@ static int server_clear_stale(struct server *s)
     if (!S_ISSOCK(st.st_mode)) {
         snprintf(s->err, sizeof(s->err), "%s exists and is not a socket; refusing to replace it",
                  s->path);
+        return -SLUICE_EEXIST;
+    }
+    /* In a shared sticky directory (/tmp), a socket that is not ours was
+     * put there by someone else, first: a squatter. */
+    if (sticky && (ds.st_mode & (S_IWGRP | S_IWOTH)) != 0 && st.st_uid != geteuid()) {
+        snprintf(s->err, sizeof(s->err),
+                 "%s belongs to uid %lu, not to this user: another user bound it first; "
+                 "refusing to start (use a private directory)",
+                 s->path, (unsigned long)st.st_uid);
         return -SLUICE_EEXIST;
     }
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
