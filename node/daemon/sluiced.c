@@ -349,13 +349,13 @@ static int daemon_private_dir(const char *socket_path)
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
     snprintf(dir, sizeof(dir), "%s", socket_path);
     char *slash = strrchr(dir, '/');
-    if (slash == NULL || slash == dir || strncmp(dir, "/run/sluice/", 12) == 0 ||
-        strcmp(dir, "/run/sluice/sluice.sock") == 0)
+    if (slash == NULL || slash == dir || strncmp(dir, "/run/sluice/", 12) == 0)
         return 0;
     *slash = '\0';
     if (strcmp(dir, "/run/sluice") == 0)
         return 0;
-    if (getenv("SLUICE_SOCKET") != NULL && getenv("SLUICE_SOCKET")[0] != '\0')
+    const char *named = getenv("SLUICE_SOCKET");
+    if (named != NULL && named[0] != '\0')
         return 0; /* named by the user: the server's checks apply */
     if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
         fprintf(stderr, "sluiced: cannot create the socket directory %s: %s\n", dir,

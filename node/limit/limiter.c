@@ -233,9 +233,58 @@ static void limiter__hdr_update(const struct algo_params *p, struct limiter__hdr
  * OP_FIT fills *delay (and out with a peek); OP_REFUND and OP_PEEK fill out
  * with a peek after the operation.
  */
+/*
+ * Units to pour into a fresh state under p for a key whose state is of
+ * another algorithm (e), so that a change of algorithm carries what the key
+ * had used instead of handing out a fresh quota:
+ *  - under a policy whose previous limit (before the reload) is that
+ *    algorithm's: the fraction in use now, read from the old state under
+ *    the old limit, times the new limit, rounded up;
+ *  - otherwise (an inline limit, or a key last touched two reloads ago):
+ *    a non-GCRA state's recorded use while it lasts, at most the new limit;
+ *    a GCRA state's time until full, at the new rate, at most the new limit.
+ */
+static int64_t limiter__carry_across(const struct table_entry *e, const struct algo_params *p,
+                                     const struct policy *pol, int64_t now)
+{
+    const char *v = table_entry_value((struct table_entry *)(uintptr_t)e);
+    int64_t units = 0;
+    if (pol != NULL && pol->has_prev && e->tag == limiter__tag(pol->prev.kind)) {
+        const struct algo_params *old = &pol->prev;
+        size_t ssz = algo_state_size(old);
+        int64_t tmp[LIMITER_TMP_WORDS];
+        struct algo_result r;
+        size_t off = old->kind == ALGO_GCRA ? 0 : LIMITER_HDR;
+        if (ssz == 0 || ssz > sizeof(tmp))
+            return 0;
+        /* A copy: a peek never writes, but the state stays the table's. */
+        memcpy(tmp, v + off, ssz);
+        if (algo_decide(old, tmp, 0, now, &r) < 0 || r.limit <= 0)
+            return 0;
+        int64_t used = r.limit - (r.remaining > 0 ? r.remaining : 0);
+        if (used <= 0)
+            return 0;
+        /* ceil(used / old limit * new limit), in 128 bits. */
+        __int128 n = (__int128)used * p->limit;
+        units = (int64_t)(n / r.limit + (n % r.limit != 0));
+    } else if (e->tag != limiter__tag(ALGO_GCRA)) {
+        struct limiter__hdr h;
+        memcpy(&h, v, sizeof(h));
+        units = h.drain_at > now && h.used > 0 ? h.used : 0;
+    } else {
+        int64_t tat;
+        memcpy(&tat, v, sizeof(tat));
+        if (tat != GCRA_TAT_FULL && tat > now) {
+            __int128 n = (__int128)(tat - now) * p->count;
+            units = (int64_t)(n / p->period_ns + (n % p->period_ns != 0));
+        }
+    }
+    return units < p->limit ? units : p->limit;
+}
+
 static int limiter__run(struct limiter *lim, const char *key, size_t klen,
-                        const struct algo_params *p, enum limiter__op op, int64_t qty, int64_t now,
-                        struct algo_result *out, int64_t *delay)
+                        const struct algo_params *p, const struct policy *pol, enum limiter__op op,
+                        int64_t qty, int64_t now, struct algo_result *out, int64_t *delay)
 {
     int64_t tmp[LIMITER_TMP_WORDS];
     size_t ssz, off;
@@ -260,6 +309,7 @@ static int limiter__run(struct limiter *lim, const char *key, size_t klen,
 
     e = table_find(lim->table, key, klen);
     if (e != NULL && e->tag != limiter__tag(p->kind)) {
+        carry = limiter__carry_across(e, p, pol, now);
         table_delete(lim->table, e);
         lim->reinitialised++;
         e = NULL;
@@ -351,14 +401,14 @@ static int limiter__run(struct limiter *lim, const char *key, size_t klen,
 int limiter_decide(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
                    int64_t qty, int64_t now_ns, struct algo_result *out)
 {
-    return limiter__run(lim, key, klen, p, OP_DECIDE, qty, now_ns, out, NULL);
+    return limiter__run(lim, key, klen, p, NULL, OP_DECIDE, qty, now_ns, out, NULL);
 }
 
 int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
                           const struct policy *pol, int64_t qty, int64_t now_ns,
                           struct algo_result *out, int *would_limit)
 {
-    int rc = limiter__run(lim, key, klen, &pol->algo, OP_DECIDE, qty, now_ns, out, NULL);
+    int rc = limiter__run(lim, key, klen, &pol->algo, pol, OP_DECIDE, qty, now_ns, out, NULL);
     if (rc < 0)
         return rc;
     if (would_limit != NULL)
@@ -385,7 +435,7 @@ int limiter_refund(struct limiter *lim, const char *key, size_t klen, const stru
     e = table_find(lim->table, key, klen);
     if (e == NULL || e->tag != limiter__tag(p->kind))
         return 0; /* nothing of this algorithm was taken */
-    return limiter__run(lim, key, klen, p, OP_REFUND, qty, now_ns, &r, NULL);
+    return limiter__run(lim, key, klen, p, NULL, OP_REFUND, qty, now_ns, &r, NULL);
 }
 
 int limiter_reset(struct limiter *lim, const char *key, size_t klen)
@@ -405,7 +455,7 @@ int limiter_earliest_fit(struct limiter *lim, const char *key, size_t klen,
                          int64_t *delay_ns, struct algo_result *peek)
 {
     struct algo_result r;
-    int rc = limiter__run(lim, key, klen, p, OP_FIT, qty, now_ns, &r, delay_ns);
+    int rc = limiter__run(lim, key, klen, p, NULL, OP_FIT, qty, now_ns, &r, delay_ns);
     if (rc == 0 && peek != NULL) {
         *peek = r;
         peek->limited = *delay_ns != 0;
@@ -450,8 +500,8 @@ int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n,
     /* Phase 1: would every key allow?  Nothing is charged. */
     for (i = 0; i < n; i++) {
         const struct limiter_req *q = &reqs[i];
-        rc = limiter__run(lim, q->key, q->klen, limiter__req_params(q), OP_FIT, q->qty, now_ns,
-                          &outs[i], &delay);
+        rc = limiter__run(lim, q->key, q->klen, limiter__req_params(q), q->pol, OP_FIT, q->qty,
+                          now_ns, &outs[i], &delay);
         if (rc < 0)
             return rc;
         outs[i].limited = delay != 0;
@@ -475,7 +525,8 @@ int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n,
         const struct limiter_req *q = &reqs[i];
         const struct algo_params *p = limiter__req_params(q);
         int refused = 0;
-        rc = limiter__run(lim, q->key, q->klen, p, OP_DECIDE, q->qty, now_ns, &outs[i], NULL);
+        rc = limiter__run(lim, q->key, q->klen, p, q->pol, OP_DECIDE, q->qty, now_ns, &outs[i],
+                          NULL);
         lim->decisions--; /* one decision for the whole request */
         if (rc == 0 && outs[i].limited) {
             lim->limited--;
@@ -490,7 +541,7 @@ int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n,
             for (j = 0; j < i; j++) {
                 struct algo_result r;
                 (void)limiter__run(lim, reqs[j].key, reqs[j].klen, limiter__req_params(&reqs[j]),
-                                   OP_REFUND, reqs[j].qty, now_ns, &r, NULL);
+                                   reqs[j].pol, OP_REFUND, reqs[j].qty, now_ns, &r, NULL);
             }
             if (rc < 0)
                 return rc;
@@ -508,7 +559,7 @@ int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n,
 void limiter_set_policies(struct limiter *lim, struct policy_set *set)
 {
     struct policy_set *old = lim->policies;
-    policy_set_carry_counts(set, old);
+    policy_set_carry(set, old);
     lim->policies = policy_set_retain(set);
     lim->has_match = 0;
     for (size_t i = 0; i < policy_set_count(set); i++) {
@@ -570,10 +621,19 @@ limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_
     e = table_find(lim->table, key, klen);
     tat = GCRA_TAT_FULL;
     if (e != NULL && e->tag != LIMITER_TAG_GCRA) {
-        /* Another algorithm's state: CL.THROTTLE is GCRA, start afresh. */
+        /* Another algorithm's state: CL.THROTTLE is GCRA; it starts as a
+         * GCRA state that has used what the old one had (limiter__carry_
+         * across, under the new limit), never as a fresh quota. */
+        struct algo_params ap;
+        int64_t units = 0, ahead;
+        if (algo_params_init(&ap, ALGO_GCRA, max_burst, count, period_s * GCRA_NS_PER_SEC, 0) == 0)
+            units = limiter__carry_across(e, &ap, NULL, now_ns);
         table_delete(lim->table, e);
         lim->reinitialised++;
         e = NULL;
+        if (units > 0)
+            tat = num_add_sat(
+                now_ns, __builtin_mul_overflow(units, p->emission_ns, &ahead) ? INT64_MAX : ahead);
     }
     if (e != NULL)
         memcpy(&tat, table_entry_value(e), sizeof(tat));

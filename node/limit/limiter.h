@@ -124,8 +124,15 @@ void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out);
  * ---- every algorithm (SL.* commands) ----
  *
  * A key's state is the state of the algorithm it was last decided with (the
- * table tag says which).  When a call names another algorithm the key is
- * re-initialised (a fresh key of the new algorithm).  When it names the same
+ * table tag says which).  When a call names another algorithm the key gets
+ * a state of the new one that has used what the old one had, never a fresh
+ * quota: under a policy whose previous limit (before the reload that
+ * changed its algorithm) is the old algorithm's, the fraction in use now
+ * (limit - remaining, over limit, read under that limit) times the new
+ * limit, rounded up; for an inline limit (no old limit known), a non-GCRA
+ * state's recorded use while it lasts, or a GCRA state's time until full at
+ * the new rate; in both cases at most the new limit.  The units are poured
+ * in at now (a window counts them in its current window).  When it names the same
  * algorithm with other parameters (a config reload), the state is kept and
  * the new parameters apply at once: gcra (a TAT) and sliding-log (admission
  * timestamps) keep their state as is; token-bucket keeps its time to full

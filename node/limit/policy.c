@@ -149,14 +149,23 @@ void policy_set_release(struct policy_set *set)
         policy__free(set);
 }
 
-void policy_set_carry_counts(struct policy_set *to, const struct policy_set *from)
+void policy_set_carry(struct policy_set *to, const struct policy_set *from)
 {
     if (to == NULL || from == NULL || to == from)
         return;
     for (size_t i = 0; i < to->n; i++) {
-        const struct policy *old = policy_set_find(from, to->pol[i].name, strlen(to->pol[i].name));
-        if (old != NULL)
-            to->counts[i] = *old->counts;
+        struct policy *p = &to->pol[i];
+        const struct policy *old = policy_set_find(from, p->name, strlen(p->name));
+        if (old == NULL)
+            continue;
+        to->counts[i] = *old->counts;
+        if (old->algo.kind != p->algo.kind) {
+            p->prev = old->algo;
+            p->has_prev = 1;
+        } else if (old->has_prev && old->prev.kind != p->algo.kind) {
+            p->prev = old->prev;
+            p->has_prev = 1;
+        }
     }
 }
 

@@ -41,7 +41,7 @@ struct policy_spec {
 /* Decisions made under a policy, for the per-policy metrics.  Counted by
  * whoever decides (the limiter for local keys, the cluster for global
  * ones) through policy_count(); carried by name across a reload
- * (policy_set_carry_counts). */
+ * (policy_set_carry). */
 struct policy_counts {
     uint64_t decisions, limited;
 };
@@ -56,6 +56,11 @@ struct policy {
     int dry_run;                  /* decide and count, but always answer allowed */
     uint32_t index;               /* position in the file, 0-based: a stable id within the set */
     struct policy_counts *counts; /* owned by the set; mutable through a const policy */
+    /* The limit of another algorithm this policy had before a reload (set
+     * by policy_set_carry): keys still holding that algorithm's state are
+     * read under it, so a change of algorithm carries what they used. */
+    struct algo_params prev;
+    int has_prev;
 };
 
 /* Counts one decision under p (NULL: none); limited is the answer given. */
@@ -85,10 +90,12 @@ void policy_set_release(struct policy_set *set);
 
 size_t policy_set_count(const struct policy_set *set);
 
-/* Gives every policy of to that has a namesake in from the namesake's
- * counts, so that a reload does not reset the per-policy counters of the
- * policies it keeps.  NULL sets are fine. */
-void policy_set_carry_counts(struct policy_set *to, const struct policy_set *from);
+/* For a reload from `from` to `to`: gives every policy of to that has a
+ * namesake in from the namesake's counts (a reload does not reset the
+ * per-policy counters of the policies it keeps) and, when the algorithm
+ * changed, the namesake's limit as prev (kept across reloads that do not
+ * change the algorithm).  NULL sets are fine. */
+void policy_set_carry(struct policy_set *to, const struct policy_set *from);
 /* The i-th policy in file order, NULL when i is out of range. */
 const struct policy *policy_set_at(const struct policy_set *set, size_t i);
 

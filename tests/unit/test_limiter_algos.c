@@ -132,23 +132,24 @@ static void test_algorithm_change_reinitialises(void **state)
     for (int i = 0; i < 100; i++)
         assert_int_equal(dec(lim, "k", &log, 1, now).limited, 0);
     assert_int_equal(dec(lim, "k", &log, 1, now).limited, 1);
+    /* An inline limit of another algorithm: the key starts as that
+     * algorithm's state, carrying what it used (100, at most the new
+     * limit): never a fresh quota. */
     struct algo_result r = dec(lim, "k", &fw, 1, now);
-    assert_int_equal(r.limited, 0);
-    assert_int_equal(r.remaining, 1);
+    assert_int_equal(r.limited, 1);
+    assert_int_equal(r.remaining, 0);
     struct limiter_stats st;
     limiter_get_stats(lim, &st);
     assert_int_equal(st.reinitialised, 1);
-    /* CL.THROTTLE is GCRA: it starts afresh too. */
+    /* CL.THROTTLE is GCRA: it carries the window's use too. */
     struct limiter_throttle_result t;
     assert_int_equal(limiter_throttle(lim, "k", 1, 1, 1, 60, 1, now, &t), 0);
-    assert_int_equal(t.limited, 0);
-    assert_int_equal(t.remaining, 1);
+    assert_int_equal(t.limited, 1);
     /* And the gcra algorithm shares CL.THROTTLE's state. */
     struct algo_params g = mkp(ALGO_GCRA, 1, 1, 60 * S, 0);
-    r = dec(lim, "k", &g, 1, now);
-    assert_int_equal(r.limited, 0);
-    assert_int_equal(r.remaining, 0);
     assert_int_equal(dec(lim, "k", &g, 1, now).limited, 1);
+    /* An untouched key of another algorithm is fresh under the new one. */
+    assert_int_equal(dec(lim, "fresh", &g, 0, now).remaining, 2);
     /* A log key reset and a log key left to the destructor: both freed. */
     for (int i = 0; i < 10; i++)
         dec(lim, "log2", &log, 1, now);
@@ -157,6 +158,77 @@ static void test_algorithm_change_reinitialises(void **state)
     for (int i = 0; i < 10; i++)
         dec(lim, "log3", &log, 1, now);
     limiter_destroy(lim);
+}
+
+/* A policy reload that changes a key's algorithm carries the fraction the
+ * key had used: for every ordered pair of algorithms, a key that used none,
+ * half or all of a limit of 10 under A has, under B (a limit of 20), 20, 10
+ * or 0 left (one either way where warmup's nanosecond rounding meets a
+ * whole unit). */
+static struct policy_set *one_policy(enum algo_kind k, int64_t limit)
+{
+    static const char *const names[] = {"gcra",           "token-bucket", "fixed-window",
+                                        "sliding-window", "sliding-log",  "warmup"};
+    char text[256];
+    int bucket = algo_has_burst(k);
+    snprintf(text, sizeof(text), "[policy p]\nalgorithm = %s\nrate = %lld per 60s\n%s%s%s",
+             names[k], (long long)limit, bucket ? "burst = " : "", bucket ? "" : "",
+             k == ALGO_WARMUP ? "" : "");
+    size_t n = strlen(text);
+    if (bucket)
+        snprintf(text + n, sizeof(text) - n, "%lld\n", (long long)(limit - 1));
+    if (k == ALGO_WARMUP) {
+        n = strlen(text);
+        snprintf(text + n, sizeof(text) - n, "cold_factor = 1\n");
+    }
+    struct config cfg;
+    char err[256];
+    struct policy_set *set;
+    if (config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)) < 0)
+        fail_msg("config: %s\n%s", err, text);
+    assert_int_equal(policy_set_build(cfg.policies, cfg.npolicies, &set), 0);
+    config_free(&cfg);
+    return set;
+}
+
+static void test_algorithm_change_carries_fraction(void **state)
+{
+    (void)state;
+    static const int64_t used[3] = {0, 5, 10};
+    static const int64_t left[3] = {20, 10, 0};
+    for (int a = 0; a < ALGO_KIND_COUNT_; a++) {
+        for (int b = 0; b < ALGO_KIND_COUNT_; b++) {
+            if (a == b)
+                continue;
+            for (int u = 0; u < 3; u++) {
+                struct limiter *lim;
+                assert_int_equal(limiter_create(&lim, NULL), 0);
+                struct policy_set *sa = one_policy((enum algo_kind)a, 10);
+                struct policy_set *sb = one_policy((enum algo_kind)b, 20);
+                int64_t now = 1000 * S;
+                limiter_set_policies(lim, sa);
+                const struct policy *pa = policy_set_at(sa, 0);
+                struct algo_result r;
+                for (int64_t i = 0; i < used[u]; i++)
+                    assert_int_equal(limiter_decide_policy(lim, "k", 1, pa, 1, now, &r, NULL), 0);
+                limiter_set_policies(lim, sb); /* the reload */
+                const struct policy *pb = policy_set_at(sb, 0);
+                assert_int_equal(pb->has_prev, 1);
+                assert_int_equal(limiter_decide_policy(lim, "k", 1, pb, 0, now, &r, NULL), 0);
+                int slack = a == ALGO_WARMUP || b == ALGO_WARMUP;
+                if (r.remaining < left[u] - slack || r.remaining > left[u] + slack)
+                    fail_msg("%s -> %s after %lld of 10 used: %lld of 20 left, want %lld",
+                             algo_name((enum algo_kind)a), algo_name((enum algo_kind)b),
+                             (long long)used[u], (long long)r.remaining, (long long)left[u]);
+                /* An exhausted key stays limited; any other admits. */
+                assert_int_equal(limiter_decide_policy(lim, "k", 1, pb, 1, now, &r, NULL), 0);
+                assert_int_equal(r.limited, u == 2);
+                policy_set_release(sa);
+                policy_set_release(sb);
+                limiter_destroy(lim);
+            }
+        }
+    }
 }
 
 /* Drained keys leave the table; peeks create nothing; refunds give back. */
@@ -340,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_matches_algorithm),
         cmocka_unit_test(test_params_change_keeps_state),
         cmocka_unit_test(test_algorithm_change_reinitialises),
+        cmocka_unit_test(test_algorithm_change_carries_fraction),
         cmocka_unit_test(test_memory_and_refund),
         cmocka_unit_test(test_policies_override_cl_throttle),
         cmocka_unit_test(test_multi_all_or_nothing),
