@@ -40,6 +40,7 @@
 
 #include "grpc.h"
 #include "sluice/error.h"
+#include "tcp.h"
 
 #define RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
@@ -610,70 +611,15 @@ int rls_server_create(uv_loop_t *loop, const struct rls_server_config *cfg, stru
     return 0;
 }
 
-/* "HOST:PORT" / "[V6]:PORT" into host and port; -1 if malformed. */
-static int rls_server__split(const char *s, char *host, size_t hlen, char *port, size_t plen)
-{
-    const char *colon = strrchr(s, ':');
-    if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) >= plen)
-        return -1;
-    const char *h = s;
-    size_t n = (size_t)(colon - s);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-        h++;
-        n -= 2;
-    }
-    if (n == 0 || n >= hlen)
-        return -1;
-    memcpy(host, h, n);
-    host[n] = '\0';
-    for (const char *p = colon + 1; *p != '\0'; p++)
-        if (*p < '0' || *p > '9')
-            return -1;
-    snprintf(port, plen, "%s", colon + 1);
-    return atoi(port) > 65535 ? -1 : 0;
-}
-
 int rls_server_start(struct rls_server *srv)
 {
-    char host[256], port[8];
-    if (rls_server__split(srv->bind, host, sizeof(host), port, sizeof(port)) < 0) {
-        snprintf(srv->err, sizeof(srv->err), "grpc: '%s' is not HOST:PORT", srv->bind);
-        return -SLUICE_EINVAL;
-    }
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0 || res == NULL) {
-        snprintf(srv->err, sizeof(srv->err), "grpc: cannot resolve '%s': %s", host,
-                 gai_strerror(rc));
-        if (res != NULL)
-            freeaddrinfo(res);
-        return -SLUICE_EINVAL;
-    }
-    uv_tcp_init(srv->loop, &srv->listener);
+    char err[400];
+    int rc = tcp_listen(srv->loop, &srv->listener, srv->bind, rls_server__on_connection,
+                        &srv->listener_open, &srv->port, NULL, err, sizeof(err));
     srv->listener.data = srv;
-    srv->listener_open = 1;
-    rc = uv_tcp_bind(&srv->listener, res->ai_addr, 0);
-    freeaddrinfo(res);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&srv->listener, 128, rls_server__on_connection);
-    if (rc < 0) {
-        snprintf(srv->err, sizeof(srv->err), "grpc: cannot listen on %s: %s", srv->bind,
-                 uv_strerror(rc));
-        return -SLUICE_EIO;
-    }
-    struct sockaddr_storage ss;
-    int sl = sizeof(ss);
-    if (uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET)
-            srv->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        else if (ss.ss_family == AF_INET6)
-            srv->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    }
-    return 0;
+    if (rc < 0)
+        snprintf(srv->err, sizeof(srv->err), "grpc: %s", err);
+    return rc;
 }
 
 const char *rls_server_error(const struct rls_server *srv)

@@ -50,6 +50,7 @@
 #include <sys/socket.h>
 
 #include "sluice/error.h"
+#include "tcp.h"
 
 #define HTTP_TEXT_PLAIN "text/plain; charset=utf-8"
 
@@ -720,70 +721,15 @@ static void on_connection(uv_stream_t *server, int status)
     uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
 }
 
-/* Splits "HOST:PORT" / "[V6]:PORT" into host and port strings. */
-static int split_hostport(const char *s, char *host, size_t hlen, char *port, size_t plen)
-{
-    const char *colon = strrchr(s, ':');
-    if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) >= plen)
-        return -1;
-    const char *h = s;
-    size_t n = (size_t)(colon - s);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
-        h++;
-        n -= 2;
-    }
-    if (n >= hlen)
-        return -1;
-    memcpy(host, h, n);
-    host[n] = '\0';
-    if (n == 0 || strcmp(host, "*") == 0)
-        snprintf(host, hlen, "0.0.0.0");
-    for (const char *p = colon + 1; *p != '\0'; p++)
-        if (*p < '0' || *p > '9')
-            return -1;
-    snprintf(port, plen, "%s", colon + 1);
-    return 0;
-}
-
 int http_start(struct http_server *m)
 {
-    char host[256], port[8];
-    if (split_hostport(m->bind, host, sizeof(host), port, sizeof(port)) < 0 || atoi(port) > 65535) {
-        snprintf(m->err, sizeof(m->err), "http: '%s' is not HOST:PORT", m->bind);
-        return -SLUICE_EINVAL;
-    }
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0 || res == NULL) {
-        snprintf(m->err, sizeof(m->err), "http: cannot resolve '%s': %s", host, gai_strerror(rc));
-        if (res != NULL)
-            freeaddrinfo(res);
-        return -SLUICE_EINVAL;
-    }
-    uv_tcp_init(m->loop, &m->listener);
+    char err[400];
+    int rc = tcp_listen(m->loop, &m->listener, m->bind, on_connection, &m->listener_open, &m->port,
+                        NULL, err, sizeof(err));
     m->listener.data = m;
-    m->listener_open = 1;
-    rc = uv_tcp_bind(&m->listener, res->ai_addr, 0);
-    freeaddrinfo(res);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&m->listener, 64, on_connection);
-    if (rc < 0) {
-        snprintf(m->err, sizeof(m->err), "http: cannot listen on %s: %s", m->bind, uv_strerror(rc));
-        return -SLUICE_EIO;
-    }
-    struct sockaddr_storage ss;
-    int sl = sizeof(ss);
-    if (uv_tcp_getsockname(&m->listener, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET)
-            m->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        else if (ss.ss_family == AF_INET6)
-            m->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    }
-    return 0;
+    if (rc < 0)
+        snprintf(m->err, sizeof(m->err), "http: %s", err);
+    return rc;
 }
 
 void http_close(struct http_server *m)

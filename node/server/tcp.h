@@ -1,0 +1,27 @@
+/*
+ * tcp: a TCP listener on the daemon's loop from a "HOST:PORT" string, the
+ * one piece of set-up every TCP surface shares (the HTTP listener, the
+ * optional RESP listener, Envoy's rate limit service).
+ */
+#ifndef SLUICE_TCP_H
+#define SLUICE_TCP_H
+
+#include <stddef.h>
+#include <uv.h>
+
+/* Splits "HOST:PORT" or "[V6]:PORT" ("*:PORT" and ":PORT" mean 0.0.0.0)
+ * into host and port; the port must be decimal.  0 or -1. */
+int tcp_split_hostport(const char *s, char *host, size_t hlen, char *port, size_t plen);
+
+/*
+ * Resolves bind, initialises t on loop, binds and listens (backlog 128)
+ * with cb.  *opened is set to 1 once t is initialised (the caller then
+ * uv_closes it, on failure too).  *port receives the bound port (useful with
+ * port 0) and *loopback 1 when the address is 127.0.0.0/8 or ::1.  Fails
+ * with -SLUICE_EINVAL (not HOST:PORT, or unresolvable) or -SLUICE_EIO
+ * (bind or listen), writing "what: reason" into err.
+ */
+int tcp_listen(uv_loop_t *loop, uv_tcp_t *t, const char *bind, uv_connection_cb cb, int *opened,
+               int *port, int *loopback, char *err, size_t errlen);
+
+#endif
