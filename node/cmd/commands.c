@@ -23,6 +23,7 @@ struct commands {
     struct commands_sl *sl;  /* NULL: no SL.* commands */
     size_t max_key;
     int admin_off;
+    const char *requirepass;
     uint64_t started_ns;
     unsigned lat_tick;                /* which decision to time next */
     struct metrics_histogram latency; /* of the timed ones */
@@ -40,6 +41,7 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
     cmds->cluster = cfg ? cfg->cluster : NULL;
     cmds->sl = cfg ? cfg->sl : NULL;
     cmds->admin_off = cfg ? cfg->admin_off : 0;
+    cmds->requirepass = cfg && cfg->requirepass && cfg->requirepass[0] ? cfg->requirepass : NULL;
     /* SL.* decide global keys through the same cluster as CL.THROTTLE. */
     commands_sl_set_cluster(cmds->sl, cmds->cluster);
     cmds->max_key = (cfg && cfg->max_key_bytes) ? cfg->max_key_bytes : COMMANDS_DEFAULT_MAX_KEY;
@@ -207,6 +209,30 @@ static int check_name(struct resp_buf *out, const char *name, size_t len)
     return 0;
 }
 
+/* 1 when pass (len bytes) is the configured password; the time taken does
+ * not depend on where they differ. */
+static int auth_matches(const struct commands *cmds, const char *pass, size_t len)
+{
+    size_t want = strlen(cmds->requirepass);
+    unsigned char diff = (unsigned char)(len != want);
+    for (size_t i = 0; i < len; i++)
+        diff |= (unsigned char)(pass[i] ^ cmds->requirepass[i < want ? i : 0]);
+    return diff == 0;
+}
+
+/* AUTH [default] password against requirepass: +OK and the connection is
+ * authenticated, or WRONGPASS.  1 when it passed. */
+static int auth_check(struct commands *cmds, struct server_client *c, const char *user, size_t ulen,
+                      const char *pass, size_t plen, struct resp_buf *out)
+{
+    if ((user == NULL || args_is(user, ulen, "default")) && auth_matches(cmds, pass, plen)) {
+        server_client_set_authed(c);
+        return 1;
+    }
+    resp_add_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
+    return 0;
+}
+
 static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                      const size_t *argvlen, struct resp_buf *out)
 {
@@ -229,7 +255,11 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
     size_t setname_len = 0;
     for (; i < argc; i++) {
         if (args_is(argv[i], argvlen[i], "AUTH") && i + 2 < argc) {
-            i += 2; /* no authentication: the socket's permissions are the gate */
+            /* Without requirepass the socket's permissions are the gate. */
+            if (cmds->requirepass != NULL &&
+                !auth_check(cmds, c, argv[i + 1], argvlen[i + 1], argv[i + 2], argvlen[i + 2], out))
+                return SERVER_CONTINUE;
+            i += 2;
         } else if (args_is(argv[i], argvlen[i], "SETNAME") && i + 1 < argc) {
             setname = argv[i + 1];
             setname_len = argvlen[i + 1];
@@ -317,19 +347,24 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
 static int cmd_auth(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
                     const size_t *argvlen, struct resp_buf *out)
 {
-    /* sluice has no passwords (the socket's permissions are the gate); answer
-     * like a Redis whose default user has none, so a client configured with
-     * a password gets the same clear message it would get from Redis. */
+    if (argc != 2 && argc != 3)
+        return reply_arity(out, "auth");
+    if (cmds->requirepass != NULL) {
+        if (auth_check(cmds, c, argc == 3 ? argv[1] : NULL, argc == 3 ? argvlen[1] : 0,
+                       argv[argc - 1], argvlen[argc - 1], out))
+            resp_add_simple(out, "OK");
+        return SERVER_CONTINUE;
+    }
+    /* No password (the socket's permissions are the gate): answer like a
+     * Redis whose default user has none, so a client configured with a
+     * password gets the same clear message it would get from Redis. */
     if (argc == 2) {
         resp_add_error(out, "ERR AUTH <password> called without any password configured for "
                             "the default user. Are you sure your configuration is correct?");
-    } else if (argc == 3) {
-        if (args_is(argv[1], argvlen[1], "default"))
-            resp_add_simple(out, "OK");
-        else
-            resp_add_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
+    } else if (args_is(argv[1], argvlen[1], "default")) {
+        resp_add_simple(out, "OK");
     } else {
-        return reply_arity(out, "auth");
+        resp_add_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
     }
     return SERVER_CONTINUE;
 }
@@ -962,6 +997,14 @@ int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char
     struct commands *cmds = ud;
     if (argc == 0)
         return SERVER_CONTINUE;
+    /* A TCP client must authenticate first (Redis's requirepass); AUTH,
+     * HELLO (with AUTH) and QUIT are all it may send before. */
+    if (cmds->requirepass != NULL && server_client_is_tcp(c) && !server_client_authed(c) &&
+        !args_is(argv[0], argvlen[0], "AUTH") && !args_is(argv[0], argvlen[0], "HELLO") &&
+        !args_is(argv[0], argvlen[0], "QUIT")) {
+        resp_add_error(out, "NOAUTH Authentication required.");
+        return SERVER_CONTINUE;
+    }
     struct tx *t = server_client_ctx(c);
     if (t != NULL)
         return tx_command(cmds, c, t, argc, argv, argvlen, out);

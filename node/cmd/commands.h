@@ -37,6 +37,10 @@ struct commands_config {
     struct cluster *cluster; /* borrowed; NULL: a node running alone */
     struct commands_sl *sl;  /* borrowed; the SL.* commands (NULL: not offered) */
     int admin_off;           /* 1: administrative commands (SL.RELOAD) answer an error */
+    /* The password TCP clients must give (AUTH, HELLO AUTH) before any other
+     * command; NULL: none.  Borrowed: must outlive the command layer.  Unix
+     * socket clients are let in by the socket's permissions. */
+    const char *requirepass;
 };
 
 struct commands;

@@ -471,6 +471,8 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
     } else if (strcmp(k, "http") == 0 || strcmp(k, "metrics") == 0) {
         if (strcmp(v, "off") == 0) {
             free(cfg->metrics);
+            free(cfg->listen);
+            free(cfg->requirepass);
             cfg->metrics = NULL;
         } else if (config__hostport(v) < 0) {
             BAD("%s: expected host:port or off, got '%s'", k, v);
@@ -496,6 +498,20 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
         if (strcmp(v, "calendar") != 0 && algo_from_name(v, &kind) < 0)
             BAD("ratelimit_algorithm: expected calendar or an algorithm name, got '%s'", v);
         if (config__set_str(&cfg->ratelimit_algorithm, v) < 0)
+            NOMEM();
+    } else if (strcmp(k, "listen") == 0) {
+        if (strcmp(v, "off") == 0) {
+            free(cfg->listen);
+            cfg->listen = NULL;
+        } else if (config__hostport(v) < 0) {
+            BAD("listen: expected host:port or off, got '%s'", v);
+        } else if (config__set_str(&cfg->listen, v) < 0) {
+            NOMEM();
+        }
+    } else if (strcmp(k, "requirepass") == 0) {
+        if (*v == '\0' || strlen(v) > 512)
+            BAD("requirepass: 1 to 512 characters");
+        if (config__set_str(&cfg->requirepass, v) < 0)
             NOMEM();
     } else if (strcmp(k, "admin_commands") == 0) {
         if (strcmp(v, "on") == 0)

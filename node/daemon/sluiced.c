@@ -26,6 +26,7 @@
 #include "limiter.h"
 #include "gossip/gossip.h"
 #include "log.h"
+#include "file.h"
 #include "http.h"
 #include "http_throttle.h"
 #include "metrics.h"
@@ -78,6 +79,11 @@ static void usage(FILE *f)
             "                           and decisions at /v1/throttle (README, \"HTTP\");\n"
             "                           'off' (default) serves nothing.  --metrics is the\n"
             "                           same flag.  Overrides the config file's http.\n"
+            "  --listen HOST:PORT       also serve the Redis protocol over TCP (off by\n"
+            "                           default), for client pools that assume TCP; beyond\n"
+            "                           loopback a password is required\n"
+            "  --requirepass-file FILE  the password TCP clients must AUTH with (its first\n"
+            "                           line); Unix socket clients need none\n"
             "  --admin-commands on|off  off: SL.RELOAD answers an error (SIGHUP still\n"
             "                           reloads); default on.  Reloads read the file only\n"
             "                           when it changed, so repeated ones cost a stat\n"
@@ -332,6 +338,8 @@ enum {
     OPT_METRICS,
     OPT_HTTP_DENY,
     OPT_ADMIN,
+    OPT_LISTEN,
+    OPT_REQUIREPASS_FILE,
     OPT_GRPC,
     OPT_RL_CONFIG,
     OPT_RL_ALGORITHM,
@@ -392,6 +400,8 @@ int main(int argc, char **argv)
         {"metrics", required_argument, NULL, OPT_METRICS},
         {"http-deny-status", required_argument, NULL, OPT_HTTP_DENY},
         {"admin-commands", required_argument, NULL, OPT_ADMIN},
+        {"listen", required_argument, NULL, OPT_LISTEN},
+        {"requirepass-file", required_argument, NULL, OPT_REQUIREPASS_FILE},
         {"grpc", required_argument, NULL, OPT_GRPC},
         {"ratelimit-config", required_argument, NULL, OPT_RL_CONFIG},
         {"ratelimit-algorithm", required_argument, NULL, OPT_RL_ALGORITHM},
@@ -402,6 +412,7 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct server_config scfg = {.socket_mode = 0660};
+    char *pass_buf = NULL; /* --requirepass-file's password; lives as long as the daemon */
     struct commands_config ccfg = {0};
     struct limiter_config lcfg = {.max_keys = 0, .overflow = LIMITER_OVERFLOW_EVICT};
     const char *socket_path = NULL;
@@ -441,6 +452,8 @@ int main(int argc, char **argv)
         metrics_addr = file_cfg.metrics;
         htcfg.deny_status = file_cfg.http_deny_status;
         ccfg.admin_off = file_cfg.admin_off;
+        scfg.listen = file_cfg.listen;
+        ccfg.requirepass = file_cfg.requirepass;
         rlsopt.grpc = file_cfg.grpc;
         rlsopt.config_dir = file_cfg.ratelimit_config;
         rlsopt.algorithm = file_cfg.ratelimit_algorithm;
@@ -548,6 +561,23 @@ int main(int argc, char **argv)
         case OPT_METRICS:
             metrics_addr = strcmp(optarg, "off") == 0 ? NULL : optarg;
             break;
+        case OPT_LISTEN:
+            scfg.listen = strcmp(optarg, "off") == 0 ? NULL : optarg;
+            break;
+        case OPT_REQUIREPASS_FILE: {
+            char *buf, perr[300];
+            size_t n;
+            if (file_read_regular(optarg, 4096, &buf, &n, NULL, perr, sizeof(perr)) < 0) {
+                fprintf(stderr, "sluiced: --requirepass-file: %s\n", perr);
+                return 2;
+            }
+            while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+                buf[--n] = '\0';
+            free(pass_buf);
+            pass_buf = buf;
+            ccfg.requirepass = pass_buf;
+            break;
+        }
         case OPT_ADMIN:
             if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
                 fprintf(stderr, "sluiced: --admin-commands: expected on or off, got '%s'\n",
@@ -671,13 +701,26 @@ int main(int argc, char **argv)
         goto out_cmds;
     }
     rc = server_start(d.srv);
-    if (rc < 0) {
+    if (rc == 0 && scfg.listen != NULL && !server_tcp_loopback(d.srv) && ccfg.requirepass == NULL) {
+        /* Beyond loopback anyone on the network could decide and reload:
+         * the Unix socket's permissions do not reach there. */
+        log_error("--listen %s is not a loopback address: set requirepass (requirepass = under "
+                  "[sluiced], or --requirepass-file FILE) so TCP clients must AUTH",
+                  scfg.listen);
+        rc = -SLUICE_ECONFIG;
+        status = 2;
+    } else if (rc < 0) {
         log_error("%s", server_error(d.srv));
+    }
+    if (rc < 0) {
         server_close(d.srv);
         cluster_stop(d.cluster, NULL, NULL);
         uv_run(&d.loop, UV_RUN_DEFAULT);
         goto out_server;
     }
+    if (scfg.listen != NULL)
+        log_info("RESP also on TCP %s (port %d)%s", scfg.listen, server_tcp_port(d.srv),
+                 ccfg.requirepass != NULL ? ", AUTH required" : "");
     if (metrics_addr != NULL) {
         struct http_config hcfg = {.bind = metrics_addr};
         rc = http_create(&d.loop, &hcfg, &d.http);
@@ -755,6 +798,7 @@ out_limiter:
     commands_sl_destroy(d.sl);
     policy_set_release(policies);
     limiter_destroy(d.lim);
+    free(pass_buf);
     config_free(&file_cfg);
 out_loop:
     if (uv_loop_close(&d.loop) != 0)

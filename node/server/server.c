@@ -15,6 +15,7 @@
 
 #include "clientmem.h"
 #include "log.h"
+#include "tcp.h"
 #include "sluice/error.h"
 
 #define READ_CHUNK (64 * 1024)
@@ -33,7 +34,12 @@
 #define PARSER_BYTES_PER_ARG (2 * sizeof(size_t) + sizeof(char *))
 
 struct server_client {
-    uv_pipe_t pipe; /* first: the handle's address is the client's */
+    /* First: the handle's address is the client's.  A Unix socket client
+     * (pipe) or a TCP one (tcp); both are streams. */
+    union {
+        uv_pipe_t pipe;
+        uv_tcp_t tcp;
+    } h;
     struct server *srv;
     struct server_client *prev, *next;
     uint64_t id;
@@ -61,11 +67,16 @@ struct server_client {
     int proto;        /* 2 or 3 (HELLO 3); 0 is read as 2 */
     void *ctx;        /* the command layer's per-connection state (server_client_set_ctx) */
     void (*ctx_free)(void *ctx);
+    unsigned tcp : 1;    /* came through the TCP listener */
+    unsigned authed : 1; /* AUTH passed (server_client_set_authed) */
 };
 
 struct server {
     uv_loop_t *loop;
     uv_pipe_t listener;
+    uv_tcp_t tcp_listener; /* --listen */
+    char *tcp_bind;        /* NULL: no TCP listener */
+    int tcp_open, tcp_port, tcp_loopback;
     char *path;
     unsigned mode;
     int set_gid;
@@ -113,6 +124,10 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
     if (s == NULL)
         return -SLUICE_ENOMEM;
     s->path = strdup(cfg->socket_path);
+    if (cfg->listen != NULL && (s->tcp_bind = strdup(cfg->listen)) == NULL) {
+        free(s->path);
+        s->path = NULL;
+    }
     if (s->path == NULL) {
         free(s);
         return -SLUICE_ENOMEM;
@@ -433,7 +448,7 @@ static void client_flush(struct server_client *c)
     }
     if (!c->writing && c->out.len > 0) {
         uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
-        int n = uv_try_write((uv_stream_t *)&c->pipe, &b, 1);
+        int n = uv_try_write((uv_stream_t *)&c->h.pipe, &b, 1);
         if (n < 0 && n != UV_EAGAIN) {
             client_close(c);
             return;
@@ -453,7 +468,7 @@ static void client_flush(struct server_client *c)
             c->wsent = (size_t)n;
             uv_buf_t rest = uv_buf_init(c->wbuf.data + n, (unsigned)(c->wbuf.len - (size_t)n));
             c->wreq.data = c;
-            int rc = uv_write(&c->wreq, (uv_stream_t *)&c->pipe, &rest, 1, on_write);
+            int rc = uv_write(&c->wreq, (uv_stream_t *)&c->h.pipe, &rest, 1, on_write);
             if (rc < 0) {
                 client_close(c);
                 return;
@@ -614,13 +629,13 @@ static void client_update_reading(struct server_client *c)
         return;
     int want = c->inlen < c->srv->in_limit && !c->close_after_reply;
     if (want && !c->reading) {
-        if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0) {
+        if (uv_read_start((uv_stream_t *)&c->h.pipe, on_alloc, on_read) < 0) {
             client_close(c);
             return;
         }
         c->reading = 1;
     } else if (!want && c->reading) {
-        uv_read_stop((uv_stream_t *)&c->pipe);
+        uv_read_stop((uv_stream_t *)&c->h.pipe);
         c->reading = 0;
     }
 }
@@ -705,8 +720,12 @@ static void client_close(struct server_client *c)
     s->client_mem -= c->mem;
     server_freed(s, c->mem);
     c->mem = 0;
-    uv_close((uv_handle_t *)&c->pipe, on_client_closed);
+    uv_close((uv_handle_t *)&c->h.pipe, on_client_closed);
 }
+
+/* A new client on either listener: accepted into c's handle (initialised
+ * by the caller), then set up.  Frees c on failure. */
+static void server_accept(struct server *s, uv_stream_t *listener, struct server_client *c);
 
 static void on_connection(uv_stream_t *listener, int status)
 {
@@ -716,13 +735,36 @@ static void on_connection(uv_stream_t *listener, int status)
     struct server_client *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return;
-    if (uv_pipe_init(s->loop, &c->pipe, 0) < 0) {
+    if (uv_pipe_init(s->loop, &c->h.pipe, 0) < 0) {
         free(c);
         return;
     }
+    server_accept(s, listener, c);
+}
+
+static void on_tcp_connection(uv_stream_t *listener, int status)
+{
+    struct server *s = listener->data;
+    if (status < 0 || s->closing)
+        return;
+    struct server_client *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return;
+    if (uv_tcp_init(s->loop, &c->h.tcp) < 0) {
+        free(c);
+        return;
+    }
+    c->tcp = 1;
+    server_accept(s, listener, c);
+    if (!c->closing)
+        uv_tcp_nodelay(&c->h.tcp, 1);
+}
+
+static void server_accept(struct server *s, uv_stream_t *listener, struct server_client *c)
+{
     c->srv = s;
-    if (uv_accept(listener, (uv_stream_t *)&c->pipe) < 0) {
-        uv_close((uv_handle_t *)&c->pipe, on_client_closed);
+    if (uv_accept(listener, (uv_stream_t *)&c->h.pipe) < 0) {
+        uv_close((uv_handle_t *)&c->h.pipe, on_client_closed);
         return;
     }
     resp_parser_init(&c->parser, s->max_request, s->max_args);
@@ -751,7 +793,7 @@ static void on_connection(uv_stream_t *listener, int status)
         client_flush(c);
         return;
     }
-    if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) < 0) {
+    if (uv_read_start((uv_stream_t *)&c->h.pipe, on_alloc, on_read) < 0) {
         client_close(c);
         return;
     }
@@ -879,7 +921,43 @@ int server_start(struct server *s)
         snprintf(s->err, sizeof(s->err), "cannot listen on %s: %s", s->path, uv_strerror(rc));
         return -SLUICE_EIO;
     }
+    if (s->tcp_bind != NULL) {
+        char err[200];
+        rc = tcp_listen(s->loop, &s->tcp_listener, s->tcp_bind, on_tcp_connection, &s->tcp_open,
+                        &s->tcp_port, &s->tcp_loopback, err, sizeof(err));
+        s->tcp_listener.data = s;
+        if (rc < 0) {
+            snprintf(s->err, sizeof(s->err), "listen: %s", err);
+            return rc;
+        }
+    }
     return 0;
+}
+
+int server_tcp_port(const struct server *s)
+{
+    return s->tcp_port;
+}
+
+int server_tcp_loopback(const struct server *s)
+{
+    return s->tcp_loopback;
+}
+
+int server_client_is_tcp(const struct server_client *c)
+{
+    return c != NULL && c->tcp;
+}
+
+int server_client_authed(const struct server_client *c)
+{
+    return c == NULL || c->authed;
+}
+
+void server_client_set_authed(struct server_client *c)
+{
+    if (c != NULL)
+        c->authed = 1;
 }
 
 void server_close(struct server *s)
@@ -893,6 +971,8 @@ void server_close(struct server *s)
         uv_close((uv_handle_t *)&s->housekeep, NULL);
     if (s->listening)
         uv_close((uv_handle_t *)&s->listener, NULL);
+    if (s->tcp_open)
+        uv_close((uv_handle_t *)&s->tcp_listener, NULL);
     if (s->bound)
         unlink(s->path);
 }
@@ -902,6 +982,7 @@ void server_destroy(struct server *s)
     if (s == NULL)
         return;
     free(s->path);
+    free(s->tcp_bind);
     free(s->ents);
     free(s);
 }

@@ -72,6 +72,10 @@ struct server_config {
     /* Budget of every client's buffers together, 0 =
      * SERVER_DEFAULT_MAX_CLIENT_MEMORY, SERVER_CLIENT_MEMORY_UNLIMITED = none. */
     size_t max_client_memory;
+    /* "HOST:PORT" of an optional TCP listener for the same protocol and
+     * commands (--listen), or NULL; copied.  Its clients are marked
+     * (server_client_is_tcp) so the command layer can require AUTH. */
+    const char *listen;
 };
 
 /* What a dispatch function returns. */
@@ -135,6 +139,16 @@ uint64_t server_now_ns(const struct server *s);
 /* The clock a handler decides with: server_now_ns of c's server, or the
  * monotonic clock when c is NULL (handlers called directly by tests). */
 int64_t server_client_now_ns(const struct server_client *c);
+
+/* The TCP listener's bound port (0 without one) and whether its address is
+ * loopback (127.0.0.0/8, ::1). */
+int server_tcp_port(const struct server *s);
+int server_tcp_loopback(const struct server *s);
+/* 1 for a client of the TCP listener. */
+int server_client_is_tcp(const struct server_client *c);
+/* 1 once the client passed AUTH (and for c NULL: no connection to check). */
+int server_client_authed(const struct server_client *c);
+void server_client_set_authed(struct server_client *c);
 
 /* Per-client accessors for handlers. */
 struct server *server_client_server(const struct server_client *c);
