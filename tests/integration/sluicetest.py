@@ -43,6 +43,19 @@ def wait_for_socket(path, proc=None, timeout=START_TIMEOUT):
     raise RuntimeError("socket %s did not appear within %.0fs" % (path, timeout))
 
 
+def wait_until(cond, timeout=10.0, what="the condition", step=0.01):
+    """Polls cond() until it is true; fails with `what` after timeout
+    seconds.  Tests wait for what they assert on, not for a time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.1f s waiting for %s" % (timeout, what))
+        time.sleep(step)
+
+
 def free_udp_ports(n):
     """n UDP ports free right now on 127.0.0.1 (held open together so they
     differ).  Another process may take one before the caller binds it; the

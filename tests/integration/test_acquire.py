@@ -11,7 +11,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicetest import Daemon, recv_until, resp_command  # noqa: E402
+from sluicetest import Daemon, recv_until, resp_command, wait_until  # noqa: E402
 
 import redis  # noqa: E402  (Debian python3-redis)
 
@@ -64,7 +64,8 @@ class TestAcquire(unittest.TestCase):
             r.execute_command("SL.THROTTLE", "t", "ALGO", "gcra", "RATE", "1", "1000")
             a.sendall(resp_command("SL.ACQUIRE", "t", "ALGO", "gcra", "RATE", "1", "1000",
                                    "TIMEOUT", "5000"))
-            time.sleep(0.05)
+            wait_until(lambda: int(r.info("policies")["waiting_acquires"]) == 1,
+                       what="the first acquire to wait")
             t0 = time.monotonic()
             b.sendall(resp_command("SL.ACQUIRE", "t", "ALGO", "gcra", "RATE", "1", "1000",
                                    "TIMEOUT", "100"))
@@ -115,10 +116,10 @@ class TestAcquire(unittest.TestCase):
             gone = d.connect()
             gone.sendall(resp_command("SL.ACQUIRE", "x", *SLOW, "TIMEOUT", "10000"))
             stay = d.connect()
-            time.sleep(0.05)
+            waiting = lambda n: int(r.info("policies")["waiting_acquires"]) == n  # noqa: E731
+            wait_until(lambda: waiting(1), what="the first acquire to wait")
             stay.sendall(resp_command("SL.ACQUIRE", "x", *SLOW, "TIMEOUT", "10000"))
-            time.sleep(0.05)
-            self.assertEqual(int(r.info("policies")["waiting_acquires"]), 2)
+            wait_until(lambda: waiting(2), what="the second acquire to wait")
             gone.close()
             data = recv_until(stay, b"\r\n")
             while data.count(b"\r\n") < 7:
@@ -133,8 +134,7 @@ class TestAcquire(unittest.TestCase):
             self.addCleanup(left.close)
             left.sendall(resp_command("SL.ACQUIRE", "y", "ALGO", "gcra", "RATE", "1", "600000",
                                       "TIMEOUT", "86400000"))
-            time.sleep(0.05)
-            self.assertEqual(int(r.info("policies")["waiting_acquires"]), 1)
+            wait_until(lambda: waiting(1), what="the acquire left queued")
 
     def test_thousand_waiters(self):
         """1000 acquires pipelined over 10 connections and 5 keys (a

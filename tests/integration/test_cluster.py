@@ -21,6 +21,7 @@ What a user of a sluice cluster cares about, checked end to end:
 Every wait and load loop is bounded in time; every process is stopped at the
 end, even on failure.  Figures are printed so a run can be compared.
 """
+import math
 import os
 import shutil
 import signal
@@ -175,6 +176,10 @@ class Load:
                     self.errors.append((t, i, life, self.down[i], repr(e)))
                 conn = None
                 time.sleep(0.01)
+                # Resume at the pace from now: catching up on the requests
+                # missed while the node was down would be a burst no
+                # client makes.
+                nxt = time.monotonic() + period
         if conn is not None:
             conn.close()
 
@@ -276,7 +281,19 @@ def test_kill_restart(c):
           "allowed %d of its first %d answers (a fresh burst would allow %d)"
           % (got, ref, ratio, first_ok, len(first), BURST + 1))
     assert len(first) == BURST + 1, "the restarted node answered only %d" % len(first)
-    assert first_ok <= (BURST + 1) // 2, "restarted node handed out a fresh burst"
+    # The designed bound: three nodes with equal demand share the key a
+    # third each; a node's lease is its share of the burst, one unit of
+    # headroom while its demand exceeds its share of the rate, and the
+    # refill at its share of the rate over the time these BURST+1 answers
+    # took (measured: a loaded machine stretches it).  A fresh burst
+    # (BURST+1 at once) is what the check refuses.
+    share = 1.0 / c.n
+    took = first[-1][0] - first[0][0]
+    bound = math.floor(share * (BURST + 1) + 1 + share * RATE * took + 1e-9)
+    print("restart: the design allows %d of the first %d (answers over %.3f s)"
+          % (bound, BURST + 1, took))
+    assert first_ok <= bound, ("restarted node allowed %d of its first %d, the design allows "
+                               "at most %d" % (first_ok, BURST + 1, bound))
     assert 0.90 <= ratio <= 1.10, "admitted %d vs central GCRA %d" % (got, ref)
     c.wait_members([c.name(i) for i in range(c.n)])
     print("ok: the restarted node is a member again")
@@ -291,7 +308,11 @@ def test_wrong_key(c, tmp):
                           socket_path=os.path.join(tmp, "stranger.sock"), tmpdir=tmp)
     d.start()
     try:
-        time.sleep(4.0)
+        # Until the nodes have dropped its packets (it has been heard, and
+        # refused), then it must not be a member anywhere.
+        sluicetest.wait_until(
+            lambda: sum(int(info(c, i).get("gossip_drops_auth", 0)) for i in range(c.n)) > before,
+            timeout=20, what="the stranger's packets to be dropped")
         for i in range(c.n):
             assert "stranger" not in c.members(i), c.members(i)
         with redis.Redis(unix_socket_path=d.path, socket_timeout=2) as r:
@@ -324,10 +345,11 @@ def test_key_rotation(c, tmp):
     for name, text in steps:
         with open(c.keyfile, "w") as f:
             f.write(text)
-        for i in range(c.n):  # rolling: one node at a time
+        for i in range(c.n):  # rolling: one node at a time, each once it reloaded
+            seen = c.nodes[i].logtext().count("cluster: reloaded")
             c.nodes[i].proc.send_signal(signal.SIGHUP)
-            time.sleep(0.3)
-        time.sleep(1.0)
+            sluicetest.wait_until(lambda: c.nodes[i].logtext().count("cluster: reloaded") > seen,
+                                  timeout=10, what="node %d to reload its keys" % i)
         c.wait_members(want, timeout=10)
         print("ok: key rotation step '%s': all %d members alive" % (name, c.n))
     port = sluicetest.free_udp_ports(1)[0]

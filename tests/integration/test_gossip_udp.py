@@ -40,7 +40,7 @@ TIMINGS = [
     "--join-interval-ms", "500",
 ]
 CONVERGE_S = 20.0  # three nodes find each other
-QUIET_S = 4.0      # strangers are given this long to (fail to) get in
+QUIET_S = 4.0      # the longest strangers are given to be heard (and refused)
 DEAD_S = 15.0      # a killed node is declared dead (detection + suspicion)
 LEFT_S = 10.0
 
@@ -193,7 +193,13 @@ def main():
         agents.append(other_cluster)
         wait_for(stranger.ready, 10, "wrongkey ready")
         wait_for(other_cluster.ready, 10, "otherlabel ready")
-        time.sleep(QUIET_S)  # a bounded chance to get in; they must not
+        # Until the members have heard and refused them (their packets are
+        # counted as drops), then they must not be in.
+        def dropped():
+            return sum(st.get("drop_auth", 0) + st.get("drop_nokey", 0)
+                       for st in (a.members()[1] for a in (n1, n2, n3))) > 0
+
+        wait_for(dropped, max(QUIET_S, 10), "the strangers' packets to be dropped")
         drops = 0
         for a in (n1, n2, n3):
             states, stats = a.members()

@@ -18,7 +18,6 @@ if ! ip netns add "$probe" 2>/dev/null; then
 fi
 ip netns del "$probe"
 
-before=$(ip netns list | grep -c '^slc-' || true)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 timeout 120 bash "$ROOT/deploy/netns-cluster.sh" 3 4 >"$out" 2>&1 &
@@ -49,11 +48,13 @@ for ip_ in 1 2 3; do
     { echo "FAIL: host$ip_ not alive at ${SLUICE_NETNS_SUBNET}.$ip_"; fail=1; }
 done
 [ "$status" -eq 0 ] || { echo "FAIL: netns-cluster.sh exited $status"; fail=1; }
-after=$(ip netns list | grep -c '^slc-' || true)
-if [ "$after" -gt "$before" ]; then
-  echo "FAIL: namespaces left behind"; ip netns list; fail=1
+# Only what this run made: the script names its namespaces slc-*-PID
+# (PID its own) and keeps its daemons' sockets in one directory.
+mine=$(ip netns list | awk '{print $1}' | grep -E "^slc-[a-z0-9]+-$pid\$" || true)
+if [ -n "$mine" ]; then
+  echo "FAIL: namespaces left behind: $mine"; fail=1
 fi
-if pgrep -f "sluice-netns-" >/dev/null; then
+if [ -n "$sock" ] && pgrep -f -- "$(dirname "$sock")/" >/dev/null; then
   echo "FAIL: daemons left behind"; fail=1
 fi
 [ "$fail" -eq 0 ] && echo "PASS"
