@@ -15,7 +15,7 @@ TEST_PACKAGES=(
   redis-server redis-tools python3 python3-redis python3-yaml
   clang clang-format clang-tidy cppcheck libclang-rt-14-dev
   valgrind gnuplot-nox iproute2 procps faketime
-  python3-grpcio python3-grpc-tools nghttp2-client nginx-light caddy
+  python3-grpcio python3-grpc-tools nghttp2-client nginx-light caddy php-cli php-redis
 )
 BUILD_ONLY=0
 [ "${1:-}" = "--build-only" ] && BUILD_ONLY=1
