@@ -22,6 +22,19 @@ struct http_throttle {
     struct http_throttle_stats st;
 };
 
+/* Copies a header value (len bytes) NUL-terminated into out: its length,
+ * or -SLUICE_ETOOBIG / -SLUICE_EPROTO (a NUL inside). */
+static int ht__copy(const char *v, size_t len, char *out, size_t outlen)
+{
+    if (len + 1 > outlen)
+        return -SLUICE_ETOOBIG;
+    if (memchr(v, '\0', len) != NULL)
+        return -SLUICE_EPROTO;
+    memcpy(out, v, len);
+    out[len] = '\0';
+    return (int)len;
+}
+
 /* A parameter from the query, else from its header; NUL-terminated into
  * out.  Returns its length, -SLUICE_ENOENT when given neither way, or
  * -SLUICE_ETOOBIG / -SLUICE_EPROTO for a value that does not fit or does
@@ -36,13 +49,7 @@ static int ht__param(const struct http_request *req, const char *name, const cha
     const char *v = http_request_header(req, header, &len);
     if (v == NULL)
         return -SLUICE_ENOENT;
-    if (len + 1 > outlen)
-        return -SLUICE_ETOOBIG;
-    if (memchr(v, '\0', len) != NULL)
-        return -SLUICE_EPROTO;
-    memcpy(out, v, len);
-    out[len] = '\0';
-    return (int)len;
+    return ht__copy(v, len, out, outlen);
 }
 
 /* key_header=NAME: the key is the first comma-separated element of that
@@ -67,13 +74,7 @@ static int ht__key_from_header(const struct http_request *req, char *out, size_t
         v++;
         len--;
     }
-    if (len + 1 > outlen)
-        return -SLUICE_ETOOBIG;
-    if (memchr(v, '\0', len) != NULL)
-        return -SLUICE_EPROTO;
-    memcpy(out, v, len);
-    out[len] = '\0';
-    return (int)len;
+    return ht__copy(v, len, out, outlen);
 }
 
 /* Reads "*5" and five integers from a RESP2 reply; 0, or -SLUICE_EPROTO

@@ -727,7 +727,8 @@ static void client_close(struct server_client *c)
  * by the caller), then set up.  Frees c on failure. */
 static void server_accept(struct server *s, uv_stream_t *listener, struct server_client *c);
 
-static void on_connection(uv_stream_t *listener, int status)
+/* A connection on the Unix socket (tcp 0) or the TCP listener (tcp 1). */
+static void server_new_client(uv_stream_t *listener, int status, int tcp)
 {
     struct server *s = listener->data;
     if (status < 0 || s->closing)
@@ -735,29 +736,24 @@ static void on_connection(uv_stream_t *listener, int status)
     struct server_client *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return;
-    if (uv_pipe_init(s->loop, &c->h.pipe, 0) < 0) {
+    if ((tcp ? uv_tcp_init(s->loop, &c->h.tcp) : uv_pipe_init(s->loop, &c->h.pipe, 0)) < 0) {
         free(c);
         return;
     }
+    c->tcp = tcp ? 1 : 0;
     server_accept(s, listener, c);
+    if (tcp && !c->closing)
+        uv_tcp_nodelay(&c->h.tcp, 1);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    server_new_client(listener, status, 0);
 }
 
 static void on_tcp_connection(uv_stream_t *listener, int status)
 {
-    struct server *s = listener->data;
-    if (status < 0 || s->closing)
-        return;
-    struct server_client *c = calloc(1, sizeof(*c));
-    if (c == NULL)
-        return;
-    if (uv_tcp_init(s->loop, &c->h.tcp) < 0) {
-        free(c);
-        return;
-    }
-    c->tcp = 1;
-    server_accept(s, listener, c);
-    if (!c->closing)
-        uv_tcp_nodelay(&c->h.tcp, 1);
+    server_new_client(listener, status, 1);
 }
 
 static void server_accept(struct server *s, uv_stream_t *listener, struct server_client *c)

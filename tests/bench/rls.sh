@@ -16,6 +16,8 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/bench/lib.sh
+. "$HERE/lib.sh"
 build=${1:-$ROOT/build}
 SCALE=${BENCH_SCALE:-1}
 for tool in h2load nghttp redis-benchmark redis-cli; do
@@ -65,8 +67,6 @@ h2load -n 2000 -c 50 -m 1 -t 1 "${HDR[@]}" -d "$TMP/req" "$URL" >/dev/null
 redis-benchmark -s "$TMP/s.sock" -c 50 -n 2000 -q CL.THROTTLE 'bench|user_u1' 1000000 1000000 1 1 \
   >/dev/null
 
-scaled() { awk -v n="$1" -v s="$SCALE" 'BEGIN { v = int(n * s); print (v < 200 ? 200 : v) }'; }
-
 # rls CLIENTS N -> "calls_per_s p99_ms"
 rls() {
   local c=$1 n=$2
@@ -76,34 +76,9 @@ rls() {
   if ! grep -q "status codes: $n 2xx" <<<"$out"; then
     echo "rls bench: not every call succeeded:" >&2; echo "$out" >&2; exit 1
   fi
-  local rps p99
-  rps=$(awk '/^finished in/ { for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) print $(i-1) }' <<<"$out")
-  p99=$(awk '{ print $3 }' "$TMP/h2.log" | sort -n |
-    awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; printf "%.3f", v[i] / 1000 }')
-  echo "$rps $p99"
+  bench_h2load_figures "$out" "$TMP/h2.log"
 }
 # resp CLIENTS N -> "ops_per_s p99_ms"
-resp() {
-  redis-benchmark -s "$TMP/s.sock" -c "$1" -n "$2" --csv CL.THROTTLE 'bench|user_u1' \
-    1000000 1000000 1 1 2>/dev/null |
-    awk -F'","' 'NR==2 { gsub(/"/, "", $2); gsub(/"/, "", $7); print $2, $7 }'
-}
-median() { sort -n -k"$1","$1" | sed -n 2p; }
+resp() { bench_resp "$TMP/s.sock" "$1" "$2" CL.THROTTLE 'bench|user_u1' 1000000 1000000 1 1; }
 
-for clients in 50 1; do
-  n=$(scaled $(( clients == 1 ? 20000 : 200000 )))
-  rr=(); pr=()
-  for _ in 1 2 3; do
-    rr+=("$(rls "$clients" "$n")")
-    pr+=("$(resp "$clients" "$n")")
-  done
-  r_rps=$(printf '%s\n' "${rr[@]}" | median 1 | awk '{ print $1 }')
-  r_p99=$(printf '%s\n' "${rr[@]}" | median 2 | awk '{ print $2 }')
-  p_rps=$(printf '%s\n' "${pr[@]}" | median 1 | awk '{ print $1 }')
-  p_p99=$(printf '%s\n' "${pr[@]}" | median 2 | awk '{ print $2 }')
-  echo "clients=$clients requests=$n"
-  printf '  rls_calls_per_s %10.0f   rls_p99_ms  %7.3f\n' "$r_rps" "$r_p99"
-  printf '  resp_ops_per_s  %10.0f   resp_p99_ms %7.3f\n' "$p_rps" "$p_p99"
-  awk -v a="$r_p99" -v b="$p_p99" -v x="$r_rps" -v y="$p_rps" \
-    'BEGIN { printf "  ratio rls/resp: calls %.2f, p99 %.2f\n", x / y, (b > 0 ? a / b : 0) }'
-done
+bench_side_by_side rls calls rls resp ops resp
