@@ -43,7 +43,7 @@ def wait_for_socket(path, proc=None, timeout=START_TIMEOUT):
     raise RuntimeError("socket %s did not appear within %.0fs" % (path, timeout))
 
 
-def wait_until(cond, timeout=10.0, what="the condition", step=0.01):
+def wait_until(cond, timeout=10.0, what="the condition", interval=0.01):
     """Polls cond() until it is true; fails with `what` after timeout
     seconds.  Tests wait for what they assert on, not for a time."""
     deadline = time.monotonic() + timeout
@@ -53,7 +53,7 @@ def wait_until(cond, timeout=10.0, what="the condition", step=0.01):
             return got
         if time.monotonic() > deadline:
             raise AssertionError("timed out after %.1f s waiting for %s" % (timeout, what))
-        time.sleep(step)
+        time.sleep(interval)
 
 
 def free_udp_ports(n):

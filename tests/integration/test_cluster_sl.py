@@ -98,18 +98,15 @@ class Nodes:
 
     def wait_ready(self, timeout=20.0):
         """Every node sees all others alive and has synced global state."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ok = True
+        def ready():
             for i in range(N):
                 with self.client(i) as r:
                     inf = r.info("cluster")
                 if int(inf.get("members_alive", 0)) != N or inf.get("synced") != "yes":
-                    ok = False
-            if ok:
-                return
-            time.sleep(0.1)
-        raise AssertionError("the cluster did not converge")
+                    return False
+            return True
+        sluicetest.wait_until(ready, timeout, "every node to see %d alive members and be "
+                              "synced" % N, interval=0.1)
 
     def stop(self):
         bad = []
@@ -128,8 +125,56 @@ def allowed(rep):
     return rep[0] == 0
 
 
-def gossip_settle():
-    time.sleep(0.8)  # several gossip intervals (100 ms)
+SETTLE_S = 10.0  # bound on a report or lease round trip (interval: 100 ms)
+
+
+def key_info(c, i, key):
+    """SL.KEY on node i as a dict ({node name: units} under "slots"), or
+    None when node i holds the key neither as a node nor as its owner."""
+    with c.client(i) as r:
+        rep = r.execute_command("SL.KEY", key)
+    if rep is None:
+        return None
+    d = {}
+    for k, v in zip(rep[0::2], rep[1::2]):
+        d[k.decode()] = v.decode() if isinstance(v, bytes) else v
+    d["slots"] = {row[0].decode(): int(row[2]) for row in d["slots"]}
+    return d
+
+
+def owner_of(c, key, holder):
+    """The index of key's owner as node `holder` sees it, or None."""
+    info = key_info(c, holder, key)
+    if info is None or not info["owner"].startswith("node"):
+        return None
+    return int(info["owner"][4:])
+
+
+def owner_slots(c, key, holder):
+    """{node name: units admitted} as the key's owner knows them ({} if
+    the owner holds no record yet)."""
+    o = owner_of(c, key, holder)
+    info = key_info(c, o, key) if o is not None else None
+    return info["slots"] if info is not None and info.get("owned") == "yes" else {}
+
+
+def wait_owner_knows(c, key, counts, holder):
+    """Waits until key's owner has reports saying node n admitted at least
+    counts[n] units, for every n: what another node is refused depends on
+    it.  (This used to be a 0.8 s sleep.)"""
+    want = {"node%d" % n: cnt for n, cnt in counts.items()}
+    sluicetest.wait_until(
+        lambda: all(owner_slots(c, key, holder).get(n, -1) >= cnt for n, cnt in want.items()),
+        SETTLE_S, "the owner of %s to hear that %s" % (
+            key, ", ".join("%s admitted %d" % kv for kv in sorted(want.items()))))
+
+
+def lease_entries(c):
+    out = []
+    for i in range(N):
+        with c.client(i) as r:
+            out.append(int(r.info("cluster")["lease_entries_received"]))
+    return out
 
 
 def away_from_hour_boundary():
@@ -153,7 +198,7 @@ def shared_policy(c, prefix, limit):
             time.sleep(0.05)
         for _ in range(4):
             got0 += allowed(r.execute_command("SL.THROTTLE", key))
-    gossip_settle()
+    wait_owner_knows(c, key, {0: got0}, holder=0)
     others = 0
     for i in (1, 2):
         with c.client(i) as r:
@@ -183,7 +228,7 @@ def test_acquire_global(c):
     with c.client(1) as r:
         assert allowed(r.execute_command("SL.THROTTLE", "slow:a"))
     t_taken = time.monotonic()
-    gossip_settle()
+    wait_owner_knows(c, "slow:a", {1: 1}, holder=1)
     with c.client(0) as r:
         rep = r.execute_command("SL.ACQUIRE", "slow:a", "TIMEOUT", "100")
         assert rep[0] == 1, "a wait beyond the timeout was not refused at once: %s" % rep
@@ -212,11 +257,24 @@ def until_allowed(r, *cmd, timeout=3.0):
 def hold(c, *keys_and_spec):
     """Every node holds the key (a PEEK) and gets its lease: a node's first
     request for a key it never held is decided with its first-touch part of
-    the burst, before the key's owner has answered."""
-    for i in range(3):
+    the burst, before the key's owner has answered.  Waits until the owner
+    has a report from every node and every other node has had a lease
+    entry since its PEEK (the owner applies its own lease when it sends
+    the others theirs)."""
+    key = keys_and_spec[0]
+    before = lease_entries(c)
+    for i in range(N):
         with c.client(i) as r:
             r.execute_command("SL.PEEK", *keys_and_spec)
-    gossip_settle()
+
+    def leased():
+        o = owner_of(c, key, 0)
+        if o is None or len(owner_slots(c, key, 0)) < N:
+            return False
+        now = lease_entries(c)
+        return all(now[i] > before[i] for i in range(N) if i != o)
+    sluicetest.wait_until(leased, SETTLE_S, "every node to report %s to its owner and "
+                          "get a lease for it" % key, interval=0.05)
 
 
 def test_multi_mixed(c):
@@ -225,7 +283,7 @@ def test_multi_mixed(c):
     hold(c, "gm:2")
     with c.client(1) as r:
         assert allowed(until_allowed(r, "SL.THROTTLE", "gm:1"))
-    gossip_settle()
+    wait_owner_knows(c, "gm:1", {1: 1}, holder=1)
     with c.client(0) as r:
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 5
         rep = r.execute_command("SL.MULTI", "KEY", "gm:1", "KEY", "lm:1")
@@ -234,7 +292,7 @@ def test_multi_mixed(c):
         rep = until_allowed(r, "SL.MULTI", "KEY", "gm:2", "KEY", "lm:1")
         assert rep[0] == 0, rep
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 4
-    gossip_settle()
+    wait_owner_knows(c, "gm:2", {0: 1}, holder=0)
     with c.client(2) as r:
         assert r.execute_command("SL.PEEK", "gm:2")[2] == 0, "global key not charged"
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 5, "local key charged elsewhere"
@@ -248,7 +306,7 @@ def test_inline_scope_and_errors(c):
     for scope, key in (("global", "inl:g"), ("local", "inl:l")):
         with c.client(0) as r:
             assert allowed(until_allowed(r, "SL.THROTTLE", key, *spec, "SCOPE", scope))
-    gossip_settle()
+    wait_owner_knows(c, "inl:g", {0: 1}, holder=0)
     with c.client(1) as r:
         g = r.execute_command("SL.THROTTLE", "inl:g", *spec, "SCOPE", "global")
         loc = r.execute_command("SL.THROTTLE", "inl:l", *spec, "SCOPE", "local")

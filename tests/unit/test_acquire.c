@@ -394,9 +394,7 @@ static void test_via_refuse_then_allow(void **state)
     assert_int_equal(f->log.n, 1);
     assert_int_equal(f->log.r[0].limited, 0);
     assert_int_equal(fk.calls, 4);
-    /* Three waits of 5 ms on libuv's millisecond timer clock: each may end
-     * up to 1 ms early by the nanosecond clock the wait is measured on. */
-    assert_true(f->log.r[0].waited_ns >= 15 * MS - 3 * MS);
+    assert_true(f->log.r[0].waited_ns >= 15 * MS - MS);
     assert_int_equal(acquire_waiting(f->a), 0);
 }
 
@@ -477,15 +475,19 @@ static void test_via_fifo(void **state)
     struct fixture *f = *state;
     struct algo_params p = mkp(ALGO_GCRA, 9, 1, S);
     int64_t t0 = (int64_t)uv_hrtime();
-    /* one admission every 5 ms; nothing fits for 5 ms */
-    struct fake fk = {.avail_ns = t0 + 5 * MS, .step_ns = 5 * MS};
+    /* one admission every 5 ms; nothing fits for 5 ms.  The first ask is
+     * refused whatever the clock (refusals = 1): were this thread
+     * descheduled for 5 ms before submitting, the clock alone would let
+     * the head fit at once and the test would fail for nothing. */
+    struct fake fk = {.refusals = 1, .avail_ns = t0 + 5 * MS, .step_ns = 5 * MS};
     static const int64_t qty[4] = {3, 1, 2, 4};
     struct ctx c[4];
     for (int i = 0; i < 4; i++) {
         c[i].id = i;
         assert_int_equal(submit_via(f, &c[i], &fk, "q", &p, qty[i], 10 * S, NULL), 0);
     }
-    assert_int_equal(fk.calls, 1); /* only the first was asked */
+    int64_t submitted = (int64_t)uv_hrtime(); /* the last submission was before this */
+    assert_int_equal(fk.calls, 1);            /* only the first was asked */
     assert_int_equal(acquire_waiting(f->a), 4);
     uv_run(&f->loop, UV_RUN_DEFAULT);
     assert_int_equal(f->log.n, 4);
@@ -502,25 +504,54 @@ static void test_via_fifo(void **state)
             fail_msg("ask %d for qty %lld out of FIFO order", k, (long long)fk.asked_qty[k]);
     }
     assert_int_equal(at, 3);
-    /* each admission came at least 5 ms after the previous one (four waits
-     * on the millisecond timer clock, each up to 1 ms early by hrtime) */
-    assert_true(f->log.r[3].waited_ns >= 20 * MS - 4 * MS);
+    /* each admission came at least 5 ms after the previous one, the first
+     * at t0 + 5 ms or later: the last, submitted before `submitted`, was
+     * admitted at t0 + 20 ms or later (exact: no allowance for scheduling) */
+    assert_true(f->log.r[3].waited_ns >= t0 + 20 * MS - submitted);
 }
 
 struct cancel_ctx {
     struct acquire *a;
     struct acquire_waiter *w[2];
     int calls_before; /* asks of the head when it was cancelled */
+    int cancel_at;    /* cancel once the head has been asked this often */
+    int timed_out;    /* the deadline passed first */
     const struct fake *fk;
+    const struct log *log;
+    uv_check_t check;
+    uv_timer_t deadline;
 };
 
-static void cancel_cb(uv_timer_t *t)
+static void cancel_stop(struct cancel_ctx *x)
 {
-    struct cancel_ctx *x = t->data;
+    uv_close((uv_handle_t *)&x->check, NULL);
+    uv_close((uv_handle_t *)&x->deadline, NULL);
+}
+
+/* Runs after every loop iteration: cancels as soon as the head has been
+ * asked cancel_at times (the condition, not a time: a 15 ms timer assumed
+ * the 5 ms re-asks would have run by then).  Stops without cancelling if
+ * something was answered first; the assertions then fail. */
+static void cancel_check_cb(uv_check_t *c)
+{
+    struct cancel_ctx *x = c->data;
+    if (x->log->n > 0) {
+        cancel_stop(x);
+        return;
+    }
+    if (x->fk->calls < x->cancel_at)
+        return;
     x->calls_before = x->fk->calls;
     acquire_cancel(x->a, x->w[0]);
     acquire_cancel(x->a, x->w[1]);
-    uv_close((uv_handle_t *)t, NULL);
+    cancel_stop(x);
+}
+
+static void cancel_deadline_cb(uv_timer_t *t)
+{
+    struct cancel_ctx *x = t->data;
+    x->timed_out = 1;
+    cancel_stop(x);
 }
 
 /* Cancelling waiters after they have been asked (mid-wait) answers nothing
@@ -534,8 +565,8 @@ static void test_via_cancel_mid_wait(void **state)
     const struct policy *pol = policy_set_find(set, "g", 1);
     assert_non_null(pol);
 
-    /* The cancel timer below is due against the loop's cached time, the
-     * head's re-asks against the clock: align the two first. */
+    /* The re-ask timers start from the loop's cached time: bring it up to
+     * date so the first re-ask is 5 ms after the submissions. */
     uv_update_time(&f->loop);
     /* the head is refused six times, re-asked every 5 ms */
     struct fake fk = {.refusals = 6, .retry_ns = 5 * MS};
@@ -563,13 +594,18 @@ static void test_via_cancel_mid_wait(void **state)
     acquire_cancel(f->a, ow);
     assert_int_equal(acquire_waiting(f->a), 3);
 
-    /* cancel the head (asked a few times by then) and the last waiter */
-    struct cancel_ctx x = {f->a, {w[0], w[2]}, 0, &fk};
-    uv_timer_t t;
-    uv_timer_init(&f->loop, &t);
-    t.data = &x;
-    uv_timer_start(&t, cancel_cb, 15, 0);
+    /* cancel the head once it has been asked three times (refused each
+     * time: it has six refusals) and the last waiter; bounded: 10 s */
+    struct cancel_ctx x = {.a = f->a, .w = {w[0], w[2]}, .cancel_at = 3, .fk = &fk, .log = &f->log};
+    uv_check_init(&f->loop, &x.check);
+    x.check.data = &x;
+    uv_check_start(&x.check, cancel_check_cb);
+    uv_timer_init(&f->loop, &x.deadline);
+    x.deadline.data = &x;
+    uv_timer_start(&x.deadline, cancel_deadline_cb, 10000, 0);
     uv_run(&f->loop, UV_RUN_DEFAULT);
+    if (x.timed_out)
+        fail_msg("the head was asked only %d times in 10 s, waiting for %d", fk.calls, x.cancel_at);
     assert_true(x.calls_before >= 2);
     assert_int_equal(f->log.n, 1);
     assert_int_equal(f->log.r[0].id, 1);
