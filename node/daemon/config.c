@@ -471,8 +471,6 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
     } else if (strcmp(k, "http") == 0 || strcmp(k, "metrics") == 0) {
         if (strcmp(v, "off") == 0) {
             free(cfg->metrics);
-            free(cfg->listen);
-            free(cfg->requirepass);
             cfg->metrics = NULL;
         } else if (config__hostport(v) < 0) {
             BAD("%s: expected host:port or off, got '%s'", k, v);
@@ -837,6 +835,8 @@ void config_free(struct config *cfg)
         return;
     free(cfg->socket);
     free(cfg->metrics);
+    free(cfg->listen);
+    free(cfg->requirepass);
     free(cfg->grpc);
     free(cfg->ratelimit_config);
     free(cfg->ratelimit_algorithm);
