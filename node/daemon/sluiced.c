@@ -700,6 +700,8 @@ int main(int argc, char **argv)
         log_error("cannot create the server: %s", sluice_strerror(rc));
         goto out_cmds;
     }
+    /* Before the socket exists: a client that sees it may stop us at once. */
+    daemon_raise_nofile(scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
     rc = server_start(d.srv);
     if (rc == 0 && scfg.listen != NULL && !server_tcp_loopback(d.srv) && ccfg.requirepass == NULL) {
         /* Beyond loopback anyone on the network could decide and reload:
@@ -768,7 +770,6 @@ int main(int argc, char **argv)
     uv_signal_init(&d.loop, &d.sighup);
     d.sighup.data = &d;
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);
-    daemon_raise_nofile(scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
     log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION, socket_path,
              scfg.socket_mode, scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
     uv_run(&d.loop, UV_RUN_DEFAULT);
