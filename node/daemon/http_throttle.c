@@ -19,7 +19,6 @@ struct http_throttle {
     struct commands *cmds;
     struct limiter *lim;
     int deny_status;
-    struct http_throttle_stats st;
 };
 
 /* Copies a header value (len bytes) NUL-terminated into out: its length,
@@ -114,7 +113,6 @@ static void ht__bad(struct http_throttle *t, struct http_reply *rep, const char 
 {
     char msg[600];
     snprintf(msg, sizeof(msg), fmt, what);
-    t->st.bad_requests++;
     http_reply_text(rep, 400, msg);
 }
 
@@ -215,11 +213,9 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
     http_reply_header(rep, "RateLimit", "\"%s\";r=%lld;t=%lld", name,
                       (long long)(v[2] > 0 ? v[2] : 0), (long long)ht__ceil_s(v[4], unit_ns));
     if (v[0] == 0) {
-        t->st.allowed++;
         http_reply_text(rep, 200, "allowed\n");
         return;
     }
-    t->st.limited++;
     if (v[3] >= 0)
         http_reply_header(rep, "Retry-After", "%lld", (long long)ht__ceil_s(v[3], unit_ns));
     http_reply_text(rep, t->deny_status, "limited\n");
@@ -244,14 +240,6 @@ int http_throttle_attach(struct http_server *h, struct commands *cmds, struct li
     }
     *out = t;
     return 0;
-}
-
-void http_throttle_get_stats(const struct http_throttle *t, struct http_throttle_stats *out)
-{
-    if (t == NULL)
-        memset(out, 0, sizeof(*out));
-    else
-        *out = t->st;
 }
 
 void http_throttle_destroy(struct http_throttle *t)

@@ -54,11 +54,6 @@ struct http_throttle;
 int http_throttle_attach(struct http_server *h, struct commands *cmds, struct limiter *lim,
                          const struct http_throttle_config *cfg, struct http_throttle **out);
 
-struct http_throttle_stats {
-    uint64_t allowed, limited, bad_requests;
-};
-void http_throttle_get_stats(const struct http_throttle *t, struct http_throttle_stats *out);
-
 /* Frees t; NULL is fine. */
 void http_throttle_destroy(struct http_throttle *t);
 

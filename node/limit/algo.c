@@ -63,6 +63,17 @@ enum algo_carry algo_carry(enum algo_kind kind)
     return (unsigned)kind < ALGO_KIND_COUNT_ ? algo_table[kind]->carry : ALGO_CARRY_ABSOLUTE;
 }
 
+int algo__bucket_burst(struct algo_params *q, int64_t burst)
+{
+    if (burst < 0)
+        return -SLUICE_EINVAL;
+    if (burst == INT64_MAX)
+        return -SLUICE_ERANGE;
+    q->burst = burst;
+    q->limit = burst + 1;
+    return 0;
+}
+
 int64_t algo_sat_add(int64_t a, int64_t b)
 {
     int64_t r;

@@ -296,6 +296,11 @@ extern const struct algo_ops algo_warmup_ops;
 /* algo_params_set_warmup's work, once algo.c has checked p. */
 int algo_warmup__set(struct algo_params *q, int64_t warmup_ns, int64_t cold_factor);
 
+/* The buckets' burst check (gcra, token-bucket, warmup): burst >= 0 and
+ * burst+1 representable; fills q->burst and q->limit.  -SLUICE_EINVAL or
+ * -SLUICE_ERANGE, q untouched. */
+int algo__bucket_burst(struct algo_params *q, int64_t burst);
+
 /* Debt bound shared by the algorithms (see algo_consume). */
 #define ALGO_DEBT_BOUND ((int64_t)1 << 61)
 

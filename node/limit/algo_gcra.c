@@ -65,13 +65,10 @@ static int algo_gcra_consume(const struct algo_params *p, void *state, int64_t q
 static int algo_gcra_params(struct algo_params *q, int64_t burst, int64_t precision)
 {
     (void)precision;
-    if (burst < 0)
-        return -SLUICE_EINVAL;
-    if (burst == INT64_MAX)
-        return -SLUICE_ERANGE;
-    q->burst = burst;
-    q->limit = burst + 1;
-    int rc = gcra_params_init(&q->gcra, burst, q->count, q->period_ns);
+    int rc = algo__bucket_burst(q, burst);
+    if (rc < 0)
+        return rc;
+    rc = gcra_params_init(&q->gcra, burst, q->count, q->period_ns);
     if (rc < 0)
         return rc;
     q->interval_ns = q->gcra.emission_ns;

@@ -130,12 +130,9 @@ static int algo_token_bucket_consume(const struct algo_params *p, void *state, i
 static int algo_token_bucket_params(struct algo_params *q, int64_t burst, int64_t precision)
 {
     (void)precision;
-    if (burst < 0)
-        return -SLUICE_EINVAL;
-    if (burst == INT64_MAX)
-        return -SLUICE_ERANGE;
-    q->burst = burst;
-    q->limit = burst + 1;
+    int rc = algo__bucket_burst(q, burst);
+    if (rc < 0)
+        return rc;
     if (__builtin_mul_overflow(q->limit, q->period_ns, &q->scaled_cap) ||
         q->scaled_cap >= ALGO_DEBT_BOUND)
         return -SLUICE_ERANGE;

@@ -210,12 +210,9 @@ static int algo_wu__derive(struct algo_params *q)
 static int algo_warmup_params(struct algo_params *q, int64_t burst, int64_t precision)
 {
     (void)precision;
-    if (burst < 0)
-        return -SLUICE_EINVAL;
-    if (burst == INT64_MAX)
-        return -SLUICE_ERANGE;
-    q->burst = burst;
-    q->limit = burst + 1;
+    int rc = algo__bucket_burst(q, burst);
+    if (rc < 0)
+        return rc;
     q->warmup_ns = q->period_ns;
     q->cold_factor = ALGO_COLD_FACTOR_DEFAULT;
     return algo_wu__derive(q);
