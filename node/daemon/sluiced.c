@@ -700,29 +700,9 @@ int main(int argc, char **argv)
         log_error("cannot create the server: %s", sluice_strerror(rc));
         goto out_cmds;
     }
-    /* Before the socket exists: a client that sees it may stop us at once. */
-    daemon_raise_nofile(scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
-    rc = server_start(d.srv);
-    if (rc == 0 && scfg.listen != NULL && !server_tcp_loopback(d.srv) && ccfg.requirepass == NULL) {
-        /* Beyond loopback anyone on the network could decide and reload:
-         * the Unix socket's permissions do not reach there. */
-        log_error("--listen %s is not a loopback address: set requirepass (requirepass = under "
-                  "[sluiced], or --requirepass-file FILE) so TCP clients must AUTH",
-                  scfg.listen);
-        rc = -SLUICE_ECONFIG;
-        status = 2;
-    } else if (rc < 0) {
-        log_error("%s", server_error(d.srv));
-    }
-    if (rc < 0) {
-        server_close(d.srv);
-        cluster_stop(d.cluster, NULL, NULL);
-        uv_run(&d.loop, UV_RUN_DEFAULT);
-        goto out_server;
-    }
-    if (scfg.listen != NULL)
-        log_info("RESP also on TCP %s (port %d)%s", scfg.listen, server_tcp_port(d.srv),
-                 ccfg.requirepass != NULL ? ", AUTH required" : "");
+    /* Every other listener before the Unix socket: the socket is what
+     * clients and supervisors wait for, so once it exists all of them
+     * answer. */
     if (metrics_addr != NULL) {
         struct http_config hcfg = {.bind = metrics_addr};
         rc = http_create(&d.loop, &hcfg, &d.http);
@@ -758,6 +738,8 @@ int main(int argc, char **argv)
             goto out_server;
         }
     }
+    /* Signals before the socket exists: a client or supervisor that sees it
+     * may stop us at once (libuv holds the signal until the loop runs). */
     uv_timer_init(&d.loop, &d.maintain);
     d.maintain.data = &d;
     uv_timer_start(&d.maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
@@ -770,6 +752,27 @@ int main(int argc, char **argv)
     uv_signal_init(&d.loop, &d.sighup);
     d.sighup.data = &d;
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);
+    daemon_raise_nofile(scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
+    rc = server_start(d.srv);
+    if (rc == 0 && scfg.listen != NULL && !server_tcp_loopback(d.srv) && ccfg.requirepass == NULL) {
+        /* Beyond loopback anyone on the network could decide and reload:
+         * the Unix socket's permissions do not reach there. */
+        log_error("--listen %s is not a loopback address: set requirepass (requirepass = under "
+                  "[sluiced], or --requirepass-file FILE) so TCP clients must AUTH",
+                  scfg.listen);
+        rc = -SLUICE_ECONFIG;
+        status = 2;
+    } else if (rc < 0) {
+        log_error("%s", server_error(d.srv));
+    }
+    if (rc < 0) {
+        daemon_shutdown(&d);
+        uv_run(&d.loop, UV_RUN_DEFAULT);
+        goto out_server;
+    }
+    if (scfg.listen != NULL)
+        log_info("RESP also on TCP %s (port %d)%s", scfg.listen, server_tcp_port(d.srv),
+                 ccfg.requirepass != NULL ? ", AUTH required" : "");
     log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION, socket_path,
              scfg.socket_mode, scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
     uv_run(&d.loop, UV_RUN_DEFAULT);
