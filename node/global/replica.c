@@ -71,13 +71,12 @@ struct member {
 
 /* ---- node side: a key this node serves ---------------------------------- */
 
-#define NK_YOUNG    0x01u /* created while young: waits for a cold lease */
+#define NK_YOUNG    0x01u /* created while young: waits for a settled owner */
 #define NK_DIRTY    0x02u /* report at the next tick */
 #define NK_IDLE     0x04u /* the idle report went out */
 #define NK_LEASED   0x08u /* a lease arrived at least once */
 #define NK_DEGRADED 0x10u /* owner silent: the node keeps its last lease */
 #define NK_GROWN    0x20u /* past its first second: demand is an EWMA */
-#define NK_TOPPED   0x40u /* the cold top-up was given */
 
 /* Local state of a window algorithm under a lease: its own params with the
  * node's share of the count, then the algorithm's state. */
@@ -96,10 +95,25 @@ struct nkey {
                             born while the key is young: see replica__demand) */
     double tokens;       /* the lease bucket */
     int64_t last_ns;     /* last refill */
-    int64_t last_req, last_report, last_lease, born;
+    int64_t last_req, last_lease;
+    uint32_t last_report, born; /* ms, mod 2^32 (replica__ms): only recent ages matter */
     uint64_t admitted;
-    struct wloc *w; /* window kinds only */
+    uint32_t granted_m; /* grants received, running total (thousandths, mod 2^32) */
+    uint32_t leased_by; /* wire_life_tag of the owner life that last leased it,
+                           settled; 0: none (see replica__on_report) */
+    struct wloc *w;     /* window kinds only */
 };
+
+/* A time in ms mod 2^32, and the ns since one (valid up to 49 days). */
+static uint32_t replica__ms(int64_t ns)
+{
+    return (uint32_t)(uint64_t)(ns / NUM_NS_PER_MS);
+}
+
+static int64_t replica__since(uint32_t then_ms, int64_t now)
+{
+    return (int64_t)(uint32_t)(replica__ms(now) - then_ms) * NUM_NS_PER_MS;
+}
 
 /* ---- owner side: a key this node aggregates ------------------------------ */
 
@@ -107,21 +121,36 @@ struct nkey {
 #define REP_IDLE  0x02u
 #define REP_FRESH 0x04u /* reported since the last lease computation */
 
+/* 56 bytes: owner records are many (one per key and reporting node). */
 struct orep {
-    uint32_t member;
-    uint32_t period_ms; /* the reporter's report period */
     uint64_t life;
-    float demand, fshare, share, sent_share;
     int64_t last_at;
     uint64_t admitted;
+    float demand, share, sent_share;
+    float tokens;           /* units left in its bucket at its last report */
+    uint32_t g_sent, g_ack; /* grants sent to this life / acknowledged (running
+                               totals in thousandths, mod 2^32) */
+    uint16_t member;
+    uint16_t fshare_q;  /* its frozen share in 1/FSHARE_ONE (rounded down) */
+    uint16_t period_cs; /* its report period in centiseconds (rounded up) */
     uint8_t flags;
 };
+
+#define FSHARE_ONE 65535.0
+
+static double replica__rep_fshare(const struct orep *rp)
+{
+    return (double)rp->fshare_q / FSHARE_ONE;
+}
 
 struct okey {
     struct rlimit p;
     uint32_t idx;
     int64_t created_at, computed_at;
-    int64_t tat; /* optimistic keys: the cluster's reported consumption as a GCRA */
+    /* The cluster's bucket as a GCRA: the consumption reported and, for
+     * share keys, assumed (see "The cluster's bucket"); optimistic keys
+     * repay what goes beyond it (replica__debt). */
+    int64_t tat;
     uint32_t n, cap;
     struct orep *reps;
 };
@@ -245,7 +274,7 @@ static struct wire_writer *replica__writer(struct replica *r, uint32_t id, int t
         if (m->outbuf[t] == NULL)
             return NULL;
         wire_writer_init(&m->out[t], m->outbuf[t], r->max_msg, t == 0 ? WIRE_REPORT : WIRE_LEASE,
-                         life);
+                         life, r->life);
     }
     return &m->out[t];
 }
@@ -608,9 +637,10 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
     k->p.flags = NK_DIRTY;
     double n = r->nlive > 0 ? (double)r->nlive : 1.0;
     k->share = (float)replica__default_share(r, now);
-    k->last_ns = k->last_report = k->last_lease = now;
+    k->last_ns = k->last_lease = now;
+    k->last_report = replica__ms(now);
     k->last_req = now;
-    k->born = now;
+    k->born = replica__ms(now);
     /* The fractional part is spread by a hash of (key, node): were every
      * node to start at the same fraction, all would wait for their first
      * whole unit together and the cluster would lose N/2 units of rate. */
@@ -776,6 +806,23 @@ static struct orep *replica__rep(struct okey *o, uint32_t member)
     return NULL;
 }
 
+/* Pours units into a GCRA's theoretical arrival time *tat at now. */
+static void replica__pour(int64_t *tat, uint64_t units, const struct algo_params *p, int64_t now)
+{
+    double add = (double)units * (double)p->period_ns / (double)p->count;
+    int64_t base = *tat > now ? *tat : now;
+    *tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
+}
+
+/* The cluster's bucket of o is taken as empty now, unless fuller. */
+static void replica__assume_empty(struct okey *o, const struct algo_params *p, int64_t now)
+{
+    int64_t tat = now;
+    replica__pour(&tat, (uint64_t)replica__limit(&o->p), p, now);
+    if (o->tat < tat)
+        o->tat = tat;
+}
+
 static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
                                const struct wire_report *e)
 {
@@ -802,6 +849,7 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
         }
         o->created_at = r->now;
         o->computed_at = r->now;
+        o->tat = r->now;
     } else {
         o = okey_of(te);
     }
@@ -826,29 +874,57 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
         }
         rp = &o->reps[o->n++];
         memset(rp, 0, sizeof(*rp));
-        rp->member = from;
+        rp->member = (uint16_t)from;
         rp->sent_share = -1.0;
     }
-    int same_life = rp->life == life;
+    int same_life = rp->life == life && rp->last_at > 0;
+    int share = o->p.policy == POLICY_PARTITION_SHARE;
+    uint32_t granted = (uint32_t)e->granted_milli;
     if (!same_life) {
         rp->life = life;
         rp->sent_share = -1.0; /* a new life needs its lease */
+        rp->g_sent = rp->g_ack = granted;
+        /* The cluster's bucket learns what this life took before this
+         * owner heard of it: all of it if no settled owner ever leased it
+         * the key (a new key, a new life); nothing if this owner's life
+         * did (it was counted then); and if another owner did (a moved
+         * key, or this owner's past life), this one cannot know what the
+         * key's other users took meanwhile: a share key's bucket is taken
+         * as empty (it refills before the owner grants), an optimistic
+         * key's is not (availability first). */
+        if (e->leased_by == 0) {
+            replica__pour(&o->tat, e->admitted, &p, r->now);
+        } else if (e->leased_by != wire_life_tag(r->life)) {
+            if (share)
+                replica__assume_empty(o, &p, r->now);
+        } else if (share) {
+            /* Back after this owner let it go (and took what it held out
+             * of the bucket): what it still holds is counted as held. */
+            double back = (double)e->tokens_milli / 1000.0 * (double)p.period_ns / (double)p.count;
+            o->tat = (double)(o->tat - r->now) > back ? o->tat - (int64_t)back : r->now;
+        }
+    } else if (e->admitted >= rp->admitted) {
+        /* What a side admitted beyond the limit during a partition arrives
+         * here at once after healing (optimistic keys repay it). */
+        replica__pour(&o->tat, e->admitted - rp->admitted, &p, r->now);
+    } else {
+        /* The node dropped the key and made it anew: its counts restarted. */
+        replica__pour(&o->tat, e->admitted, &p, r->now);
+        rp->g_sent = rp->g_ack = granted;
     }
-    /* Optimistic keys keep the cluster's consumption, poured as reports
-     * bring it: what a side admitted beyond the limit during a partition
-     * arrives at once after healing and is repaid (see replica__compute).
-     * Only increments of a life already known are poured, so a new owner
-     * or a restarted node counts nothing twice. */
-    if (o->p.policy == POLICY_PARTITION_OPTIMISTIC && same_life && e->admitted > rp->admitted &&
-        rp->last_at > 0) {
-        double add = (double)(e->admitted - rp->admitted) * (double)p.period_ns / (double)p.count;
-        int64_t base = o->tat > r->now ? o->tat : r->now;
-        o->tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
-    }
+    /* Running totals compared mod 2^32: ahead means another owner granted
+     * meanwhile; more outstanding than a whole burst means the node's
+     * total restarted. */
+    if ((uint32_t)(granted - rp->g_sent) < 0x80000000u ||
+        (double)(uint32_t)(rp->g_sent - granted) > 1000.0 * (double)replica__limit(&o->p))
+        rp->g_sent = granted;
+    rp->g_ack = granted;
+    rp->tokens = (float)((double)e->tokens_milli / 1000.0);
     rp->demand = (float)((double)e->demand_milli / 1000.0);
-    rp->fshare = (float)((double)e->frozen_share / (double)WIRE_ONE);
+    rp->fshare_q = (uint16_t)floor((double)e->frozen_share / (double)WIRE_ONE * FSHARE_ONE);
     rp->admitted = e->admitted;
-    rp->period_ms = (uint32_t)e->period_ms;
+    uint64_t cs = (e->period_ms + 9) / 10;
+    rp->period_cs = (uint16_t)(cs < 1 ? 1 : cs > 65535 ? 65535 : cs);
     rp->last_at = r->now;
     rp->flags = (uint8_t)(REP_FRESH | ((e->flags & WIRE_R_YOUNG) ? REP_YOUNG : 0) |
                           ((e->flags & WIRE_R_IDLE) ? REP_IDLE : 0));
@@ -859,7 +935,7 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
  * its periods (at least a silence window). */
 static int replica__rep_live(const struct replica *r, const struct orep *rp, int64_t now)
 {
-    int64_t win = (int64_t)rp->period_ms * 3000000LL;
+    int64_t win = (int64_t)rp->period_cs * 30000000LL;
     if (win < r->silence)
         win = r->silence;
     /* A report is proof of life: a member this node's membership has not
@@ -869,8 +945,8 @@ static int replica__rep_live(const struct replica *r, const struct orep *rp, int
     return now - rp->last_at <= win && (m->in_view || !m->was_viewed);
 }
 
-static void replica__apply_lease(struct replica *r, struct nkey *k, double share, uint64_t flags,
-                                 int64_t now);
+static void replica__apply_lease(struct replica *r, struct nkey *k, uint64_t owner_life,
+                                 double share, uint64_t flags, uint64_t grant_m, int64_t now);
 
 /* A silent reporter whose share is released rather than held: the failure
  * detector calls it unreachable and this node sees a strict majority of
@@ -903,14 +979,6 @@ static int64_t replica__debt(const struct okey *o, int64_t now)
     double tol = (double)replica__limit(&o->p) * em + 2.0 * (double)NUM_NS_PER_S;
     double over = (double)o->tat - (double)now - tol;
     return over > 9e18 ? INT64_MAX : (int64_t)over;
-}
-
-/* Whether a reporter uses the key: it asks for it (demand), or took some
- * and its bucket has not refilled (not idle).  A node that only peeked, or a
- * restarted one that has taken nothing yet, does not. */
-static int replica__rep_active(const struct orep *rp)
-{
-    return !(rp->flags & REP_IDLE) && (rp->demand > 0.0F || rp->admitted > 0);
 }
 
 /* Demand-weighted split of avail among the live reporters: shares in
@@ -978,13 +1046,99 @@ static void replica__split(struct replica *r, struct okey *o, double avail, doub
     }
 }
 
+/*
+ * The cluster's bucket.  Shares split the rate, and each node's bucket
+ * holds its share of the burst; but a share that shrinks throws its extra
+ * units away and one that grows gets none, so a key whose burst matters more
+ * than its rate (15 a minute with a burst of 15, spread over many nodes)
+ * would admit far less than one central bucket.  So the owner keeps that
+ * central bucket as a GCRA (o->tat) fed by the units its reporters
+ * admitted, and knows what each holds: its last report's tokens, plus what
+ * it refilled since at the share it was leased, plus grants it has not
+ * acknowledged.  A silent reporter may be spending: it counts as holding
+ * what it held plus all it could have refilled since; a presumed-dead one
+ * holds nothing.
+ *
+ * What the central bucket has beyond all that is granted to the live
+ * reporters with room in their buckets, in proportion to the room (leases
+ * carry the running total, rp->g_sent), by a settled owner only (a new or
+ * cut-off one does not know enough).  The account errs on the side of
+ * holding: what it cannot know (a moved key's past, a silent node's
+ * spending) counts as taken, so a grant never makes a unit twice.
+ */
+
+/* Units rp holds, by its owner's account; *room: what its bucket could
+ * take at its new share.  -1 for a reporter presumed dead. */
+static double replica__held(const struct replica *r, const struct orep *rp, int64_t now, double em,
+                            double limit, double *room)
+{
+    double had = rp->sent_share > 0.0F ? rp->sent_share : 0.0;
+    double since = now > rp->last_at ? (double)(now - rp->last_at) : 0.0;
+    /* Leased nothing, a node cannot spend a part of a unit: it is not
+     * held (a share later refills it, a unit early at most). */
+    double h = had > 0.0 ? rp->tokens + had * since / em : floor(rp->tokens);
+    double out = (double)(uint32_t)(rp->g_sent - rp->g_ack) / 1000.0;
+    *room = 0.0;
+    if (replica__rep_live(r, rp, now)) {
+        double cap = had * limit < 1.0 ? 1.0 : had * limit;
+        if (h > cap + 1.0)
+            h = cap + 1.0; /* a bucket holds no more (headroom included) */
+        if (rp->share > 0.0F) {
+            double room_ = (rp->share * limit < 1.0 ? 1.0 : rp->share * limit) - h - out;
+            *room = room_ > 0.0 ? room_ : 0.0;
+        }
+    } else if (replica__presumed_dead(r, rp)) {
+        return -1.0; /* what it held died with it */
+    }
+    return h + out;
+}
+
+/* The central bucket's units that nobody holds (negative: the nodes hold
+ * more, e.g. the first units of a key each node takes before its owner
+ * hears of it). */
+static double replica__slack(const struct replica *r, const struct okey *o, int64_t now)
+{
+    double em = (double)o->p.period_ns / (double)o->p.count; /* ns per unit */
+    double limit = (double)replica__limit(&o->p);
+    double used = o->tat > now ? (double)(o->tat - now) / em : 0.0;
+    double slack = limit - used, room;
+    for (uint32_t i = 0; i < o->n; i++) {
+        double h = replica__held(r, &o->reps[i], now, em, limit, &room);
+        if (h > 0.0)
+            slack -= h;
+    }
+    return slack;
+}
+
+/* Grants slack units to the live reporters with room (see above). */
+static void replica__grant(const struct replica *r, struct okey *o, double slack, int64_t now)
+{
+    double em = (double)o->p.period_ns / (double)o->p.count;
+    double limit = (double)replica__limit(&o->p);
+    double roomsum = 0.0, room;
+    for (uint32_t i = 0; i < o->n; i++) {
+        (void)replica__held(r, &o->reps[i], now, em, limit, &room);
+        roomsum += room;
+    }
+    if (slack < 0.05 || roomsum <= 0.0) /* parts of a unit too: they complete one */
+        return;
+    double give = slack < roomsum ? slack : roomsum;
+    for (uint32_t i = 0; i < o->n; i++) {
+        struct orep *rp = &o->reps[i];
+        (void)replica__held(r, rp, now, em, limit, &room);
+        if (room > 0.0)
+            rp->g_sent +=
+                (uint32_t)ceil(give * room / roomsum * 1000.0); /* whole units stay whole */
+    }
+}
+
 /* Splits a key's limit between its reporters and sends the leases that
  * changed or were asked for. */
 static void replica__compute(struct replica *r, struct table_entry *te, int64_t now)
 {
     struct okey *o = okey_of(te);
     double reserved = 0.0, dsum = 0.0;
-    uint32_t nlive = 0, active = 0;
+    uint32_t nlive = 0;
     /* Drop reporters that are gone; sum live demand and reserved shares. */
     for (uint32_t i = 0; i < o->n;) {
         struct orep *rp = &o->reps[i];
@@ -992,6 +1146,16 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         int idle = (rp->flags & REP_IDLE) != 0;
         int gone = !r->mem[rp->member].in_view && r->mem[rp->member].was_viewed;
         if (!live && (idle || gone || now - rp->last_at > r->phantom_max)) {
+            /* A node that went quiet still holds what its bucket held and
+             * may spend it when it comes back: out of the cluster's bucket
+             * until it reports again (replica__on_report gives back what
+             * it then still holds).  A gone node's units went with it. */
+            if (!gone && o->p.bucket && o->p.policy == POLICY_PARTITION_SHARE &&
+                rp->tokens > 0.0F) {
+                struct algo_params p;
+                if (replica__params_of(&p, &o->p) == 0)
+                    replica__pour(&o->tat, (uint64_t)ceil(rp->tokens), &p, now);
+            }
             *rp = o->reps[--o->n];
             continue;
         }
@@ -1002,19 +1166,12 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
                    !replica__presumed_dead(r, rp)) {
             reserved += rp->share;
         }
-        if (replica__rep_active(rp))
-            active++;
         i++;
     }
     o->p.flags = 0;
     o->computed_at = now;
     if (nlive == 0)
         return;
-    double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
-    if (o->p.policy == POLICY_PARTITION_OPTIMISTIC && replica__debt(o, now) > 0)
-        avail = 0.0; /* repaying: nobody admits until the cluster is back */
-    if (avail < 0.0)
-        avail = 0.0;
     int64_t since = o->created_at > r->view_changed_at ? o->created_at : r->view_changed_at;
     /* Settled: the view has held still for a silence window, this owner is
      * not new to it, and the view is whole or this side is a strict
@@ -1022,14 +1179,12 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
     int whole = r->complete || replica__majority(r);
     int settled = whole && now - since >= r->silence && now - r->born >= r->silence &&
                   !replica__young(r, now);
+    double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
+    if (o->p.policy == POLICY_PARTITION_OPTIMISTIC && replica__debt(o, now) > 0)
+        avail = 0.0; /* repaying: nobody admits until the cluster is back */
+    if (avail < 0.0)
+        avail = 0.0;
     int caution = o->p.policy == POLICY_PARTITION_SHARE && !settled;
-    /* The cold verdict needs an owner that has heard every reporter: a
-     * settled view and a record older than the longest report period, so
-     * every node using the key has reported it (a restarted owner hears the
-     * survivors first; two nodes whose first requests are a few ms apart
-     * are not each told that they are alone). */
-    int can_say_cold = whole && now - r->view_changed_at >= r->silence &&
-                       now - o->created_at >= r->silence + r->interval && !replica__young(r, now);
     replica__split(r, o, avail, dsum, now);
     if (caution) {
         /* Until the owner has heard everyone through a settled, complete
@@ -1040,9 +1195,9 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
             struct orep *rp = &o->reps[i];
             if (!replica__rep_live(r, rp, now))
                 continue;
-            if (rp->fshare > 0.0) {
-                if (rp->share > rp->fshare)
-                    rp->share = rp->fshare;
+            if (rp->fshare_q > 0) {
+                if (rp->share > replica__rep_fshare(rp))
+                    rp->share = (float)replica__rep_fshare(rp);
                 held += rp->share;
             } else {
                 fresh += rp->share;
@@ -1053,10 +1208,12 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
             room = 0.0;
         for (uint32_t i = 0; fresh > room && i < o->n; i++) {
             struct orep *rp = &o->reps[i];
-            if (replica__rep_live(r, rp, now) && rp->fshare <= 0.0)
+            if (replica__rep_live(r, rp, now) && rp->fshare_q == 0)
                 rp->share *= (float)(room / fresh);
         }
     }
+    if (settled && o->p.bucket)
+        replica__grant(r, o, replica__slack(r, o, now), now);
     for (uint32_t i = 0; i < o->n; i++) {
         struct orep *rp = &o->reps[i];
         if (!replica__rep_live(r, rp, now))
@@ -1064,26 +1221,26 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         double w = rp->share;
         double diff = fabs(w - rp->sent_share);
         int changed = rp->sent_share < 0.0 || diff > SHARE_EPS * (rp->sent_share + 0.01);
-        if (!changed && !(rp->flags & REP_FRESH))
+        /* A grant not acknowledged yet goes out again (running total). */
+        if (!changed && !(rp->flags & REP_FRESH) && rp->g_sent == rp->g_ack)
             continue;
         rp->flags &= (uint8_t)~REP_FRESH;
         rp->sent_share = (float)w;
-        /* Cold for this reporter: it uses the key and nobody else does (so
-         * a lone consumer has the whole burst; a node that only peeked is
-         * told nothing, or it would hold a unit it never asked for). */
-        int self_active = replica__rep_active(rp);
-        int cold = can_say_cold && self_active && active - (uint32_t)self_active == 0;
-        uint64_t lflags = (cold ? WIRE_L_COLD : 0) | (settled ? WIRE_L_SETTLED : 0);
+        uint64_t lflags = settled ? WIRE_L_SETTLED : 0;
         uint64_t s = (uint64_t)(w * (double)WIRE_ONE);
         if (s > WIRE_ONE)
             s = WIRE_ONE;
         if (rp->member == r->self) {
+            /* As from any owner: only while this node owns the key by its
+             * own view (a record left from an earlier view must not lease). */
             struct table_entry *ne = table_find(r->nodes, table_entry_key(te), te->klen);
-            if (ne != NULL && rp->life == r->life)
-                replica__apply_lease(r, nkey_of(ne), (double)s / (double)WIRE_ONE, lflags, now);
+            if (ne != NULL && rp->life == r->life &&
+                replica__owner(r, nkey_of(ne), table_entry_key(te), te->klen) == r->self)
+                replica__apply_lease(r, nkey_of(ne), r->life, (double)s / (double)WIRE_ONE, lflags,
+                                     rp->g_sent, now);
             continue;
         }
-        struct wire_lease l = {table_entry_key(te), te->klen, s, lflags};
+        struct wire_lease l = {table_entry_key(te), te->klen, s, lflags, rp->g_sent, 0};
         if (replica__append(r, rp->member, 1, rp->life, NULL, &l) == 0)
             r->st.lease_entries_sent++;
     }
@@ -1091,19 +1248,24 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
 
 /* ---- node side: leases and reports ------------------------------------------------ */
 
-static void replica__apply_lease(struct replica *r, struct nkey *k, double share, uint64_t flags,
-                                 int64_t now)
+static void replica__apply_lease(struct replica *r, struct nkey *k, uint64_t owner_life,
+                                 double share, uint64_t flags, uint64_t grant_m, int64_t now)
 {
     k->last_lease = now;
+    if (flags & WIRE_L_SETTLED)
+        k->leased_by = (uint32_t)wire_life_tag(owner_life);
     k->p.flags &= (uint8_t)~NK_DEGRADED;
     /* A young life takes only leases from owners that know the cluster (a
      * settled owner, past its own young period): the owner a restarted node
      * finds first may be another restarted node with nothing. */
-    if (replica__young(r, now) && !(flags & WIRE_L_SETTLED)) {
+    if (replica__young(r, now) && !(flags & WIRE_L_SETTLED))
         share = 0.0;
-        flags &= ~(uint64_t)WIRE_L_COLD;
-    }
+    double before = k->tokens;
     replica__set_share(k, share, now);
+    /* Units a smaller share threw away go back to the cluster's bucket
+     * once the owner hears of it: tell it now, even if the key is idle. */
+    if (k->tokens < before - 0.01)
+        k->p.flags |= NK_DIRTY;
     if (!(k->p.flags & NK_LEASED)) {
         /* The first lease trims the first-touch unit to the node's part of
          * the burst: a node leased nothing keeps nothing (the floor of one
@@ -1113,15 +1275,17 @@ static void replica__apply_lease(struct replica *r, struct nkey *k, double share
         if (part < 1.0 && whole >= 1.0) /* keep the fraction: it spreads the nodes */
             k->tokens = k->tokens - whole + floor(part);
     }
-    if ((flags & WIRE_L_COLD) && !(k->p.flags & NK_TOPPED)) {
-        /* The first word that nobody else uses the key: the bucket is the
-         * whole of its share, less what this node took before (once per
-         * key: later it refills at its rate like any other). */
-        double whole = share * (double)replica__limit(&k->p); /* no headroom here */
-        double top = (whole < 1.0 ? 1.0 : whole) - (double)k->admitted;
-        if (k->tokens < top)
-            k->tokens = top;
-        k->p.flags |= NK_TOPPED;
+    uint32_t ahead = (uint32_t)grant_m - k->granted_m;
+    if (ahead != 0 && ahead < 0x80000000u) {
+        /* Units of the cluster's bucket nobody held: the owner's running
+         * total (mod 2^32), so a grant whose lease was lost arrives with
+         * the next one and none is added twice.  Beyond the bucket's
+         * capacity they are lost (the owner sizes them to fit). */
+        k->tokens += (double)ahead / 1000.0;
+        k->granted_m = (uint32_t)grant_m;
+        double cap = replica__cap(k, k->share);
+        if (k->tokens > cap)
+            k->tokens = cap;
     }
     k->p.flags = (uint8_t)((k->p.flags & ~NK_YOUNG) | NK_LEASED);
     if (flags & WIRE_L_SETTLED) {
@@ -1159,7 +1323,8 @@ static void replica__rx_lease(void *ud, uint64_t life, const struct wire_lease *
         r->st.stale_leases++;
         return;
     }
-    replica__apply_lease(r, k, (double)l->share / (double)WIRE_ONE, l->flags, r->now);
+    replica__apply_lease(r, k, l->owner_life, (double)l->share / (double)WIRE_ONE, l->flags,
+                         l->grant_milli, r->now);
 }
 
 int replica_receive(struct replica *r, const char *from, const uint8_t *buf, size_t len,
@@ -1196,7 +1361,7 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
  * DEMAND_TAU_S, one step per tick (dt: since the previous tick). */
 static void replica__demand(struct replica *r, struct nkey *k, int64_t now)
 {
-    double age = (double)(now - k->born) / (double)NUM_NS_PER_S;
+    double age = (double)replica__since(k->born, now) / (double)NUM_NS_PER_S;
     if (!(k->p.flags & NK_GROWN)) {
         if (age <= 0.0)
             return;
@@ -1280,10 +1445,13 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
         .period_ms = (uint64_t)((contested ? r->interval : ACTIVE_EVERY * r->interval) / 1000000LL),
         .flags =
             (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) | (idle ? WIRE_R_IDLE : 0)),
+        .tokens_milli = k->tokens > 0.0 ? (uint64_t)(k->tokens * 1000.0) : 0,
+        .granted_milli = k->granted_m,
+        .leased_by = k->leased_by,
     };
     if (w.frozen_share > WIRE_ONE)
         w.frozen_share = WIRE_ONE;
-    k->last_report = now;
+    k->last_report = replica__ms(now);
     k->p.flags &= (uint8_t)~NK_DIRTY;
     if (idle)
         k->p.flags |= NK_IDLE;
@@ -1307,7 +1475,7 @@ static int replica__due(const struct replica *r, const struct nkey *k, int64_t n
     if (replica__idle(r, k, now))
         return !(k->p.flags & NK_IDLE); /* one idle report, then silence */
     int64_t every = replica__contested(k) ? r->interval : ACTIVE_EVERY * r->interval;
-    return now - k->last_report >= every;
+    return replica__since(k->last_report, now) >= every - NUM_NS_PER_MS; /* ms-rounded */
 }
 
 void replica_tick(struct replica *r, int64_t now_ns)
@@ -1438,7 +1606,7 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
                                           rp->demand,
                                           rp->share,
                                           replica__rep_live(r, rp, r->now),
-                                          rp->fshare};
+                                          replica__rep_fshare(rp)};
             fn(ud, &s);
         }
     } else if (e != NULL) {

@@ -21,9 +21,10 @@
  *  - Report.  Every node that serves a key reports it to the key's owner,
  *    many keys per direct message (global/wire.h): the limit, the node's
  *    demand (requested units per second, denied ones included), what it
- *    admitted, and the share it last held while the cluster was whole (its
- *    frozen share).  Contested keys report every interval, active ones every
- *    few, an idle key once when it goes idle, then never.
+ *    admitted, the units left in its bucket, and the share it last held
+ *    while the cluster was whole (its frozen share).  Contested keys report
+ *    every interval, active ones every few, an idle key once when it goes
+ *    idle, then never.
  *  - Lease.  The owner splits the limit between the nodes reporting demand,
  *    by demand, and answers each with its share s.  A node enforces its
  *    lease locally, in microseconds: a bucket of capacity max(1, s x limit)
@@ -33,6 +34,14 @@
  *    accuracy.  (Burst capacity is at least one unit per node with demand:
  *    with more such nodes than units of burst, a burst overshoots by at
  *    most one unit per node.)
+ *  - Grant.  Shares split the rate well, but the burst badly: a share that
+ *    shrinks throws units away and one that grows gets none, so a key whose
+ *    burst outweighs its rate (15 a minute, burst 15, on many nodes) would
+ *    admit a fraction of one central bucket.  The owner therefore keeps the
+ *    central bucket too, fed by what its reporters admitted, and grants
+ *    what no node holds to the nodes with room (replica.c, "The cluster's
+ *    bucket").  Its account errs on the side of holding: a moved key's
+ *    unknown past counts as spent, a silent node as spending.
  *  - Debt.  The window algorithms and the optimistic partition policy can
  *    admit more than the lease (a window's count is rounded per node; an
  *    optimistic side uses the full limit): the node runs a shadow bucket at
@@ -51,11 +60,11 @@
  *   their last lease, a new owner caps every reporter at its frozen share,
  *   so each side holds its last known share.  optimistic: a node whose owner
  *   is silent enforces the full limit and repays the excess after healing.
- * Restart.  A new life's key starts with an empty bucket, not a fresh quota,
- *   unless its owner says the key is cold cluster-wide (no reporter with
- *   demand, and the owner has owned it through a settled view); the empty
- *   bucket refills at 1/N of the rate until the first lease.  A new cluster
- *   (no owner holds anything) therefore serves at once.
+ * Restart.  A new life's key starts with less than one unit, not a fresh
+ *   quota, and gets nothing from an owner that is not settled; a settled
+ *   owner grants it what the central bucket has left, so a key the others
+ *   spent stays spent and a key nobody used fills.  A new cluster (no owner
+ *   holds anything) serves as soon as its owners settle.
  * Skew.  Nothing on the wire is a time: reports and leases carry counts,
  *   rates and fractions; each node measures durations on its own monotonic
  *   clock.  A host whose clock is off by an hour admits exactly what its
@@ -63,7 +72,7 @@
  * Bounds.  Node side: at most max_keys global keys (the daemon's --max-keys,
  *   evict or refuse as --on-full says), about 200 bytes each; a key whose
  *   bucket is full and that saw no request for gc_grace_ns is dropped.
- *   Owner side: at most max_owned key records, each 80 bytes plus 48 per
+ *   Owner side: at most max_owned key records, each 88 bytes plus 80 per
  *   reporting node; a record with no live reporter is dropped after a
  *   silence window (phantom_max_ns for reserved shares).
  *

@@ -77,8 +77,14 @@ static void wire__bin(struct enc *e, const char *s, size_t n)
     wire__put(e, s, n);
 }
 
+uint64_t wire_life_tag(uint64_t life)
+{
+    uint64_t t = (life ^ (life >> 32)) & 0xffffffffu;
+    return t != 0 ? t : 1;
+}
+
 void wire_writer_init(struct wire_writer *w, uint8_t *buf, size_t cap, enum wire_type type,
-                      uint64_t life)
+                      uint64_t life, uint64_t from)
 {
     w->buf = buf;
     w->cap = cap;
@@ -86,6 +92,7 @@ void wire_writer_init(struct wire_writer *w, uint8_t *buf, size_t cap, enum wire
     w->n = 0;
     w->type = (uint8_t)type;
     w->life = life;
+    w->from = from;
 }
 
 /* Commits an entry encoded into [buf + len, e.p) if it fitted. */
@@ -105,7 +112,7 @@ int wire_add_report(struct wire_writer *w, const struct wire_report *r)
     if (w->cap < WIRE_HEADER)
         return -SLUICE_ETOOBIG;
     struct enc e = {w->buf + w->len, w->buf + w->cap, 0};
-    uint8_t a = 0x9b; /* fixarray(11) */
+    uint8_t a = 0x9e; /* fixarray(14) */
     wire__put(&e, &a, 1);
     wire__bin(&e, r->key, r->klen);
     wire__uint(&e, r->kind);
@@ -119,6 +126,9 @@ int wire_add_report(struct wire_writer *w, const struct wire_report *r)
     wire__uint(&e, r->frozen_share);
     wire__uint(&e, r->period_ms);
     wire__uint(&e, r->flags);
+    wire__uint(&e, r->tokens_milli);
+    wire__uint(&e, r->granted_milli);
+    wire__uint(&e, r->leased_by);
     return wire__commit(w, &e);
 }
 
@@ -129,11 +139,12 @@ int wire_add_lease(struct wire_writer *w, const struct wire_lease *l)
     if (w->cap < WIRE_HEADER)
         return -SLUICE_ETOOBIG;
     struct enc e = {w->buf + w->len, w->buf + w->cap, 0};
-    uint8_t a = 0x93; /* fixarray(3) */
+    uint8_t a = 0x94; /* fixarray(4) */
     wire__put(&e, &a, 1);
     wire__bin(&e, l->key, l->klen);
     wire__uint(&e, l->share);
     wire__uint(&e, l->flags);
+    wire__uint(&e, l->grant_milli);
     return wire__commit(w, &e);
 }
 
@@ -142,9 +153,10 @@ size_t wire_writer_finish(struct wire_writer *w)
     if (w->cap < WIRE_HEADER)
         return 0;
     struct enc e = {w->buf, w->buf + WIRE_HEADER, 0};
-    uint8_t h[3] = {0x94, WIRE_VERSION, w->type};
+    uint8_t h[3] = {0x95, WIRE_VERSION, w->type};
     wire__put(&e, h, 3);
     wire__put_be(&e, 0xcf, w->life, 8);
+    wire__put_be(&e, 0xcf, w->from, 8);
     wire__put_be(&e, 0xdd, w->n, 4);
     return w->len;
 }
@@ -275,14 +287,17 @@ static int wire__report(struct dec *d, struct wire_report *r)
 {
     const uint8_t *a = wire__take(d, 1);
     uint64_t kind, pol;
-    if (a == NULL || *a != 0x9b || wire__key(d, &r->key, &r->klen) != 0 ||
+    if (a == NULL || *a != 0x9e || wire__key(d, &r->key, &r->klen) != 0 ||
         wire__u64(d, 255, &kind) != 0 || wire__u64(d, 255, &pol) != 0 ||
         wire__i64(d, &r->burst) != 0 || wire__i64(d, &r->count) != 0 ||
         wire__i64(d, &r->period_ns) != 0 || wire__i64(d, &r->precision) != 0 ||
         wire__u64(d, UINT64_MAX, &r->demand_milli) != 0 ||
         wire__u64(d, UINT64_MAX, &r->admitted) != 0 ||
         wire__u64(d, WIRE_ONE, &r->frozen_share) != 0 ||
-        wire__u64(d, UINT32_MAX, &r->period_ms) != 0 || wire__u64(d, 255, &r->flags) != 0)
+        wire__u64(d, UINT32_MAX, &r->period_ms) != 0 || wire__u64(d, 255, &r->flags) != 0 ||
+        wire__u64(d, UINT64_MAX, &r->tokens_milli) != 0 ||
+        wire__u64(d, UINT32_MAX, &r->granted_milli) != 0 ||
+        wire__u64(d, UINT32_MAX, &r->leased_by) != 0)
         return -SLUICE_EPROTO;
     r->kind = (uint8_t)kind;
     r->policy = (uint8_t)pol;
@@ -292,8 +307,9 @@ static int wire__report(struct dec *d, struct wire_report *r)
 static int wire__lease(struct dec *d, struct wire_lease *l)
 {
     const uint8_t *a = wire__take(d, 1);
-    if (a == NULL || *a != 0x93 || wire__key(d, &l->key, &l->klen) != 0 ||
-        wire__u64(d, WIRE_ONE, &l->share) != 0 || wire__u64(d, 255, &l->flags) != 0)
+    if (a == NULL || *a != 0x94 || wire__key(d, &l->key, &l->klen) != 0 ||
+        wire__u64(d, WIRE_ONE, &l->share) != 0 || wire__u64(d, 255, &l->flags) != 0 ||
+        wire__u64(d, UINT32_MAX, &l->grant_milli) != 0)
         return -SLUICE_EPROTO;
     return 0;
 }
@@ -304,12 +320,15 @@ static int wire__entries(const uint8_t *buf, size_t len, const struct wire_handl
 {
     struct dec d = {buf, buf + len};
     const uint8_t *p = wire__take(&d, 3);
-    if (p == NULL || p[0] != 0x94)
+    /* Version 1's header was an array of 4: told apart by its version. */
+    if (p == NULL || (p[0] != 0x95 && p[0] != 0x94))
         return -SLUICE_EPROTO;
     if (p[1] != WIRE_VERSION || (p[2] != WIRE_REPORT && p[2] != WIRE_LEASE))
         return -SLUICE_EINVAL;
+    uint64_t from;
     *type = p[2];
-    if (wire__u64(&d, UINT64_MAX, life) != 0)
+    if (p[0] != 0x95 || wire__u64(&d, UINT64_MAX, life) != 0 ||
+        wire__u64(&d, UINT64_MAX, &from) != 0)
         return -SLUICE_EPROTO;
     const uint8_t *t = wire__take(&d, 1);
     uint64_t n;
@@ -337,6 +356,7 @@ static int wire__entries(const uint8_t *buf, size_t len, const struct wire_handl
             struct wire_lease l;
             if (wire__lease(&d, &l) != 0)
                 return -SLUICE_EPROTO;
+            l.owner_life = from;
             if (h != NULL && h->lease != NULL)
                 h->lease(h->ud, *life, &l);
         }

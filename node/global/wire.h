@@ -4,9 +4,11 @@
  *
  * Two messages, each a batch of entries for many keys:
  *  - REPORT, from a node to the owner of each key in it: the limit, this
- *    node's demand, what it admitted, its frozen share and flags.
+ *    node's demand, what it admitted, its frozen share, the units left in
+ *    its bucket, the grants it has received, and flags.
  *  - LEASE, from an owner to one node: the node's share of each key's
- *    limit, and whether its bucket may start full (the key is cold).
+ *    limit, and the units the owner has granted it from the cluster's
+ *    bucket so far (a running total, so a lost lease loses no grant).
  * Nothing on the wire is an absolute time: a host's clock, however wrong,
  * changes only what that host admits.  Every value is a count, a rate or a
  * fraction; report periods are durations.
@@ -15,21 +17,26 @@
  * is an array32 patched when the batch is finished), so a writer fills
  * entries and always knows exactly how much room is left:
  *
- *   batch  = fixarray(4) [ version:uint  type:uint  life:uint64  entries ]
- *            +------+------+------+-------------+-------------------------+
- *            | 0x94 | 0x01 | type | 0xcf + 8 B  | 0xdd + 4 B count, ...   |
- *            +------+------+------+-------------+-------------------------+
+ *   batch  = fixarray(5) [ version:uint type:uint life:uint64 from:uint64 entries ]
+ *            +------+------+------+------------+------------+-------------------+
+ *            | 0x95 | 0x02 | type | 0xcf + 8 B | 0xcf + 8 B | 0xdd + 4 B count, |
+ *            +------+------+------+------------+------------+-------------------+
  *   life   = REPORT: the sender's life id; LEASE: the life id of the
  *            receiver the owner answers (a lease for an older life of the
  *            same name is dropped by the receiver)
- *   report = fixarray(11) [ key:bin kind:uint policy:uint burst:int
+ *   from   = the sender's life id (a node remembers which life of its
+ *            owner leased it, see leased_by)
+ *   report = fixarray(13) [ key:bin kind:uint policy:uint burst:int
  *            count:int period_ns:int precision:int demand_milli:uint
- *            admitted:uint frozen_share:uint period_ms:uint flags:uint ]
- *   lease  = fixarray(3)  [ key:bin share:uint flags:uint ]
+ *            admitted:uint frozen_share:uint period_ms:uint flags:uint
+ *            tokens_milli:uint granted_milli:uint leased_by:uint ]
+ *   lease  = fixarray(4)  [ key:bin share:uint flags:uint grant_milli:uint ]
  *
- * Shares are fixed point, WIRE_ONE (2^32) = the whole limit.  Integers use
- * msgpack's smallest encoding: a report for "user:42" is about 30 bytes, a
- * lease about 16.  Unknown versions, types or extra bytes are errors.
+ * Shares are fixed point, WIRE_ONE (2^32) = the whole limit; units are in
+ * thousandths.  Integers use msgpack's smallest encoding: a report for
+ * "user:42" is about 40 bytes, a lease about 20.  Unknown versions, types
+ * or extra bytes are errors (version 1, without tokens and grants, is not
+ * spoken: a cluster is upgraded all at once).
  */
 #ifndef SLUICE_WIRE_H
 #define SLUICE_WIRE_H
@@ -37,8 +44,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION 1
-#define WIRE_HEADER  17
+#define WIRE_VERSION 2
+#define WIRE_HEADER  26
 #define WIRE_KEY_MAX 4096
 #define WIRE_ONE     ((uint64_t)1 << 32)
 
@@ -48,8 +55,7 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2 };
 #define WIRE_R_YOUNG 0x01u /* the sender started recently: it has no past */
 #define WIRE_R_IDLE  0x02u /* the sender's bucket for the key is full */
 #define WIRE_R_GONE  0x04u /* the sender dropped the key */
-/* Lease flags. */
-#define WIRE_L_COLD    0x01u /* the key is cold cluster-wide: start full */
+/* Lease flags (0x01 was version 1's "cold"; grants replace it). */
 #define WIRE_L_SETTLED 0x02u /* the owner's view is complete and settled */
 
 struct wire_report {
@@ -62,6 +68,11 @@ struct wire_report {
     uint64_t frozen_share; /* WIRE_ONE-based; 0 = none yet */
     uint64_t period_ms;    /* when the owner should expect the next report */
     uint64_t flags;
+    uint64_t tokens_milli;  /* units left in the sender's bucket x 1000 */
+    uint64_t granted_milli; /* grants received for the key, running total x 1000,
+                               mod 2^32 */
+    uint64_t leased_by;     /* wire_life_tag of the owner life whose settled lease the
+                               sender last took for the key; 0: none yet */
 };
 
 struct wire_lease {
@@ -69,6 +80,9 @@ struct wire_lease {
     size_t klen;
     uint64_t share; /* WIRE_ONE-based, <= WIRE_ONE */
     uint64_t flags;
+    uint64_t grant_milli; /* units granted to this life for the key, running total x 1000,
+                             mod 2^32 */
+    uint64_t owner_life;  /* decoding: the batch's from (the owner's life); not written */
 };
 
 struct wire_writer {
@@ -76,12 +90,16 @@ struct wire_writer {
     size_t cap, len;
     uint32_t n;
     uint8_t type;
-    uint64_t life;
+    uint64_t life, from;
 };
 
-/* Starts a batch in buf (cap bytes, at least WIRE_HEADER). */
+/* Starts a batch in buf (cap bytes, at least WIRE_HEADER) from the sender's
+ * life `from`. */
 void wire_writer_init(struct wire_writer *w, uint8_t *buf, size_t cap, enum wire_type type,
-                      uint64_t life);
+                      uint64_t life, uint64_t from);
+
+/* A life id in the 32 bits a report spends on leased_by; never 0. */
+uint64_t wire_life_tag(uint64_t life);
 /* Appends one entry.  -SLUICE_ETOOBIG when it does not fit (the writer is
  * unchanged: finish and start another batch), -SLUICE_EINVAL for a bad
  * entry (empty or long key, wrong batch type). */

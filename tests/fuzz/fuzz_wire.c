@@ -33,13 +33,16 @@ const char *const *fuzz_seed_inputs(size_t **lens)
                             .admitted = 12,
                             .frozen_share = WIRE_ONE / 2,
                             .period_ms = 100,
-                            .flags = 0};
-    struct wire_lease l = {"user:42", 7, WIRE_ONE / 3, WIRE_L_SETTLED};
+                            .flags = 0,
+                            .tokens_milli = 3500,
+                            .granted_milli = 1000,
+                            .leased_by = 0x1234567};
+    struct wire_lease l = {"user:42", 7, WIRE_ONE / 3, WIRE_L_SETTLED, 2000, 0};
     struct wire_writer w;
-    wire_writer_init(&w, seed_buf[0], sizeof(seed_buf[0]), WIRE_REPORT, 5);
+    wire_writer_init(&w, seed_buf[0], sizeof(seed_buf[0]), WIRE_REPORT, 5, 5);
     wire_add_report(&w, &r);
     seed_lens[0] = wire_writer_finish(&w);
-    wire_writer_init(&w, seed_buf[1], sizeof(seed_buf[1]), WIRE_LEASE, 77);
+    wire_writer_init(&w, seed_buf[1], sizeof(seed_buf[1]), WIRE_LEASE, 77, 78);
     wire_add_lease(&w, &l);
     seed_lens[1] = wire_writer_finish(&w);
     seeds[0] = (const char *)seed_buf[0];

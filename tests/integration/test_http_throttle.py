@@ -194,10 +194,9 @@ class HttpCluster(unittest.TestCase):
             self.assertEqual(sent, 9 * self.LIMIT)
             # Local limits would admit 3 x 30 = 90: the cluster decides.
             self.assertLessEqual(total, 1.25 * self.LIMIT)
-            # A burst-only key (1 per hour) spread round robin is the
-            # replica's weak case (README: sparse spread keys under-admit);
-            # every node still gets its part.
-            self.assertGreaterEqual(total, 0.4 * self.LIMIT)
+            # A burst-only key (1 per hour) spread round robin: the owner
+            # grants what the shares leave, so about the whole burst.
+            self.assertGreaterEqual(total, 0.8 * self.LIMIT)
             self.assertTrue(all(a > 0 for a in admitted), admitted)
         finally:
             c.stop_all()

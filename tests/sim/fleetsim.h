@@ -37,7 +37,8 @@ struct fs_cfg {
     double skew;              /* node i's demand weight ~ 1 / (i + 1)^skew */
     enum algo_kind kind;      /* every key's algorithm (gcra by default) */
     int64_t burst;            /* per key (gcra, token-bucket) */
-    int64_t rate_lo, rate_hi; /* per key: units per second, uniform */
+    int64_t rate_lo, rate_hi; /* per key: units per period, uniform */
+    int64_t period_ns;        /* the keys' period; 0 = 1 s */
     double loss;              /* message loss */
     int64_t latency_ns, jitter_ns;
     int64_t interval_ns;
@@ -62,6 +63,10 @@ struct fs_cfg {
     int64_t burst_at;
     int burst_each;         /* every node, every key, at once */
     int64_t restart_window; /* restarted_ok counts this long */
+    /* A cluster started from nothing: every node starts young, sees only
+     * itself until cold_start_ns (gossip converging), then everyone, and is told
+     * it is new (what a node joining as a new member learns). */
+    int64_t cold_start_ns;
     int quiet;
     int trace; /* print cumulative admitted and oracle every 250 ms */
 };
@@ -217,13 +222,14 @@ static inline void fs_views(struct fleetsim *s)
 {
     int64_t t = s->now - s->t0 - s->c.detect_ns; /* what failure detection reports now */
     struct replica_member *m = malloc((size_t)s->c.n * sizeof(*m));
+    int alone = s->c.cold_start_ns > 0 && s->now - s->t0 < s->c.cold_start_ns;
     for (int i = 0; i < s->c.n; i++) {
         if (!s->nd[i].up)
             continue;
         size_t k = 0;
         int complete = 1;
         for (int j = 0; j < s->c.n; j++) {
-            if (!s->nd[j].member && j != i)
+            if ((!s->nd[j].member || alone) && j != i)
                 continue;
             int reach;
             if (j == i)
@@ -301,7 +307,7 @@ static inline int fs_init(struct fleetsim *s, const struct fs_cfg *c)
             s->nd[i].offset = c->skew_ns;
         if (i == c->skew_node2 && c->skew2_ns != 0)
             s->nd[i].offset = c->skew2_ns;
-        if (s->nd[i].member && fs_start_node(s, i, 0) != 0)
+        if (s->nd[i].member && fs_start_node(s, i, c->cold_start_ns > 0 ? -1 : 0) != 0)
             return -1;
     }
     double wsum = 0;
@@ -315,7 +321,8 @@ static inline int fs_init(struct fleetsim *s, const struct fs_cfg *c)
         int64_t rate = c->rate_lo + (int64_t)(fs_rand01(s) * (double)(c->rate_hi - c->rate_lo + 1));
         if (rate > c->rate_hi)
             rate = c->rate_hi;
-        if (algo_params_init(&s->kp[k], c->kind, c->burst, rate, FS_SEC, 0) != 0 ||
+        int64_t period = c->period_ns > 0 ? c->period_ns : FS_SEC;
+        if (algo_params_init(&s->kp[k], c->kind, c->burst, rate, period, 0) != 0 ||
             algo_state_size(&s->kp[k]) > FS_ORC_WORDS * sizeof(int64_t))
             return -1;
         algo_init(&s->kp[k], &s->orc_state[(size_t)k * FS_ORC_WORDS]);
@@ -323,8 +330,8 @@ static inline int fs_init(struct fleetsim *s, const struct fs_cfg *c)
             struct fs_stream *x = &s->st[s->nst];
             x->node = i;
             x->key = k;
-            x->lambda =
-                c->demand * (double)rate / 1e9 * (1.0 / pow((double)(i + 1), c->skew)) / wsum;
+            x->lambda = c->demand * (double)rate / (double)period *
+                        (1.0 / pow((double)(i + 1), c->skew)) / wsum;
             x->next = s->now + fs_exp(s, x->lambda);
             fs_slot_push(s, (uint32_t)s->nst);
             s->nst++;
@@ -424,6 +431,12 @@ static inline void fs_run(struct fleetsim *s)
         }
         if (s->c.die_at > 0 && rel == s->c.die_at) {
             fs_stop_node(s, s->c.dier);
+            s->view_dirty = 1;
+        }
+        if (s->c.cold_start_ns > 0 && rel == s->c.cold_start_ns) {
+            for (int i = 0; i < s->c.n; i++)
+                if (s->nd[i].up)
+                    replica_mark_synced(s->nd[i].r);
             s->view_dirty = 1;
         }
         if (s->c.burst_at > 0 && rel == s->c.burst_at)

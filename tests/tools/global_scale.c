@@ -13,6 +13,7 @@
  * replication state per key per node, from the structures' sizes.
  * Deterministic from --seed (default SLUICE_SEED, else 1).
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +22,19 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: global_scale [--nodes N] [--keys K] [--demand X] [--loss L]\n"
-               "                    [--seconds S] [--seed SEED] [--policy share|optimistic]\n"
-               "                    [--rate LO-HI] [--burst B] [--skew E] [--interval-ms MS]\n"
-               "                    [--verbose] [--trace]\n"
-               "  --verbose  also print admitted/oracle totals and replication counters\n"
-               "  --trace    print cumulative admitted and oracle every 250 ms\n");
+    fprintf(
+        f, "usage: global_scale [--nodes N] [--keys K] [--demand X] [--loss L]\n"
+           "                    [--seconds S] [--seed SEED] [--policy share|optimistic]\n"
+           "                    [--rate LO-HI] [--period-s S] [--burst B] [--skew E]\n"
+           "                    [--interval-ms MS] [--cold-start-ms MS]\n"
+           "                    [--verbose] [--trace]\n"
+           "  --verbose  also print admitted/oracle totals and replication counters\n"
+           "  --trace    print cumulative admitted and oracle every 250 ms\n"
+           "  --period-s       the keys' period (rates are units per period; default 1)\n"
+           "  --cold-start-ms  start every node young and alone for MS (a new cluster)\n"
+           "  --partition AT,LEN,SPLIT   a two-way partition [0,SPLIT) | [SPLIT,N) (seconds)\n"
+           "  --kill AT,RESTART,V        kill -9 nodes 0..V-1, restart them (ms)\n"
+           "  --churn JOIN,DIE,LEAVE     node N-1 joins, node 1 dies, node 2 leaves (s; 0 none)\n");
 }
 
 int main(int argc, char **argv)
@@ -68,6 +76,16 @@ int main(int argc, char **argv)
             c.burst = atoll(v);
         else if (strcmp(a, "--skew") == 0)
             c.skew = atof(v);
+        else if (strcmp(a, "--period-s") == 0)
+            c.period_ns = atoll(v) * FS_SEC;
+        else if (strcmp(a, "--cold-start-ms") == 0)
+            c.cold_start_ns = atoll(v) * FS_MSEC;
+        else if (strcmp(a, "--partition") == 0) /* AT,LEN,SPLIT in seconds, nodes */
+            sscanf(v, "%" SCNd64 ",%" SCNd64 ",%d", &c.part_at, &c.part_len, &c.split);
+        else if (strcmp(a, "--kill") == 0) /* AT_MS,RESTART_MS,VICTIMS */
+            sscanf(v, "%" SCNd64 ",%" SCNd64 ",%d", &c.kill_at, &c.restart_at, &c.victims);
+        else if (strcmp(a, "--churn") == 0) /* JOIN,DIE,LEAVE in seconds (0: none) */
+            sscanf(v, "%" SCNd64 ",%" SCNd64 ",%" SCNd64, &c.join_at, &c.die_at, &c.leave_at);
         else if (strcmp(a, "--interval-ms") == 0)
             c.interval_ns = atoll(v) * FS_MSEC;
         else if (strcmp(a, "--rate") == 0) {
@@ -82,6 +100,15 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    c.part_at *= FS_SEC;
+    c.part_len *= FS_SEC;
+    c.kill_at *= FS_MSEC;
+    c.restart_at *= FS_MSEC;
+    c.join_at *= FS_SEC;
+    c.die_at *= FS_SEC;
+    c.dier = c.die_at > 0 ? 1 : 0;
+    c.leave_at *= FS_SEC;
+    c.leaver = c.leave_at > 0 ? 2 : 0;
     if (c.n < 1 || c.n > 1024 || c.keys < 1 || c.seconds < 1 || c.demand <= 0 || c.rate_lo < 1 ||
         c.rate_hi < c.rate_lo) {
         usage(stderr);
@@ -95,9 +122,12 @@ int main(int argc, char **argv)
     fs_run(&s);
     struct fs_result r;
     fs_result(&s, &r);
-    printf("nodes=%d keys=%d loss=%.2f ratio=%.3f p99_key=%.3f worst_key=%.3f "
-           "bytes_node_s=%.0f mem_key_node=%.0f\n",
-           c.n, c.keys, c.loss, r.ratio, r.p99_key, r.worst_key, r.bytes_node_s, r.mem_key_node);
+    printf("nodes=%d keys=%d loss=%.2f ratio=%.3f p99_key=%.3f worst_key=%.3f min_key=%.3f "
+           "window=%.3f bytes_node_s=%.0f mem_key_node=%.0f\n",
+           c.n, c.keys, c.loss, r.ratio, r.p99_key, r.worst_key, r.min_key, r.win_ratio,
+           r.bytes_node_s, r.mem_key_node);
+    if (c.restart_at > 0)
+        printf("restarted nodes admitted %" PRIu64 " in their first second\n", s.restarted_ok);
     if (verbose) {
         fprintf(stderr, "admitted=%llu oracle=%llu\n", (unsigned long long)r.ok,
                 (unsigned long long)r.orc);

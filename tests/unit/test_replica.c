@@ -225,9 +225,48 @@ static void test_lone_consumer_whole_burst(void **state)
     assert_true(late <= 10 / N + 1);
 }
 
+/* A burst-only key (1 an hour) used round robin from three nodes admits
+ * its whole burst, however the shares move as demand shifts, and no more;
+ * and when the users change, the burst left follows them. */
+static void test_burst_follows_users(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(N);
+    run_ms(1000);                                    /* owners settled */
+    struct algo_params p = limit(29, 1, 3600 * SEC); /* 30 at once, then 1 an hour */
+    int ok[N] = {0};
+    for (int step = 0; step < 270; step++) { /* one request every 20 ms, round robin */
+        ok[step % N] += ask(step % N, "spread", &p, 1);
+        run_ms(20);
+    }
+    int total = ok[0] + ok[1] + ok[2];
+    fprintf(stderr, "spread %d %d %d\n", ok[0], ok[1], ok[2]);
+    assert_true(total >= 28);
+    assert_true(total <= 30);
+    assert_true(ok[0] > 0 && ok[1] > 0 && ok[2] > 0);
+
+    /* a takes a third of another key's burst, then only b and c ask: they
+     * get the rest, not a third each */
+    int a = 0, bc = 0;
+    for (int step = 0; step < 10; step++) {
+        a += ask(0, "moving", &p, 1);
+        run_ms(100);
+    }
+    for (int step = 0; step < 200; step++) {
+        bc += ask(1 + step % 2, "moving", &p, 1);
+        run_ms(20);
+    }
+    fprintf(stderr, "moving a %d bc %d\n", a, bc);
+    assert_true(a + bc >= 28);
+    assert_true(a + bc <= 30);
+    assert_true(bc >= 18);
+}
+
 /* A restarted (young) node starts a key below one unit: no fresh quota
  * while another node uses the key; a cold key (nobody else uses it) fills
- * once the owner says so. */
+ * from the owner's grants. */
 static void test_young_no_fresh_quota(void **state)
 {
     (void)state;
@@ -260,7 +299,7 @@ static void test_young_no_fresh_quota(void **state)
     }
     assert_true(ok <= 6);
     /* a key nobody uses: once the young period is over (or an owner that
-     * knows the cluster answers) the owner calls it cold and the bucket fills */
+     * knows the cluster answers) the owner grants it the unused burst */
     ask(1, "quiet", &p, 1);
     run_ms(2500);
     ok = 0;
@@ -283,15 +322,15 @@ static void test_stale_and_garbage(void **state)
     /* a lease addressed to a life that is not b's */
     uint8_t buf[128];
     struct wire_writer w;
-    wire_writer_init(&w, buf, sizeof(buf), WIRE_LEASE, 424242);
-    struct wire_lease l = {"x", 1, WIRE_ONE, WIRE_L_COLD};
+    wire_writer_init(&w, buf, sizeof(buf), WIRE_LEASE, 424242, 99);
+    struct wire_lease l = {"x", 1, WIRE_ONE, WIRE_L_SETTLED, 5000, 0};
     assert_int_equal(wire_add_lease(&w, &l), 0);
     size_t n = wire_writer_finish(&w);
     assert_int_equal(replica_receive(net.r[1], "a", buf, n, net.now), 0);
     struct replica_stats st;
     replica_get_stats(net.r[1], &st);
     assert_int_equal(st.stale_leases, 1);
-    uint8_t junk[] = {0x94, 0x01, 0x02, 0xff, 0x00};
+    uint8_t junk[] = {0x95, 0x02, 0x02, 0xff, 0x00};
     assert_true(replica_receive(net.r[1], "a", junk, sizeof(junk), net.now) < 0);
     assert_true(replica_receive(net.r[1], "b", buf, n, net.now) < 0); /* from itself */
     replica_get_stats(net.r[1], &st);
@@ -421,6 +460,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lone_node, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shares_follow_demand, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lone_consumer_whole_burst, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_burst_follows_users, setup, teardown),
         cmocka_unit_test_setup_teardown(test_young_no_fresh_quota, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_keys, setup, teardown),

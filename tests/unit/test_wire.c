@@ -49,7 +49,10 @@ static const struct wire_report R1 = {.key = "user:42",
                                       .admitted = 99,
                                       .frozen_share = WIRE_ONE / 3,
                                       .period_ms = 100,
-                                      .flags = WIRE_R_YOUNG};
+                                      .flags = WIRE_R_YOUNG,
+                                      .tokens_milli = 4500,
+                                      .granted_milli = 0,
+                                      .leased_by = 0};
 static const struct wire_report R2 = {.key = "k",
                                       .klen = 1,
                                       .kind = 3,
@@ -62,12 +65,15 @@ static const struct wire_report R2 = {.key = "k",
                                       .admitted = UINT64_MAX,
                                       .frozen_share = WIRE_ONE,
                                       .period_ms = UINT32_MAX,
-                                      .flags = WIRE_R_IDLE | WIRE_R_GONE};
+                                      .flags = WIRE_R_IDLE | WIRE_R_GONE,
+                                      .tokens_milli = UINT64_MAX,
+                                      .granted_milli = UINT32_MAX,
+                                      .leased_by = UINT32_MAX};
 
 static size_t build_reports(uint8_t *buf, size_t cap)
 {
     struct wire_writer w;
-    wire_writer_init(&w, buf, cap, WIRE_REPORT, 0x0123456789abcdefULL);
+    wire_writer_init(&w, buf, cap, WIRE_REPORT, 0x0123456789abcdefULL, 0xfeedULL);
     assert_int_equal(wire_add_report(&w, &R1), 0);
     assert_int_equal(wire_add_report(&w, &R2), 0);
     return wire_writer_finish(&w);
@@ -90,6 +96,12 @@ static void test_report_roundtrip(void **state)
     assert_true(g.r[0].demand_milli == 123456);
     assert_true(g.r[0].frozen_share == WIRE_ONE / 3);
     assert_int_equal(g.r[0].flags, WIRE_R_YOUNG);
+    assert_true(g.r[0].tokens_milli == 4500);
+    assert_true(g.r[0].granted_milli == 0);
+    assert_true(g.r[1].tokens_milli == UINT64_MAX);
+    assert_true(g.r[1].granted_milli == UINT32_MAX);
+    assert_int_equal(g.r[1].flags, WIRE_R_IDLE | WIRE_R_GONE);
+    assert_true(g.r[1].leased_by == UINT32_MAX);
     assert_int_equal(g.r[1].burst, -5);
     assert_true(g.r[1].count == INT64_MAX);
     assert_true(g.r[1].period_ns == INT64_MIN);
@@ -103,14 +115,14 @@ static void test_lease_roundtrip(void **state)
     (void)state;
     uint8_t buf[256];
     struct wire_writer w;
-    wire_writer_init(&w, buf, sizeof(buf), WIRE_LEASE, 7);
-    struct wire_lease l1 = {"a:b", 3, WIRE_ONE / 4, WIRE_L_COLD};
-    struct wire_lease l2 = {"zz", 2, WIRE_ONE, WIRE_L_SETTLED};
+    wire_writer_init(&w, buf, sizeof(buf), WIRE_LEASE, 7, 0xfeedULL);
+    struct wire_lease l1 = {"a:b", 3, WIRE_ONE / 4, 0, 15500, 0};
+    struct wire_lease l2 = {"zz", 2, WIRE_ONE, WIRE_L_SETTLED, UINT32_MAX, 0};
     assert_int_equal(wire_add_lease(&w, &l1), 0);
     assert_int_equal(wire_add_lease(&w, &l2), 0);
     /* a report cannot go into a lease batch, nor a share above one */
     assert_int_equal(wire_add_report(&w, &R1), -SLUICE_EINVAL);
-    struct wire_lease bad = {"x", 1, WIRE_ONE + 1, 0};
+    struct wire_lease bad = {"x", 1, WIRE_ONE + 1, 0, 0, 0};
     assert_int_equal(wire_add_lease(&w, &bad), -SLUICE_EINVAL);
     size_t n = wire_writer_finish(&w);
     struct got g = {0};
@@ -119,8 +131,12 @@ static void test_lease_roundtrip(void **state)
     assert_int_equal(g.leases, 2);
     assert_true(g.life == 7);
     assert_true(g.l[0].share == WIRE_ONE / 4);
-    assert_int_equal(g.l[0].flags, WIRE_L_COLD);
+    assert_int_equal(g.l[0].flags, 0);
+    assert_true(g.l[0].grant_milli == 15500);
     assert_true(g.l[1].share == WIRE_ONE);
+    assert_int_equal(g.l[1].flags, WIRE_L_SETTLED);
+    assert_true(g.l[1].grant_milli == UINT32_MAX);
+    assert_true(g.l[0].owner_life == 0xfeedULL); /* the batch's from */
 }
 
 /* Every truncation of a valid batch is refused as a whole: nothing is
@@ -155,14 +171,17 @@ static void test_malformed(void **state)
     buf[2] = 9;
     assert_int_equal(wire_decode(buf, n, NULL), -SLUICE_EINVAL);
     buf[2] = WIRE_REPORT;
-    buf[16] = 3; /* three entries claimed, two present */
+    buf[25] = 3; /* three entries claimed, two present */
     assert_int_equal(wire_decode(buf, n, NULL), -SLUICE_EPROTO);
-    buf[13] = 0xff; /* four billion claimed */
+    buf[22] = 0xff; /* four billion claimed */
     assert_int_equal(wire_decode(buf, n, NULL), -SLUICE_EPROTO);
     assert_int_equal(wire_decode(NULL, 0, NULL), -SLUICE_EPROTO);
+    /* version 1 (an array of 4) is told apart and refused as a version */
+    uint8_t v1[] = {0x94, 0x01, WIRE_REPORT, 0x00, 0x90};
+    assert_int_equal(wire_decode(v1, sizeof(v1), NULL), -SLUICE_EINVAL);
 
     struct wire_writer w;
-    wire_writer_init(&w, buf, sizeof(buf), WIRE_REPORT, 1);
+    wire_writer_init(&w, buf, sizeof(buf), WIRE_REPORT, 1, 0xfeedULL);
     struct wire_report e = R1;
     e.klen = 0;
     assert_int_equal(wire_add_report(&w, &e), -SLUICE_EINVAL);
@@ -176,7 +195,7 @@ static void test_full_batch(void **state)
     (void)state;
     uint8_t buf[100];
     struct wire_writer w;
-    wire_writer_init(&w, buf, sizeof(buf), WIRE_REPORT, 1);
+    wire_writer_init(&w, buf, sizeof(buf), WIRE_REPORT, 1, 0xfeedULL);
     int added = 0;
     while (wire_add_report(&w, &R1) == 0)
         added++;
@@ -186,7 +205,7 @@ static void test_full_batch(void **state)
     assert_true(n <= sizeof(buf));
     assert_int_equal(wire_decode(buf, n, NULL), added);
     /* below a header nothing fits */
-    wire_writer_init(&w, buf, 10, WIRE_REPORT, 1);
+    wire_writer_init(&w, buf, 10, WIRE_REPORT, 1, 0xfeedULL);
     assert_int_equal(wire_add_report(&w, &R1), -SLUICE_ETOOBIG);
     assert_int_equal(wire_writer_finish(&w), 0);
 }
