@@ -1083,7 +1083,9 @@ static double replica__held(const struct replica *r, const struct orep *rp, int6
         double cap = had * limit < 1.0 ? 1.0 : had * limit;
         if (h > cap + 1.0)
             h = cap + 1.0; /* a bucket holds no more (headroom included) */
-        if (rp->share > 0.0F) {
+        /* Only a node that asks gets grants: units given to one that only
+         * peeked would sit there while the others are refused. */
+        if (rp->share > 0.0F && rp->demand > 0.0F && !(rp->flags & REP_IDLE)) {
             double room_ = (rp->share * limit < 1.0 ? 1.0 : rp->share * limit) - h - out;
             *room = room_ > 0.0 ? room_ : 0.0;
         }
@@ -1120,7 +1122,7 @@ static void replica__grant(const struct replica *r, struct okey *o, double slack
         (void)replica__held(r, &o->reps[i], now, em, limit, &room);
         roomsum += room;
     }
-    if (slack < 0.05 || roomsum <= 0.0) /* parts of a unit too: they complete one */
+    if (slack < 0.001 || roomsum <= 0.0) /* parts of a unit too: they complete one */
         return;
     double give = slack < roomsum ? slack : roomsum;
     for (uint32_t i = 0; i < o->n; i++) {
@@ -1262,6 +1264,12 @@ static void replica__apply_lease(struct replica *r, struct nkey *k, uint64_t own
         share = 0.0;
     double before = k->tokens;
     replica__set_share(k, share, now);
+    /* A node that does not use the key (it only peeked, or stopped asking)
+     * and is leased nothing by a settled owner gives back what it holds,
+     * for the nodes that ask (it gets a share again when it asks). */
+    if (share <= 0.0 && k->demand <= 0.0F && k->acc <= 0.0F && (flags & WIRE_L_SETTLED) &&
+        k->tokens > 0.0)
+        k->tokens = 0.0;
     /* Units a smaller share threw away go back to the cluster's bucket
      * once the owner hears of it: tell it now, even if the key is idle. */
     if (k->tokens < before - 0.01)

@@ -264,6 +264,49 @@ static void test_burst_follows_users(void **state)
     assert_true(bc >= 18);
 }
 
+/* Nodes that only peek at a key hold nothing of it once their owner has
+ * answered: a burst of one unit (burst 0, 1 an hour) peeked at on every
+ * node, the owner first (alone in its record, it leases itself all of it
+ * and its first-touch unit may be whole), still admits its unit on the
+ * node that asks, and only one.  Eight keys, so that some owner's first
+ * touch is a whole unit. */
+static void test_peekers_hold_nothing(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(N);
+    run_ms(1000);
+    struct algo_params p = limit(0, 1, 3600 * SEC);
+    char key[8][8];
+    for (int k = 0; k < 8; k++) {
+        snprintf(key[k], sizeof(key[k]), "one%d", k);
+        struct replica_key_info ki;
+        assert_int_equal(ask(0, key[k], &p, 0), 1); /* a peek */
+        assert_int_equal(
+            replica_key_info(net.r[0], key[k], strlen(key[k]), net.now, &ki, NULL, NULL), 0);
+        int owner = idx(ki.owner);
+        assert_true(owner >= 0);
+        assert_int_equal(ask(owner, key[k], &p, 0), 1);
+    }
+    run_ms(300);
+    for (int k = 0; k < 8; k++)
+        for (int i = 0; i < N; i++)
+            assert_int_equal(ask(i, key[k], &p, 0), 1);
+    run_ms(2000); /* reported, leased; a peeker's full bucket goes idle */
+    int ok[8] = {0};
+    for (int step = 0; step < 100; step++) { /* b asks every 20 ms for 2 s */
+        for (int k = 0; k < 8; k++)
+            ok[k] += ask(1, key[k], &p, 1);
+        run_ms(20);
+    }
+    for (int k = 0; k < 8; k++) {
+        for (int i = 0; i < N; i++)
+            ok[k] += ask(i, key[k], &p, 1);
+        assert_int_equal(ok[k], 1);
+    }
+}
+
 /* A restarted (young) node starts a key below one unit: no fresh quota
  * while another node uses the key; a cold key (nobody else uses it) fills
  * from the owner's grants. */
@@ -461,6 +504,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shares_follow_demand, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lone_consumer_whole_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_burst_follows_users, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peekers_hold_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_young_no_fresh_quota, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_keys, setup, teardown),
