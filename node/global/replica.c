@@ -37,6 +37,12 @@ static int64_t replica__limit(const struct rlimit *l)
     return l->bucket ? l->burst + 1 : l->count;
 }
 
+/* Nanoseconds per unit of the whole limit's rate. */
+static double replica__em(const struct rlimit *l)
+{
+    return (double)l->period_ns / (double)l->count;
+}
+
 static void replica__limit_of(struct rlimit *l, const struct algo_params *p)
 {
     l->burst = p->burst;
@@ -806,21 +812,22 @@ static struct orep *replica__rep(struct okey *o, uint32_t member)
     return NULL;
 }
 
-/* Pours units into a GCRA's theoretical arrival time *tat at now. */
-static void replica__pour(int64_t *tat, uint64_t units, const struct algo_params *p, int64_t now)
+/* Units of the cluster's bucket o->tat taken at now. */
+static double replica__used(const struct okey *o, int64_t now)
 {
-    double add = (double)units * (double)p->period_ns / (double)p->count;
-    int64_t base = *tat > now ? *tat : now;
-    *tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
+    return o->tat > now ? (double)(o->tat - now) / replica__em(&o->p) : 0.0;
 }
 
-/* The cluster's bucket of o is taken as empty now, unless fuller. */
-static void replica__assume_empty(struct okey *o, const struct algo_params *p, int64_t now)
+/* Pours units into the cluster's bucket o->tat (a GCRA) at now;
+ * negative units give some back, never below a full bucket. */
+static void replica__pour(struct okey *o, double units, int64_t now)
 {
-    int64_t tat = now;
-    replica__pour(&tat, (uint64_t)replica__limit(&o->p), p, now);
-    if (o->tat < tat)
-        o->tat = tat;
+    double add = units * replica__em(&o->p);
+    int64_t base = o->tat > now ? o->tat : now;
+    if (add >= 0.0)
+        o->tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
+    else
+        o->tat = (double)(base - now) > -add ? base + (int64_t)add : now;
 }
 
 static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
@@ -893,23 +900,25 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
          * as empty (it refills before the owner grants), an optimistic
          * key's is not (availability first). */
         if (e->leased_by == 0) {
-            replica__pour(&o->tat, e->admitted, &p, r->now);
+            replica__pour(o, (double)e->admitted, r->now);
         } else if (e->leased_by != wire_life_tag(r->life)) {
-            if (share)
-                replica__assume_empty(o, &p, r->now);
+            /* Taken as empty now, unless emptier. */
+            double used = replica__used(o, r->now);
+            double limit = (double)replica__limit(&o->p);
+            if (share && used < limit)
+                replica__pour(o, limit - used, r->now);
         } else if (share) {
             /* Back after this owner let it go (and took what it held out
              * of the bucket): what it still holds is counted as held. */
-            double back = (double)e->tokens_milli / 1000.0 * (double)p.period_ns / (double)p.count;
-            o->tat = (double)(o->tat - r->now) > back ? o->tat - (int64_t)back : r->now;
+            replica__pour(o, -(double)e->tokens_milli / 1000.0, r->now);
         }
     } else if (e->admitted >= rp->admitted) {
         /* What a side admitted beyond the limit during a partition arrives
          * here at once after healing (optimistic keys repay it). */
-        replica__pour(&o->tat, e->admitted - rp->admitted, &p, r->now);
+        replica__pour(o, (double)(e->admitted - rp->admitted), r->now);
     } else {
         /* The node dropped the key and made it anew: its counts restarted. */
-        replica__pour(&o->tat, e->admitted, &p, r->now);
+        replica__pour(o, (double)e->admitted, r->now);
         rp->g_sent = rp->g_ack = granted;
     }
     /* Running totals compared mod 2^32: ahead means another owner granted
@@ -975,8 +984,7 @@ static int replica__presumed_dead(const struct replica *r, const struct orep *rp
  * the rate, so reports that arrive late or together never look like debt. */
 static int64_t replica__debt(const struct okey *o, int64_t now)
 {
-    double em = (double)o->p.period_ns / (double)o->p.count;
-    double tol = (double)replica__limit(&o->p) * em + 2.0 * (double)NUM_NS_PER_S;
+    double tol = (double)replica__limit(&o->p) * replica__em(&o->p) + 2.0 * (double)NUM_NS_PER_S;
     double over = (double)o->tat - (double)now - tol;
     return over > 9e18 ? INT64_MAX : (int64_t)over;
 }
@@ -1095,31 +1103,19 @@ static double replica__held(const struct replica *r, const struct orep *rp, int6
     return h + out;
 }
 
-/* The central bucket's units that nobody holds (negative: the nodes hold
- * more, e.g. the first units of a key each node takes before its owner
- * hears of it). */
-static double replica__slack(const struct replica *r, const struct okey *o, int64_t now)
+/* Grants the central bucket's units that nobody holds to the live
+ * reporters with room, in proportion to the room (see above).  What the
+ * nodes hold beyond the bucket (the first units of a key each node takes
+ * before its owner hears of it) leaves nothing to grant. */
+static void replica__grant(const struct replica *r, struct okey *o, int64_t now)
 {
-    double em = (double)o->p.period_ns / (double)o->p.count; /* ns per unit */
+    double em = replica__em(&o->p);
     double limit = (double)replica__limit(&o->p);
-    double used = o->tat > now ? (double)(o->tat - now) / em : 0.0;
-    double slack = limit - used, room;
+    double slack = limit - replica__used(o, now), roomsum = 0.0, room;
     for (uint32_t i = 0; i < o->n; i++) {
         double h = replica__held(r, &o->reps[i], now, em, limit, &room);
         if (h > 0.0)
             slack -= h;
-    }
-    return slack;
-}
-
-/* Grants slack units to the live reporters with room (see above). */
-static void replica__grant(const struct replica *r, struct okey *o, double slack, int64_t now)
-{
-    double em = (double)o->p.period_ns / (double)o->p.count;
-    double limit = (double)replica__limit(&o->p);
-    double roomsum = 0.0, room;
-    for (uint32_t i = 0; i < o->n; i++) {
-        (void)replica__held(r, &o->reps[i], now, em, limit, &room);
         roomsum += room;
     }
     if (slack < 0.001 || roomsum <= 0.0) /* parts of a unit too: they complete one */
@@ -1152,12 +1148,8 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
              * may spend it when it comes back: out of the cluster's bucket
              * until it reports again (replica__on_report gives back what
              * it then still holds).  A gone node's units went with it. */
-            if (!gone && o->p.bucket && o->p.policy == POLICY_PARTITION_SHARE &&
-                rp->tokens > 0.0F) {
-                struct algo_params p;
-                if (replica__params_of(&p, &o->p) == 0)
-                    replica__pour(&o->tat, (uint64_t)ceil(rp->tokens), &p, now);
-            }
+            if (!gone && o->p.bucket && o->p.policy == POLICY_PARTITION_SHARE && rp->tokens > 0.0F)
+                replica__pour(o, ceil(rp->tokens), now);
             *rp = o->reps[--o->n];
             continue;
         }
@@ -1215,7 +1207,7 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         }
     }
     if (settled && o->p.bucket)
-        replica__grant(r, o, replica__slack(r, o, now), now);
+        replica__grant(r, o, now);
     for (uint32_t i = 0; i < o->n; i++) {
         struct orep *rp = &o->reps[i];
         if (!replica__rep_live(r, rp, now))

@@ -75,7 +75,6 @@ def test_hammered_from_the_start(c):
 def test_burst_follows_users(c):
     clients = [c.client(i) for i in range(c.n)]
     first = sum(throttle(clients[0], "moving") for _ in range(5))  # node 1 takes 5
-    time.sleep(1.0)  # its owner hears of it
     rest = 0
     deadline = time.monotonic() + 6.0
     n = 0
@@ -87,9 +86,9 @@ def test_burst_follows_users(c):
         cl.close()
     total = first + rest
     print("burst follows its users: node 1 took %d, nodes 2 and 3 then %d (burst %d, "
-          "about %d refilled)" % (first, rest, BURST + 1, int(7 * RATE)))
+          "about %d refilled)" % (first, rest, BURST + 1, int(6 * RATE)))
     assert first == 5
-    # 16 at once plus at most ~4 refilled over the 7 s; shares alone left
+    # 16 at once plus at most ~3 refilled over the 6 s; shares alone left
     # nodes 2 and 3 with their thirds.
     assert 14 <= total <= BURST + 1 + 5, total
 

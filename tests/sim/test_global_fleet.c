@@ -224,20 +224,26 @@ static void test_first_burst(void **state)
     fs_destroy(&s);
 }
 
-/* Keys whose burst outweighs their rate (redis-cell's example: 15 at
- * once, 30 a minute) on 5 nodes at 10x skewed demand: the cluster admits
- * about what one central bucket does over 30 s, burst included, and no key
- * much more.  Shares alone split the rate but lose the burst as they move
- * (they admitted two thirds of it); the owner's grants return it. */
+/* redis-cell's example limit, CL.THROTTLE key 15 30 60: its burst
+ * outweighs its rate. */
+static void limit_15_30_60(struct fs_cfg *c)
+{
+    c->burst = 15;
+    c->rate_lo = c->rate_hi = 30;
+    c->period_ns = 60 * FS_SEC;
+}
+
+/* Keys whose burst outweighs their rate (15 at once, 30 a minute) on 5 nodes at 10x skewed demand:
+ * the cluster admits about what one central bucket does over 30 s, burst included, and no key much
+ * more.  Shares alone split the rate but lose the burst as they move (they admitted two thirds of
+ * it); the owner's grants return it. */
 static void test_burst_dominated(void **state)
 {
     (void)state;
     struct fs_cfg c;
     struct fs_result r;
     fs_default(&c, seed);
-    c.burst = 15;
-    c.rate_lo = c.rate_hi = 30;
-    c.period_ns = 60 * FS_SEC;
+    limit_15_30_60(&c);
     c.seconds = 30;
     run(&c, &r, "burst 15, 30 a minute");
     assert_true(r.ratio >= 0.90 && r.ratio <= 1.05);
@@ -259,9 +265,7 @@ static void test_cold_start(void **state)
     c.keys = 50;
     c.skew = 0.0;
     c.demand = 36.0;
-    c.burst = 15;
-    c.rate_lo = c.rate_hi = 30;
-    c.period_ns = 60 * FS_SEC;
+    limit_15_30_60(&c);
     c.seconds = 15;
     c.cold_start_ns = FS_SEC;
     run(&c, &r, "cold start");
