@@ -17,6 +17,7 @@
 #define ACTIVE_EVERY        5                  /* intervals between reports of an uncontested key */
 #define IDLE_AFTER_NS       (1000 * 1000000LL) /* no request this long + full bucket: idle */
 #define SHARE_EPS           0.02               /* relative share change worth a lease */
+#define FREE_TTL            8                  /* intervals a lease's free units stay valid */
 #define REPLICA_MEMBERS_MAX 65535              /* names ever heard of */
 
 /* A limit as the replica keeps it: the fields of struct algo_params it
@@ -107,6 +108,11 @@ struct nkey {
     uint32_t granted_m; /* grants received, running total (thousandths, mod 2^32) */
     uint32_t leased_by; /* wire_life_tag of the owner life that last leased it,
                            settled; 0: none (see replica__on_report) */
+    float free;         /* units it may still admit beyond its bucket, on the
+                           cluster's credit, until FREE_TTL after last_lease */
+    float level;        /* the cluster's level at the last lease (units), less
+                           what this node admitted since */
+    float others;       /* the other nodes' demand at the last lease, units/s */
     struct wloc *w;     /* window kinds only */
 };
 
@@ -137,8 +143,9 @@ struct orep {
     uint32_t g_sent, g_ack; /* grants sent to this life / acknowledged (running
                                totals in thousandths, mod 2^32) */
     uint16_t member;
-    uint16_t fshare_q;  /* its frozen share in 1/FSHARE_ONE (rounded down) */
-    uint16_t period_cs; /* its report period in centiseconds (rounded up) */
+    uint16_t fshare_q;        /* its frozen share in 1/FSHARE_ONE (rounded down) */
+    uint16_t period_cs;       /* its report period in centiseconds (rounded up) */
+    uint16_t free, sent_free; /* free units (replica__free), and as last sent */
     uint8_t flags;
 };
 
@@ -483,7 +490,18 @@ static int64_t replica__nk_drain(void *ud, const struct table_entry *e)
     if (!(k->p.flags & NK_IDLE) || (k->p.flags & NK_DIRTY))
         return INT64_MAX;
     int64_t t = k->last_req > k->last_lease ? k->last_req : k->last_lease;
-    return t > INT64_MAX - r->grace ? INT64_MAX : t + r->grace;
+    t = t > INT64_MAX - r->grace ? INT64_MAX : t + r->grace;
+    /* A key the cluster had drained at its last lease is kept until the
+     * cluster's bucket has refilled (at most max_keys of them, and evicted
+     * first as any key): made anew, it would admit a first unit on credit
+     * (replica__key_init) against a bucket that may still be empty. */
+    double lack = (double)replica__limit(&k->p) - (double)k->level;
+    if ((k->p.flags & NK_LEASED) && lack > 0.0) {
+        double full = (double)k->last_lease + lack * replica__em(&k->p);
+        if (full > (double)t)
+            t = full >= 9e18 ? INT64_MAX : (int64_t)full;
+    }
+    return t;
 }
 
 static void replica__nk_free(void *ud, struct table_entry *e)
@@ -667,6 +685,13 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
         double cap = replica__cap(k, k->share);
         if (k->tokens > cap)
             k->tokens = cap;
+        /* First touch: when its part of the burst is less than a unit, one
+         * unit on the cluster's credit, as a lease's free units
+         * (replica__free), until the owner answers.  Demand spread thin
+         * over many nodes is mostly first touches, and a node that has not
+         * heard of the key has no reason to think it drained (a node keeps
+         * the keys it knows drained until they refill: replica__nk_drain). */
+        k->free = k->tokens < 1.0 ? 1.0F : 0.0F;
     }
     if (replica__windowed(&k->p))
         (void)replica__window_apply(k);
@@ -686,6 +711,35 @@ static int64_t replica__ns_for(double units, double rate_per_ns)
         return INT64_MAX;
     double t = ceil(units / rate_per_ns);
     return t >= 9.2e18 ? INT64_MAX : (int64_t)t;
+}
+
+/* The cluster's level as this node can tell: the owner's at the last
+ * lease, less what this node admitted since, plus the refill since, less
+ * what the other nodes' demand took meanwhile (their expected use: the
+ * owner's level is an estimate a lease old, so this is too). */
+static double replica__level(const struct nkey *k, int64_t now)
+{
+    double dt = now > k->last_lease ? (double)(now - k->last_lease) : 0.0;
+    double lv =
+        (double)k->level + dt * (replica__rate(&k->p) - (double)k->others / (double)NUM_NS_PER_S);
+    double limit = (double)replica__limit(&k->p);
+    return lv > limit ? limit : lv;
+}
+
+/* Admits qty on the free units of k's last lease if they are still valid
+ * and enough (see replica__free); 1 if it did. */
+static int replica__use_free(struct replica *r, struct nkey *k, int64_t qty)
+{
+    if (qty <= 0 || (double)k->free < (double)qty ||
+        r->now - k->last_lease > FREE_TTL * r->interval)
+        return 0;
+    if ((k->p.flags & NK_LEASED) && replica__level(k, r->now) < (double)qty)
+        return 0;
+    k->free -= (float)qty;
+    k->admitted += (uint64_t)qty;
+    k->p.flags |= NK_DIRTY; /* the owner hears of it at the next tick */
+    r->st.free_admits++;
+    return 1;
 }
 
 static void replica__bucket_decide(struct replica *r, struct nkey *k, int64_t qty,
@@ -708,6 +762,9 @@ static void replica__bucket_decide(struct replica *r, struct nkey *k, int64_t qt
             if (k->tokens < 0)
                 r->st.debt_events++;
         }
+    } else if (replica__use_free(r, k, qty)) {
+        out->limited = 0;
+        out->retry_after_ns = ALGO_NEVER;
     } else {
         out->limited = 1;
         double want = need > cap ? cap : need;
@@ -778,8 +835,20 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
         out->limit = k->p.count;
         if (!out->limited && qty > 0)
             k->admitted += (uint64_t)qty;
+        else if (out->limited && qty <= k->p.count && replica__use_free(r, k, qty)) {
+            out->limited = 0;
+            out->retry_after_ns = ALGO_NEVER;
+        }
     } else {
         replica__bucket_decide(r, k, qty, out);
+    }
+    if (!out->limited && qty > 0)
+        k->level -= (float)qty;
+    if (k->p.flags & NK_LEASED) {
+        /* What a caller sees is the cluster's: its level as this node can
+         * tell (replica__level), not this node's part of it. */
+        double lv = replica__level(k, now_ns);
+        out->remaining = lv >= 1.0 ? (int64_t)floor(lv) : 0;
     }
     if (out->limited && qty > 0) {
         r->st.limited++;
@@ -829,6 +898,8 @@ static void replica__pour(struct okey *o, double units, int64_t now)
     else
         o->tat = (double)(base - now) > -add ? base + (int64_t)add : now;
 }
+
+static int replica__rep_live(const struct replica *r, const struct orep *rp, int64_t now);
 
 static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
                                const struct wire_report *e)
@@ -914,8 +985,16 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
         }
     } else if (e->admitted >= rp->admitted) {
         /* What a side admitted beyond the limit during a partition arrives
-         * here at once after healing (optimistic keys repay it). */
+         * here at once after healing (optimistic keys repay it).  A share
+         * key's node kept to its last share while silent: what it admitted
+         * then was that share's refill, spent long ago, so it may empty the
+         * bucket but not put it in debt. */
+        int back = share && !replica__rep_live(r, rp, r->now);
+        int64_t empty = r->now + (int64_t)((double)replica__limit(&o->p) * replica__em(&o->p));
+        int64_t tat0 = o->tat;
         replica__pour(o, (double)(e->admitted - rp->admitted), r->now);
+        if (back && o->tat > empty)
+            o->tat = tat0 > empty ? tat0 : empty;
     } else {
         /* The node dropped the key and made it anew: its counts restarted. */
         replica__pour(o, (double)e->admitted, r->now);
@@ -954,8 +1033,8 @@ static int replica__rep_live(const struct replica *r, const struct orep *rp, int
     return now - rp->last_at <= win && (m->in_view || !m->was_viewed);
 }
 
-static void replica__apply_lease(struct replica *r, struct nkey *k, uint64_t owner_life,
-                                 double share, uint64_t flags, uint64_t grant_m, int64_t now);
+static void replica__apply_lease(struct replica *r, struct nkey *k, const struct wire_lease *l,
+                                 int64_t now);
 
 /* A silent reporter whose share is released rather than held: the failure
  * detector calls it unreachable and this node sees a strict majority of
@@ -1130,6 +1209,52 @@ static void replica__grant(const struct replica *r, struct okey *o, int64_t now)
     }
 }
 
+/*
+ * Free units: availability first.  Shares and grants alone keep each node
+ * to its part of the cluster's bucket, so demand spread thin over many nodes
+ * (each seeing a trickle) is refused on the node it lands on while the
+ * cluster's bucket is nearly full.  So while the owner's bucket has more
+ * than the demand it knows of can take before the next lease (its level,
+ * less the total demand over FREE_HORIZON intervals), each node that asks
+ * may admit `free` units beyond its own bucket until its next lease (or
+ * FREE_TTL intervals): its part of that spare by demand, at least one unit.
+ * What they admit is reported and poured into the cluster's bucket, so the
+ * spare shrinks and, near the limit, free units stop and the shares alone
+ * decide.  Far from the limit a node thus never needs a lease to admit;
+ * near it, the cluster's remaining units are shared out.  The free units
+ * outstanding at once are at most the spare plus one unit per node with
+ * demand: the bound of replica.h.
+ */
+static void replica__free(const struct replica *r, struct okey *o, double dsum, int settled,
+                          int64_t now)
+{
+    double limit = (double)replica__limit(&o->p);
+    double spare = limit - replica__used(o, now);
+    uint32_t nl = 0;
+    for (uint32_t i = 0; i < o->n; i++) {
+        nl += (uint32_t)replica__rep_live(r, &o->reps[i], now);
+    }
+    for (uint32_t i = 0; i < o->n; i++) {
+        struct orep *rp = &o->reps[i];
+        double d = (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
+        double f = 0.0;
+        if (settled && spare >= 1.0 && replica__rep_live(r, rp, now)) {
+            /* The spare by demand plus the spare in equal parts, rounded
+             * up: the free units of all nodes sum to at most twice the
+             * spare plus one unit per node. */
+            double part = (dsum > 0.0 ? d / dsum : 0.0) + 1.0 / (double)nl;
+            f = ceil(spare * part);
+            if (f < 1.0)
+                f = 1.0;
+            if (f > limit)
+                f = limit;
+            if (f > WIRE_FREE_MAX)
+                f = WIRE_FREE_MAX;
+        }
+        rp->free = (uint16_t)f;
+    }
+}
+
 /* Splits a key's limit between its reporters and sends the leases that
  * changed or were asked for. */
 static void replica__compute(struct replica *r, struct table_entry *te, int64_t now)
@@ -1176,6 +1301,17 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
     double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
     if (o->p.policy == POLICY_PARTITION_OPTIMISTIC && replica__debt(o, now) > 0)
         avail = 0.0; /* repaying: nobody admits until the cluster is back */
+    if (o->p.policy == POLICY_PARTITION_SHARE && o->p.bucket) {
+        /* Free units and first touches can take the cluster's bucket below
+         * empty (the bound of replica.h): the shares shrink until the debt
+         * is repaid, so the overshoot is a window's, not a lasting rate.
+         * One unit and an interval's refill are report timing, not debt. */
+        double limit = (double)replica__limit(&o->p);
+        double debt =
+            replica__used(o, now) - limit - 1.0 - (double)r->interval / replica__em(&o->p);
+        if (debt > 0.0)
+            avail = debt >= 0.5 * limit ? 0.0 : avail * limit / (limit + debt);
+    }
     if (avail < 0.0)
         avail = 0.0;
     int caution = o->p.policy == POLICY_PARTITION_SHARE && !settled;
@@ -1208,33 +1344,52 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
     }
     if (settled && o->p.bucket)
         replica__grant(r, o, now);
+    /* Free units need a whole view and an owner past its young period, not
+     * a settled record: a record this owner made anew starts from what its
+     * reporters say they took (a new key's first touches included), and one
+     * that moved here or whose past this owner cannot know is taken as
+     * empty (replica__on_report), which leaves no spare. */
+    replica__free(r, o, dsum, whole && !replica__young(r, now), now);
+    double lvl = (double)replica__limit(&o->p) - replica__used(o, now);
+    int64_t level_m = lvl < -9e15 ? (int64_t)-9e18 : (int64_t)(lvl * 1000.0);
     for (uint32_t i = 0; i < o->n; i++) {
         struct orep *rp = &o->reps[i];
         if (!replica__rep_live(r, rp, now))
             continue;
         double w = rp->share;
         double diff = fabs(w - rp->sent_share);
-        int changed = rp->sent_share < 0.0 || diff > SHARE_EPS * (rp->sent_share + 0.01);
+        int changed = rp->sent_share < 0.0 || diff > SHARE_EPS * (rp->sent_share + 0.01) ||
+                      rp->free != rp->sent_free;
         /* A grant not acknowledged yet goes out again (running total). */
         if (!changed && !(rp->flags & REP_FRESH) && rp->g_sent == rp->g_ack)
             continue;
         rp->flags &= (uint8_t)~REP_FRESH;
         rp->sent_share = (float)w;
+        rp->sent_free = rp->free;
         uint64_t lflags = settled ? WIRE_L_SETTLED : 0;
         uint64_t s = (uint64_t)(w * (double)WIRE_ONE);
         if (s > WIRE_ONE)
             s = WIRE_ONE;
+        double others = dsum - ((rp->flags & REP_IDLE) ? 0.0 : rp->demand);
+        struct wire_lease l = {table_entry_key(te),
+                               te->klen,
+                               s,
+                               lflags,
+                               rp->g_sent,
+                               rp->free,
+                               level_m,
+                               (uint64_t)(others > 0.0 ? others * 1000.0 : 0.0),
+                               (uint32_t)rp->admitted,
+                               r->life};
         if (rp->member == r->self) {
             /* As from any owner: only while this node owns the key by its
              * own view (a record left from an earlier view must not lease). */
             struct table_entry *ne = table_find(r->nodes, table_entry_key(te), te->klen);
             if (ne != NULL && rp->life == r->life &&
                 replica__owner(r, nkey_of(ne), table_entry_key(te), te->klen) == r->self)
-                replica__apply_lease(r, nkey_of(ne), r->life, (double)s / (double)WIRE_ONE, lflags,
-                                     rp->g_sent, now);
+                replica__apply_lease(r, nkey_of(ne), &l, now);
             continue;
         }
-        struct wire_lease l = {table_entry_key(te), te->klen, s, lflags, rp->g_sent, 0};
         if (replica__append(r, rp->member, 1, rp->life, NULL, &l) == 0)
             r->st.lease_entries_sent++;
     }
@@ -1242,10 +1397,16 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
 
 /* ---- node side: leases and reports ------------------------------------------------ */
 
-static void replica__apply_lease(struct replica *r, struct nkey *k, uint64_t owner_life,
-                                 double share, uint64_t flags, uint64_t grant_m, int64_t now)
+static void replica__apply_lease(struct replica *r, struct nkey *k, const struct wire_lease *l,
+                                 int64_t now)
 {
+    uint64_t owner_life = l->owner_life, flags = l->flags, grant_m = l->grant_milli;
+    double share = (double)l->share / (double)WIRE_ONE;
     k->last_lease = now;
+    k->free = (float)l->free;
+    k->level = (float)((double)l->level_milli / 1000.0 -
+                       (double)(uint32_t)((uint32_t)k->admitted - (uint32_t)l->seen));
+    k->others = (float)((double)l->demand_milli / 1000.0);
     if (flags & WIRE_L_SETTLED)
         k->leased_by = (uint32_t)wire_life_tag(owner_life);
     k->p.flags &= (uint8_t)~NK_DEGRADED;
@@ -1281,7 +1442,12 @@ static void replica__apply_lease(struct replica *r, struct nkey *k, uint64_t own
          * total (mod 2^32), so a grant whose lease was lost arrives with
          * the next one and none is added twice.  Beyond the bucket's
          * capacity they are lost (the owner sizes them to fit). */
-        k->tokens += (double)ahead / 1000.0;
+        double g = (double)ahead / 1000.0;
+        /* The owner granted what nobody held as of the report it saw; what
+         * this node admitted since (on free units, or tokens it held then)
+         * may already have spent some of it. */
+        double unseen = (double)(uint32_t)((uint32_t)k->admitted - (uint32_t)l->seen);
+        k->tokens += g > unseen ? g - unseen : 0.0;
         k->granted_m = (uint32_t)grant_m;
         double cap = replica__cap(k, k->share);
         if (k->tokens > cap)
@@ -1323,8 +1489,7 @@ static void replica__rx_lease(void *ud, uint64_t life, const struct wire_lease *
         r->st.stale_leases++;
         return;
     }
-    replica__apply_lease(r, k, l->owner_life, (double)l->share / (double)WIRE_ONE, l->flags,
-                         l->grant_milli, r->now);
+    replica__apply_lease(r, k, l, r->now);
 }
 
 int replica_receive(struct replica *r, const char *from, const uint8_t *buf, size_t len,

@@ -126,7 +126,7 @@ struct replica_stats {
     uint64_t reports_received, report_entries_received;
     uint64_t leases_received, lease_entries_received;
     uint64_t bytes_received, bad_packets, stale_leases, send_errors;
-    uint64_t decisions, limited, young_denials, debt_events;
+    uint64_t decisions, limited, young_denials, debt_events, free_admits;
     uint64_t gc_keys, owned_gc, refused_full, evicted, view_changes;
 };
 

@@ -112,7 +112,7 @@ int wire_add_report(struct wire_writer *w, const struct wire_report *r)
     if (w->cap < WIRE_HEADER)
         return -SLUICE_ETOOBIG;
     struct enc e = {w->buf + w->len, w->buf + w->cap, 0};
-    uint8_t a = 0x9e; /* fixarray(14) */
+    uint8_t a = 0x9f; /* fixarray(15) */
     wire__put(&e, &a, 1);
     wire__bin(&e, r->key, r->klen);
     wire__uint(&e, r->kind);
@@ -139,12 +139,16 @@ int wire_add_lease(struct wire_writer *w, const struct wire_lease *l)
     if (w->cap < WIRE_HEADER)
         return -SLUICE_ETOOBIG;
     struct enc e = {w->buf + w->len, w->buf + w->cap, 0};
-    uint8_t a = 0x94; /* fixarray(4) */
+    uint8_t a = 0x98; /* fixarray(8) */
     wire__put(&e, &a, 1);
     wire__bin(&e, l->key, l->klen);
     wire__uint(&e, l->share);
     wire__uint(&e, l->flags);
     wire__uint(&e, l->grant_milli);
+    wire__uint(&e, l->free);
+    wire__int(&e, l->level_milli);
+    wire__uint(&e, l->demand_milli);
+    wire__uint(&e, l->seen);
     return wire__commit(w, &e);
 }
 
@@ -287,7 +291,7 @@ static int wire__report(struct dec *d, struct wire_report *r)
 {
     const uint8_t *a = wire__take(d, 1);
     uint64_t kind, pol;
-    if (a == NULL || *a != 0x9e || wire__key(d, &r->key, &r->klen) != 0 ||
+    if (a == NULL || *a != 0x9f || wire__key(d, &r->key, &r->klen) != 0 ||
         wire__u64(d, 255, &kind) != 0 || wire__u64(d, 255, &pol) != 0 ||
         wire__i64(d, &r->burst) != 0 || wire__i64(d, &r->count) != 0 ||
         wire__i64(d, &r->period_ns) != 0 || wire__i64(d, &r->precision) != 0 ||
@@ -307,9 +311,11 @@ static int wire__report(struct dec *d, struct wire_report *r)
 static int wire__lease(struct dec *d, struct wire_lease *l)
 {
     const uint8_t *a = wire__take(d, 1);
-    if (a == NULL || *a != 0x94 || wire__key(d, &l->key, &l->klen) != 0 ||
+    if (a == NULL || *a != 0x98 || wire__key(d, &l->key, &l->klen) != 0 ||
         wire__u64(d, WIRE_ONE, &l->share) != 0 || wire__u64(d, 255, &l->flags) != 0 ||
-        wire__u64(d, UINT32_MAX, &l->grant_milli) != 0)
+        wire__u64(d, UINT32_MAX, &l->grant_milli) != 0 ||
+        wire__u64(d, WIRE_FREE_MAX, &l->free) != 0 || wire__i64(d, &l->level_milli) != 0 ||
+        wire__u64(d, UINT64_MAX, &l->demand_milli) != 0 || wire__u64(d, UINT32_MAX, &l->seen) != 0)
         return -SLUICE_EPROTO;
     return 0;
 }

@@ -8,7 +8,11 @@
  *    its bucket, the grants it has received, and flags.
  *  - LEASE, from an owner to one node: the node's share of each key's
  *    limit, and the units the owner has granted it from the cluster's
- *    bucket so far (a running total, so a lost lease loses no grant).
+ *    bucket so far (a running total, so a lost lease loses no grant), the
+ *    units it may admit on the cluster's credit before its next lease
+ *    (free), the cluster's level as the owner knows it and the demand of
+ *    the key's other nodes (so the receiver can tell how fast the level
+ *    falls until the next lease).
  * Nothing on the wire is an absolute time: a host's clock, however wrong,
  * changes only what that host admits.  Every value is a count, a rate or a
  * fraction; report periods are durations.
@@ -26,17 +30,18 @@
  *            same name is dropped by the receiver)
  *   from   = the sender's life id (a node remembers which life of its
  *            owner leased it, see leased_by)
- *   report = fixarray(13) [ key:bin kind:uint policy:uint burst:int
+ *   report = fixarray(15) [ key:bin kind:uint policy:uint burst:int
  *            count:int period_ns:int precision:int demand_milli:uint
  *            admitted:uint frozen_share:uint period_ms:uint flags:uint
  *            tokens_milli:uint granted_milli:uint leased_by:uint ]
- *   lease  = fixarray(4)  [ key:bin share:uint flags:uint grant_milli:uint ]
+ *   lease  = fixarray(8)  [ key:bin share:uint flags:uint grant_milli:uint
+ *            free:uint level_milli:int demand_milli:uint seen:uint ]
  *
  * Shares are fixed point, WIRE_ONE (2^32) = the whole limit; units are in
  * thousandths.  Integers use msgpack's smallest encoding: a report for
  * "user:42" is about 40 bytes, a lease about 20.  Unknown versions, types
- * or extra bytes are errors (version 1, without tokens and grants, is not
- * spoken: a cluster is upgraded all at once).
+ * or extra bytes are errors (versions 1 and 2 are not spoken: a cluster is
+ * upgraded all at once).
  */
 #ifndef SLUICE_WIRE_H
 #define SLUICE_WIRE_H
@@ -44,10 +49,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION 2
-#define WIRE_HEADER  26
-#define WIRE_KEY_MAX 4096
-#define WIRE_ONE     ((uint64_t)1 << 32)
+#define WIRE_VERSION  3
+#define WIRE_HEADER   26
+#define WIRE_KEY_MAX  4096
+#define WIRE_ONE      ((uint64_t)1 << 32)
+#define WIRE_FREE_MAX 65535 /* a lease's free units */
 
 enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2 };
 
@@ -80,9 +86,16 @@ struct wire_lease {
     size_t klen;
     uint64_t share; /* WIRE_ONE-based, <= WIRE_ONE */
     uint64_t flags;
-    uint64_t grant_milli; /* units granted to this life for the key, running total x 1000,
-                             mod 2^32 */
-    uint64_t owner_life;  /* decoding: the batch's from (the owner's life); not written */
+    uint64_t grant_milli;  /* units granted to this life for the key, running total x 1000,
+                              mod 2^32 */
+    uint64_t free;         /* units the receiver may admit beyond its bucket until
+                              its next lease (availability first: see replica.h) */
+    int64_t level_milli;   /* the cluster's bucket as the owner knows it: units
+                              left x 1000, negative in debt */
+    uint64_t demand_milli; /* the demand of the key's other nodes, units/s x 1000 */
+    uint64_t seen;         /* the receiver's admitted count in the report the level
+                              includes, mod 2^32 */
+    uint64_t owner_life;   /* decoding: the batch's from (the owner's life); not written */
 };
 
 struct wire_writer {

@@ -37,7 +37,14 @@ const char *const *fuzz_seed_inputs(size_t **lens)
                             .tokens_milli = 3500,
                             .granted_milli = 1000,
                             .leased_by = 0x1234567};
-    struct wire_lease l = {"user:42", 7, WIRE_ONE / 3, WIRE_L_SETTLED, 2000, 0};
+    struct wire_lease l = {.key = "user:42",
+                           .klen = 7,
+                           .share = WIRE_ONE / 3,
+                           .flags = WIRE_L_SETTLED,
+                           .grant_milli = 2000,
+                           .free = 2,
+                           .level_milli = 1500,
+                           .demand_milli = 4000};
     struct wire_writer w;
     wire_writer_init(&w, seed_buf[0], sizeof(seed_buf[0]), WIRE_REPORT, 5, 5);
     wire_add_report(&w, &r);

@@ -493,8 +493,11 @@ class RlsClusterTest(unittest.TestCase):
             print("global descriptor: %d sent, admitted %s = %d (limit %d)"
                   % (sent, admitted, total, self.LIMIT))
             self.assertEqual(sent, 9 * self.LIMIT)
-            # local limits would admit 3 x 30 = 90
-            self.assertLessEqual(total, 1.25 * self.LIMIT)
+            # local limits would admit 3 x 30 = 90; the cluster admits the
+            # limit plus what its nodes admit on credit while the owner's
+            # word is a lease old (at most about a unit per node per lease
+            # round near the end; README "The bound")
+            self.assertLessEqual(total, self.LIMIT + 4 * 3)
             self.assertGreaterEqual(total, 0.75 * self.LIMIT)
             self.assertTrue(all(a > 0 for a in admitted), admitted)
         finally:

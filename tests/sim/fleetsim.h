@@ -103,6 +103,10 @@ struct fleetsim {
     int64_t *orc_state; /* oracle state per key (FS_ORC_WORDS words) */
     uint64_t *orc_ok, *ok, *req;
     uint64_t *win_ok, *win_orc; /* inside the partition window */
+    /* The "above" measure per key: x = admitted - rate x t, its least value
+     * before an admission so far, and the largest excess of any window over
+     * the limit's envelope (rate x window + burst + 1), in units. */
+    double *ab_x, *ab_min, *ab_excess;
     struct fs_stream *st;
     size_t nst;
     /* timing wheel of stream indices */
@@ -297,6 +301,9 @@ static inline int fs_init(struct fleetsim *s, const struct fs_cfg *c)
     s->req = calloc((size_t)c->keys, sizeof(uint64_t));
     s->win_ok = calloc((size_t)c->keys, sizeof(uint64_t));
     s->win_orc = calloc((size_t)c->keys, sizeof(uint64_t));
+    s->ab_x = calloc((size_t)c->keys, sizeof(double));
+    s->ab_min = calloc((size_t)c->keys, sizeof(double));
+    s->ab_excess = calloc((size_t)c->keys, sizeof(double));
     s->slot = calloc(FS_WHEEL, sizeof(uint32_t *));
     s->slot_n = calloc(FS_WHEEL, sizeof(size_t));
     s->slot_cap = calloc(FS_WHEEL, sizeof(size_t));
@@ -365,6 +372,39 @@ static inline void fs_destroy(struct fleetsim *s)
     free(s->req);
     free(s->win_ok);
     free(s->win_orc);
+    free(s->ab_x);
+    free(s->ab_min);
+    free(s->ab_excess);
+}
+
+/* Units a key's limit admits at once: burst + 1 for the buckets, the count
+ * for the windows. */
+static inline double fs_key_limit(const struct fleetsim *s, int k)
+{
+    return algo_has_burst(s->kp[k].kind) ? (double)s->kp[k].burst + 1.0 : (double)s->kp[k].count;
+}
+
+/* The stated bound of replica.h: the most a key admits beyond its envelope
+ * over any window, 2 (burst + 1) + 3 N units (N: the nodes it is asked on). */
+static inline double fs_bound(const struct fleetsim *s, int k)
+{
+    return 2.0 * fs_key_limit(s, k) + 3.0 * (double)s->c.n;
+}
+
+/* Records one admission of key k at t (ns since the start) for the "above"
+ * measure: for every window [t0, t] ending at an admission, what was
+ * admitted in it less the limit's envelope (count x window / period +
+ * burst + 1).  One central GCRA never exceeds 0 here. */
+static inline void fs_above_admit(struct fleetsim *s, int k, int64_t t)
+{
+    double rate = (double)s->kp[k].count / (double)s->kp[k].period_ns;
+    double x = s->ab_x[k] - rate * (double)t; /* before this admission */
+    if (x < s->ab_min[k])
+        s->ab_min[k] = x;
+    s->ab_x[k] += 1.0;
+    double ex = x + 1.0 - s->ab_min[k] - fs_key_limit(s, k);
+    if (ex > s->ab_excess[k])
+        s->ab_excess[k] = ex;
 }
 
 static inline int fs_in_window(const struct fleetsim *s, int64_t t)
@@ -387,6 +427,7 @@ static inline void fs_request(struct fleetsim *s, struct fs_stream *x, int64_t t
                               1, s->now + s->nd[i].offset, &rr);
     if (rc == 0 && !rr.limited) {
         s->ok[k]++;
+        fs_above_admit(s, k, s->now - t0);
         int64_t rw = s->c.restart_window > 0 ? s->c.restart_window : FS_SEC;
         if (s->c.restart_at > 0 && i < s->c.victims && s->now - t0 >= s->c.restart_at &&
             s->now - t0 < s->c.restart_at + rw)
@@ -502,6 +543,14 @@ static inline void fs_run(struct fleetsim *s)
 
 struct fs_result {
     double ratio, p99_key, worst_key, min_key, win_ratio;
+    /* above: the largest excess of any key over its envelope, in units,
+     * and as a fraction of the key's envelope over one period (count +
+     * burst + 1), which bounds admitted / envelope over every window of a
+     * period or longer from above */
+    double above_units, above;
+    /* the largest excess of any key as a fraction of the stated bound
+     * (fs_bound); at most 1 when the bound holds */
+    double of_bound;
     double bytes_node_s, mem_key_node;
     uint64_t ok, orc;
 };
@@ -530,6 +579,19 @@ static inline void fs_result(struct fleetsim *s, struct fs_result *out)
     out->min_key = rk[0];
     out->p99_key = rk[(size_t)((double)(s->c.keys - 1) * 0.99)];
     out->win_ratio = worc ? (double)wok / (double)worc : 1.0;
+    for (int k = 0; k < s->c.keys; k++) {
+        double env = (double)s->kp[k].count + fs_key_limit(s, k);
+        double a = 1.0 + s->ab_excess[k] / env;
+        if (s->ab_excess[k] > out->above_units)
+            out->above_units = s->ab_excess[k];
+        if (a > out->above)
+            out->above = a;
+        double b = s->ab_excess[k] / fs_bound(s, k);
+        if (b > out->of_bound)
+            out->of_bound = b;
+    }
+    if (out->above < 1.0)
+        out->above = 1.0;
     free(rk);
     out->bytes_node_s = (double)s->bytes_sent / (double)s->c.n / (double)s->c.seconds;
     /* Memory from the structures' sizes: the node side's key entries and

@@ -32,10 +32,16 @@ static void run(const struct fs_cfg *c, struct fs_result *r, const char *what)
     }
     fprintf(stderr,
             "  %s: %d nodes x %d keys, loss %.0f%%: ratio %.4f p99_key %.3f worst_key %.3f "
-            "min_key %.3f window %.3f, %.0f B/node/s\n",
+            "min_key %.3f window %.3f above %.3f (%.1f units, %.2f of the bound), %.0f B/node/s\n",
             what, c->n, c->keys, c->loss * 100, r->ratio, r->p99_key, r->worst_key, r->min_key,
-            r->win_ratio, r->bytes_node_s);
+            r->win_ratio, r->above, r->above_units, r->of_bound, r->bytes_node_s);
     assert_int_equal(bad, 0);
+    /* Every key, every window: within its envelope plus the stated bound
+     * of a whole cluster (a partition adds its own term: each side holds
+     * its last share, or under the optimistic policy admits the whole
+     * limit and repays; the partition tests bound those). */
+    if (c->part_len == 0)
+        assert_true(r->of_bound <= 1.0);
     fs_destroy(&s);
 }
 
@@ -246,8 +252,8 @@ static void test_burst_dominated(void **state)
     limit_15_30_60(&c);
     c.seconds = 30;
     run(&c, &r, "burst 15, 30 a minute");
-    assert_true(r.ratio >= 0.90 && r.ratio <= 1.05);
-    assert_true(r.worst_key <= 1.20);
+    assert_true(r.ratio >= 0.90 && r.ratio <= 1.10);
+    assert_true(r.worst_key <= 1.25);
 }
 
 /* A cluster started from nothing and hammered at once: every node young
@@ -269,8 +275,8 @@ static void test_cold_start(void **state)
     c.seconds = 15;
     c.cold_start_ns = FS_SEC;
     run(&c, &r, "cold start");
-    assert_true(r.ratio >= 0.85 && r.ratio <= 1.05);
-    assert_true(r.worst_key <= 1.10);
+    assert_true(r.ratio >= 0.85 && r.ratio <= 1.10);
+    assert_true(r.worst_key <= 1.25);
 }
 
 /* The other algorithms that can be global, 5 nodes x 100 keys. */

@@ -28,6 +28,7 @@ static void usage(FILE *f)
            "                    [--rate LO-HI] [--period-s S] [--burst B] [--skew E]\n"
            "                    [--interval-ms MS] [--cold-start-ms MS]\n"
            "                    [--verbose] [--trace]\n"
+           "  --matrix   the nodes x burst x skew x demand grid (below/above per cell)\n"
            "  --verbose  also print admitted/oracle totals and replication counters\n"
            "  --trace    print cumulative admitted and oracle every 250 ms\n"
            "  --period-s       the keys' period (rates are units per period; default 1)\n"
@@ -37,18 +38,73 @@ static void usage(FILE *f)
            "  --churn JOIN,DIE,LEAVE     node N-1 joins, node 1 dies, node 2 leaves (s; 0 none)\n");
 }
 
+/* --matrix: the grid of the availability issue, nodes {3, 5, 16, 100} x
+ * burst {1, 5, 16} x skew {0, 1} by rows, demand {0.2 .. 10} by columns,
+ * 100 keys of 10 per period each, every other setting as given (--loss,
+ * --period-s, --seconds, --seed).  Each cell is "below/above": admitted /
+ * the oracle, and the worst key's excess over its envelope as a fraction of
+ * the stated bound (fs_bound; the bound holds at 1.00 or less). */
+static int gs_matrix(const struct fs_cfg *base)
+{
+    static const int nodes[] = {3, 5, 16, 100};
+    static const int64_t bursts[] = {1, 5, 16};
+    static const double skews[] = {0.0, 1.0}, demands[] = {0.2, 0.5, 0.8, 1.0, 2.0, 10.0};
+    double worst_below = 2.0, worst_bound = 0.0;
+    printf("loss=%.2f period_s=%lld seconds=%lld; cells: below/above (of the bound)\n", base->loss,
+           (long long)((base->period_ns > 0 ? base->period_ns : FS_SEC) / FS_SEC),
+           (long long)base->seconds);
+    printf("%-22s", "nodes burst skew");
+    for (size_t d = 0; d < sizeof(demands) / sizeof(demands[0]); d++)
+        printf("  demand %-5g", demands[d]);
+    printf("\n");
+    for (size_t n = 0; n < sizeof(nodes) / sizeof(nodes[0]); n++)
+        for (size_t b = 0; b < sizeof(bursts) / sizeof(bursts[0]); b++)
+            for (size_t k = 0; k < sizeof(skews) / sizeof(skews[0]); k++) {
+                printf("%5d %5lld %4g      ", nodes[n], (long long)bursts[b], skews[k]);
+                for (size_t d = 0; d < sizeof(demands) / sizeof(demands[0]); d++) {
+                    struct fs_cfg c = *base;
+                    c.n = nodes[n];
+                    c.burst = bursts[b];
+                    c.skew = skews[k];
+                    c.demand = demands[d];
+                    c.keys = 100;
+                    c.rate_lo = c.rate_hi = 10;
+                    struct fleetsim s;
+                    if (fs_init(&s, &c) != 0)
+                        return 1;
+                    fs_run(&s);
+                    struct fs_result r;
+                    fs_result(&s, &r);
+                    fs_destroy(&s);
+                    printf("  %5.3f/%5.2f", r.ratio, r.of_bound);
+                    fflush(stdout);
+                    if (r.ratio < worst_below)
+                        worst_below = r.ratio;
+                    if (r.of_bound > worst_bound)
+                        worst_bound = r.of_bound;
+                }
+                printf("\n");
+            }
+    printf("lowest below %.3f; highest above %.2f of the bound\n", worst_below, worst_bound);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct fs_cfg c;
     const char *env = getenv("SLUICE_SEED");
     fs_default(&c, env ? strtoull(env, NULL, 10) : 1);
     c.seconds = 10;
-    int verbose = 0;
+    int verbose = 0, matrix = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
+        }
+        if (strcmp(a, "--matrix") == 0) {
+            matrix = 1;
+            continue;
         }
         if (strcmp(a, "--verbose") == 0 || strcmp(a, "--trace") == 0) {
             verbose |= strcmp(a, "--verbose") == 0;
@@ -100,6 +156,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (matrix)
+        return gs_matrix(&c);
     c.part_at *= FS_SEC;
     c.part_len *= FS_SEC;
     c.kill_at *= FS_MSEC;
@@ -123,9 +181,9 @@ int main(int argc, char **argv)
     struct fs_result r;
     fs_result(&s, &r);
     printf("nodes=%d keys=%d loss=%.2f ratio=%.3f p99_key=%.3f worst_key=%.3f min_key=%.3f "
-           "window=%.3f bytes_node_s=%.0f mem_key_node=%.0f\n",
-           c.n, c.keys, c.loss, r.ratio, r.p99_key, r.worst_key, r.min_key, r.win_ratio,
-           r.bytes_node_s, r.mem_key_node);
+           "window=%.3f above=%.3f above_units=%.1f bytes_node_s=%.0f mem_key_node=%.0f\n",
+           c.n, c.keys, c.loss, r.ratio, r.p99_key, r.worst_key, r.min_key, r.win_ratio, r.above,
+           r.above_units, r.bytes_node_s, r.mem_key_node);
     if (c.restart_at > 0)
         printf("restarted nodes admitted %" PRIu64 " in their first second\n", s.restarted_ok);
     if (verbose) {
@@ -144,15 +202,17 @@ int main(int argc, char **argv)
             t.decisions += x.decisions;
             t.limited += x.limited;
             t.debt_events += x.debt_events;
+            t.free_admits += x.free_admits;
             t.bad_packets += x.bad_packets;
         }
         fprintf(stderr,
                 "reports=%llu leases=%llu received=%llu stale=%llu decisions=%llu limited=%llu "
-                "debt=%llu bad=%llu\n",
+                "debt=%llu bad=%llu free=%llu\n",
                 (unsigned long long)t.report_entries_sent, (unsigned long long)t.lease_entries_sent,
                 (unsigned long long)t.lease_entries_received, (unsigned long long)t.stale_leases,
                 (unsigned long long)t.decisions, (unsigned long long)t.limited,
-                (unsigned long long)t.debt_events, (unsigned long long)t.bad_packets);
+                (unsigned long long)t.debt_events, (unsigned long long)t.bad_packets,
+                (unsigned long long)t.free_admits);
     }
     fs_destroy(&s);
     return 0;

