@@ -318,6 +318,40 @@ static void client_account(struct server_client *c)
     c->mem = m;
 }
 
+int server_client_reply_fits(struct server_client *c)
+{
+    if (c == NULL || c->closing)
+        return 0;
+    struct server *s = c->srv;
+    if (client_pending(c) > s->hard_limit)
+        return -SLUICE_ETOOBIG;
+    /* c->mem is what c counted at its last settle; its buffers grew since. */
+    size_t now = client_mem(c);
+    size_t total = s->client_mem - c->mem + now;
+    if (total > s->max_client_memory)
+        return -SLUICE_ETOOBIG;
+    return 0;
+}
+
+void server_client_drop_reply(struct server_client *c, size_t mark)
+{
+    if (c == NULL)
+        return;
+    struct server *s = c->srv;
+    size_t built = c->out.len > mark ? c->out.len - mark : 0;
+    if (c->out.len > mark)
+        c->out.len = mark;
+    s->stats.output_limit_disconnects++;
+    log_warn("client %llu: reply of %zu bytes and growing passed the output limit (%zu) or the "
+             "client memory budget (%zu), disconnecting",
+             (unsigned long long)c->id, built, s->hard_limit, s->max_client_memory);
+}
+
+size_t server_client_out_limit(const struct server_client *c)
+{
+    return c != NULL ? c->srv->hard_limit : (size_t)16 << 20;
+}
+
 /* One line per MEM_LOG_INTERVAL_MS about the clients closed over budget
  * since the last line; a later one is left to the housekeeping timer. */
 static void server_log_budget(struct server *s)

@@ -175,6 +175,25 @@ void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(
 /* The bytes the ctx holds now, counted in the client's memory (0 when it
  * holds none or is freed).  NULL c: no-op. */
 void server_client_set_ctx_bytes(struct server_client *c, size_t bytes);
+/*
+ * Whether the reply c's handler is building still fits, checked as it grows
+ * (a transaction's EXEC calls it after each queued command): c's unsent
+ * output, the reply included, within out_hard_limit, and every client's
+ * memory, c's output buffer at its current size included, within
+ * max_client_memory.  Returns 0 when it fits, -SLUICE_ETOOBIG when not: the
+ * handler then drops what it built and closes the client
+ * (server_client_drop_reply), so one client's reply never grows the daemon
+ * past the bounds the next read would enforce.  NULL c: 0.
+ */
+int server_client_reply_fits(struct server_client *c);
+/* Cuts c's output back to mark bytes (a length of server_client_out(c)
+ * taken before the reply began), counts the client in
+ * output_limit_disconnects and logs it; the handler then answers an error
+ * and returns SERVER_CLOSE_AFTER_REPLY.  NULL c: no-op. */
+void server_client_drop_reply(struct server_client *c, size_t mark);
+/* The per-client output bound (out_hard_limit), so a command layer can
+ * bound a reply before building it.  NULL c: 16 MiB. */
+size_t server_client_out_limit(const struct server_client *c);
 void server_client_block(struct server_client *c, server_cancel_fn cancel, void *arg);
 void server_client_unblock(struct server_client *c);
 
