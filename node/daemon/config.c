@@ -518,6 +518,13 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
             cfg->admin_off = 1;
         else
             BAD("admin_commands: expected on or off, got '%s'", v);
+    } else if (strcmp(k, "http_trust_headers") == 0) {
+        if (strcmp(v, "on") == 0)
+            cfg->http_trust_headers = 1;
+        else if (strcmp(v, "off") == 0)
+            cfg->http_trust_headers = 0;
+        else
+            BAD("http_trust_headers: expected on or off, got '%s'", v);
     } else if (strcmp(k, "http_deny_status") == 0) {
         if (strcmp(v, "429") == 0)
             cfg->http_deny_status = 429;

@@ -43,11 +43,12 @@ struct config {
     uint64_t max_keys;    /* key table bound */
     enum config_on_full on_full;
     enum config_log_level log_level;
-    char *metrics;        /* http = (or metrics =) "host:port" of the HTTP listener, or NULL */
-    int http_deny_status; /* 0 (429), 429 or 403: a refused /v1/throttle */
-    int admin_off;        /* admin_commands = off: SL.RELOAD refused */
-    char *listen;         /* "host:port" of the RESP TCP listener, or NULL (off) */
-    char *requirepass;    /* the password TCP clients must AUTH with, or NULL */
+    char *metrics;          /* http = (or metrics =) "host:port" of the HTTP listener, or NULL */
+    int http_deny_status;   /* 0 (429), 429 or 403: a refused /v1/throttle */
+    int admin_off;          /* admin_commands = off: SL.RELOAD refused */
+    int http_trust_headers; /* http_trust_headers = on: /v1/throttle reads X-Sluice-* */
+    char *listen;           /* "host:port" of the RESP TCP listener, or NULL (off) */
+    char *requirepass;      /* the password TCP clients must AUTH with, or NULL */
     /* Envoy's rate limit service (see README "Envoy rate limit service") */
     char *grpc;                /* "host:port" of its gRPC listener, or NULL (off) */
     char *ratelimit_config;    /* directory of envoyproxy/ratelimit YAML files, or NULL */

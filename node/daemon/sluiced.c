@@ -89,6 +89,10 @@ static void usage(FILE *f)
             "                           when it changed, so repeated ones cost a stat\n"
             "  --http-deny-status N     status of a refused /v1/throttle: 429 (default) or\n"
             "                           403 (nginx auth_request treats others as errors)\n"
+            "  --http-trust-headers on|off  on: /v1/throttle also reads its parameters\n"
+            "                           from X-Sluice-* request headers; off (default)\n"
+            "                           ignores them, since a proxy forwards its client's\n"
+            "                           headers and a client could choose its own key or cost\n"
             "  --grpc HOST:PORT         serve Envoy's rate limit service (gRPC v3,\n"
             "                           envoy.service.ratelimit.v3.RateLimitService) over\n"
             "                           HTTP/2 cleartext; 'off' (default) serves nothing\n"
@@ -337,6 +341,7 @@ enum {
     OPT_LOG_LEVEL,
     OPT_METRICS,
     OPT_HTTP_DENY,
+    OPT_HTTP_TRUST,
     OPT_ADMIN,
     OPT_LISTEN,
     OPT_REQUIREPASS_FILE,
@@ -399,6 +404,7 @@ int main(int argc, char **argv)
         {"http", required_argument, NULL, OPT_METRICS},
         {"metrics", required_argument, NULL, OPT_METRICS},
         {"http-deny-status", required_argument, NULL, OPT_HTTP_DENY},
+        {"http-trust-headers", required_argument, NULL, OPT_HTTP_TRUST},
         {"admin-commands", required_argument, NULL, OPT_ADMIN},
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"requirepass-file", required_argument, NULL, OPT_REQUIREPASS_FILE},
@@ -451,6 +457,7 @@ int main(int argc, char **argv)
         log_set_level((enum log_level)file_cfg.log_level);
         metrics_addr = file_cfg.metrics;
         htcfg.deny_status = file_cfg.http_deny_status;
+        htcfg.trust_headers = file_cfg.http_trust_headers;
         ccfg.admin_off = file_cfg.admin_off;
         scfg.listen = file_cfg.listen;
         ccfg.requirepass = file_cfg.requirepass;
@@ -593,6 +600,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             htcfg.deny_status = atoi(optarg);
+            break;
+        case OPT_HTTP_TRUST:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "sluiced: --http-trust-headers: expected on or off, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            htcfg.trust_headers = strcmp(optarg, "on") == 0;
             break;
         case OPT_GRPC:
             rlsopt.grpc = strcmp(optarg, "off") == 0 ? NULL : optarg;
