@@ -270,6 +270,15 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
             return SERVER_CONTINUE;
         }
     }
+    /* Before AUTH, HELLO answers nothing about the server and takes no
+     * name: only its AUTH option logs in (Redis's wording). */
+    if (cmds->requirepass != NULL && server_client_is_tcp(c) && !server_client_authed(c)) {
+        resp_add_error(out, "NOAUTH HELLO must be called with the client already authenticated, "
+                            "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+                            "authenticate the client and select the RESP protocol version at the "
+                            "same time");
+        return SERVER_CONTINUE;
+    }
     if (setname != NULL) {
         if (check_name(out, setname, setname_len) < 0)
             return SERVER_CONTINUE;

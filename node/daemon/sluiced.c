@@ -578,8 +578,25 @@ int main(int argc, char **argv)
                 fprintf(stderr, "sluiced: --requirepass-file: %s\n", perr);
                 return 2;
             }
-            while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-                buf[--n] = '\0';
+            /* The first line is the password (the README says so); an empty
+             * one, or one a NUL cuts short, would turn AUTH off while the
+             * log says it is required: refuse to start instead. */
+            size_t line = 0;
+            while (line < n && buf[line] != '\n' && buf[line] != '\r')
+                line++;
+            const char *why = line == 0                         ? "its first line is empty"
+                              : memchr(buf, '\0', line) != NULL ? "its first line holds a NUL"
+                              : line > COMMANDS_MAX_REQUIREPASS ? "its first line is over 512 bytes"
+                                                                : NULL;
+            if (why != NULL) {
+                fprintf(stderr,
+                        "sluiced: --requirepass-file %s: %s; refusing to start without "
+                        "a usable password\n",
+                        optarg, why);
+                free(buf);
+                return 2;
+            }
+            buf[line] = '\0';
             free(pass_buf);
             pass_buf = buf;
             ccfg.requirepass = pass_buf;
