@@ -82,6 +82,13 @@ static void usage(FILE *f)
             "  --listen HOST:PORT       also serve the Redis protocol over TCP (off by\n"
             "                           default), for client pools that assume TCP; beyond\n"
             "                           loopback a password is required\n"
+            "  --max-tcp-clients N      TCP clients at once (default 1024), apart from\n"
+            "                           --max-clients, which counts Unix socket clients\n"
+            "                           only; past it a newcomer closes the worst TCP\n"
+            "                           client (unauthenticated first, then longest idle)\n"
+            "  --tcp-idle-timeout S     close a TCP client silent for S seconds (default\n"
+            "                           0: never).  Without AUTH within 10 s a TCP client\n"
+            "                           is closed whenever a password is required\n"
             "  --requirepass-file FILE  the password TCP clients must AUTH with (its first\n"
             "                           line); Unix socket clients need none\n"
             "  --admin-commands on|off  off: SL.RELOAD answers an error (SIGHUP still\n"
@@ -344,6 +351,8 @@ enum {
     OPT_HTTP_TRUST,
     OPT_ADMIN,
     OPT_LISTEN,
+    OPT_MAX_TCP_CLIENTS,
+    OPT_TCP_IDLE,
     OPT_REQUIREPASS_FILE,
     OPT_GRPC,
     OPT_RL_CONFIG,
@@ -407,6 +416,8 @@ int main(int argc, char **argv)
         {"http-trust-headers", required_argument, NULL, OPT_HTTP_TRUST},
         {"admin-commands", required_argument, NULL, OPT_ADMIN},
         {"listen", required_argument, NULL, OPT_LISTEN},
+        {"max-tcp-clients", required_argument, NULL, OPT_MAX_TCP_CLIENTS},
+        {"tcp-idle-timeout", required_argument, NULL, OPT_TCP_IDLE},
         {"requirepass-file", required_argument, NULL, OPT_REQUIREPASS_FILE},
         {"grpc", required_argument, NULL, OPT_GRPC},
         {"ratelimit-config", required_argument, NULL, OPT_RL_CONFIG},
@@ -504,6 +515,22 @@ int main(int argc, char **argv)
                 return 2;
             }
             scfg.max_clients = (size_t)v;
+            break;
+        case OPT_MAX_TCP_CLIENTS:
+            if (parse_size(optarg, 1, 1000000, &v) < 0) {
+                fprintf(stderr, "sluiced: --max-tcp-clients: expected 1..1000000, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            scfg.max_tcp_clients = (size_t)v;
+            break;
+        case OPT_TCP_IDLE:
+            if (parse_size(optarg, 0, 86400 * 365, &v) < 0) {
+                fprintf(stderr, "sluiced: --tcp-idle-timeout: expected seconds, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            scfg.tcp_idle_timeout_ms = (uint64_t)v * 1000;
             break;
         case OPT_MAX_REQUEST:
             if (parse_size(optarg, 64, 512ull * 1024 * 1024, &v) < 0) {
@@ -722,6 +749,9 @@ int main(int argc, char **argv)
         log_error("cannot create the command layer: %s", sluice_strerror(rc));
         goto out_limiter;
     }
+    /* TCP clients must AUTH when a password is set: unauthenticated ones
+     * have a deadline and are evicted first. */
+    scfg.tcp_auth = ccfg.requirepass != NULL && ccfg.requirepass[0] != '\0';
     rc = server_create(&d.loop, &scfg, commands_dispatch, d.cmds, &d.srv);
     if (rc == -SLUICE_EINVAL) {
         log_error("invalid socket path '%s' (empty, or longer than %zu bytes)", socket_path,
@@ -784,7 +814,11 @@ int main(int argc, char **argv)
     uv_signal_init(&d.loop, &d.sighup);
     d.sighup.data = &d;
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);
-    daemon_raise_nofile(scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
+    daemon_raise_nofile(
+        (scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS) +
+        (scfg.listen != NULL
+             ? (scfg.max_tcp_clients ? scfg.max_tcp_clients : SERVER_DEFAULT_MAX_TCP_CLIENTS)
+             : 0));
     rc = server_start(d.srv);
     if (rc == 0 && scfg.listen != NULL && !server_tcp_loopback(d.srv) && ccfg.requirepass == NULL) {
         /* Beyond loopback anyone on the network could decide and reload:

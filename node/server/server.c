@@ -67,8 +67,9 @@ struct server_client {
     int proto;        /* 2 or 3 (HELLO 3); 0 is read as 2 */
     void *ctx;        /* the command layer's per-connection state (server_client_set_ctx) */
     void (*ctx_free)(void *ctx);
-    unsigned tcp : 1;    /* came through the TCP listener */
-    unsigned authed : 1; /* AUTH passed (server_client_set_authed) */
+    uint64_t born_ms, last_ms; /* uv_now at accept, at the last read */
+    unsigned tcp : 1;          /* came through the TCP listener */
+    unsigned authed : 1;       /* AUTH passed (server_client_set_authed) */
 };
 
 struct server {
@@ -100,6 +101,13 @@ struct server {
     void *ud;
     struct server_client *clients;
     uint64_t next_id;
+    size_t max_tcp_clients;
+    int tcp_auth;
+    uint64_t tcp_auth_timeout_ms, tcp_idle_timeout_ms;
+    uv_timer_t tcp_sweep; /* the TCP clients' deadlines, once a second */
+    int tcp_sweep_init;
+    uint64_t tcp_logged_at; /* uv_now of the last eviction/timeout log line */
+    uint64_t tcp_unlogged_evictions, tcp_unlogged_timeouts;
     uint64_t now_ns;
     struct server_stats stats;
     int listening;
@@ -151,6 +159,12 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
         log_warn("--max-clients %zu idle clients alone would take half of --max-client-memory "
                  "(%zu bytes): busy ones will be disconnected early",
                  s->max_clients, s->max_client_memory);
+    s->max_tcp_clients =
+        cfg->max_tcp_clients ? cfg->max_tcp_clients : SERVER_DEFAULT_MAX_TCP_CLIENTS;
+    s->tcp_auth = cfg->tcp_auth;
+    s->tcp_auth_timeout_ms =
+        cfg->tcp_auth_timeout_ms ? cfg->tcp_auth_timeout_ms : SERVER_DEFAULT_TCP_AUTH_TIMEOUT_MS;
+    s->tcp_idle_timeout_ms = cfg->tcp_idle_timeout_ms;
     s->dispatch = dispatch;
     s->ud = ud;
     s->next_id = 1;
@@ -631,6 +645,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     c->srv->now_ns = uv_hrtime();
+    c->last_ms = uv_now(c->srv->loop);
     const char *data;
     size_t len;
     if (c->in_shared) {
@@ -751,10 +766,93 @@ static void client_close(struct server_client *c)
     if (c->next)
         c->next->prev = c->prev;
     s->stats.connected_clients--;
+    if (c->tcp)
+        s->stats.tcp_clients--;
     s->client_mem -= c->mem;
     server_freed(s, c->mem);
     c->mem = 0;
     uv_close((uv_handle_t *)&c->h.pipe, on_client_closed);
+}
+
+/* One line per MEM_LOG_INTERVAL_MS about TCP clients closed for a
+ * newcomer or over a deadline since the last line. */
+static void server_tcp_log(struct server *s)
+{
+    if (s->tcp_unlogged_evictions == 0 && s->tcp_unlogged_timeouts == 0)
+        return;
+    uint64_t now_ms = uv_now(s->loop);
+    if (s->tcp_logged_at != 0 && now_ms - s->tcp_logged_at < MEM_LOG_INTERVAL_MS)
+        return; /* the sweep logs them later */
+    log_warn("TCP listener: closed %llu clients for newcomers over --max-tcp-clients (%zu) and "
+             "%llu that did not AUTH within %llu ms or sat idle; %llu and %llu so far",
+             (unsigned long long)s->tcp_unlogged_evictions, s->max_tcp_clients,
+             (unsigned long long)s->tcp_unlogged_timeouts,
+             (unsigned long long)s->tcp_auth_timeout_ms, (unsigned long long)s->stats.tcp_evictions,
+             (unsigned long long)s->stats.tcp_timeouts);
+    s->tcp_logged_at = now_ms;
+    s->tcp_unlogged_evictions = s->tcp_unlogged_timeouts = 0;
+}
+
+/*
+ * The TCP listener is full and newcomer just came: closes the worst other
+ * TCP client, one that has not authenticated (oldest first) when AUTH is
+ * required, else the one idle longest.  A newcomer is never refused, so a
+ * crowd of silent connections cannot keep a real client out: it displaces
+ * them, and having authenticated it outranks them all.
+ */
+static void server_tcp_evict(struct server *s, struct server_client *newcomer)
+{
+    struct server_client *worst = NULL;
+    for (struct server_client *c = s->clients; c != NULL; c = c->next) {
+        if (!c->tcp || c == newcomer || c->closing)
+            continue;
+        if (worst == NULL) {
+            worst = c;
+            continue;
+        }
+        int cu = s->tcp_auth && !c->authed, wu = s->tcp_auth && !worst->authed;
+        if (cu != wu) {
+            if (cu)
+                worst = c;
+        } else if (cu ? c->born_ms < worst->born_ms : c->last_ms < worst->last_ms) {
+            worst = c;
+        }
+    }
+    if (worst == NULL)
+        return;
+    s->stats.tcp_evictions++;
+    s->tcp_unlogged_evictions++;
+    log_debug("client %llu: closed for a newcomer over --max-tcp-clients",
+              (unsigned long long)worst->id);
+    client_close(worst);
+    if (!worst->executing)
+        client_release(worst);
+    server_tcp_log(s);
+}
+
+/* Once a second: TCP clients past their AUTH deadline or idle too long. */
+static void on_tcp_sweep(uv_timer_t *t)
+{
+    struct server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    struct server_client *next;
+    for (struct server_client *c = s->clients; c != NULL; c = next) {
+        next = c->next;
+        if (!c->tcp || c->closing || c->executing)
+            continue;
+        int late = s->tcp_auth && !c->authed && now - c->born_ms >= s->tcp_auth_timeout_ms;
+        int idle = s->tcp_idle_timeout_ms != 0 && !c->blocked &&
+                   now - c->last_ms >= s->tcp_idle_timeout_ms;
+        if (!late && !idle)
+            continue;
+        s->stats.tcp_timeouts++;
+        s->tcp_unlogged_timeouts++;
+        log_debug("client %llu: %s, closing", (unsigned long long)c->id,
+                  late ? "no AUTH in time" : "idle");
+        client_close(c);
+        client_release(c);
+    }
+    server_tcp_log(s);
 }
 
 /* A new client on either listener: accepted into c's handle (initialised
@@ -805,7 +903,12 @@ static void server_accept(struct server *s, uv_stream_t *listener, struct server
         s->clients->prev = c;
     s->clients = c;
     s->stats.connected_clients++;
-    if (s->stats.connected_clients > s->max_clients) {
+    c->born_ms = c->last_ms = uv_now(s->loop);
+    if (c->tcp) {
+        s->stats.tcp_clients++;
+        if (s->stats.tcp_clients > s->max_tcp_clients)
+            server_tcp_evict(s, c);
+    } else if (s->stats.connected_clients - s->stats.tcp_clients > s->max_clients) {
         s->stats.rejected_connections++;
         /* An operator needs to see this, but a flood must not flood the log:
          * one line a minute, with the count since the last one. */
@@ -960,6 +1063,13 @@ int server_start(struct server *s)
             snprintf(s->err, sizeof(s->err), "listen: %s", err);
             return rc;
         }
+        if (s->tcp_auth || s->tcp_idle_timeout_ms != 0) {
+            uv_timer_init(s->loop, &s->tcp_sweep);
+            s->tcp_sweep.data = s;
+            s->tcp_sweep_init = 1;
+            uv_timer_start(&s->tcp_sweep, on_tcp_sweep, 1000, 1000);
+            uv_unref((uv_handle_t *)&s->tcp_sweep);
+        }
     }
     return 0;
 }
@@ -999,6 +1109,8 @@ void server_close(struct server *s)
         client_close(s->clients);
     if (s->housekeep_init)
         uv_close((uv_handle_t *)&s->housekeep, NULL);
+    if (s->tcp_sweep_init)
+        uv_close((uv_handle_t *)&s->tcp_sweep, NULL);
     if (s->listening)
         uv_close((uv_handle_t *)&s->listener, NULL);
     if (s->tcp_open)

@@ -43,6 +43,14 @@
  *   first, cancel(c, arg) is called exactly once, before the client is freed,
  *   and the owner must drop its reference and must not call unblock.
  *
+ * - TCP listener (--listen): its clients have their own cap
+ *   (max_tcp_clients), apart from the Unix socket's (max_clients); past it
+ *   a newcomer closes the worst TCP client (unauthenticated first, then the
+ *   longest idle) rather than being refused.  A once-a-second sweep closes
+ *   TCP clients that did not AUTH within tcp_auth_timeout_ms (when AUTH is
+ *   required) or sent nothing for tcp_idle_timeout_ms (when set).  Both are
+ *   logged at most once every 10 s with counts.
+ *
  * - Shutdown: server_close() closes the listener and every client (cancelling
  *   blocked ones) and unlinks the socket; once the loop has run the close
  *   callbacks, server_destroy() frees the server.
@@ -76,7 +84,24 @@ struct server_config {
      * commands (--listen), or NULL; copied.  Its clients are marked
      * (server_client_is_tcp) so the command layer can require AUTH. */
     const char *listen;
+    /* TCP clients at once (0 = SERVER_DEFAULT_MAX_TCP_CLIENTS), counted
+     * apart from max_clients, which bounds the Unix socket's clients only: a
+     * crowd of network connections never takes a local application's slot.
+     * A TCP newcomer past the cap closes the worst TCP client instead of
+     * being refused: the oldest that has not authenticated, else the one
+     * idle longest (logged, counted in tcp_evictions). */
+    size_t max_tcp_clients;
+    /* Nonzero: TCP clients must AUTH (the command layer's requirepass) and
+     * one that has not within tcp_auth_timeout_ms of connecting is closed. */
+    int tcp_auth;
+    uint64_t tcp_auth_timeout_ms; /* 0 = SERVER_DEFAULT_TCP_AUTH_TIMEOUT_MS */
+    /* A TCP client that sent nothing for this long is closed; 0 = never
+     * (Redis's timeout 0), as connection pools keep idle connections. */
+    uint64_t tcp_idle_timeout_ms;
 };
+
+#define SERVER_DEFAULT_MAX_TCP_CLIENTS     1024
+#define SERVER_DEFAULT_TCP_AUTH_TIMEOUT_MS 10000
 
 /* What a dispatch function returns. */
 enum { SERVER_CONTINUE = 0, SERVER_CLOSE_AFTER_REPLY = 1 };
@@ -111,6 +136,9 @@ struct server_stats {
     uint64_t client_memory;             /* bytes held by clients now (gauge) */
     uint64_t client_memory_disconnects; /* heaviest clients closed over the budget */
     uint64_t memory_trims;              /* malloc_trim calls */
+    uint64_t tcp_clients;               /* TCP clients connected now (gauge) */
+    uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
+    uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
 };
 
 /* Creates a server (nothing is bound yet).  Fails with -SLUICE_EINVAL (no

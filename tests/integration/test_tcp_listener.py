@@ -11,6 +11,7 @@ import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sluicetest  # noqa: E402
 from sluicetest import SLUICED, Daemon, free_tcp_port  # noqa: E402
 
 import redis  # noqa: E402  (Debian python3-redis)
@@ -127,6 +128,49 @@ class TcpListener(unittest.TestCase):
                     self.assertTrue(s.recv(4096).startswith(b"*14"))
                     s.sendall(resp("QUIT"))
                     self.assertEqual(s.recv(4096), b"+OK\r\n")
+
+    def test_silent_tcp_crowd_locks_nobody_out(self):
+        """Silent unauthenticated TCP connections used to take every
+        --max-clients slot, the Unix socket's included.  Now TCP has its own
+        cap, a newcomer displaces the oldest unauthenticated connection
+        instead of being refused, and those that never AUTH are closed after
+        10 s, with a log line."""
+        with tempfile.TemporaryDirectory() as tmp:
+            pw = os.path.join(tmp, "pass")
+            with open(pw, "w") as f:
+                f.write("s3cret\n")
+            with Daemon("--listen", "127.0.0.1:%d" % self.port, "--requirepass-file", pw,
+                        "--max-clients", "20", "--max-tcp-clients", "50") as d:
+                crowd = []
+                try:
+                    for _ in range(200):
+                        crowd.append(socket.create_connection(("127.0.0.1", self.port),
+                                                              timeout=10))
+                    # the local application still gets in
+                    u = redis.Redis(unix_socket_path=d.path, socket_timeout=10)
+                    self.assertTrue(u.ping())
+                    # and so does a real TCP client, which then outranks the crowd
+                    good = redis.Redis(host="127.0.0.1", port=self.port, password="s3cret",
+                                       socket_timeout=10)
+                    self.assertTrue(good.ping())
+                    for _ in range(100):
+                        crowd.append(socket.create_connection(("127.0.0.1", self.port),
+                                                              timeout=10))
+                    self.assertEqual(good.execute_command("CL.THROTTLE", "k", 1, 1, 60)[0], 0)
+                    info = u.info()
+                    self.assertLessEqual(info["connected_clients"], 20 + 50, info)
+                    sluicetest.wait_until(lambda: "TCP listener: closed" in d.logtext(),
+                                          what="the eviction log line")
+                    # the survivors never AUTH: closed at their deadline
+                    last = crowd[-1]
+                    last.settimeout(20)
+                    self.assertEqual(last.recv(100), b"")
+                    self.assertTrue(good.ping())
+                    good.close()
+                    u.close()
+                finally:
+                    for c in crowd:
+                        c.close()
 
     def test_beyond_loopback_needs_a_password(self):
         with tempfile.TemporaryDirectory() as tmp:
