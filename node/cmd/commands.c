@@ -24,6 +24,8 @@ struct commands {
     size_t max_key;
     int admin_off;
     const char *requirepass;
+    void (*listeners_info)(void *ud, struct resp_buf *t);
+    void *listeners_ud;
     uint64_t started_ns;
     unsigned lat_tick;                /* which decision to time next */
     struct metrics_histogram latency; /* of the timed ones */
@@ -42,6 +44,8 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
     cmds->sl = cfg ? cfg->sl : NULL;
     cmds->admin_off = cfg ? cfg->admin_off : 0;
     cmds->requirepass = cfg && cfg->requirepass && cfg->requirepass[0] ? cfg->requirepass : NULL;
+    cmds->listeners_info = cfg ? cfg->listeners_info : NULL;
+    cmds->listeners_ud = cfg ? cfg->listeners_ud : NULL;
     /* SL.* decide global keys through the same cluster as CL.THROTTLE. */
     commands_sl_set_cluster(cmds->sl, cmds->cluster);
     cmds->max_key = (cfg && cfg->max_key_bytes) ? cfg->max_key_bytes : COMMANDS_DEFAULT_MAX_KEY;
@@ -562,6 +566,11 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         info_u64(&t, "protocol_errors", ss.protocol_errors);
         info_u64(&t, "output_limit_disconnects", ss.output_limit_disconnects);
         info_u64(&t, "client_memory_disconnects", ss.client_memory_disconnects);
+        resp_add_raw(&t, "\r\n", 2);
+    }
+    if (cmds->listeners_info != NULL && section_wanted(argc, argv, argvlen, "listeners")) {
+        resp_add_raw(&t, "# Listeners\r\n", 13);
+        cmds->listeners_info(cmds->listeners_ud, &t);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "limiter")) {

@@ -43,6 +43,11 @@ struct commands_config {
      * command; NULL: none.  Borrowed: must outlive the command layer.  Unix
      * socket clients are let in by the socket's permissions. */
     const char *requirepass; /* NULL or "": none; at most COMMANDS_MAX_REQUIREPASS bytes */
+    /* Writes INFO's "# Listeners" lines (name:value CRLF) into t: the
+     * network listeners the daemon runs, which this layer does not know.
+     * NULL: no such section. */
+    void (*listeners_info)(void *ud, struct resp_buf *t);
+    void *listeners_ud;
 };
 
 struct commands;

@@ -56,6 +56,13 @@ struct config {
     int ratelimit_headers;     /* 1: RateLimit-* response headers */
     uint32_t max_clients;
     uint64_t max_client_memory; /* bytes of all clients' buffers, 0 = no limit */
+    /* the network listeners' crowds (0: the flag's default) */
+    uint32_t max_tcp_clients;      /* max_tcp_clients */
+    uint64_t tcp_idle_timeout_ms;  /* tcp_idle_timeout (0: never) */
+    uint32_t http_max_connections; /* http_max_connections */
+    uint64_t http_idle_timeout_ms; /* http_idle_timeout */
+    uint32_t grpc_max_connections; /* grpc_max_connections */
+    uint64_t grpc_idle_timeout_ms; /* grpc_idle_timeout (0: never) */
     /* [cluster] */
     int cluster;       /* 1 when a [cluster] section is present */
     char *node_name;   /* NULL: the host name */

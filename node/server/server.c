@@ -86,12 +86,13 @@ struct server {
     uint64_t refused_logged_at, refused_logged; /* rate limit of the refusal log line */
     size_t in_limit; /* queued input of a paused client before reading stops */
     size_t max_client_memory;
-    size_t client_mem;            /* sum of every open client's mem */
-    size_t trim_bytes;            /* client memory freed since the last malloc_trim */
-    unsigned depth;               /* clients executing commands now (nested unblocks) */
-    int enforcing;                /* inside server_enforce_budget */
-    struct clientmem_entry *ents; /* scratch for server_enforce_budget */
-    size_t ents_cap;
+    /* The one client memory budget (the HTTP and gRPC listeners join it
+     * too) and this server's pool in it: the sum of its clients' mem. */
+    struct clientmem_budget budget;
+    struct clientmem_pool pool;
+    size_t trim_bytes;    /* client memory freed since the last malloc_trim */
+    unsigned depth;       /* clients executing commands now (nested unblocks) */
+    int enforcing;        /* inside server_enforce_budget */
     uv_timer_t housekeep; /* trims and the budget's log line */
     int housekeep_init;
     uint64_t mem_logged_at; /* uv_now of the last budget log line */
@@ -120,6 +121,15 @@ struct server {
 static void client_close(struct server_client *c);
 static void client_resume(struct server_client *c);
 static void client_update_reading(struct server_client *c);
+static void server_freed(struct server *s, size_t bytes);
+static void server_enforce_budget(struct server *s);
+static void *server_heaviest(void *ud, size_t *bytes);
+static void server_evict(void *ud, void *client);
+
+static void server_budget_freed(void *ud, size_t bytes)
+{
+    server_freed(ud, bytes);
+}
 
 int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispatch_fn dispatch,
                   void *ud, struct server **out)
@@ -165,6 +175,13 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
     s->tcp_auth_timeout_ms =
         cfg->tcp_auth_timeout_ms ? cfg->tcp_auth_timeout_ms : SERVER_DEFAULT_TCP_AUTH_TIMEOUT_MS;
     s->tcp_idle_timeout_ms = cfg->tcp_idle_timeout_ms;
+    clientmem_budget_init(&s->budget, s->max_client_memory);
+    s->budget.freed = server_budget_freed;
+    s->budget.freed_ud = s;
+    s->pool.heaviest = server_heaviest;
+    s->pool.evict = server_evict;
+    s->pool.ud = s;
+    clientmem_join(&s->budget, &s->pool);
     s->dispatch = dispatch;
     s->ud = ud;
     s->next_id = 1;
@@ -181,7 +198,12 @@ const char *server_error(const struct server *s)
 void server_get_stats(const struct server *s, struct server_stats *out)
 {
     *out = s->stats;
-    out->client_memory = s->client_mem;
+    out->client_memory = clientmem_total(&s->budget);
+}
+
+struct clientmem_budget *server_memory_budget(struct server *s)
+{
+    return &s->budget;
 }
 
 uint64_t server_now_ns(const struct server *s)
@@ -326,9 +348,7 @@ static void client_account(struct server_client *c)
         return;
     struct server *s = c->srv;
     size_t m = client_mem(c);
-    s->client_mem = s->client_mem - c->mem + m;
-    if (m < c->mem)
-        server_freed(s, c->mem - m);
+    clientmem_charge(&s->pool, c->mem, m);
     c->mem = m;
 }
 
@@ -341,7 +361,7 @@ int server_client_reply_fits(struct server_client *c)
         return -SLUICE_ETOOBIG;
     /* c->mem is what c counted at its last settle; its buffers grew since. */
     size_t now = client_mem(c);
-    size_t total = s->client_mem - c->mem + now;
+    size_t total = clientmem_total(&s->budget) - c->mem + now;
     if (total > s->max_client_memory)
         return -SLUICE_ETOOBIG;
     return 0;
@@ -400,51 +420,56 @@ static void on_housekeep(uv_timer_t *t)
     server_log_budget(s);
 }
 
+/* The budget's question to this pool: its heaviest client, brought up to
+ * date.  None while a command executes (the client running it, or one it
+ * unblocked, may be the heaviest): the read that started it checks after. */
+static void *server_heaviest(void *ud, size_t *bytes)
+{
+    struct server *s = ud;
+    if (s->depth > 0 || s->closing)
+        return NULL;
+    struct server_client *worst = NULL;
+    for (struct server_client *c = s->clients; c != NULL; c = c->next) {
+        if (c->closing)
+            continue;
+        client_account(c); /* figures not yet counted since their last read */
+        if (worst == NULL || c->mem > worst->mem)
+            worst = c;
+    }
+    if (worst != NULL)
+        *bytes = worst->mem;
+    return worst;
+}
+
+/* The budget closes one of this pool's clients (its bytes leave at once). */
+static void server_evict(void *ud, void *client)
+{
+    struct server *s = ud;
+    struct server_client *c = client;
+    s->stats.client_memory_disconnects++;
+    s->mem_unlogged++;
+    s->mem_unlogged_bytes += c->mem;
+    if (c->mem > s->mem_unlogged_largest)
+        s->mem_unlogged_largest = c->mem;
+    log_debug("client %llu: holds %zu bytes, client memory over budget, disconnecting",
+              (unsigned long long)c->id, c->mem);
+    client_close(c); /* no-op when a cancel callback already closed it */
+    client_release(c);
+    server_log_budget(s);
+}
+
 /*
- * Past the budget, disconnects the heaviest clients until the sum is within
- * it.  Not while a command executes (the client running it, or one it
- * unblocked, may be the heaviest): the read that started it checks after.
+ * Past the budget, disconnects the heaviest connections (of any listener
+ * sharing it) until the sum is within it.  Not while a command executes.
  */
 static void server_enforce_budget(struct server *s)
 {
-    if (s->client_mem <= s->max_client_memory || s->depth > 0 || s->enforcing || s->closing)
+    if (s->depth > 0 || s->enforcing || s->closing ||
+        clientmem_total(&s->budget) <= s->max_client_memory)
         return;
     s->enforcing = 1;
-    size_t n = 0;
-    for (struct server_client *c = s->clients; c != NULL; c = c->next)
-        n++;
-    if (n > s->ents_cap) {
-        struct clientmem_entry *e = realloc(s->ents, n * sizeof(*e));
-        if (e == NULL) {
-            s->enforcing = 0;
-            return; /* tried again at the next read */
-        }
-        s->ents = e;
-        s->ents_cap = n;
-    }
-    n = 0;
-    for (struct server_client *c = s->clients; c != NULL; c = c->next) {
-        client_account(c); /* figures not yet counted since their last read */
-        s->ents[n].bytes = c->mem;
-        s->ents[n].client = c;
-        n++;
-    }
-    size_t k = clientmem_pick(s->ents, n, s->client_mem, s->max_client_memory);
-    for (size_t i = 0; i < k; i++) {
-        struct server_client *c = s->ents[i].client;
-        s->stats.client_memory_disconnects++;
-        s->mem_unlogged++;
-        s->mem_unlogged_bytes += s->ents[i].bytes;
-        if (s->ents[i].bytes > s->mem_unlogged_largest)
-            s->mem_unlogged_largest = s->ents[i].bytes;
-        log_debug("client %llu: holds %zu bytes, client memory over budget, disconnecting",
-                  (unsigned long long)c->id, s->ents[i].bytes);
-        client_close(c); /* no-op when a cancel callback already closed it */
-        client_release(c);
-    }
+    clientmem_enforce(&s->budget);
     s->enforcing = 0;
-    if (k > 0)
-        server_log_budget(s);
 }
 
 /* After c's read, write or unblock: count its memory, keep the budget. */
@@ -768,8 +793,7 @@ static void client_close(struct server_client *c)
     s->stats.connected_clients--;
     if (c->tcp)
         s->stats.tcp_clients--;
-    s->client_mem -= c->mem;
-    server_freed(s, c->mem);
+    clientmem_charge(&s->pool, c->mem, 0);
     c->mem = 0;
     uv_close((uv_handle_t *)&c->h.pipe, on_client_closed);
 }
@@ -1125,6 +1149,5 @@ void server_destroy(struct server *s)
         return;
     free(s->path);
     free(s->tcp_bind);
-    free(s->ents);
     free(s);
 }

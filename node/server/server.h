@@ -25,7 +25,9 @@
  *
  * - Client memory budget: the bytes every client's buffers hold (input,
  *   output, name, the command layer's state, plus a fixed cost per client)
- *   are summed; past max_client_memory the heaviest clients are disconnected
+ *   are summed, with the HTTP and gRPC listeners' connections (each a pool
+ *   of the one budget, clientmem.h); past max_client_memory the heaviest
+ *   connections of any listener are disconnected
  *   first until the sum is within the budget (clientmem.h), counted in
  *   client_memory_disconnects and logged at most every 10 s.  The check runs
  *   after each read and write, never while a command is executing.  After
@@ -161,6 +163,11 @@ void server_close(struct server *s);
 void server_destroy(struct server *s);
 
 void server_get_stats(const struct server *s, struct server_stats *out);
+
+/* The one client memory budget (max_client_memory) that the HTTP and gRPC
+ * listeners join with their own pools (clientmem.h); owned by s, so they
+ * must leave it before s is destroyed. */
+struct clientmem_budget *server_memory_budget(struct server *s);
 /* Monotonic nanoseconds read once at the start of the current read batch. */
 uint64_t server_now_ns(const struct server *s);
 
