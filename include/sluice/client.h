@@ -51,11 +51,11 @@ struct sluice_reply {
 const char *sluice_client_default_path(void);
 
 /* Connects to the Unix socket at path (NULL: the default path, which is
- * then refused with errno EPERM unless the socket belongs to us, root or
- * its directory's owner, in a directory others cannot write to, or a
- * sticky one where it is ours or root's).  Fails with -SLUICE_EINVAL (path
- * too long), -SLUICE_EIO (cannot connect, or refused; errno is kept),
- * -SLUICE_ENOMEM. */
+ * then refused with errno EPERM unless its directory is ours or root's with
+ * mode 0700 - or is /run/sluice, which only root can have made - and the
+ * process answering runs as us, root or /run/sluice's owner (SO_PEERCRED)).
+ * A path named explicitly is the caller's choice and is not checked.  Fails with -SLUICE_EINVAL
+ * (path too long), -SLUICE_EIO (cannot connect, or refused; errno is kept), -SLUICE_ENOMEM. */
 int sluice_client_connect(const char *path, struct sluice_client **out);
 /* Wraps an already connected stream socket (a socketpair in tests, a socket
  * passed by a supervisor).  On success the client owns fd and closes it in

@@ -52,40 +52,80 @@ const char *sluice_client_default_path(void)
 
 /*
  * Whether a client may trust what answers at path, found by default rather
- * than named by the user: the socket must belong to us, to root or to the
- * owner of its directory, and the directory must not be one where others
- * may put files (unless sticky, where they cannot replace ours).  0, or
+ * than named by the user.  The directory decides, since whoever owns it
+ * chooses what is bound in it:
+ *   - /run/sluice (a system daemon's): trusted when /run is root's and no
+ *     one else may write to it, so only root could have made the directory;
+ *     the daemon may be its owner (systemd's RuntimeDirectory);
+ *   - any other (the per-user $XDG_RUNTIME_DIR/sluice, /tmp/sluice-UID):
+ *     it must be ours (or root's) and private, mode 0700 - a 0755 directory
+ *     another user made first under our name is theirs to fill.
+ * On success *peer_ok1 and *peer_ok2 are the uids (besides root) the process
+ * answering may run as: checked with SO_PEERCRED once connected.  0, or
  * -SLUICE_EIO with errno EPERM.
  */
-static int client__trusted(const char *path)
+static int client__trusted(const char *path, uid_t *peer_ok1, uid_t *peer_ok2)
 {
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    struct stat ss, ds;
+    struct stat ds, ps;
+    uid_t me = geteuid();
+    *peer_ok1 = *peer_ok2 = me;
     snprintf(dir, sizeof(dir), "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        return 0;
-    *(slash == dir ? slash + 1 : slash) = '\0';
-    if (lstat(path, &ss) < 0 || stat(dir, &ds) < 0)
+    if (slash == NULL || slash == dir) {
+        errno = EPERM;
+        return -SLUICE_EIO;
+    }
+    *slash = '\0';
+    if (stat(dir, &ds) < 0)
         return 0; /* connect reports it */
-    uid_t me = geteuid();
-    int dir_open = (ds.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (ds.st_mode & S_ISVTX) == 0;
-    int owner_ok = ss.st_uid == me || ss.st_uid == 0 || ss.st_uid == ds.st_uid;
-    if ((ds.st_mode & S_ISVTX) && ss.st_uid != me && ss.st_uid != 0)
-        owner_ok = 0; /* a sticky shared directory: anyone's file could be there */
-    if (dir_open || !owner_ok) {
+    if (strcmp(dir, "/run/sluice") == 0) {
+        if (stat("/run", &ps) < 0 || ps.st_uid != 0 || (ps.st_mode & (S_IWGRP | S_IWOTH)) != 0 ||
+            (ds.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+            errno = EPERM;
+            return -SLUICE_EIO;
+        }
+        *peer_ok2 = ds.st_uid;
+        return 0;
+    }
+    if ((ds.st_uid != me && ds.st_uid != 0) || (ds.st_mode & 077) != 0) {
         errno = EPERM;
         return -SLUICE_EIO;
     }
     return 0;
 }
 
+/* The process at the other end of fd runs as root, ok1 or ok2: 0, or
+ * -SLUICE_EIO with errno EPERM (an impostor bound the socket). */
+static int client__peer_ok(int fd, uid_t ok1, uid_t ok2)
+{
+#ifdef SO_PEERCRED
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 || len != sizeof(cred)) {
+        errno = EPERM;
+        return -SLUICE_EIO;
+    }
+    if (cred.uid != 0 && cred.uid != ok1 && cred.uid != ok2) {
+        errno = EPERM;
+        return -SLUICE_EIO;
+    }
+#else
+    (void)fd;
+    (void)ok1;
+    (void)ok2;
+#endif
+    return 0;
+}
+
 int sluice_client_connect(const char *path, struct sluice_client **out)
 {
     struct sockaddr_un sun;
-    if (path == NULL) {
+    int by_default = path == NULL;
+    uid_t ok1 = 0, ok2 = 0;
+    if (by_default) {
         path = sluice_client_default_path();
-        if (client__trusted(path) < 0)
+        if (client__trusted(path, &ok1, &ok2) < 0)
             return -SLUICE_EIO;
     }
     size_t plen = strlen(path);
@@ -97,7 +137,8 @@ int sluice_client_connect(const char *path, struct sluice_client **out)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -SLUICE_EIO;
-    if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+    if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
+        (by_default && client__peer_ok(fd, ok1, ok2) < 0)) {
         int e = errno;
         close(fd);
         errno = e;

@@ -24,6 +24,8 @@ struct commands {
     size_t max_key;
     int admin_off;
     const char *requirepass;
+    void (*listeners_info)(void *ud, struct resp_buf *t);
+    void *listeners_ud;
     uint64_t started_ns;
     unsigned lat_tick;                /* which decision to time next */
     struct metrics_histogram latency; /* of the timed ones */
@@ -42,6 +44,8 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
     cmds->sl = cfg ? cfg->sl : NULL;
     cmds->admin_off = cfg ? cfg->admin_off : 0;
     cmds->requirepass = cfg && cfg->requirepass && cfg->requirepass[0] ? cfg->requirepass : NULL;
+    cmds->listeners_info = cfg ? cfg->listeners_info : NULL;
+    cmds->listeners_ud = cfg ? cfg->listeners_ud : NULL;
     /* SL.* decide global keys through the same cluster as CL.THROTTLE. */
     commands_sl_set_cluster(cmds->sl, cmds->cluster);
     cmds->max_key = (cfg && cfg->max_key_bytes) ? cfg->max_key_bytes : COMMANDS_DEFAULT_MAX_KEY;
@@ -269,6 +273,15 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
             resp_add_errorf(out, "ERR Syntax error in HELLO option '%.*s'", shown, argv[i]);
             return SERVER_CONTINUE;
         }
+    }
+    /* Before AUTH, HELLO answers nothing about the server and takes no
+     * name: only its AUTH option logs in (Redis's wording). */
+    if (cmds->requirepass != NULL && server_client_is_tcp(c) && !server_client_authed(c)) {
+        resp_add_error(out, "NOAUTH HELLO must be called with the client already authenticated, "
+                            "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+                            "authenticate the client and select the RESP protocol version at the "
+                            "same time");
+        return SERVER_CONTINUE;
     }
     if (setname != NULL) {
         if (check_name(out, setname, setname_len) < 0)
@@ -555,6 +568,11 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         info_u64(&t, "client_memory_disconnects", ss.client_memory_disconnects);
         resp_add_raw(&t, "\r\n", 2);
     }
+    if (cmds->listeners_info != NULL && section_wanted(argc, argv, argvlen, "listeners")) {
+        resp_add_raw(&t, "# Listeners\r\n", 13);
+        cmds->listeners_info(cmds->listeners_ud, &t);
+        resp_add_raw(&t, "\r\n", 2);
+    }
     if (section_wanted(argc, argv, argvlen, "limiter")) {
         struct limiter_stats ls;
         limiter_get_stats(cmds->lim, &ls);
@@ -791,11 +809,18 @@ static int commands_run(struct commands *cmds, const struct commands_row *row,
  * (TX_MAX_COMMANDS, TX_MAX_BYTES) and freed with the connection. */
 #define TX_MAX_COMMANDS 10000
 #define TX_MAX_BYTES    (4u << 20)
+/* Worst-case reply of a queued command other than SCAN: the introspection
+ * ones (INFO, SL.POLICIES, SL.MEMBERS, COMMAND) answer a few KiB, the others
+ * a few integers per argument. */
+#define TX_REPLY_INTROSPECT (64u << 10)
+#define TX_REPLY_BASE       512u
+#define TX_REPLY_PER_ARG    64u
 
 struct tx {
     int failed;
-    size_t n;  /* commands queued */
-    char *buf; /* per command: u32 argc, then per argument u32 len + bytes */
+    size_t worst; /* the queued commands' worst-case reply, summed */
+    size_t n;     /* commands queued */
+    char *buf;    /* per command: u32 argc, then per argument u32 len + bytes */
     size_t len, cap;
 };
 
@@ -847,9 +872,41 @@ static int tx_queue(struct tx *t, size_t argc, const char **argv, const size_t *
     return 0;
 }
 
+/*
+ * The largest reply a queued command could answer: what lets MULTI refuse a
+ * transaction whose EXEC could not fit the client's output bound, before
+ * anything runs.  SCAN's grows with COUNT and the longest key; the others'
+ * are small and bounded by their arguments.
+ */
+static size_t tx_reply_worst(const struct commands *cmds, const struct commands_row *row,
+                             size_t argc, const char **argv, const size_t *argvlen)
+{
+    if (strcmp(row->name, "scan") == 0) {
+        int64_t count = 10;
+        for (size_t i = 2; i + 1 < argc; i += 2)
+            if (args_is(argv[i], argvlen[i], "COUNT") &&
+                args_parse_int64(argv[i + 1], argvlen[i + 1], &count) < 0)
+                count = SCAN_MAX_COUNT;
+        if (count < 1 || count > SCAN_MAX_COUNT)
+            count = SCAN_MAX_COUNT;
+        /* "$<len>\r\n<key>\r\n" per key, the cursor and the arrays */
+        return (size_t)count * (cmds->max_key + 16) + 64;
+    }
+    if (strcmp(row->name, "info") == 0 || strcmp(row->name, "sl.policies") == 0 ||
+        strcmp(row->name, "sl.members") == 0 || strcmp(row->name, "command") == 0)
+        return TX_REPLY_INTROSPECT;
+    return TX_REPLY_BASE + TX_REPLY_PER_ARG * argc;
+}
+
 static int tx_exec(struct commands *cmds, struct server_client *c, struct tx *t,
                    struct resp_buf *out)
 {
+    /* The reply is checked against the client's output bound and the
+     * clients' memory budget after every command, as it grows: a reply
+     * that no longer fits is dropped and the client closed, before it can
+     * grow the daemon (MULTI bounds the worst case too, but the bound
+     * assumes the budget is free). */
+    size_t mark = out->len;
     resp_add_array(out, t->n);
     size_t off = 0;
     for (size_t k = 0; k < t->n; k++) {
@@ -876,6 +933,11 @@ static int tx_exec(struct commands *cmds, struct server_client *c, struct tx *t,
             resp_add_error(out, "ERR out of memory");
         free(argv);
         free(argvlen);
+        if (server_client_reply_fits(c) < 0) {
+            server_client_drop_reply(c, mark);
+            resp_add_error(out, "ERR EXEC reply passed the client output limit; closing");
+            return SERVER_CLOSE_AFTER_REPLY;
+        }
     }
     return SERVER_CONTINUE;
 }
@@ -957,6 +1019,16 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
         t->failed = 1;
         return SERVER_CONTINUE;
     }
+    size_t worst = tx_reply_worst(cmds, row, argc, argv, argvlen);
+    if (t->worst + worst > server_client_out_limit(c)) {
+        resp_add_errorf(out,
+                        "ERR the transaction's reply could pass the client output limit "
+                        "(%zu bytes)",
+                        server_client_out_limit(c));
+        t->failed = 1;
+        return SERVER_CONTINUE;
+    }
+    t->worst += worst;
     if (tx_queue(t, argc, argv, argvlen) != 0) {
         resp_add_error(out, "ERR the transaction is too large");
         t->failed = 1;

@@ -28,6 +28,8 @@
 #define SLUICE_REDIS_COMPAT_VERSION "7.0.0"
 
 #define COMMANDS_DEFAULT_MAX_KEY 512
+/* The longest password requirepass accepts (config file or file). */
+#define COMMANDS_MAX_REQUIREPASS 512
 
 struct cluster;
 struct commands_sl;
@@ -40,7 +42,12 @@ struct commands_config {
     /* The password TCP clients must give (AUTH, HELLO AUTH) before any other
      * command; NULL: none.  Borrowed: must outlive the command layer.  Unix
      * socket clients are let in by the socket's permissions. */
-    const char *requirepass;
+    const char *requirepass; /* NULL or "": none; at most COMMANDS_MAX_REQUIREPASS bytes */
+    /* Writes INFO's "# Listeners" lines (name:value CRLF) into t: the
+     * network listeners the daemon runs, which this layer does not know.
+     * NULL: no such section. */
+    void (*listeners_info)(void *ud, struct resp_buf *t);
+    void *listeners_ud;
 };
 
 struct commands;

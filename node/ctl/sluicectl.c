@@ -468,8 +468,9 @@ int main(int argc, char **argv)
     int rc = sluice_client_connect(named, &c);
     if (rc < 0 && rc == -SLUICE_EIO && errno == EPERM && named == NULL) {
         fprintf(stderr,
-                "sluicectl: refusing %s: it belongs to another user, or its directory lets "
-                "others replace it (name the socket with -s if you trust it)\n",
+                "sluicectl: refusing %s: its directory is not this user's (or root's) with "
+                "mode 0700, or the daemon answering runs as another user (name the socket "
+                "with -s if you trust it)\n",
                 path);
         return EXIT_ERR;
     }

@@ -442,6 +442,39 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
         if (rc < 0 || u == 0)
             BAD("max_clients: expected a number from 1 to 65536, got '%s'", v);
         cfg->max_clients = (uint32_t)u;
+    } else if (strcmp(k, "max_tcp_clients") == 0 || strcmp(k, "http_max_connections") == 0 ||
+               strcmp(k, "grpc_max_connections") == 0) {
+        rc = config__uint(v, 10, 1000000, &u);
+        if (rc < 0 || u == 0)
+            BAD("%s: expected a number from 1 to 1000000, got '%s'", k, v);
+        if (k[0] == 'm')
+            cfg->max_tcp_clients = (uint32_t)u;
+        else if (k[0] == 'h')
+            cfg->http_max_connections = (uint32_t)u;
+        else
+            cfg->grpc_max_connections = (uint32_t)u;
+    } else if (strcmp(k, "tcp_idle_timeout") == 0 || strcmp(k, "http_idle_timeout") == 0 ||
+               strcmp(k, "grpc_idle_timeout") == 0) {
+        /* seconds, or a duration (30s, 5m); 0 means never except for HTTP */
+        int64_t ms;
+        int http = k[0] == 'h';
+        rc = config__uint(v, 10, 86400 * 365, &u);
+        if (rc == 0) {
+            ms = (int64_t)u * 1000;
+        } else {
+            int64_t ns;
+            if (config_parse_duration(v, &ns) < 0 || ns > INT64_C(86400) * 365 * 1000000000)
+                BAD("%s: expected seconds or a duration like 30s or 5m, got '%s'", k, v);
+            ms = ns / 1000000;
+        }
+        if (http && (ms < 1000 || ms > 86400 * 1000))
+            BAD("http_idle_timeout: expected 1 s to 1 day, got '%s'", v);
+        if (k[0] == 't')
+            cfg->tcp_idle_timeout_ms = (uint64_t)ms;
+        else if (http)
+            cfg->http_idle_timeout_ms = (uint64_t)ms;
+        else
+            cfg->grpc_idle_timeout_ms = (uint64_t)ms;
     } else if (strcmp(k, "max_client_memory") == 0) {
         rc = config__uint(v, 10, UINT64_C(1) << 48, &u);
         if (rc < 0 || (u != 0 && u < 1024 * 1024))
@@ -518,6 +551,13 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
             cfg->admin_off = 1;
         else
             BAD("admin_commands: expected on or off, got '%s'", v);
+    } else if (strcmp(k, "http_trust_headers") == 0) {
+        if (strcmp(v, "on") == 0)
+            cfg->http_trust_headers = 1;
+        else if (strcmp(v, "off") == 0)
+            cfg->http_trust_headers = 0;
+        else
+            BAD("http_trust_headers: expected on or off, got '%s'", v);
     } else if (strcmp(k, "http_deny_status") == 0) {
         if (strcmp(v, "429") == 0)
             cfg->http_deny_status = 429;

@@ -43,11 +43,12 @@ struct config {
     uint64_t max_keys;    /* key table bound */
     enum config_on_full on_full;
     enum config_log_level log_level;
-    char *metrics;        /* http = (or metrics =) "host:port" of the HTTP listener, or NULL */
-    int http_deny_status; /* 0 (429), 429 or 403: a refused /v1/throttle */
-    int admin_off;        /* admin_commands = off: SL.RELOAD refused */
-    char *listen;         /* "host:port" of the RESP TCP listener, or NULL (off) */
-    char *requirepass;    /* the password TCP clients must AUTH with, or NULL */
+    char *metrics;          /* http = (or metrics =) "host:port" of the HTTP listener, or NULL */
+    int http_deny_status;   /* 0 (429), 429 or 403: a refused /v1/throttle */
+    int admin_off;          /* admin_commands = off: SL.RELOAD refused */
+    int http_trust_headers; /* http_trust_headers = on: /v1/throttle reads X-Sluice-* */
+    char *listen;           /* "host:port" of the RESP TCP listener, or NULL (off) */
+    char *requirepass;      /* the password TCP clients must AUTH with, or NULL */
     /* Envoy's rate limit service (see README "Envoy rate limit service") */
     char *grpc;                /* "host:port" of its gRPC listener, or NULL (off) */
     char *ratelimit_config;    /* directory of envoyproxy/ratelimit YAML files, or NULL */
@@ -55,6 +56,13 @@ struct config {
     int ratelimit_headers;     /* 1: RateLimit-* response headers */
     uint32_t max_clients;
     uint64_t max_client_memory; /* bytes of all clients' buffers, 0 = no limit */
+    /* the network listeners' crowds (0: the flag's default) */
+    uint32_t max_tcp_clients;      /* max_tcp_clients */
+    uint64_t tcp_idle_timeout_ms;  /* tcp_idle_timeout (0: never) */
+    uint32_t http_max_connections; /* http_max_connections */
+    uint64_t http_idle_timeout_ms; /* http_idle_timeout */
+    uint32_t grpc_max_connections; /* grpc_max_connections */
+    uint64_t grpc_idle_timeout_ms; /* grpc_idle_timeout (0: never) */
     /* [cluster] */
     int cluster;       /* 1 when a [cluster] section is present */
     char *node_name;   /* NULL: the host name */

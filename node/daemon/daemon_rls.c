@@ -111,6 +111,9 @@ void daemon_rls_collect(const struct daemon_rls *d, struct metrics_snapshot *s)
         rls_server_get_stats(d->srv, &vs);
         s->rls_connected = vs.connected;
         s->rls_protocol_errors = vs.protocol_errors;
+        s->rls_evictions = vs.evicted;
+        s->rls_timeouts = vs.timeouts;
+        s->rls_memory_disconnects = vs.memory_evicted;
         s->rls_errors = vs.errors; /* the service's, and the server's own (method, framing) */
     }
 }
@@ -172,7 +175,10 @@ int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *clust
     if (rc == 0)
         rc = daemon_rls_reload(d, err, errlen);
     if (rc == 0 && o->grpc != NULL) {
-        struct rls_server_config vcfg = {.bind = o->grpc};
+        struct rls_server_config vcfg = {.bind = o->grpc,
+                                         .max_connections = o->max_connections,
+                                         .idle_timeout_ms = o->idle_timeout_ms,
+                                         .budget = o->budget};
         rc = rls_server_create(loop, &vcfg, d->svc, &d->srv);
         if (rc == 0 && (rc = rls_server_start(d->srv)) < 0) {
             snprintf(err, errlen, "%s", rls_server_error(d->srv));

@@ -12,13 +12,17 @@
 
 struct limiter;
 struct cluster;
+struct clientmem_budget;
 
 struct daemon_rls_options {
-    const char *grpc;       /* "HOST:PORT" to serve gRPC on; NULL: off */
-    const char *config_dir; /* envoyproxy/ratelimit YAML directory; NULL: none */
-    const char *algorithm;  /* NULL or "calendar": calendar-aligned fixed window;
-                               else a sluice algorithm name (algo_from_name) */
-    int headers;            /* add RateLimit-Limit/-Remaining/-Reset */
+    const char *grpc;                /* "HOST:PORT" to serve gRPC on; NULL: off */
+    const char *config_dir;          /* envoyproxy/ratelimit YAML directory; NULL: none */
+    const char *algorithm;           /* NULL or "calendar": calendar-aligned fixed window;
+                                        else a sluice algorithm name (algo_from_name) */
+    int headers;                     /* add RateLimit-Limit/-Remaining/-Reset */
+    size_t max_connections;          /* gRPC connections at once; 0: the default */
+    uint64_t idle_timeout_ms;        /* close an idle gRPC connection; 0: never */
+    struct clientmem_budget *budget; /* the one client memory budget, or NULL */
 };
 
 struct daemon_rls;

@@ -19,6 +19,7 @@ struct http_throttle {
     struct commands *cmds;
     struct limiter *lim;
     int deny_status;
+    int trust_headers; /* read X-Sluice-* (see "Trust" in the header) */
 };
 
 /* Copies a header value (len bytes) NUL-terminated into out: its length,
@@ -38,11 +39,11 @@ static int ht__copy(const char *v, size_t len, char *out, size_t outlen)
  * out.  Returns its length, -SLUICE_ENOENT when given neither way, or
  * -SLUICE_ETOOBIG / -SLUICE_EPROTO for a value that does not fit or does
  * not decode. */
-static int ht__param(const struct http_request *req, const char *name, const char *header,
-                     char *out, size_t outlen)
+static int ht__param(const struct http_throttle *t, const struct http_request *req,
+                     const char *name, const char *header, char *out, size_t outlen)
 {
     int n = http_query_get(req->query, req->query_len, name, out, outlen);
-    if (n != -SLUICE_ENOENT)
+    if (n != -SLUICE_ENOENT || !t->trust_headers)
         return n;
     size_t len;
     const char *v = http_request_header(req, header, &len);
@@ -116,6 +117,20 @@ static void ht__bad(struct http_throttle *t, struct http_reply *rep, const char 
     http_reply_text(rep, 400, msg);
 }
 
+/* Whether s is a decimal whole number of at least 1 (leading zeros and all). */
+static int ht__cost_ok(const char *s)
+{
+    int nonzero = 0;
+    if (*s == '\0')
+        return 0;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return 0;
+        nonzero |= *s != '0';
+    }
+    return nonzero;
+}
+
 /* Seconds, rounded up, of a duration in unit_ns (negative: 0). */
 static int64_t ht__ceil_s(int64_t v, int64_t unit_ns)
 {
@@ -130,26 +145,31 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
     struct http_throttle *t = ud;
     char key[HT_MAX_KEY + 1], pol[HT_MAX_VALUE + 1], cost[HT_MAX_VALUE + 1];
     char burst[HT_MAX_VALUE + 1], count[HT_MAX_VALUE + 1], period[HT_MAX_VALUE + 1];
-    int klen = ht__param(req, "key", "X-Sluice-Key", key, sizeof(key));
+    int klen = ht__param(t, req, "key", "X-Sluice-Key", key, sizeof(key));
     if (klen == -SLUICE_ENOENT)
         klen = ht__key_from_header(req, key, sizeof(key));
     if (klen == -SLUICE_ENOENT || klen == 0) {
-        ht__bad(t, rep, "%s\n", "key is required (?key=KEY, X-Sluice-Key, or ?key_header=NAME)");
+        ht__bad(t, rep, "%s\n",
+                t->trust_headers ? "key is required (?key=KEY, X-Sluice-Key, or ?key_header=NAME)"
+                                 : "key is required (?key=KEY or ?key_header=NAME; X-Sluice-* "
+                                   "headers are ignored unless http_trust_headers = on)");
         return;
     }
     if (klen < 0) {
         ht__bad(t, rep, "key: %s\n", sluice_strerror(klen));
         return;
     }
-    int np = ht__param(req, "policy", "X-Sluice-Policy", pol, sizeof(pol));
-    int nc = ht__param(req, "cost", "X-Sluice-Cost", cost, sizeof(cost));
-    int nb = ht__param(req, "burst", "X-Sluice-Burst", burst, sizeof(burst));
-    int nn = ht__param(req, "count", "X-Sluice-Count", count, sizeof(count));
-    int nd = ht__param(req, "period", "X-Sluice-Period", period, sizeof(period));
+    int np = ht__param(t, req, "policy", "X-Sluice-Policy", pol, sizeof(pol));
+    int nc = ht__param(t, req, "cost", "X-Sluice-Cost", cost, sizeof(cost));
+    int nb = ht__param(t, req, "burst", "X-Sluice-Burst", burst, sizeof(burst));
+    int nn = ht__param(t, req, "count", "X-Sluice-Count", count, sizeof(count));
+    int nd = ht__param(t, req, "period", "X-Sluice-Period", period, sizeof(period));
     if (nc == -SLUICE_ENOENT)
         snprintf(cost, sizeof(cost), "1");
-    else if (nc <= 0) {
-        ht__bad(t, rep, "%s\n", "cost: expected a number");
+    else if (nc <= 0 || !ht__cost_ok(cost)) {
+        /* Cost 0 would answer "allowed" and take nothing: a way around the
+         * limit, never a decision a proxy needs. */
+        ht__bad(t, rep, "%s\n", "cost: expected a whole number from 1");
         return;
     }
     const char *argv[7];
@@ -233,6 +253,7 @@ int http_throttle_attach(struct http_server *h, struct commands *cmds, struct li
     t->cmds = cmds;
     t->lim = lim;
     t->deny_status = deny;
+    t->trust_headers = cfg != NULL && cfg->trust_headers;
     int rc = http_route(h, HTTP_THROTTLE_PATH, ht__on_request, t);
     if (rc < 0) {
         free(t);

@@ -14,6 +14,17 @@
  * request header to take the key from: ?key_header=X-Forwarded-For (its
  * first comma-separated element).
  *
+ * Trust.  nginx auth_request, Caddy forward_auth and Traefik forwardAuth
+ * all forward the end user's own request headers to this endpoint, so a
+ * header read here is one the end user may have written: "X-Sluice-Cost: 0"
+ * would let every request through, "X-Sluice-Key: victim" would spend
+ * someone else's limit.  The X-Sluice-* headers are therefore read only
+ * when the operator says the proxy in front sets (or strips) them all
+ * (trust_headers, --http-trust-headers on); otherwise they are ignored and
+ * the parameters come from the query string, which the proxy's
+ * configuration fixes.  And a cost is a whole number from 1 up: a request
+ * that asks for nothing (cost 0) is refused with 400, never allowed.
+ *
  * Each request runs the same command a Redis client would send (SL.THROTTLE
  * KEY POLICY NAME QTY Q, or CL.THROTTLE) through the command table, so a
  * global key is decided by the cluster exactly as it is over RESP.
@@ -39,7 +50,8 @@
 #define HTTP_THROTTLE_PATH "/v1/throttle"
 
 struct http_throttle_config {
-    int deny_status; /* 429 (0 means 429) or 403 for nginx auth_request */
+    int deny_status;   /* 429 (0 means 429) or 403 for nginx auth_request */
+    int trust_headers; /* nonzero: read X-Sluice-* headers (see above) */
 };
 
 struct http_throttle;

@@ -29,10 +29,12 @@
 #include "file.h"
 #include "http.h"
 #include "http_throttle.h"
+#include "info.h"
 #include "metrics.h"
 #include "reload.h"
 #include "policy.h"
 #include "replica.h"
+#include "rls/server.h"
 #include "server.h"
 #include "sluice/client.h"
 #include "sluice/error.h"
@@ -70,7 +72,12 @@ static void usage(FILE *f)
             "                           --max-request-bytes, replies pause it past 256 KiB\n"
             "                           and past 16 MiB disconnect it\n"
             "  --max-key-bytes N        longest key (default 512); longer keys get an error\n"
-            "  --max-keys N             keys held in memory (default: the limiter's)\n"
+            "  --max-keys N             keys held in memory (default 4194304), counted\n"
+            "                           apart for local keys (the limiter's table) and\n"
+            "                           global keys (the cluster's table): each may hold\n"
+            "                           up to N, so a clustered node holds up to 2 N keys.\n"
+            "                           Refusals of either (--on-full deny) are counted in\n"
+            "                           INFO's and /metrics' overflow_denied\n"
             "  --on-full POLICY         when --max-keys keys are all still limiting:\n"
             "                           evict (default), deny (fail closed), allow (fail open)\n"
             "  --log-level LEVEL        debug, info (default), warn, error, off\n"
@@ -82,6 +89,19 @@ static void usage(FILE *f)
             "  --listen HOST:PORT       also serve the Redis protocol over TCP (off by\n"
             "                           default), for client pools that assume TCP; beyond\n"
             "                           loopback a password is required\n"
+            "  --max-tcp-clients N      TCP clients at once (default 1024), apart from\n"
+            "                           --max-clients, which counts Unix socket clients\n"
+            "                           only; past it a newcomer closes the worst TCP\n"
+            "                           client (unauthenticated first, then longest idle)\n"
+            "  --tcp-idle-timeout S     close a TCP client silent for S seconds (default\n"
+            "                           0: never).  Without AUTH within 10 s a TCP client\n"
+            "                           is closed whenever a password is required\n"
+            "  --http-max-connections N  HTTP connections at once (default 256); past it a\n"
+            "                           newcomer closes the connection stalled longest\n"
+            "                           (idle, or not reading its answers)\n"
+            "  --http-idle-timeout S    close an HTTP connection that has not completed a\n"
+            "                           request and received its answer within S seconds\n"
+            "                           (default 10)\n"
             "  --requirepass-file FILE  the password TCP clients must AUTH with (its first\n"
             "                           line); Unix socket clients need none\n"
             "  --admin-commands on|off  off: SL.RELOAD answers an error (SIGHUP still\n"
@@ -89,9 +109,19 @@ static void usage(FILE *f)
             "                           when it changed, so repeated ones cost a stat\n"
             "  --http-deny-status N     status of a refused /v1/throttle: 429 (default) or\n"
             "                           403 (nginx auth_request treats others as errors)\n"
+            "  --http-trust-headers on|off  on: /v1/throttle also reads its parameters\n"
+            "                           from X-Sluice-* request headers; off (default)\n"
+            "                           ignores them, since a proxy forwards its client's\n"
+            "                           headers and a client could choose its own key or cost\n"
             "  --grpc HOST:PORT         serve Envoy's rate limit service (gRPC v3,\n"
             "                           envoy.service.ratelimit.v3.RateLimitService) over\n"
             "                           HTTP/2 cleartext; 'off' (default) serves nothing\n"
+            "  --grpc-max-connections N  gRPC connections at once (default 1024); past it\n"
+            "                           a newcomer closes the worst one: silent (no HTTP/2\n"
+            "                           preface) first, then the longest idle.  A\n"
+            "                           connection silent 10 s after connecting is closed\n"
+            "  --grpc-idle-timeout S    close a gRPC connection with no call for S seconds\n"
+            "                           (GOAWAY; default 0: never, as Envoy keeps them)\n"
             "  --ratelimit-config DIR   envoyproxy/ratelimit YAML files (*.yaml, *.yml) the\n"
             "                           service reads as is; SIGHUP re-reads them\n"
             "  --ratelimit-algorithm A  calendar (default: fixed windows aligned to the wall\n"
@@ -158,6 +188,48 @@ static int collect_member(void *ud, const struct gossip_member_info *m)
     return 0;
 }
 
+/* The network listeners' crowd counters (the RLS ones: daemon_rls_collect). */
+static void daemon_listener_counts(struct daemon *d, struct metrics_snapshot *s)
+{
+    struct server_stats ss;
+    server_get_stats(d->srv, &ss);
+    s->tcp_clients = ss.tcp_clients;
+    s->tcp_evictions = ss.tcp_evictions;
+    s->tcp_timeouts = ss.tcp_timeouts;
+    if (d->http != NULL) {
+        struct http_stats hs;
+        http_get_stats(d->http, &hs);
+        s->http_connections = hs.open_conns;
+        s->http_evictions = hs.evicted;
+        s->http_timeouts = hs.timeouts;
+        s->http_memory_disconnects = hs.mem_evicted;
+    }
+}
+
+/* INFO listeners: the same counters as /metrics' tcp_*, http_* and rls_*. */
+static void daemon_listeners_info(void *ud, struct resp_buf *t)
+{
+    struct daemon *d = ud;
+    struct metrics_snapshot *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return;
+    if (d->srv != NULL)
+        daemon_listener_counts(d, s);
+    daemon_rls_collect(d->rls, s);
+    info_u64(t, "tcp_clients", s->tcp_clients);
+    info_u64(t, "tcp_evictions", s->tcp_evictions);
+    info_u64(t, "tcp_timeouts", s->tcp_timeouts);
+    info_u64(t, "http_connections", s->http_connections);
+    info_u64(t, "http_evictions", s->http_evictions);
+    info_u64(t, "http_timeouts", s->http_timeouts);
+    info_u64(t, "http_memory_disconnects", s->http_memory_disconnects);
+    info_u64(t, "grpc_connections", s->rls_connected);
+    info_u64(t, "grpc_evictions", s->rls_evictions);
+    info_u64(t, "grpc_timeouts", s->rls_timeouts);
+    info_u64(t, "grpc_memory_disconnects", s->rls_memory_disconnects);
+    free(s);
+}
+
 /* Fills a scrape from every module's counters (metrics.c knows none). */
 static void daemon_collect(void *ud, struct metrics_snapshot *s)
 {
@@ -198,6 +270,7 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->output_limit_disconnects = ss.output_limit_disconnects;
     s->client_memory = ss.client_memory;
     s->client_memory_disconnects = ss.client_memory_disconnects;
+    daemon_listener_counts(d, s);
     struct commands_sl_stats sls;
     commands_sl_get_stats(d->sl, &sls);
     s->policies = sls.policies;
@@ -337,8 +410,15 @@ enum {
     OPT_LOG_LEVEL,
     OPT_METRICS,
     OPT_HTTP_DENY,
+    OPT_HTTP_TRUST,
     OPT_ADMIN,
     OPT_LISTEN,
+    OPT_MAX_TCP_CLIENTS,
+    OPT_TCP_IDLE,
+    OPT_HTTP_MAX_CONNS,
+    OPT_HTTP_IDLE,
+    OPT_GRPC_MAX_CONNS,
+    OPT_GRPC_IDLE,
     OPT_REQUIREPASS_FILE,
     OPT_GRPC,
     OPT_RL_CONFIG,
@@ -399,8 +479,15 @@ int main(int argc, char **argv)
         {"http", required_argument, NULL, OPT_METRICS},
         {"metrics", required_argument, NULL, OPT_METRICS},
         {"http-deny-status", required_argument, NULL, OPT_HTTP_DENY},
+        {"http-trust-headers", required_argument, NULL, OPT_HTTP_TRUST},
         {"admin-commands", required_argument, NULL, OPT_ADMIN},
         {"listen", required_argument, NULL, OPT_LISTEN},
+        {"max-tcp-clients", required_argument, NULL, OPT_MAX_TCP_CLIENTS},
+        {"tcp-idle-timeout", required_argument, NULL, OPT_TCP_IDLE},
+        {"http-max-connections", required_argument, NULL, OPT_HTTP_MAX_CONNS},
+        {"http-idle-timeout", required_argument, NULL, OPT_HTTP_IDLE},
+        {"grpc-max-connections", required_argument, NULL, OPT_GRPC_MAX_CONNS},
+        {"grpc-idle-timeout", required_argument, NULL, OPT_GRPC_IDLE},
         {"requirepass-file", required_argument, NULL, OPT_REQUIREPASS_FILE},
         {"grpc", required_argument, NULL, OPT_GRPC},
         {"ratelimit-config", required_argument, NULL, OPT_RL_CONFIG},
@@ -419,6 +506,7 @@ int main(int argc, char **argv)
     const char *metrics_addr = NULL; /* --http; NULL: off */
     struct http_throttle_config htcfg = {0};
     struct daemon_rls_options rlsopt = {0};
+    struct http_config hcfg = {0};
     struct cluster_options clopt;
     cluster_options_init(&clopt);
     int opt;
@@ -451,6 +539,7 @@ int main(int argc, char **argv)
         log_set_level((enum log_level)file_cfg.log_level);
         metrics_addr = file_cfg.metrics;
         htcfg.deny_status = file_cfg.http_deny_status;
+        htcfg.trust_headers = file_cfg.http_trust_headers;
         ccfg.admin_off = file_cfg.admin_off;
         scfg.listen = file_cfg.listen;
         ccfg.requirepass = file_cfg.requirepass;
@@ -458,6 +547,12 @@ int main(int argc, char **argv)
         rlsopt.config_dir = file_cfg.ratelimit_config;
         rlsopt.algorithm = file_cfg.ratelimit_algorithm;
         rlsopt.headers = file_cfg.ratelimit_headers;
+        scfg.max_tcp_clients = file_cfg.max_tcp_clients;
+        scfg.tcp_idle_timeout_ms = file_cfg.tcp_idle_timeout_ms;
+        hcfg.max_conns = file_cfg.http_max_connections;
+        hcfg.idle_timeout_ms = file_cfg.http_idle_timeout_ms;
+        rlsopt.max_connections = file_cfg.grpc_max_connections;
+        rlsopt.idle_timeout_ms = file_cfg.grpc_idle_timeout_ms;
     }
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
@@ -497,6 +592,51 @@ int main(int argc, char **argv)
                 return 2;
             }
             scfg.max_clients = (size_t)v;
+            break;
+        case OPT_MAX_TCP_CLIENTS:
+            if (parse_size(optarg, 1, 1000000, &v) < 0) {
+                fprintf(stderr, "sluiced: --max-tcp-clients: expected 1..1000000, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            scfg.max_tcp_clients = (size_t)v;
+            break;
+        case OPT_TCP_IDLE:
+            if (parse_size(optarg, 0, 86400 * 365, &v) < 0) {
+                fprintf(stderr, "sluiced: --tcp-idle-timeout: expected seconds, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            scfg.tcp_idle_timeout_ms = (uint64_t)v * 1000;
+            break;
+        case OPT_HTTP_MAX_CONNS:
+        case OPT_GRPC_MAX_CONNS:
+            if (parse_size(optarg, 1, 1000000, &v) < 0) {
+                fprintf(stderr, "sluiced: --%s-max-connections: expected 1..1000000, got '%s'\n",
+                        opt == OPT_HTTP_MAX_CONNS ? "http" : "grpc", optarg);
+                return 2;
+            }
+            if (opt == OPT_HTTP_MAX_CONNS)
+                hcfg.max_conns = (size_t)v;
+            else
+                rlsopt.max_connections = (size_t)v;
+            break;
+        case OPT_HTTP_IDLE:
+            if (parse_size(optarg, 1, 86400, &v) < 0) {
+                fprintf(stderr,
+                        "sluiced: --http-idle-timeout: expected 1..86400 seconds, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            hcfg.idle_timeout_ms = (uint64_t)v * 1000;
+            break;
+        case OPT_GRPC_IDLE:
+            if (parse_size(optarg, 0, 86400 * 365, &v) < 0) {
+                fprintf(stderr, "sluiced: --grpc-idle-timeout: expected seconds, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            rlsopt.idle_timeout_ms = (uint64_t)v * 1000;
             break;
         case OPT_MAX_REQUEST:
             if (parse_size(optarg, 64, 512ull * 1024 * 1024, &v) < 0) {
@@ -571,8 +711,25 @@ int main(int argc, char **argv)
                 fprintf(stderr, "sluiced: --requirepass-file: %s\n", perr);
                 return 2;
             }
-            while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-                buf[--n] = '\0';
+            /* The first line is the password (the README says so); an empty
+             * one, or one a NUL cuts short, would turn AUTH off while the
+             * log says it is required: refuse to start instead. */
+            size_t line = 0;
+            while (line < n && buf[line] != '\n' && buf[line] != '\r')
+                line++;
+            const char *why = line == 0                         ? "its first line is empty"
+                              : memchr(buf, '\0', line) != NULL ? "its first line holds a NUL"
+                              : line > COMMANDS_MAX_REQUIREPASS ? "its first line is over 512 bytes"
+                                                                : NULL;
+            if (why != NULL) {
+                fprintf(stderr,
+                        "sluiced: --requirepass-file %s: %s; refusing to start without "
+                        "a usable password\n",
+                        optarg, why);
+                free(buf);
+                return 2;
+            }
+            buf[line] = '\0';
             free(pass_buf);
             pass_buf = buf;
             ccfg.requirepass = pass_buf;
@@ -593,6 +750,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             htcfg.deny_status = atoi(optarg);
+            break;
+        case OPT_HTTP_TRUST:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "sluiced: --http-trust-headers: expected on or off, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            htcfg.trust_headers = strcmp(optarg, "on") == 0;
             break;
         case OPT_GRPC:
             rlsopt.grpc = strcmp(optarg, "off") == 0 ? NULL : optarg;
@@ -685,11 +850,16 @@ int main(int argc, char **argv)
     }
     ccfg.cluster = d.cluster;
     ccfg.sl = d.sl;
+    ccfg.listeners_info = daemon_listeners_info;
+    ccfg.listeners_ud = &d;
     rc = commands_create(d.lim, &ccfg, &d.cmds);
     if (rc < 0) {
         log_error("cannot create the command layer: %s", sluice_strerror(rc));
         goto out_limiter;
     }
+    /* TCP clients must AUTH when a password is set: unauthenticated ones
+     * have a deadline and are evicted first. */
+    scfg.tcp_auth = ccfg.requirepass != NULL && ccfg.requirepass[0] != '\0';
     rc = server_create(&d.loop, &scfg, commands_dispatch, d.cmds, &d.srv);
     if (rc == -SLUICE_EINVAL) {
         log_error("invalid socket path '%s' (empty, or longer than %zu bytes)", socket_path,
@@ -704,7 +874,8 @@ int main(int argc, char **argv)
      * clients and supervisors wait for, so once it exists all of them
      * answer. */
     if (metrics_addr != NULL) {
-        struct http_config hcfg = {.bind = metrics_addr};
+        hcfg.bind = metrics_addr;
+        hcfg.budget = server_memory_budget(d.srv);
         rc = http_create(&d.loop, &hcfg, &d.http);
         if (rc == 0)
             rc = metrics_attach(d.http, daemon_collect, &d, &d.metrics);
@@ -727,6 +898,7 @@ int main(int argc, char **argv)
     }
     if (rlsopt.grpc != NULL || rlsopt.config_dir != NULL) {
         char rerr[512];
+        rlsopt.budget = server_memory_budget(d.srv);
         rc = daemon_rls_start(&d.loop, d.lim, d.cluster, &rlsopt, &d.rls, rerr, sizeof(rerr));
         if (rc < 0) {
             log_error("ratelimit: %s", rerr);
@@ -752,7 +924,16 @@ int main(int argc, char **argv)
     uv_signal_init(&d.loop, &d.sighup);
     d.sighup.data = &d;
     uv_signal_start(&d.sighup, on_sighup, SIGHUP);
-    daemon_raise_nofile(scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
+    daemon_raise_nofile(
+        (scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS) +
+        (scfg.listen != NULL
+             ? (scfg.max_tcp_clients ? scfg.max_tcp_clients : SERVER_DEFAULT_MAX_TCP_CLIENTS)
+             : 0) +
+        (metrics_addr != NULL ? 2 * (hcfg.max_conns ? hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS)
+                              : 0) +
+        (rlsopt.grpc != NULL
+             ? 2 * (rlsopt.max_connections ? rlsopt.max_connections : RLS_DEFAULT_MAX_CONNECTIONS)
+             : 0));
     rc = server_start(d.srv);
     if (rc == 0 && scfg.listen != NULL && !server_tcp_loopback(d.srv) && ccfg.requirepass == NULL) {
         /* Beyond loopback anyone on the network could decide and reload:

@@ -29,20 +29,37 @@
  * more), max_message per request, max_conn_input buffered request bytes
  * per connection, and max_conn_output unsent bytes, above which the
  * connection stops being read until its writes drain.
+ *
+ * Crowds.  A newcomer past max_connections is never refused: it closes the
+ * worst connection, the oldest that has not yet sent its HTTP/2 preface and
+ * SETTINGS, else the one idle longest, so silent connections cannot lock
+ * Envoy out.  A once-a-second sweep closes a connection still silent after
+ * handshake_timeout_ms, and (when idle_timeout_ms is set) one that sent
+ * nothing for that long, with GOAWAY.  Every byte a connection holds,
+ * nghttp2's session and streams included (its allocator is ours and counts
+ * per connection), is charged to the daemon's one client memory budget,
+ * whose heaviest connection of any listener is closed past it.  Evictions
+ * and timeouts are logged at most every RLS_LOG_INTERVAL_MS.
  */
 #include "server.h"
 
 #include <netdb.h>
 #include <nghttp2/nghttp2.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "clientmem.h"
 #include "grpc.h"
+#include "log.h"
 #include "sluice/error.h"
 #include "tcp.h"
 
-#define RLS_PATH "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+#define RLS_PATH            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+#define RLS_LOG_INTERVAL_MS 10000
+/* nghttp2's allocations carry their size in front, kept aligned. */
+#define RLS_MEM_HDR _Alignof(max_align_t)
 
 struct rls_stream {
     struct rls_stream *prev, *next; /* the connection's open streams */
@@ -70,7 +87,12 @@ struct rls_conn {
     size_t pending;             /* bytes handed to uv_write, not yet written */
     int reading;
     int closing;
-    int goaway; /* a protocol error: close once written */
+    int goaway;                /* a protocol error: close once written */
+    int greeted;               /* the client's first frame (SETTINGS) came */
+    uint64_t born_ms, last_ms; /* uv_now at accept, at the last read */
+    size_t h2bytes;            /* what nghttp2 holds for this connection */
+    size_t mem;                /* charged to the budget (rls_server__conn_mem) */
+    nghttp2_mem alloc;         /* counts into h2bytes */
     char rbuf[16384];
 };
 
@@ -85,6 +107,10 @@ struct rls_server {
     int port;
     struct rls_conn *conns;
     struct rls_server_stats stats;
+    struct clientmem_pool pool;
+    uv_timer_t sweep; /* handshake and idle deadlines, once a second */
+    int sweep_init;
+    uint64_t logged_at, logged_evicted, logged_timeouts, logged_mem;
     char err[512];
 };
 
@@ -100,6 +126,103 @@ static void rls_server__flush(struct rls_conn *c);
 static void rls_server__free_handle(uv_handle_t *h)
 {
     free(h->data);
+}
+
+/* ---- nghttp2's memory, counted per connection ---- */
+
+static void *rls_server__malloc(size_t n, void *ud)
+{
+    struct rls_conn *c = ud;
+    if (n > SIZE_MAX - RLS_MEM_HDR)
+        return NULL;
+    unsigned char *p = malloc(n + RLS_MEM_HDR);
+    if (p == NULL)
+        return NULL;
+    memcpy(p, &n, sizeof(n));
+    c->h2bytes += n;
+    return p + RLS_MEM_HDR;
+}
+
+static void rls_server__free(void *ptr, void *ud)
+{
+    struct rls_conn *c = ud;
+    if (ptr == NULL)
+        return;
+    unsigned char *p = (unsigned char *)ptr - RLS_MEM_HDR;
+    size_t n;
+    memcpy(&n, p, sizeof(n));
+    c->h2bytes -= n;
+    free(p);
+}
+
+static void *rls_server__calloc(size_t k, size_t n, void *ud)
+{
+    if (n != 0 && k > SIZE_MAX / n)
+        return NULL;
+    void *p = rls_server__malloc(k * n, ud);
+    if (p != NULL)
+        memset(p, 0, k * n);
+    return p;
+}
+
+static void *rls_server__realloc(void *ptr, size_t n, void *ud)
+{
+    struct rls_conn *c = ud;
+    if (ptr == NULL)
+        return rls_server__malloc(n, ud);
+    if (n > SIZE_MAX - RLS_MEM_HDR)
+        return NULL;
+    unsigned char *p = (unsigned char *)ptr - RLS_MEM_HDR;
+    size_t was;
+    memcpy(&was, p, sizeof(was));
+    unsigned char *q = realloc(p, n + RLS_MEM_HDR);
+    if (q == NULL)
+        return NULL;
+    memcpy(q, &n, sizeof(n));
+    c->h2bytes = c->h2bytes - was + n;
+    return q + RLS_MEM_HDR;
+}
+
+/* What c holds: itself, nghttp2's session, its streams' buffers and the
+ * bytes handed to libuv not yet written. */
+static size_t rls_server__conn_mem(const struct rls_conn *c)
+{
+    size_t n = sizeof(*c) + c->h2bytes + c->pending;
+    for (const struct rls_stream *st = c->streams; st != NULL; st = st->next)
+        n += sizeof(*st) + st->cap + st->resp_len;
+    return n;
+}
+
+static void rls_server__account(struct rls_conn *c)
+{
+    size_t now = c->closing ? 0 : rls_server__conn_mem(c);
+    clientmem_charge(&c->srv->pool, c->mem, now);
+    c->mem = now;
+}
+
+/* One line per RLS_LOG_INTERVAL_MS when connections were closed since the
+ * last; the next event tells what happened in between. */
+static void rls_server__log(struct rls_server *srv)
+{
+    struct rls_server_stats *s = &srv->stats;
+    if (s->evicted == srv->logged_evicted && s->timeouts == srv->logged_timeouts &&
+        s->memory_evicted == srv->logged_mem)
+        return;
+    uint64_t now = uv_now(srv->loop);
+    if (srv->logged_at != 0 && now - srv->logged_at < RLS_LOG_INTERVAL_MS)
+        return;
+    log_warn("gRPC listener: closed %llu connections for newcomers over %zu (silent ones first, "
+             "then the longest idle), %llu silent or idle past their deadline, %llu over the "
+             "client memory budget; %llu, %llu and %llu so far",
+             (unsigned long long)(s->evicted - srv->logged_evicted), srv->cfg.max_connections,
+             (unsigned long long)(s->timeouts - srv->logged_timeouts),
+             (unsigned long long)(s->memory_evicted - srv->logged_mem),
+             (unsigned long long)s->evicted, (unsigned long long)s->timeouts,
+             (unsigned long long)s->memory_evicted);
+    srv->logged_at = now;
+    srv->logged_evicted = s->evicted;
+    srv->logged_timeouts = s->timeouts;
+    srv->logged_mem = s->memory_evicted;
 }
 
 static void rls_server__stream_free(struct rls_conn *c, struct rls_stream *st)
@@ -128,7 +251,6 @@ static void rls_server__on_closed(uv_handle_t *h)
         srv->conns = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
-    srv->stats.connected--;
     struct rls_stream *st = c->streams;
     while (st != NULL) {
         struct rls_stream *next = st->next;
@@ -141,11 +263,19 @@ static void rls_server__on_closed(uv_handle_t *h)
     free(c);
 }
 
+/* A connection leaves the count and the budget as it is closed. */
+static void rls_server__closed(struct rls_conn *c)
+{
+    c->srv->stats.connected--;
+    rls_server__account(c);
+}
+
 static void rls_server__conn_close(struct rls_conn *c)
 {
     if (c->closing)
         return;
     c->closing = 1;
+    rls_server__closed(c);
     uv_close((uv_handle_t *)&c->tcp, rls_server__on_closed);
 }
 
@@ -175,6 +305,7 @@ static void rls_server__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     }
     if (n == 0 || c->goaway)
         return;
+    c->last_ms = uv_now(c->srv->loop);
     ssize_t rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n);
     if (rv < 0) {
         /* nghttp2 did not queue a GOAWAY for this one (a bad preface, a
@@ -184,6 +315,9 @@ static void rls_server__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         c->goaway = 1;
     }
     rls_server__flush(c);
+    rls_server__account(c);
+    if (clientmem_over(&c->srv->pool))
+        clientmem_enforce(c->srv->pool.budget);
 }
 
 static void rls_server__reading(struct rls_conn *c, int on)
@@ -203,6 +337,7 @@ static void rls_server__on_write(uv_write_t *req, int status)
     struct rls_conn *c = w->conn;
     c->pending -= w->len;
     free(w);
+    rls_server__account(c);
     if (status < 0) {
         rls_server__conn_close(c);
         return;
@@ -488,6 +623,7 @@ static int rls_server__on_data(nghttp2_session *h2, uint8_t flags, int32_t id, c
 static int rls_server__on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
 {
     struct rls_conn *c = ud;
+    c->greeted = 1;
     if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
         !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
@@ -543,9 +679,27 @@ static void rls_server__on_connection(uv_stream_t *l, int status)
         return;
     }
     if (srv->stats.connected >= srv->cfg.max_connections) {
-        srv->stats.rejected_connections++;
-        uv_close((uv_handle_t *)&c->tcp, rls_server__free_handle);
-        return;
+        /* Never refuse the newcomer for connections that only hold a slot:
+         * close the oldest still silent (no preface and SETTINGS yet), else
+         * the one idle longest.  A closed one stops counting at once: its
+         * socket is closed then, only its structure waits for libuv. */
+        struct rls_conn *victim = NULL;
+        for (struct rls_conn *o = srv->conns; o != NULL; o = o->next) {
+            if (o->closing)
+                continue;
+            if (victim == NULL || (!o->greeted && victim->greeted) ||
+                (o->greeted == victim->greeted &&
+                 (o->greeted ? o->last_ms <= victim->last_ms : o->born_ms <= victim->born_ms)))
+                victim = o;
+        }
+        if (victim == NULL) {
+            srv->stats.rejected_connections++;
+            uv_close((uv_handle_t *)&c->tcp, rls_server__free_handle);
+            return;
+        }
+        srv->stats.evicted++;
+        rls_server__conn_close(victim);
+        rls_server__log(srv);
     }
     nghttp2_session_callbacks *cb;
     if (nghttp2_session_callbacks_new(&cb) != 0) {
@@ -558,7 +712,12 @@ static void rls_server__on_connection(uv_stream_t *l, int status)
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, rls_server__on_frame);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, rls_server__on_stream_close);
     nghttp2_session_callbacks_set_on_frame_send_callback(cb, rls_server__on_frame_sent);
-    int rc = nghttp2_session_server_new(&c->h2, cb, c);
+    c->alloc = (nghttp2_mem){.mem_user_data = c,
+                             .malloc = rls_server__malloc,
+                             .free = rls_server__free,
+                             .calloc = rls_server__calloc,
+                             .realloc = rls_server__realloc};
+    int rc = nghttp2_session_server_new3(&c->h2, cb, c, NULL, &c->alloc);
     nghttp2_session_callbacks_del(cb);
     if (rc != 0) {
         uv_close((uv_handle_t *)&c->tcp, rls_server__free_handle);
@@ -575,9 +734,61 @@ static void rls_server__on_connection(uv_stream_t *l, int status)
     srv->conns = c;
     srv->stats.connections++;
     srv->stats.connected++;
+    c->born_ms = c->last_ms = uv_now(srv->loop);
     uv_tcp_nodelay(&c->tcp, 1);
     rls_server__reading(c, 1);
     rls_server__flush(c);
+    rls_server__account(c);
+}
+
+/* Once a second: connections silent past the handshake deadline, or idle
+ * past idle_timeout_ms (told with GOAWAY, closed once it is written). */
+static void rls_server__on_sweep(uv_timer_t *t)
+{
+    struct rls_server *srv = t->data;
+    uint64_t now = uv_now(srv->loop);
+    struct rls_conn *next;
+    for (struct rls_conn *c = srv->conns; c != NULL; c = next) {
+        next = c->next;
+        if (c->closing || c->goaway)
+            continue;
+        if (!c->greeted && now - c->born_ms >= srv->cfg.handshake_timeout_ms) {
+            srv->stats.timeouts++;
+            rls_server__conn_close(c);
+        } else if (c->greeted && srv->cfg.idle_timeout_ms != 0 && c->streams == NULL &&
+                   now - c->last_ms >= srv->cfg.idle_timeout_ms) {
+            srv->stats.timeouts++;
+            nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR);
+            c->goaway = 1;
+            rls_server__reading(c, 0);
+            rls_server__flush(c);
+        }
+    }
+    rls_server__log(srv);
+}
+
+static void *rls_server__heaviest(void *ud, size_t *bytes)
+{
+    struct rls_server *srv = ud;
+    struct rls_conn *worst = NULL;
+    for (struct rls_conn *c = srv->conns; c != NULL; c = c->next) {
+        if (c->closing)
+            continue;
+        rls_server__account(c);
+        if (worst == NULL || c->mem > worst->mem)
+            worst = c;
+    }
+    if (worst != NULL)
+        *bytes = worst->mem;
+    return worst;
+}
+
+static void rls_server__evict(void *ud, void *conn)
+{
+    struct rls_server *srv = ud;
+    srv->stats.memory_evicted++;
+    rls_server__conn_close(conn);
+    rls_server__log(srv);
 }
 
 int rls_server_create(uv_loop_t *loop, const struct rls_server_config *cfg, struct rls_service *svc,
@@ -607,6 +818,13 @@ int rls_server_create(uv_loop_t *loop, const struct rls_server_config *cfg, stru
         s->cfg.max_conn_input = 256 * 1024;
     if (s->cfg.max_conn_output == 0)
         s->cfg.max_conn_output = 1024 * 1024;
+    if (s->cfg.handshake_timeout_ms == 0)
+        s->cfg.handshake_timeout_ms = RLS_DEFAULT_HANDSHAKE_MS;
+    s->pool.heaviest = rls_server__heaviest;
+    s->pool.evict = rls_server__evict;
+    s->pool.ud = s;
+    if (cfg->budget != NULL)
+        clientmem_join(cfg->budget, &s->pool);
     *out = s;
     return 0;
 }
@@ -617,9 +835,16 @@ int rls_server_start(struct rls_server *srv)
     int rc = tcp_listen(srv->loop, &srv->listener, srv->bind, rls_server__on_connection,
                         &srv->listener_open, &srv->port, NULL, err, sizeof(err));
     srv->listener.data = srv;
-    if (rc < 0)
+    if (rc < 0) {
         snprintf(srv->err, sizeof(srv->err), "grpc: %s", err);
-    return rc;
+        return rc;
+    }
+    uv_timer_init(srv->loop, &srv->sweep);
+    srv->sweep.data = srv;
+    srv->sweep_init = 1;
+    uv_timer_start(&srv->sweep, rls_server__on_sweep, 1000, 1000);
+    uv_unref((uv_handle_t *)&srv->sweep);
+    return 0;
 }
 
 const char *rls_server_error(const struct rls_server *srv)
@@ -637,6 +862,9 @@ void rls_server_close(struct rls_server *srv)
     if (srv == NULL || srv->closed)
         return;
     srv->closed = 1;
+    clientmem_leave(&srv->pool); /* the budget's owner may go first */
+    if (srv->sweep_init)
+        uv_close((uv_handle_t *)&srv->sweep, NULL);
     if (srv->listener_open)
         uv_close((uv_handle_t *)&srv->listener, NULL);
     for (struct rls_conn *c = srv->conns; c != NULL; c = c->next)

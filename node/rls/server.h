@@ -18,9 +18,28 @@
 
 #include "service.h"
 
+struct clientmem_budget;
+
+#define RLS_DEFAULT_MAX_CONNECTIONS 1024
+#define RLS_DEFAULT_HANDSHAKE_MS    10000
+
 struct rls_server_config {
-    const char *bind;       /* "HOST:PORT" or "[V6]:PORT"; port 0 picks one */
-    size_t max_connections; /* more are closed at once; 0: 1024 */
+    const char *bind; /* "HOST:PORT" or "[V6]:PORT"; port 0 picks one */
+    /* Connections at once; 0: RLS_DEFAULT_MAX_CONNECTIONS.  A newcomer past
+     * it closes the worst: the oldest silent one (no preface and SETTINGS
+     * yet), else the one idle longest. */
+    size_t max_connections;
+    /* A connection that has not sent its preface and SETTINGS this long
+     * after connecting is closed; 0: RLS_DEFAULT_HANDSHAKE_MS. */
+    uint64_t handshake_timeout_ms;
+    /* One with no stream open that sent nothing this long is told GOAWAY
+     * and closed; 0: never (Envoy keeps its connections). */
+    uint64_t idle_timeout_ms;
+    /* The daemon's one client memory budget (clientmem.h), borrowed; every
+     * byte a connection holds, nghttp2's included, is charged to it and
+     * past it the heaviest connection of any listener is closed.  NULL:
+     * not counted. */
+    struct clientmem_budget *budget;
     uint32_t max_streams;   /* SETTINGS_MAX_CONCURRENT_STREAMS; 0: 100 */
     size_t max_message;     /* largest request message; 0: 65536 */
     size_t max_conn_input;  /* request bytes one connection may buffer; 0: 256 KiB */
@@ -30,7 +49,10 @@ struct rls_server_config {
 struct rls_server_stats {
     uint64_t connections;          /* accepted, in total */
     uint64_t connected;            /* open now */
-    uint64_t rejected_connections; /* over max_connections */
+    uint64_t rejected_connections; /* closed at once: no other to close (0 in practice) */
+    uint64_t evicted;              /* closed to make room for a newcomer */
+    uint64_t timeouts;             /* closed silent past the handshake, or idle */
+    uint64_t memory_evicted;       /* closed over the client memory budget */
     uint64_t requests;             /* streams answered */
     uint64_t errors;               /* of which with a non-OK grpc-status */
     uint64_t protocol_errors;      /* connections ended with GOAWAY for bad HTTP/2 */

@@ -49,6 +49,8 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "clientmem.h"
+#include "log.h"
 #include "sluice/error.h"
 #include "tcp.h"
 
@@ -317,11 +319,14 @@ struct conn {
     uv_shutdown_t sreq;
     struct http_server *m;
     struct conn *prev, *next;
-    char *out;   /* the answer being written by wreq, or NULL */
+    char *out; /* the answer being written by wreq, or NULL */
+    size_t out_len;
     int handles; /* open libuv handles; freed at 0 */
     int writing, closing, lingering, close_after;
-    size_t len; /* bytes in in[] */
-    int idle;   /* 1: waiting for (more of) a request, nothing being answered */
+    size_t len;        /* bytes in in[] */
+    int idle;          /* 1: waiting for (more of) a request, nothing being answered */
+    uint64_t since_ms; /* uv_now at accept or when the last answer went out */
+    size_t mem;        /* counted in the client memory budget (conn_mem) */
     char in[HTTP_MAX_REQUEST];
 };
 
@@ -343,10 +348,16 @@ struct http_server {
     size_t nroutes;
     struct conn *conns;
     struct http_stats st;
+    struct clientmem_pool pool; /* in the daemon's one client budget, if given */
+    uint64_t logged_at;         /* uv_now of the last eviction/timeout line */
+    uint64_t logged_evicted, logged_timeouts, logged_mem; /* counts at that line */
     int port;
     char discard[4096]; /* reads of lingering connections land here */
     char err[512];
 };
+
+static void *http__heaviest(void *ud, size_t *bytes);
+static void http__evict(void *ud, void *conn);
 
 int http_create(uv_loop_t *loop, const struct http_config *cfg, struct http_server **out)
 {
@@ -363,6 +374,11 @@ int http_create(uv_loop_t *loop, const struct http_config *cfg, struct http_serv
     m->loop = loop;
     m->max_conns = cfg->max_conns ? cfg->max_conns : HTTP_DEFAULT_MAX_CONNS;
     m->idle_ms = cfg->idle_timeout_ms ? cfg->idle_timeout_ms : HTTP_DEFAULT_IDLE_MS;
+    m->pool.heaviest = http__heaviest;
+    m->pool.evict = http__evict;
+    m->pool.ud = m;
+    if (cfg->budget != NULL)
+        clientmem_join(cfg->budget, &m->pool);
     *out = m;
     return 0;
 }
@@ -408,9 +424,47 @@ static void conn_on_close(uv_handle_t *h)
         m->conns = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
-    m->st.open_conns--;
     free(c->out);
     free(c);
+}
+
+/* What c holds: the structure with its input buffer, and the answer
+ * waiting for the socket. */
+static size_t conn_mem(const struct conn *c)
+{
+    return sizeof(*c) + (c->out != NULL ? c->out_len : 0);
+}
+
+static void conn_account(struct conn *c)
+{
+    size_t now = c->closing ? 0 : conn_mem(c);
+    clientmem_charge(&c->m->pool, c->mem, now);
+    c->mem = now;
+}
+
+/* One line per HTTP_LOG_INTERVAL_MS, when connections were closed for
+ * newcomers, over their deadline or over the memory budget since the
+ * last; what happens in between is told by the next one. */
+static void http__log(struct http_server *m)
+{
+    uint64_t now = uv_now(m->loop);
+    if (m->st.evicted == m->logged_evicted && m->st.timeouts == m->logged_timeouts &&
+        m->st.mem_evicted == m->logged_mem)
+        return;
+    if (m->logged_at != 0 && now - m->logged_at < HTTP_LOG_INTERVAL_MS)
+        return;
+    log_warn(
+        "HTTP listener: closed %llu connections for newcomers over %zu (the longest "
+        "stalled first), %llu past the %llu ms deadline, %llu over the client memory "
+        "budget; %llu, %llu and %llu so far",
+        (unsigned long long)(m->st.evicted - m->logged_evicted), m->max_conns,
+        (unsigned long long)(m->st.timeouts - m->logged_timeouts), (unsigned long long)m->idle_ms,
+        (unsigned long long)(m->st.mem_evicted - m->logged_mem), (unsigned long long)m->st.evicted,
+        (unsigned long long)m->st.timeouts, (unsigned long long)m->st.mem_evicted);
+    m->logged_at = now;
+    m->logged_evicted = m->st.evicted;
+    m->logged_timeouts = m->st.timeouts;
+    m->logged_mem = m->st.mem_evicted;
 }
 
 static void conn_close(struct conn *c)
@@ -418,6 +472,8 @@ static void conn_close(struct conn *c)
     if (c->closing)
         return;
     c->closing = 1;
+    c->m->st.open_conns--; /* its socket is closed now; the structure waits for libuv */
+    conn_account(c);
     uv_close((uv_handle_t *)&c->tcp, conn_on_close);
     uv_close((uv_handle_t *)&c->timer, conn_on_close);
 }
@@ -428,6 +484,7 @@ static void conn_on_timeout(uv_timer_t *t)
     if (!c->lingering)
         c->m->st.timeouts++;
     conn_close(c);
+    http__log(c->m);
 }
 
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -470,6 +527,7 @@ static void conn_linger(struct conn *c)
 /* A response is fully handed to the kernel. */
 static void conn_sent(struct conn *c)
 {
+    c->since_ms = uv_now(c->m->loop);
     if (c->close_after) {
         conn_linger(c);
         return;
@@ -483,6 +541,7 @@ static void conn_on_write(uv_write_t *req, int status)
     free(c->out);
     c->out = NULL;
     c->writing = 0;
+    conn_account(c);
     if (c->closing)
         return;
     if (status < 0) {
@@ -562,6 +621,8 @@ static void conn_answer(struct conn *c, int head_only, const struct http_reply *
     }
     /* The socket is full: queue the rest and stop reading until it drains. */
     c->out = out;
+    c->out_len = len;
+    conn_account(c);
     ub = uv_buf_init(out + w, (unsigned)(len - (size_t)w));
     c->wreq.data = c;
     if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &ub, 1, conn_on_write) < 0) {
@@ -662,6 +723,35 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (before > 0 && c->len < sizeof(c->in) && memchr(c->in + before, '\n', (size_t)nread) == NULL)
         return;
     conn_process(c);
+    /* An answer may have been queued: keep the budget (c may be closed). */
+    if (clientmem_over(&c->m->pool))
+        clientmem_enforce(c->m->pool.budget);
+}
+
+/* The budget's question: the connection holding most (an answer the
+ * client does not read); ties go to the one stalled longest. */
+static void *http__heaviest(void *ud, size_t *bytes)
+{
+    struct http_server *m = ud;
+    struct conn *worst = NULL;
+    for (struct conn *c = m->conns; c != NULL; c = c->next) {
+        if (c->closing)
+            continue;
+        if (worst == NULL || c->mem > worst->mem ||
+            (c->mem == worst->mem && c->since_ms <= worst->since_ms))
+            worst = c;
+    }
+    if (worst != NULL)
+        *bytes = worst->mem;
+    return worst;
+}
+
+static void http__evict(void *ud, void *conn)
+{
+    struct http_server *m = ud;
+    m->st.mem_evicted++;
+    conn_close(conn);
+    http__log(m);
 }
 
 /* Accepts and closes at once a connection over max_conns. */
@@ -676,15 +766,22 @@ static void on_connection(uv_stream_t *server, int status)
     if (status < 0 || m->closed)
         return;
     if (m->st.open_conns >= m->max_conns) {
-        /* Make room by closing the oldest connection that is only waiting
-         * for a request (the list is newest first).  A closed connection
-         * counts until libuv has closed it, hence the hard bound of twice
-         * max_conns; with every slot busy answering, the new one waits. */
+        /* Make room: a newcomer is never turned away for connections that
+         * hold a slot without using it.  The victim is a lingering one (its
+         * answer is out) if any, else the one whose last progress (accept
+         * or an answer handed to the kernel) is oldest: an idle keep-alive
+         * or a pipeliner that never reads its answers, never the newest.
+         * A closed connection stops counting at once (its socket is
+         * closed; only its structure waits for libuv). */
         struct conn *victim = NULL;
-        for (struct conn *o = m->conns; o != NULL; o = o->next)
-            if (o->idle && !o->closing && !o->lingering && !o->writing)
+        for (struct conn *o = m->conns; o != NULL; o = o->next) {
+            if (o->closing)
+                continue;
+            if (victim == NULL || (o->lingering && !victim->lingering) ||
+                (o->lingering == victim->lingering && o->since_ms <= victim->since_ms))
                 victim = o;
-        if (victim == NULL || m->st.open_conns >= 2 * m->max_conns) {
+        }
+        if (victim == NULL) {
             uv_tcp_t *t = malloc(sizeof(*t));
             if (t == NULL)
                 return;
@@ -694,8 +791,10 @@ static void on_connection(uv_stream_t *server, int status)
             uv_close((uv_handle_t *)t, refuse_on_close);
             return;
         }
-        m->st.evicted++;
+        if (!victim->lingering)
+            m->st.evicted++;
         conn_close(victim);
+        http__log(m);
     }
     struct conn *c = calloc(1, sizeof(*c));
     if (c == NULL)
@@ -716,7 +815,15 @@ static void on_connection(uv_stream_t *server, int status)
         return;
     }
     c->idle = 1;
+    c->since_ms = uv_now(m->loop);
+    conn_account(c);
     uv_tcp_nodelay(&c->tcp, 1);
+    /* A fixed send buffer (no autotuning up to megabytes): a client that
+     * pipelines and never reads gets a few answers, then its connection
+     * waits for it, stalled and first to be evicted, instead of having
+     * the loop render thousands of answers into the kernel for it. */
+    int sndbuf = HTTP_SNDBUF;
+    (void)uv_send_buffer_size((uv_handle_t *)&c->tcp, &sndbuf);
     uv_timer_start(&c->timer, conn_on_timeout, m->idle_ms, 0);
     uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
 }
@@ -737,6 +844,7 @@ void http_close(struct http_server *m)
     if (m == NULL || m->closed)
         return;
     m->closed = 1;
+    clientmem_leave(&m->pool); /* the budget's owner may go first */
     if (m->listener_open)
         uv_close((uv_handle_t *)&m->listener, NULL);
     for (struct conn *c = m->conns; c != NULL; c = c->next)

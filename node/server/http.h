@@ -13,16 +13,18 @@
  * and a fuzz target drive directly.
  *
  * Bounds.  A request's head must fit in HTTP_MAX_REQUEST bytes; at most
- * max_conns connections are open: a new one beyond that closes the oldest
- * connection that is waiting for a request (so a crowd of idle clients
- * cannot keep /health from answering), or is itself closed when every
- * slot is busy answering.  A connection that has not completed a request
- * and received its answer within idle_timeout_ms is closed (the timer is
- * not restarted by partial reads, so a client trickling bytes cannot hold a
- * slot).  Answers are written without blocking; while one is in flight the
- * connection's reads are paused.  Keep-alive is honoured (HTTP/1.1 default,
- * "Connection: close" or HTTP/1.0 close after the answer); a request with a
- * body is answered and the connection closed.
+ * max_conns connections are open: a new one beyond that closes the
+ * connection whose last progress (accept, or an answer handed to the
+ * kernel) is oldest, waiting for a request or stuck with an answer its
+ * client does not read, so no crowd of connections can keep /health from
+ * answering.  Each connection's memory (its input buffer and an
+ * unsent answer) counts in the daemon's one client budget.  Evictions and
+ * timeouts are logged at most every HTTP_LOG_INTERVAL_MS.  A connection that has not completed a
+ * request and received its answer within idle_timeout_ms is closed (the timer is not restarted by
+ * partial reads, so a client trickling bytes cannot hold a slot).  Answers are written without
+ * blocking; while one is in flight the connection's reads are paused.  Keep-alive is honoured
+ * (HTTP/1.1 default, "Connection: close" or HTTP/1.0 close after the answer); a request with a body
+ * is answered and the connection closed.
  *
  * Everything runs on the loop thread.  Functions return 0 or a negative
  * enum sluice_err.
@@ -40,6 +42,9 @@
 #define HTTP_MAX_ROUTES        8
 #define HTTP_DEFAULT_MAX_CONNS 256
 #define HTTP_DEFAULT_IDLE_MS   10000
+#define HTTP_LOG_INTERVAL_MS   10000
+/* Each connection's kernel send buffer (SO_SNDBUF), fixed. */
+#define HTTP_SNDBUF (64 * 1024)
 
 /* ---- the request parser (pure; exposed for tests) ---- */
 
@@ -114,10 +119,15 @@ typedef void (*http_handler_fn)(void *ud, const struct http_request *req, struct
 
 /* ---- the listener ---- */
 
+struct clientmem_budget;
 struct http_config {
     const char *bind;         /* "HOST:PORT", "[V6]:PORT"; required; copied */
     size_t max_conns;         /* 0 = HTTP_DEFAULT_MAX_CONNS */
     uint64_t idle_timeout_ms; /* 0 = HTTP_DEFAULT_IDLE_MS */
+    /* The daemon's one client memory budget (clientmem.h), borrowed; the
+     * connections' memory counts in it and the heaviest connection of any
+     * listener is closed past it.  NULL: not counted. */
+    struct clientmem_budget *budget;
 };
 
 struct http_server;
@@ -149,8 +159,9 @@ void http_destroy(struct http_server *h);
 struct http_stats {
     uint64_t requests; /* every answered request, errors included */
     uint64_t bad_requests, too_big, timeouts;
-    uint64_t refused; /* connections closed at once: every slot busy */
-    uint64_t evicted; /* idle connections closed to make room */
+    uint64_t refused;     /* connections closed at once: no other to close (0 in practice) */
+    uint64_t evicted;     /* connections closed to make room for a newcomer */
+    uint64_t mem_evicted; /* connections closed over the client memory budget */
     uint64_t open_conns;
 };
 void http_get_stats(const struct http_server *h, struct http_stats *out);

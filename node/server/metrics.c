@@ -108,6 +108,25 @@ static const struct family families[] = {
       "Clients disconnected, heaviest first, because client memory was over "
       "max_client_memory.",
       FAM_COUNTER, client_memory_disconnects),
+    F("tcp_clients", "RESP clients connected over TCP (--listen).", FAM_GAUGE, tcp_clients),
+    F("tcp_evictions_total",
+      "TCP clients closed for a newcomer over --max-tcp-clients (unauthenticated first, then "
+      "the longest idle).",
+      FAM_COUNTER, tcp_evictions),
+    F("tcp_timeouts_total",
+      "TCP clients closed without AUTH in 10 s or idle past "
+      "--tcp-idle-timeout.",
+      FAM_COUNTER, tcp_timeouts),
+    F("http_connections", "Connections open on the HTTP listener.", FAM_GAUGE, http_connections),
+    F("http_evictions_total",
+      "HTTP connections closed for a newcomer over --http-max-connections (the longest "
+      "stalled first).",
+      FAM_COUNTER, http_evictions),
+    F("http_timeouts_total", "HTTP connections closed past --http-idle-timeout.", FAM_COUNTER,
+      http_timeouts),
+    F("http_memory_disconnects_total",
+      "HTTP connections closed, heaviest first, over max_client_memory.", FAM_COUNTER,
+      http_memory_disconnects),
     F("policies", "Named policies loaded.", FAM_GAUGE, policies),
     F("reloads_total", "Successful configuration reloads.", FAM_COUNTER, reloads),
     F("reload_failures_total", "Reloads refused (the running policies were kept).", FAM_COUNTER,
@@ -122,6 +141,17 @@ static const struct family families[] = {
     F("rls_connections", "HTTP/2 connections open on the gRPC listener.", FAM_GAUGE, rls_connected),
     F("rls_protocol_errors_total", "gRPC connections ended with GOAWAY for malformed HTTP/2.",
       FAM_COUNTER, rls_protocol_errors),
+    F("rls_evictions_total",
+      "gRPC connections closed for a newcomer over --grpc-max-connections (silent ones first, "
+      "then the longest idle).",
+      FAM_COUNTER, rls_evictions),
+    F("rls_timeouts_total",
+      "gRPC connections closed silent 10 s after connecting or idle past --grpc-idle-timeout.",
+      FAM_COUNTER, rls_timeouts),
+    F("rls_memory_disconnects_total",
+      "gRPC connections closed, heaviest first, over max_client_memory (HTTP/2 streams "
+      "included).",
+      FAM_COUNTER, rls_memory_disconnects),
     F("rls_reloads_total", "Rate limit YAML directory reloads.", FAM_COUNTER, rls_reloads),
     F("rls_reload_failures_total", "Rate limit YAML reloads refused (the running config kept).",
       FAM_COUNTER, rls_reload_failures),

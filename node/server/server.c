@@ -67,8 +67,9 @@ struct server_client {
     int proto;        /* 2 or 3 (HELLO 3); 0 is read as 2 */
     void *ctx;        /* the command layer's per-connection state (server_client_set_ctx) */
     void (*ctx_free)(void *ctx);
-    unsigned tcp : 1;    /* came through the TCP listener */
-    unsigned authed : 1; /* AUTH passed (server_client_set_authed) */
+    uint64_t born_ms, last_ms; /* uv_now at accept, at the last read */
+    unsigned tcp : 1;          /* came through the TCP listener */
+    unsigned authed : 1;       /* AUTH passed (server_client_set_authed) */
 };
 
 struct server {
@@ -85,12 +86,13 @@ struct server {
     uint64_t refused_logged_at, refused_logged; /* rate limit of the refusal log line */
     size_t in_limit; /* queued input of a paused client before reading stops */
     size_t max_client_memory;
-    size_t client_mem;            /* sum of every open client's mem */
-    size_t trim_bytes;            /* client memory freed since the last malloc_trim */
-    unsigned depth;               /* clients executing commands now (nested unblocks) */
-    int enforcing;                /* inside server_enforce_budget */
-    struct clientmem_entry *ents; /* scratch for server_enforce_budget */
-    size_t ents_cap;
+    /* The one client memory budget (the HTTP and gRPC listeners join it
+     * too) and this server's pool in it: the sum of its clients' mem. */
+    struct clientmem_budget budget;
+    struct clientmem_pool pool;
+    size_t trim_bytes;    /* client memory freed since the last malloc_trim */
+    unsigned depth;       /* clients executing commands now (nested unblocks) */
+    int enforcing;        /* inside server_enforce_budget */
     uv_timer_t housekeep; /* trims and the budget's log line */
     int housekeep_init;
     uint64_t mem_logged_at; /* uv_now of the last budget log line */
@@ -100,6 +102,13 @@ struct server {
     void *ud;
     struct server_client *clients;
     uint64_t next_id;
+    size_t max_tcp_clients;
+    int tcp_auth;
+    uint64_t tcp_auth_timeout_ms, tcp_idle_timeout_ms;
+    uv_timer_t tcp_sweep; /* the TCP clients' deadlines, once a second */
+    int tcp_sweep_init;
+    uint64_t tcp_logged_at; /* uv_now of the last eviction/timeout log line */
+    uint64_t tcp_unlogged_evictions, tcp_unlogged_timeouts;
     uint64_t now_ns;
     struct server_stats stats;
     int listening;
@@ -112,6 +121,15 @@ struct server {
 static void client_close(struct server_client *c);
 static void client_resume(struct server_client *c);
 static void client_update_reading(struct server_client *c);
+static void server_freed(struct server *s, size_t bytes);
+static void server_enforce_budget(struct server *s);
+static void *server_heaviest(void *ud, size_t *bytes);
+static void server_evict(void *ud, void *client);
+
+static void server_budget_freed(void *ud, size_t bytes)
+{
+    server_freed(ud, bytes);
+}
 
 int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispatch_fn dispatch,
                   void *ud, struct server **out)
@@ -151,6 +169,19 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
         log_warn("--max-clients %zu idle clients alone would take half of --max-client-memory "
                  "(%zu bytes): busy ones will be disconnected early",
                  s->max_clients, s->max_client_memory);
+    s->max_tcp_clients =
+        cfg->max_tcp_clients ? cfg->max_tcp_clients : SERVER_DEFAULT_MAX_TCP_CLIENTS;
+    s->tcp_auth = cfg->tcp_auth;
+    s->tcp_auth_timeout_ms =
+        cfg->tcp_auth_timeout_ms ? cfg->tcp_auth_timeout_ms : SERVER_DEFAULT_TCP_AUTH_TIMEOUT_MS;
+    s->tcp_idle_timeout_ms = cfg->tcp_idle_timeout_ms;
+    clientmem_budget_init(&s->budget, s->max_client_memory);
+    s->budget.freed = server_budget_freed;
+    s->budget.freed_ud = s;
+    s->pool.heaviest = server_heaviest;
+    s->pool.evict = server_evict;
+    s->pool.ud = s;
+    clientmem_join(&s->budget, &s->pool);
     s->dispatch = dispatch;
     s->ud = ud;
     s->next_id = 1;
@@ -167,7 +198,12 @@ const char *server_error(const struct server *s)
 void server_get_stats(const struct server *s, struct server_stats *out)
 {
     *out = s->stats;
-    out->client_memory = s->client_mem;
+    out->client_memory = clientmem_total(&s->budget);
+}
+
+struct clientmem_budget *server_memory_budget(struct server *s)
+{
+    return &s->budget;
 }
 
 uint64_t server_now_ns(const struct server *s)
@@ -312,10 +348,42 @@ static void client_account(struct server_client *c)
         return;
     struct server *s = c->srv;
     size_t m = client_mem(c);
-    s->client_mem = s->client_mem - c->mem + m;
-    if (m < c->mem)
-        server_freed(s, c->mem - m);
+    clientmem_charge(&s->pool, c->mem, m);
     c->mem = m;
+}
+
+int server_client_reply_fits(struct server_client *c)
+{
+    if (c == NULL || c->closing)
+        return 0;
+    struct server *s = c->srv;
+    if (client_pending(c) > s->hard_limit)
+        return -SLUICE_ETOOBIG;
+    /* c->mem is what c counted at its last settle; its buffers grew since. */
+    size_t now = client_mem(c);
+    size_t total = clientmem_total(&s->budget) - c->mem + now;
+    if (total > s->max_client_memory)
+        return -SLUICE_ETOOBIG;
+    return 0;
+}
+
+void server_client_drop_reply(struct server_client *c, size_t mark)
+{
+    if (c == NULL)
+        return;
+    struct server *s = c->srv;
+    size_t built = c->out.len > mark ? c->out.len - mark : 0;
+    if (c->out.len > mark)
+        c->out.len = mark;
+    s->stats.output_limit_disconnects++;
+    log_warn("client %llu: reply of %zu bytes and growing passed the output limit (%zu) or the "
+             "client memory budget (%zu), disconnecting",
+             (unsigned long long)c->id, built, s->hard_limit, s->max_client_memory);
+}
+
+size_t server_client_out_limit(const struct server_client *c)
+{
+    return c != NULL ? c->srv->hard_limit : (size_t)16 << 20;
 }
 
 /* One line per MEM_LOG_INTERVAL_MS about the clients closed over budget
@@ -352,51 +420,56 @@ static void on_housekeep(uv_timer_t *t)
     server_log_budget(s);
 }
 
+/* The budget's question to this pool: its heaviest client, brought up to
+ * date.  None while a command executes (the client running it, or one it
+ * unblocked, may be the heaviest): the read that started it checks after. */
+static void *server_heaviest(void *ud, size_t *bytes)
+{
+    struct server *s = ud;
+    if (s->depth > 0 || s->closing)
+        return NULL;
+    struct server_client *worst = NULL;
+    for (struct server_client *c = s->clients; c != NULL; c = c->next) {
+        if (c->closing)
+            continue;
+        client_account(c); /* figures not yet counted since their last read */
+        if (worst == NULL || c->mem > worst->mem)
+            worst = c;
+    }
+    if (worst != NULL)
+        *bytes = worst->mem;
+    return worst;
+}
+
+/* The budget closes one of this pool's clients (its bytes leave at once). */
+static void server_evict(void *ud, void *client)
+{
+    struct server *s = ud;
+    struct server_client *c = client;
+    s->stats.client_memory_disconnects++;
+    s->mem_unlogged++;
+    s->mem_unlogged_bytes += c->mem;
+    if (c->mem > s->mem_unlogged_largest)
+        s->mem_unlogged_largest = c->mem;
+    log_debug("client %llu: holds %zu bytes, client memory over budget, disconnecting",
+              (unsigned long long)c->id, c->mem);
+    client_close(c); /* no-op when a cancel callback already closed it */
+    client_release(c);
+    server_log_budget(s);
+}
+
 /*
- * Past the budget, disconnects the heaviest clients until the sum is within
- * it.  Not while a command executes (the client running it, or one it
- * unblocked, may be the heaviest): the read that started it checks after.
+ * Past the budget, disconnects the heaviest connections (of any listener
+ * sharing it) until the sum is within it.  Not while a command executes.
  */
 static void server_enforce_budget(struct server *s)
 {
-    if (s->client_mem <= s->max_client_memory || s->depth > 0 || s->enforcing || s->closing)
+    if (s->depth > 0 || s->enforcing || s->closing ||
+        clientmem_total(&s->budget) <= s->max_client_memory)
         return;
     s->enforcing = 1;
-    size_t n = 0;
-    for (struct server_client *c = s->clients; c != NULL; c = c->next)
-        n++;
-    if (n > s->ents_cap) {
-        struct clientmem_entry *e = realloc(s->ents, n * sizeof(*e));
-        if (e == NULL) {
-            s->enforcing = 0;
-            return; /* tried again at the next read */
-        }
-        s->ents = e;
-        s->ents_cap = n;
-    }
-    n = 0;
-    for (struct server_client *c = s->clients; c != NULL; c = c->next) {
-        client_account(c); /* figures not yet counted since their last read */
-        s->ents[n].bytes = c->mem;
-        s->ents[n].client = c;
-        n++;
-    }
-    size_t k = clientmem_pick(s->ents, n, s->client_mem, s->max_client_memory);
-    for (size_t i = 0; i < k; i++) {
-        struct server_client *c = s->ents[i].client;
-        s->stats.client_memory_disconnects++;
-        s->mem_unlogged++;
-        s->mem_unlogged_bytes += s->ents[i].bytes;
-        if (s->ents[i].bytes > s->mem_unlogged_largest)
-            s->mem_unlogged_largest = s->ents[i].bytes;
-        log_debug("client %llu: holds %zu bytes, client memory over budget, disconnecting",
-                  (unsigned long long)c->id, s->ents[i].bytes);
-        client_close(c); /* no-op when a cancel callback already closed it */
-        client_release(c);
-    }
+    clientmem_enforce(&s->budget);
     s->enforcing = 0;
-    if (k > 0)
-        server_log_budget(s);
 }
 
 /* After c's read, write or unblock: count its memory, keep the budget. */
@@ -597,6 +670,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     c->srv->now_ns = uv_hrtime();
+    c->last_ms = uv_now(c->srv->loop);
     const char *data;
     size_t len;
     if (c->in_shared) {
@@ -717,10 +791,92 @@ static void client_close(struct server_client *c)
     if (c->next)
         c->next->prev = c->prev;
     s->stats.connected_clients--;
-    s->client_mem -= c->mem;
-    server_freed(s, c->mem);
+    if (c->tcp)
+        s->stats.tcp_clients--;
+    clientmem_charge(&s->pool, c->mem, 0);
     c->mem = 0;
     uv_close((uv_handle_t *)&c->h.pipe, on_client_closed);
+}
+
+/* One line per MEM_LOG_INTERVAL_MS about TCP clients closed for a
+ * newcomer or over a deadline since the last line. */
+static void server_tcp_log(struct server *s)
+{
+    if (s->tcp_unlogged_evictions == 0 && s->tcp_unlogged_timeouts == 0)
+        return;
+    uint64_t now_ms = uv_now(s->loop);
+    if (s->tcp_logged_at != 0 && now_ms - s->tcp_logged_at < MEM_LOG_INTERVAL_MS)
+        return; /* the sweep logs them later */
+    log_warn("TCP listener: closed %llu clients for newcomers over --max-tcp-clients (%zu) and "
+             "%llu that did not AUTH within %llu ms or sat idle; %llu and %llu so far",
+             (unsigned long long)s->tcp_unlogged_evictions, s->max_tcp_clients,
+             (unsigned long long)s->tcp_unlogged_timeouts,
+             (unsigned long long)s->tcp_auth_timeout_ms, (unsigned long long)s->stats.tcp_evictions,
+             (unsigned long long)s->stats.tcp_timeouts);
+    s->tcp_logged_at = now_ms;
+    s->tcp_unlogged_evictions = s->tcp_unlogged_timeouts = 0;
+}
+
+/*
+ * The TCP listener is full and newcomer just came: closes the worst other
+ * TCP client, one that has not authenticated (oldest first) when AUTH is
+ * required, else the one idle longest.  A newcomer is never refused, so a
+ * crowd of silent connections cannot keep a real client out: it displaces
+ * them, and having authenticated it outranks them all.
+ */
+static void server_tcp_evict(struct server *s, struct server_client *newcomer)
+{
+    struct server_client *worst = NULL;
+    for (struct server_client *c = s->clients; c != NULL; c = c->next) {
+        if (!c->tcp || c == newcomer || c->closing)
+            continue;
+        if (worst == NULL) {
+            worst = c;
+            continue;
+        }
+        int cu = s->tcp_auth && !c->authed, wu = s->tcp_auth && !worst->authed;
+        if (cu != wu) {
+            if (cu)
+                worst = c;
+        } else if (cu ? c->born_ms < worst->born_ms : c->last_ms < worst->last_ms) {
+            worst = c;
+        }
+    }
+    if (worst == NULL)
+        return;
+    s->stats.tcp_evictions++;
+    s->tcp_unlogged_evictions++;
+    log_debug("client %llu: closed for a newcomer over --max-tcp-clients",
+              (unsigned long long)worst->id);
+    client_close(worst);
+    if (!worst->executing)
+        client_release(worst);
+    server_tcp_log(s);
+}
+
+/* Once a second: TCP clients past their AUTH deadline or idle too long. */
+static void on_tcp_sweep(uv_timer_t *t)
+{
+    struct server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    struct server_client *next;
+    for (struct server_client *c = s->clients; c != NULL; c = next) {
+        next = c->next;
+        if (!c->tcp || c->closing || c->executing)
+            continue;
+        int late = s->tcp_auth && !c->authed && now - c->born_ms >= s->tcp_auth_timeout_ms;
+        int idle = s->tcp_idle_timeout_ms != 0 && !c->blocked &&
+                   now - c->last_ms >= s->tcp_idle_timeout_ms;
+        if (!late && !idle)
+            continue;
+        s->stats.tcp_timeouts++;
+        s->tcp_unlogged_timeouts++;
+        log_debug("client %llu: %s, closing", (unsigned long long)c->id,
+                  late ? "no AUTH in time" : "idle");
+        client_close(c);
+        client_release(c);
+    }
+    server_tcp_log(s);
 }
 
 /* A new client on either listener: accepted into c's handle (initialised
@@ -771,7 +927,12 @@ static void server_accept(struct server *s, uv_stream_t *listener, struct server
         s->clients->prev = c;
     s->clients = c;
     s->stats.connected_clients++;
-    if (s->stats.connected_clients > s->max_clients) {
+    c->born_ms = c->last_ms = uv_now(s->loop);
+    if (c->tcp) {
+        s->stats.tcp_clients++;
+        if (s->stats.tcp_clients > s->max_tcp_clients)
+            server_tcp_evict(s, c);
+    } else if (s->stats.connected_clients - s->stats.tcp_clients > s->max_clients) {
         s->stats.rejected_connections++;
         /* An operator needs to see this, but a flood must not flood the log:
          * one line a minute, with the count since the last one. */
@@ -926,6 +1087,13 @@ int server_start(struct server *s)
             snprintf(s->err, sizeof(s->err), "listen: %s", err);
             return rc;
         }
+        if (s->tcp_auth || s->tcp_idle_timeout_ms != 0) {
+            uv_timer_init(s->loop, &s->tcp_sweep);
+            s->tcp_sweep.data = s;
+            s->tcp_sweep_init = 1;
+            uv_timer_start(&s->tcp_sweep, on_tcp_sweep, 1000, 1000);
+            uv_unref((uv_handle_t *)&s->tcp_sweep);
+        }
     }
     return 0;
 }
@@ -965,6 +1133,8 @@ void server_close(struct server *s)
         client_close(s->clients);
     if (s->housekeep_init)
         uv_close((uv_handle_t *)&s->housekeep, NULL);
+    if (s->tcp_sweep_init)
+        uv_close((uv_handle_t *)&s->tcp_sweep, NULL);
     if (s->listening)
         uv_close((uv_handle_t *)&s->listener, NULL);
     if (s->tcp_open)
@@ -979,6 +1149,5 @@ void server_destroy(struct server *s)
         return;
     free(s->path);
     free(s->tcp_bind);
-    free(s->ents);
     free(s);
 }

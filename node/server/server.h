@@ -25,7 +25,9 @@
  *
  * - Client memory budget: the bytes every client's buffers hold (input,
  *   output, name, the command layer's state, plus a fixed cost per client)
- *   are summed; past max_client_memory the heaviest clients are disconnected
+ *   are summed, with the HTTP and gRPC listeners' connections (each a pool
+ *   of the one budget, clientmem.h); past max_client_memory the heaviest
+ *   connections of any listener are disconnected
  *   first until the sum is within the budget (clientmem.h), counted in
  *   client_memory_disconnects and logged at most every 10 s.  The check runs
  *   after each read and write, never while a command is executing.  After
@@ -42,6 +44,14 @@
  *   that blocked is allowed and simply cancels the block).  If the client disconnects
  *   first, cancel(c, arg) is called exactly once, before the client is freed,
  *   and the owner must drop its reference and must not call unblock.
+ *
+ * - TCP listener (--listen): its clients have their own cap
+ *   (max_tcp_clients), apart from the Unix socket's (max_clients); past it
+ *   a newcomer closes the worst TCP client (unauthenticated first, then the
+ *   longest idle) rather than being refused.  A once-a-second sweep closes
+ *   TCP clients that did not AUTH within tcp_auth_timeout_ms (when AUTH is
+ *   required) or sent nothing for tcp_idle_timeout_ms (when set).  Both are
+ *   logged at most once every 10 s with counts.
  *
  * - Shutdown: server_close() closes the listener and every client (cancelling
  *   blocked ones) and unlinks the socket; once the loop has run the close
@@ -76,7 +86,24 @@ struct server_config {
      * commands (--listen), or NULL; copied.  Its clients are marked
      * (server_client_is_tcp) so the command layer can require AUTH. */
     const char *listen;
+    /* TCP clients at once (0 = SERVER_DEFAULT_MAX_TCP_CLIENTS), counted
+     * apart from max_clients, which bounds the Unix socket's clients only: a
+     * crowd of network connections never takes a local application's slot.
+     * A TCP newcomer past the cap closes the worst TCP client instead of
+     * being refused: the oldest that has not authenticated, else the one
+     * idle longest (logged, counted in tcp_evictions). */
+    size_t max_tcp_clients;
+    /* Nonzero: TCP clients must AUTH (the command layer's requirepass) and
+     * one that has not within tcp_auth_timeout_ms of connecting is closed. */
+    int tcp_auth;
+    uint64_t tcp_auth_timeout_ms; /* 0 = SERVER_DEFAULT_TCP_AUTH_TIMEOUT_MS */
+    /* A TCP client that sent nothing for this long is closed; 0 = never
+     * (Redis's timeout 0), as connection pools keep idle connections. */
+    uint64_t tcp_idle_timeout_ms;
 };
+
+#define SERVER_DEFAULT_MAX_TCP_CLIENTS     1024
+#define SERVER_DEFAULT_TCP_AUTH_TIMEOUT_MS 10000
 
 /* What a dispatch function returns. */
 enum { SERVER_CONTINUE = 0, SERVER_CLOSE_AFTER_REPLY = 1 };
@@ -111,6 +138,9 @@ struct server_stats {
     uint64_t client_memory;             /* bytes held by clients now (gauge) */
     uint64_t client_memory_disconnects; /* heaviest clients closed over the budget */
     uint64_t memory_trims;              /* malloc_trim calls */
+    uint64_t tcp_clients;               /* TCP clients connected now (gauge) */
+    uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
+    uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
 };
 
 /* Creates a server (nothing is bound yet).  Fails with -SLUICE_EINVAL (no
@@ -133,6 +163,11 @@ void server_close(struct server *s);
 void server_destroy(struct server *s);
 
 void server_get_stats(const struct server *s, struct server_stats *out);
+
+/* The one client memory budget (max_client_memory) that the HTTP and gRPC
+ * listeners join with their own pools (clientmem.h); owned by s, so they
+ * must leave it before s is destroyed. */
+struct clientmem_budget *server_memory_budget(struct server *s);
 /* Monotonic nanoseconds read once at the start of the current read batch. */
 uint64_t server_now_ns(const struct server *s);
 
@@ -175,6 +210,25 @@ void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(
 /* The bytes the ctx holds now, counted in the client's memory (0 when it
  * holds none or is freed).  NULL c: no-op. */
 void server_client_set_ctx_bytes(struct server_client *c, size_t bytes);
+/*
+ * Whether the reply c's handler is building still fits, checked as it grows
+ * (a transaction's EXEC calls it after each queued command): c's unsent
+ * output, the reply included, within out_hard_limit, and every client's
+ * memory, c's output buffer at its current size included, within
+ * max_client_memory.  Returns 0 when it fits, -SLUICE_ETOOBIG when not: the
+ * handler then drops what it built and closes the client
+ * (server_client_drop_reply), so one client's reply never grows the daemon
+ * past the bounds the next read would enforce.  NULL c: 0.
+ */
+int server_client_reply_fits(struct server_client *c);
+/* Cuts c's output back to mark bytes (a length of server_client_out(c)
+ * taken before the reply began), counts the client in
+ * output_limit_disconnects and logs it; the handler then answers an error
+ * and returns SERVER_CLOSE_AFTER_REPLY.  NULL c: no-op. */
+void server_client_drop_reply(struct server_client *c, size_t mark);
+/* The per-client output bound (out_hard_limit), so a command layer can
+ * bound a reply before building it.  NULL c: 16 MiB. */
+size_t server_client_out_limit(const struct server_client *c);
 void server_client_block(struct server_client *c, server_cancel_fn cancel, void *arg);
 void server_client_unblock(struct server_client *c);
 

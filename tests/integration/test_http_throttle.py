@@ -77,7 +77,7 @@ class HttpThrottle(unittest.TestCase):
             r.close()
 
     def test_header_form_cost_and_deny_status(self):
-        with self.daemon("--http-deny-status", "403"):
+        with self.daemon("--http-deny-status", "403", "--http-trust-headers", "on"):
             hdr = {"X-Sluice-Key": "proxy:1", "X-Sluice-Policy": "api", "X-Sluice-Cost": "2"}
             st, h, _ = get(self.port, "/v1/throttle", hdr)
             self.assertEqual(st, 200)
@@ -94,6 +94,28 @@ class HttpThrottle(unittest.TestCase):
             self.assertEqual(st, 200)
             st, _, _ = get(self.port, "/v1/throttle?key=proxy%3A1&policy=api&cost=1")
             self.assertEqual(st, 403)
+
+    def test_client_headers_are_not_trusted_by_default(self):
+        """A proxy forwards its end user's headers: by default none of the
+        X-Sluice-* headers is read, so a client can neither spend nothing
+        (X-Sluice-Cost: 0) nor choose the key (X-Sluice-Key: victim)."""
+        with self.daemon():
+            q = "/v1/throttle?key=me&policy=api"
+            codes = [get(self.port, q)[0] for _ in range(3)]
+            self.assertEqual(codes, [200, 200, 200])
+            hostile = {"X-Sluice-Cost": "0", "X-Sluice-Policy": "nope",
+                       "X-Sluice-Burst": "1000", "X-Sluice-Count": "1000",
+                       "X-Sluice-Period": "1"}
+            codes = [get(self.port, q, hostile)[0] for _ in range(20)]
+            self.assertEqual(codes, [429] * 20)
+            # the key is the query's, not the header's: the victim is untouched
+            for _ in range(5):
+                get(self.port, q, {"X-Sluice-Key": "victim"})
+            self.assertEqual(get(self.port, "/v1/throttle?key=victim&policy=api")[0], 200)
+            # with no key in the query, the header does not supply one
+            st, _, body = get(self.port, "/v1/throttle?policy=api", {"X-Sluice-Key": "victim"})
+            self.assertEqual(st, 400, body)
+            self.assertIn("http_trust_headers", body)
 
     def test_key_from_a_named_header(self):
         """Traefik's form: the key is X-Forwarded-For's first address."""
@@ -118,7 +140,9 @@ class HttpThrottle(unittest.TestCase):
                 ("/v1/throttle?key=a&burst=1&count=x&period=60", "Couldn't parse"),
                 ("/v1/throttle?key=a&burst=1&count=0&period=60", "Zero rates"),
                 ("/v1/throttle?key=a&policy=api&burst=1", "exclusive"),
-                ("/v1/throttle?key=a&policy=api&cost=-1", "QTY"),
+                ("/v1/throttle?key=a&policy=api&cost=-1", "cost:"),
+                ("/v1/throttle?key=a&policy=api&cost=0", "cost:"),
+                ("/v1/throttle?key=a&policy=api&cost=00", "cost:"),
                 ("/v1/throttle?key=%zz&policy=api", "key:"),
             ]
             for path, want in cases:

@@ -4,8 +4,12 @@
 # with curl: allowed until the policy's limit, then 403 with Retry-After and
 # the RateLimit fields passed back to the client.  The nginx config is the
 # README's snippet (deploy/proxy/nginx-sluice.conf), so the snippet is
-# what is tested.  The Caddy snippet is parse-checked with `caddy adapt`
-# and the Traefik one loaded as YAML, when those are installed.
+# what is tested.  A hostile end user then sends X-Sluice-Cost: 0 and
+# X-Sluice-Key: <victim> through nginx and through a real Caddy running the
+# README's Caddyfile; sluiced here reads X-Sluice-* headers
+# (http_trust_headers = on) so that only the snippets' stripping stands
+# between the client and the limit: an exhausted key stays refused and the
+# victim's key is untouched.  The Traefik snippet is loaded as YAML.
 # Prints SKIP and exits 0 when nginx or curl is missing.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -38,6 +42,7 @@ cat >"$TMP/sluice.conf" <<EOF
 [sluiced]
 http = 127.0.0.1:$SLUICE_HTTP
 http_deny_status = 403
+http_trust_headers = on
 
 [policy api]
 algorithm = gcra
@@ -104,12 +109,68 @@ grep -qi '^Retry-After: [0-9]' "$TMP/h6" || fail "request 6: no Retry-After"
 grep -qi '^RateLimit: "api";r=0' "$TMP/h6" || fail "request 6: RateLimit does not say r=0"
 echo "ok: nginx auth_request: 5 allowed, the 6th 403 with Retry-After $(grep -i '^Retry-After' "$TMP/h6" | tr -d '\r' | cut -d' ' -f2)"
 
+# A hostile end user behind nginx: its own X-Sluice-* headers must not reach
+# sluice.  The key (127.0.0.1) is exhausted: cost 0, another key, another
+# policy, a huge burst all stay refused.
+hostile=(-H 'X-Sluice-Cost: 0' -H 'X-Sluice-Key: victim' -H 'X-Sluice-Policy: none'
+         -H 'X-Sluice-Burst: 100000' -H 'X-Sluice-Count: 100000' -H 'X-Sluice-Period: 1')
+passed=0
+for _ in $(seq 1 20); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "${hostile[@]}" "http://127.0.0.1:$FRONT/api/items")
+  [ "$code" = "200" ] && passed=$((passed + 1))
+done
+[ "$passed" = "0" ] || fail "nginx: $passed of 20 hostile requests passed an exhausted key"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$SLUICE_HTTP/v1/throttle?policy=api&key=victim")
+[ "$code" = "200" ] || fail "nginx: the victim's key was spent by a hostile X-Sluice-Key ($code)"
+echo "ok: nginx: 0 of 20 requests with X-Sluice-Cost: 0 / X-Sluice-Key passed; the victim's key untouched"
+
+# The snippet strips what sluice would otherwise read: a fresh client
+# (another loopback source address, another key) sending X-Sluice-Cost: 3
+# gets the 5 requests anyone gets, not 1 (which it would if sluice saw cost 3).
+cost_probe() { # FRONT SOURCE -> number of 6 requests allowed
+  local n=0 code
+  for _ in 1 2 3 4 5 6; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' --interface "$2" -H 'X-Sluice-Cost: 3' \
+      "http://127.0.0.1:$1/api/items" || true)
+    [ "$code" = "200" ] && n=$((n + 1))
+  done
+  echo "$n"
+}
+n=$(cost_probe "$FRONT" 127.0.0.2)
+[ "$n" = "5" ] || fail "nginx: a client's X-Sluice-Cost: 3 reached sluice ($n of 6 allowed, not 5)"
+echo "ok: nginx: a client's X-Sluice-Cost is stripped (5 of 6 allowed, as without it)"
+
 if command -v caddy >/dev/null; then
-  sed "s/127.0.0.1:9464/127.0.0.1:$SLUICE_HTTP/" "$HERE/../../deploy/proxy/Caddyfile-sluice" >"$TMP/Caddyfile"
-  HOME=$TMP caddy adapt --config "$TMP/Caddyfile" --adapter caddyfile >"$TMP/caddy.json" \
-    2>"$TMP/caddy.log" || { cat "$TMP/caddy.log" >&2; fail "the Caddy snippet does not adapt"; }
-  grep -q '"/v1/throttle"\|v1/throttle' "$TMP/caddy.json" || fail "caddy: no /v1/throttle in the config"
-  echo "ok: Caddy snippet adapts"
+  CADDY_FRONT=$(free_port)
+  { printf '{\n\tadmin off\n\tauto_https off\n}\n'
+    sed -e "s/127.0.0.1:9464/127.0.0.1:$SLUICE_HTTP/" -e "s/127.0.0.1:8080/127.0.0.1:$BACK/" \
+        -e "s/^:8000 /:$CADDY_FRONT /" "$HERE/../../deploy/proxy/Caddyfile-sluice"
+  } >"$TMP/Caddyfile"
+  mkdir -p "$TMP/caddyhome"
+  HOME=$TMP/caddyhome XDG_DATA_HOME=$TMP/caddyhome XDG_CONFIG_HOME=$TMP/caddyhome \
+    caddy run --config "$TMP/Caddyfile" --adapter caddyfile >"$TMP/caddy.log" 2>&1 &
+  CPID=$!
+  for _ in $(seq 1 200); do
+    curl -s -o /dev/null "http://127.0.0.1:$CADDY_FRONT/" 2>/dev/null && break
+    sleep 0.05
+  done
+  # Caddy's key is {remote_host}, 127.0.0.1, which nginx's requests spent:
+  # every hostile request must get sluice's refusal (403 here).
+  passed=0
+  for _ in $(seq 1 20); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' "${hostile[@]}" "http://127.0.0.1:$CADDY_FRONT/api/items" || true)
+    [ "$code" = "200" ] && passed=$((passed + 1))
+    [ "$code" = "403" ] || { kill $CPID; cat "$TMP/caddy.log" >&2; fail "caddy: status $code, expected 403"; }
+  done
+  n=$(cost_probe "$CADDY_FRONT" 127.0.0.3)
+  kill $CPID 2>/dev/null || true
+  wait $CPID 2>/dev/null || true
+  [ "$n" = "5" ] || fail "caddy: a client's X-Sluice-Cost: 3 reached sluice ($n of 6 allowed, not 5)"
+  [ "$passed" = "0" ] || fail "caddy: $passed of 20 hostile requests passed an exhausted key"
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$SLUICE_HTTP/v1/throttle?policy=api&key=victim")
+  [ "$code" = "200" ] || fail "caddy: the victim's key was spent by a hostile X-Sluice-Key ($code)"
+  echo "ok: Caddy forward_auth: 0 of 20 hostile requests passed (all 403); the victim's key untouched;"
+  echo "    a client's X-Sluice-Cost is stripped (5 of 6 allowed)"
 else
   echo "note: caddy not installed, Caddy snippet not checked"
 fi
@@ -120,6 +181,9 @@ doc = yaml.safe_load(open(sys.argv[1]))
 fa = doc["http"]["middlewares"]["sluice"]["forwardAuth"]
 assert fa["address"].startswith("http://") and "/v1/throttle" in fa["address"], fa
 assert "RateLimit" in fa["authResponseHeaders"], fa
+# only X-Forwarded-For (which Traefik itself sets) reaches sluice
+assert fa["authRequestHeaders"] == ["X-Forwarded-For"], fa
+assert not fa.get("trustForwardHeader", False), fa
 PY
   echo "ok: Traefik snippet loads"
 fi

@@ -115,6 +115,70 @@ class SocketDir(unittest.TestCase):
         self.assertIn("not a private directory", out)
 
     @unittest.skipIf(os.path.isdir("/run/sluice"), "/run/sluice exists: it is the default")
+    def test_impostor_directory_refused(self):
+        """Another user makes our default directory first (0755, theirs) and
+        binds a socket in it: the default connection refuses it (it used to
+        trust a socket whose owner owned the directory)."""
+        env = dict(self.env, XDG_RUNTIME_DIR=self.tmp)
+        d = os.path.join(self.tmp, "sluice")
+        os.mkdir(d, 0o755)
+        path = os.path.join(d, "sluice.sock")
+        os.chown(d, NOBODY, NOBODY)
+        p, out = run_daemon(["--socket", path], env)
+        self.assertIsNotNone(p, out)
+        try:
+            os.chown(path, NOBODY, NOBODY)  # the impostor's socket
+            r = subprocess.run([SLUICECTL, "ping"], env=env, capture_output=True, text=True)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("refusing", r.stderr)
+            self.assertNotIn("PONG", r.stdout)
+            # A private directory of ours is trusted.
+            os.chown(d, os.geteuid(), os.getegid())
+            os.chmod(d, 0o700)
+            r = subprocess.run([SLUICECTL, "ping"], env=env, capture_output=True, text=True)
+            self.assertEqual(r.stdout, "PONG\n", r.stderr)
+        finally:
+            stop(p)
+
+    @unittest.skipIf(os.path.isdir("/run/sluice"), "/run/sluice exists: it is the default")
+    @unittest.skipIf(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                     "needs root and setpriv to run a daemon as another user")
+    def test_peer_of_another_user_refused(self):
+        """The socket file looks right (ours, in our 0700 directory) but the
+        process answering runs as another user: SO_PEERCRED refuses it."""
+        base = tempfile.mkdtemp(prefix="sluice-peer-")
+        try:
+            os.chmod(base, 0o755)
+            other = os.path.join(base, "other")
+            os.mkdir(other, 0o700)
+            os.chown(other, NOBODY, NOBODY)
+            p = subprocess.Popen(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+                                  "--clear-groups", SLUICED, "--socket",
+                                  os.path.join(other, "s.sock")],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            try:
+                deadline = time.monotonic() + 10
+                while not os.path.exists(os.path.join(other, "s.sock")):
+                    self.assertIsNone(p.poll(), "the impostor daemon exited")
+                    self.assertLess(time.monotonic(), deadline)
+                    time.sleep(0.05)
+                env = dict(self.env, XDG_RUNTIME_DIR=self.tmp)
+                d = os.path.join(self.tmp, "sluice")
+                os.mkdir(d, 0o700)
+                path = os.path.join(d, "sluice.sock")
+                os.rename(os.path.join(other, "s.sock"), path)
+                os.chown(path, os.geteuid(), os.getegid())
+                r = subprocess.run([SLUICECTL, "ping"], env=env, capture_output=True, text=True)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn("refusing", r.stderr)
+                self.assertNotIn("PONG", r.stdout)
+            finally:
+                p.terminate()
+                p.wait(timeout=20)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+    @unittest.skipIf(os.path.isdir("/run/sluice"), "/run/sluice exists: it is the default")
     def test_without_xdg_a_per_user_tmp_directory(self):
         want = "/tmp/sluice-%d/sluice.sock" % os.geteuid()
         got = subprocess.run([SLUICECTL, "path"], env=self.env, capture_output=True, text=True)

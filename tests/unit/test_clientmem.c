@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -98,6 +99,84 @@ static void test_one_heavy_among_many_light(void **state)
     assert_int_equal(id_of(&e[0]), 11);
 }
 
+/* Two listeners' pools under one budget: each with three connections of
+ * the given sizes; evict drops one from its pool. */
+struct fake_pool {
+    struct clientmem_pool pool;
+    size_t conn[3];
+    int closed[3];
+};
+
+static void *fake_heaviest(void *ud, size_t *bytes)
+{
+    struct fake_pool *f = ud;
+    int best = -1;
+    for (int i = 0; i < 3; i++)
+        if (!f->closed[i] && (best < 0 || f->conn[i] > f->conn[best]))
+            best = i;
+    if (best < 0)
+        return NULL;
+    *bytes = f->conn[best];
+    return &f->conn[best];
+}
+
+static void fake_evict(void *ud, void *conn)
+{
+    struct fake_pool *f = ud;
+    int i = (int)((size_t *)conn - f->conn);
+    f->closed[i] = 1;
+    clientmem_charge(&f->pool, f->conn[i], 0);
+}
+
+static size_t freed_total;
+static void on_freed(void *ud, size_t bytes)
+{
+    (void)ud;
+    freed_total += bytes;
+}
+
+static void fake_init(struct fake_pool *f, struct clientmem_budget *b, size_t a, size_t c, size_t d)
+{
+    memset(f, 0, sizeof(*f));
+    f->conn[0] = a;
+    f->conn[1] = c;
+    f->conn[2] = d;
+    f->pool.heaviest = fake_heaviest;
+    f->pool.evict = fake_evict;
+    f->pool.ud = f;
+    clientmem_join(b, &f->pool);
+    for (int i = 0; i < 3; i++)
+        clientmem_charge(&f->pool, 0, f->conn[i]);
+}
+
+static void test_one_budget_heaviest_of_any_listener(void **state)
+{
+    /* RESP clients are light; one HTTP/2 connection holds most: it alone
+     * goes, whichever pool asked, and the others' clients stay. */
+    struct clientmem_budget b;
+    struct fake_pool resp, grpc;
+    clientmem_budget_init(&b, 1000);
+    b.freed = on_freed;
+    freed_total = 0;
+    fake_init(&resp, &b, 100, 200, 150);
+    fake_init(&grpc, &b, 50, 900, 60);
+    assert_int_equal(clientmem_total(&b), 1460);
+    assert_true(clientmem_over(&resp.pool));
+    assert_int_equal(clientmem_enforce(&b), 1);
+    assert_true(grpc.closed[1]);
+    assert_false(resp.closed[0] || resp.closed[1] || resp.closed[2]);
+    assert_int_equal(clientmem_total(&b), 560);
+    assert_int_equal(freed_total, 900);
+    assert_false(clientmem_over(&grpc.pool));
+    /* A pool that left counts no more and is never asked. */
+    clientmem_leave(&grpc.pool);
+    assert_int_equal(clientmem_total(&b), 450);
+    b.max = 300;
+    assert_int_equal(clientmem_enforce(&b), 1);
+    assert_true(resp.closed[1]);
+    assert_false(grpc.closed[0] || grpc.closed[2]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -105,6 +184,7 @@ int main(void)
         cmocka_unit_test(test_heaviest_first_and_no_more_than_needed),
         cmocka_unit_test(test_not_enough_takes_all),
         cmocka_unit_test(test_one_heavy_among_many_light),
+        cmocka_unit_test(test_one_budget_heaviest_of_any_listener),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,6 +94,31 @@ static void test_empty_is_defaults(void **unused)
     config_free(&cfg);
 }
 
+static void test_listener_crowd_keys(void **unused)
+{
+    char err[256];
+    struct config cfg;
+    const char *text = "[sluiced]\nmax_tcp_clients = 64\ntcp_idle_timeout = 5m\n"
+                       "http_max_connections = 32\nhttp_idle_timeout = 30\n"
+                       "grpc_max_connections = 2048\ngrpc_idle_timeout = 0\n";
+    assert_int_equal(config_load_buffer("t", text, strlen(text), &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.max_tcp_clients, 64);
+    assert_int_equal(cfg.tcp_idle_timeout_ms, 300000);
+    assert_int_equal(cfg.http_max_connections, 32);
+    assert_int_equal(cfg.http_idle_timeout_ms, 30000);
+    assert_int_equal(cfg.grpc_max_connections, 2048);
+    assert_int_equal(cfg.grpc_idle_timeout_ms, 0);
+    config_free(&cfg);
+    const char *bad[] = {
+        "[sluiced]\nhttp_max_connections = 0\n", "[sluiced]\ngrpc_max_connections = lots\n",
+        "[sluiced]\nhttp_idle_timeout = 0\n", "[sluiced]\ntcp_idle_timeout = soon\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(config_load_buffer("t", bad[i], strlen(bad[i]), &cfg, err, sizeof(err)),
+                         -SLUICE_ECONFIG);
+        assert_non_null(strstr(err, ":2:"));
+    }
+}
+
 struct bad {
     const char *text;
     int line;
@@ -325,13 +350,10 @@ int main(void)
 {
     (void)test_seed("test_config");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_example_loads),
-        cmocka_unit_test(test_empty_is_defaults),
-        cmocka_unit_test(test_errors_name_their_line),
-        cmocka_unit_test(test_warmup_policy),
-        cmocka_unit_test(test_lines_nul_and_size),
-        cmocka_unit_test(test_rate_and_duration),
-        cmocka_unit_test(test_policy_set),
+        cmocka_unit_test(test_example_loads),          cmocka_unit_test(test_empty_is_defaults),
+        cmocka_unit_test(test_errors_name_their_line), cmocka_unit_test(test_warmup_policy),
+        cmocka_unit_test(test_lines_nul_and_size),     cmocka_unit_test(test_rate_and_duration),
+        cmocka_unit_test(test_listener_crowd_keys),    cmocka_unit_test(test_policy_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,279 @@
+"""Crowds on the network listeners of a real sluiced: connections that hold
+a slot without using it never lock a real client out, and what HTTP/2
+streams hold counts in the one client memory budget.
+
+  1. gRPC: more silent TCP connections than --grpc-max-connections (set in
+     the config file) and a real gRPC client (python3-grpcio) still gets
+     its answer: a newcomer closes the oldest silent connection.  The rest
+     are closed 10 s after connecting (handshake deadline); both counted in
+     INFO listeners and /metrics, and logged.
+  2. gRPC: many connections each holding an unfinished HTTP/2 stream of
+     60 KB: client_memory counts them, stays within --max-client-memory
+     (the heaviest connections are closed), and a real call still works.
+  3. HTTP: 300 connections (the default cap is 256) that pipeline /metrics
+     requests and never read an answer: /health and /v1/throttle still
+     answer, every time.
+
+Bounded: every crowd has a fixed size, every wait a deadline."""
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sluicetest import ROOT, Daemon, free_tcp_port, recv_until, resp_command  # noqa: E402
+
+PROTO_DIR = os.path.join(ROOT, "node", "rls", "proto")
+PROTOS = ["envoy/service/ratelimit/v3/rls.proto",
+          "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+          "envoy/type/v3/ratelimit_unit.proto",
+          "envoy/config/core/v3/base.proto"]
+METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+try:
+    import grpc  # Debian python3-grpcio
+    import grpc_tools  # noqa: F401  Debian python3-grpc-tools
+    HAVE_GRPC = True
+except ImportError:
+    HAVE_GRPC = False
+
+GEN = None
+rls_pb2 = None
+
+YAML = """\
+domain: app
+descriptors:
+  - key: user
+    rate_limit:
+      unit: day
+      requests_per_unit: 1000000
+"""
+
+
+def setUpModule():
+    global GEN, rls_pb2
+    if not HAVE_GRPC:
+        return
+    GEN = tempfile.mkdtemp(prefix="sluice-crowd-gen-")
+    subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I", PROTO_DIR,
+                    "--python_out", GEN, "--grpc_python_out", GEN] + PROTOS, check=True)
+    sys.path.insert(0, GEN)
+    from envoy.service.ratelimit.v3 import rls_pb2 as m  # noqa: E402
+    rls_pb2 = m
+
+
+def tearDownModule():
+    if GEN is not None:
+        shutil.rmtree(GEN, ignore_errors=True)
+
+
+def info(d, section="listeners"):
+    """INFO section as a dict of ints."""
+    s = d.connect()
+    try:
+        s.sendall(resp_command("INFO", section))
+        head = recv_until(s, b"\r\n", limit=64)
+        n = int(head[1:head.index(b"\r\n")])
+        body = head[head.index(b"\r\n") + 2:]
+        while len(body) < n + 2:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+    finally:
+        s.close()
+    out = {}
+    for line in body.decode().splitlines():
+        if ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            if v.isdigit():
+                out[k] = int(v)
+    return out
+
+
+def metric(port, name):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(r"^sluice_%s (\d+)" % name, text, re.M)
+    assert m, "no sluice_%s in /metrics" % name
+    return int(m.group(1))
+
+
+def rls_call(port, timeout=5.0):
+    """One ShouldRateLimit on a fresh channel; returns overall_code."""
+    chan = grpc.insecure_channel("127.0.0.1:%d" % port)
+    try:
+        call = chan.unary_unary(METHOD,
+                                request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                                response_deserializer=rls_pb2.RateLimitResponse.FromString)
+        r = rls_pb2.RateLimitRequest(domain="app", hits_addend=1)
+        e = r.descriptors.add().entries.add()
+        e.key, e.value = "user", "u1"
+        return call(r, timeout=timeout).overall_code
+    finally:
+        chan.close()
+
+
+def h2_frame(ftype, flags, stream, payload):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + \
+        struct.pack(">I", stream) + payload
+
+
+def h2_unfinished_stream(port, body_bytes):
+    """A connection with one POST stream whose gRPC message announces
+    body_bytes and sends them all but never ends the stream."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    path = METHOD.encode()
+    hpack = (b"\x83\x86" + b"\x04" + bytes([len(path)]) + path +  # POST, http, :path
+             b"\x01\x01x" +                                       # :authority x
+             b"\x0f\x10\x10application/grpc")                       # content-type
+    out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"")
+    out += h2_frame(1, 0x4, 1, hpack)  # HEADERS, END_HEADERS, no END_STREAM
+    msg = b"\x00" + struct.pack(">I", body_bytes) + b"\x00" * body_bytes
+    for i in range(0, len(msg) - 1, 16384):  # the last byte never comes
+        out += h2_frame(0, 0, 1, msg[i:min(i + 16384, len(msg) - 1)])
+    s.sendall(out)
+    return s
+
+
+@unittest.skipUnless(HAVE_GRPC, "python3-grpcio / python3-grpc-tools are not installed")
+class GrpcCrowdTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="sluice-crowd-")
+        self.cfgdir = os.path.join(self.tmp, "ratelimit")
+        os.mkdir(self.cfgdir)
+        with open(os.path.join(self.cfgdir, "app.yaml"), "w") as f:
+            f.write(YAML)
+        self.port = free_tcp_port()
+        self.hport = free_tcp_port()
+        self.conf = os.path.join(self.tmp, "sluice.conf")
+        self.socks = []
+
+    def tearDown(self):
+        for s in self.socks:
+            s.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def daemon(self, conf, *args):
+        with open(self.conf, "w") as f:
+            f.write("[sluiced]\ngrpc = 127.0.0.1:%d\nhttp = 127.0.0.1:%d\n%s"
+                    % (self.port, self.hport, conf))
+        return Daemon("--config", self.conf, "--ratelimit-config", self.cfgdir, *args,
+                      tmpdir=self.tmp)
+
+    def test_silent_connections_do_not_lock_envoy_out(self):
+        cap = 1024  # the default
+        with self.daemon("") as d:
+            self.assertEqual(rls_call(self.port), rls_pb2.RateLimitResponse.OK)
+            for _ in range(cap + 40):
+                self.socks.append(socket.create_connection(("127.0.0.1", self.port), timeout=5))
+            # Every slot is held by a silent connection: a real client's
+            # connection must displace one, not be closed.
+            for _ in range(5):
+                self.assertEqual(rls_call(self.port), rls_pb2.RateLimitResponse.OK)
+            i = info(d)
+            self.assertGreaterEqual(i["grpc_evictions"], 40)
+            self.assertLessEqual(i["grpc_connections"], cap)
+            self.assertEqual(metric(self.hport, "rls_evictions_total"), i["grpc_evictions"])
+            # The silent ones left are closed about 10 s after they came.
+            deadline = time.time() + 20
+            while info(d)["grpc_connections"] > 0 and time.time() < deadline:
+                time.sleep(0.5)
+            i = info(d)
+            self.assertEqual(i["grpc_connections"], 0, i)
+            self.assertGreater(i["grpc_timeouts"], 0)
+            self.assertEqual(metric(self.hport, "rls_timeouts_total"), i["grpc_timeouts"])
+            self.assertIn("gRPC listener: closed", d.logtext())
+            print("ok: %d silent gRPC connections over a cap of %d: real calls answered, "
+                  "%d evicted, %d closed at the handshake deadline"
+                  % (cap + 40, cap, i["grpc_evictions"], i["grpc_timeouts"]))
+
+    def test_cap_from_the_config_file(self):
+        with self.daemon("grpc_max_connections = 8\n") as d:
+            for _ in range(20):
+                self.socks.append(socket.create_connection(("127.0.0.1", self.port), timeout=5))
+            self.assertEqual(rls_call(self.port), rls_pb2.RateLimitResponse.OK)
+            wait = time.time() + 5
+            while info(d)["grpc_evictions"] < 12 and time.time() < wait:
+                time.sleep(0.1)
+            self.assertGreaterEqual(info(d)["grpc_evictions"], 12)
+            self.assertLessEqual(info(d)["grpc_connections"], 8)
+
+    def test_unfinished_streams_count_in_the_client_budget(self):
+        budget = 4 << 20
+        with self.daemon("max_client_memory = %d\n" % budget) as d:
+            for _ in range(120):  # 120 x 60 KB held, about twice the budget
+                self.socks.append(h2_unfinished_stream(self.port, 60000))
+            deadline = time.time() + 10
+            while info(d).get("grpc_memory_disconnects", 0) < 10 and time.time() < deadline:
+                time.sleep(0.2)
+            mem = info(d, "clients")["client_memory"]
+            self.assertGreater(mem, budget // 4,
+                               "the streams' bytes are not counted in client_memory")
+            self.assertLessEqual(mem, budget)
+            i = info(d)
+            self.assertGreater(i["grpc_memory_disconnects"], 0, i)
+            self.assertEqual(metric(self.hport, "rls_memory_disconnects_total"),
+                             i["grpc_memory_disconnects"])
+            self.assertEqual(rls_call(self.port), rls_pb2.RateLimitResponse.OK)
+            print("ok: 120 unfinished 60 KB streams: client_memory %d within %d, "
+                  "%d gRPC connections closed, heaviest first"
+                  % (mem, budget, i["grpc_memory_disconnects"]))
+
+
+class HttpCrowdTest(unittest.TestCase):
+    def test_pipeliners_that_never_read_do_not_keep_health_failing(self):
+        port = free_tcp_port()
+        crowd = []
+        with Daemon("--http", "127.0.0.1:%d" % port) as d:
+            req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 50
+            for _ in range(300):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                s.settimeout(5)
+                s.connect(("127.0.0.1", port))
+                s.setblocking(False)
+                crowd.append(s)
+            # Each pipelines until the daemon stops reading it (its answers
+            # are not read), bounded in bytes and time.
+            deadline = time.time() + 20
+            for s in crowd:
+                sent = 0
+                while sent < (4 << 20) and time.time() < deadline:
+                    try:
+                        sent += s.send(req)
+                    except BlockingIOError:
+                        break
+                    except OSError:
+                        break  # closed by the daemon
+            for n in range(10):
+                t0 = time.time()
+                with urllib.request.urlopen("http://127.0.0.1:%d/health" % port,
+                                            timeout=3) as r:
+                    self.assertEqual(r.status, 200)
+                with urllib.request.urlopen(
+                        "http://127.0.0.1:%d/v1/throttle?key=k&burst=1000&count=1000&period=1"
+                        % port, timeout=3) as r:
+                    self.assertEqual(r.status, 200)
+                self.assertLess(time.time() - t0, 3)
+            i = info(d)
+            self.assertGreater(i["http_evictions"], 0)
+            self.assertLessEqual(i["http_connections"], 256 + 2)
+            self.assertEqual(metric(port, "http_evictions_total"), info(d)["http_evictions"])
+            print("ok: 300 pipelining connections that never read: /health and /v1/throttle "
+                  "answered 10 of 10, %d connections evicted" % i["http_evictions"])
+            for s in crowd:
+                s.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
