@@ -685,6 +685,7 @@ static const struct commands_row command_table[] = {
     {"sl.throttle", 0, CMD_F_DECIDE, NULL, commands_sl_throttle},
     {"sl.peek", 0, CMD_F_DECIDE, NULL, commands_sl_peek},
     {"sl.refund", 0, 0, NULL, commands_sl_refund},
+    {"sl.charge", 0, CMD_F_DECIDE, NULL, commands_sl_charge},
     {"sl.reset", 0, 0, NULL, commands_sl_reset},
     {"sl.acquire", 0, CMD_F_BLOCKS | CMD_F_DECIDE, NULL, commands_sl_acquire},
     {"sl.multi", 0, CMD_F_DECIDE, NULL, commands_sl_multi},

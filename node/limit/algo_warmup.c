@@ -188,6 +188,17 @@ static int algo_warmup_consume(const struct algo_params *p, void *state, int64_t
     return 0;
 }
 
+/* Over when the schedule lies further ahead than one admitted unit can
+ * leave it (burst stable intervals of tolerance plus a fully cold unit's
+ * cost): units beyond what the key admits are owed. */
+static int algo_warmup_over(const struct algo_params *p, const void *state, int64_t now)
+{
+    int64_t next;
+    double stored;
+    algo_wu__view(p, state, now, &next, &stored);
+    return (double)(next - now) > (double)(p->burst + p->cold_factor) * p->wu_stable;
+}
+
 /* Fills the model's derived values from period, count, warmup and the cold
  * factor (q->warmup_ns and q->cold_factor set). */
 static int algo_wu__derive(struct algo_params *q)
@@ -244,5 +255,6 @@ const struct algo_ops algo_warmup_ops = {
     .refund = algo_warmup_refund,
     .drained = algo_warmup_drained,
     .consume = algo_warmup_consume,
+    .over = algo_warmup_over,
     .free = NULL,
 };

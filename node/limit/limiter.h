@@ -162,6 +162,43 @@ int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
                           const struct policy *pol, int64_t qty, int64_t now_ns,
                           struct algo_result *out, int *would_limit);
 
+/*
+ * A post-paid charge: counts qty units of key under p whatever the key
+ * holds (algo_consume), so the key may go over its limit into a debt that
+ * later decisions wait out (they are refused until it is repaid at the
+ * limit's rate, or the window that holds it ends).  For a cost known only
+ * after the work (tokens, bytes, CPU time): check with qty 0 or 1 before,
+ * charge the real cost after.  *out is the key after the charge: limited 1
+ * when it is now over its limit (algo_over), retry_after_ns then the wait
+ * until one unit fits (ALGO_NEVER otherwise), remaining (0 in debt) and
+ * reset_after_ns as a peek.  This is how envoyproxy/ratelimit counts every
+ * hit, refused ones included.  A sliding log records at most count units
+ * (no debt beyond a full log).  qty 0 only looks.  Errors as limiter_decide.
+ */
+int limiter_charge(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
+                   int64_t qty, int64_t now_ns, struct algo_result *out);
+
+/* The same under a policy; a dry-run policy answers "over" as allowed (and
+ * counts it in dry_run_would_limit). */
+int limiter_charge_policy(struct limiter *lim, const char *key, size_t klen,
+                          const struct policy *pol, int64_t qty, int64_t now_ns,
+                          struct algo_result *out);
+
+/*
+ * limiter_decide and limiter_earliest_fit (delay from at_ns) with the key
+ * seen at at_ns <= now_ns rather than at now_ns: a waiter served late by its
+ * timer is charged at the time it was due, so a paced caller keeps the
+ * schedule's rate instead of losing the timer's lateness on every call.
+ * The limiter's clock is still now_ns (at_ns > now_ns is read as now_ns).
+ * -SLUICE_EINVAL for at_ns < 0; otherwise as limiter_decide.
+ */
+int limiter_decide_at(struct limiter *lim, const char *key, size_t klen,
+                      const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
+                      struct algo_result *out);
+int limiter_earliest_fit_at(struct limiter *lim, const char *key, size_t klen,
+                            const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
+                            int64_t *delay_ns);
+
 /* Gives back up to qty units (algo_refund: never beyond a fresh key).  An
  * absent key or one of another algorithm is left alone.  Errors as
  * limiter_decide. */

@@ -360,6 +360,15 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
         } else {
             char key[RLS_SERVICE_MAX_KEY];
             rc = rls_service__key(req->domain, d, key, &q.klen);
+            if (rc == 0 && sc.lim[i].cfg == NULL) {
+                /* An override keeps one counter per unit, as envoyproxy's
+                 * cache keys carry their window: a per-second hit must not
+                 * touch a day's budget of the same descriptor. */
+                const char *u = rls_unit_name(l->unit);
+                rc = rls_service__put(key, &q.klen, "|@", 2);
+                if (rc == 0)
+                    rc = rls_service__put(key, &q.klen, u, strlen(u));
+            }
             if (rc == 0) {
                 q.key = key;
                 rc = svc->decide(svc->ud, &q, &res);
@@ -381,8 +390,12 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
         st->current_limit = rl;
         Google__Protobuf__Duration *du = &sc.dur[i];
         google__protobuf__duration__init(du);
-        du->seconds = res.reset_after_ms / 1000;
-        du->nanos = (int32_t)(res.reset_after_ms % 1000) * 1000000;
+        /* Whole seconds, rounded up, as envoyproxy/ratelimit's
+         * CalculateReset (unit - now % unit on a whole-second clock): a
+         * per-second limit says 1, a minute's at its start 60.  Envoy's
+         * X-RateLimit-Reset reads the seconds only. */
+        du->seconds = res.reset_after_ms / 1000 + (res.reset_after_ms % 1000 != 0);
+        du->nanos = 0;
         st->duration_until_reset = du;
         if (res.limited) {
             st->code = CODE_OVER_LIMIT;
