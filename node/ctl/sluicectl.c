@@ -343,9 +343,9 @@ static int cmd_keygen(int argc, char **argv)
 static const char *sl_command(const char *word)
 {
     static const char *const map[][2] = {
-        {"sl", "SL.THROTTLE"}, {"throttle-ex", "SL.THROTTLE"}, {"acquire", "SL.ACQUIRE"},
-        {"multi", "SL.MULTI"}, {"refund", "SL.REFUND"},        {"reset", "SL.RESET"},
-        {"peek", "SL.PEEK"},   {"policies", "SL.POLICIES"},    {"reload", "SL.RELOAD"},
+        {"sl", "SL.THROTTLE"},   {"throttle-ex", "SL.THROTTLE"}, {"acquire", "SL.ACQUIRE"},
+        {"multi", "SL.MULTI"},   {"refund", "SL.REFUND"},        {"reset", "SL.RESET"},
+        {"peek", "SL.PEEK"},     {"policies", "SL.POLICIES"},    {"reload", "SL.RELOAD"},
         {"charge", "SL.CHARGE"},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {

@@ -189,8 +189,8 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
     } else if (np == -SLUICE_ENOENT && nb > 0 && nn > 0 && nd > 0 && ng > 0) {
         /* CL.THROTTLE's inline limit is the gcra key SL.* shares. */
         snprintf(period_ms, sizeof(period_ms), "%s000", period);
-        const char *a[] = {"SL.CHARGE", key, "ALGO", "gcra", "BURST", burst,
-                           "RATE",      count, period_ms, "QTY", cost};
+        const char *a[] = {"SL.CHARGE", key,   "ALGO",    "gcra", "BURST", burst,
+                           "RATE",      count, period_ms, "QTY",  cost};
         memcpy(argv, a, sizeof(a));
         argc = 11;
         unit_ns = NUM_NS_PER_MS;

@@ -307,8 +307,8 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
     lim->last_now = now;
     if (op == OP_DECIDE && (lim->decisions & (RECLAIM_EVERY - 1)) == 0)
         table_reclaim_step(lim->table, now, RECLAIM_BUCKETS);
-    /* From here on the key is seen at `at` (a waiter's scheduled time, at
-     * most now); the table's clock above stays now. */
+    /* From here on the key is seen at `at` (a waiter's due time, at most
+     * now); the table's clock above stays now. */
     if (at >= 0 && at < now)
         now = at;
 
@@ -421,25 +421,6 @@ static int limiter__run(struct limiter *lim, const char *key, size_t klen,
                         int64_t qty, int64_t now, struct algo_result *out, int64_t *delay)
 {
     return limiter__run_at(lim, key, klen, p, pol, op, qty, now, -1, out, delay);
-}
-
-int limiter_decide_at(struct limiter *lim, const char *key, size_t klen,
-                      const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
-                      struct algo_result *out)
-{
-    if (at_ns < 0)
-        return -SLUICE_EINVAL;
-    return limiter__run_at(lim, key, klen, p, NULL, OP_DECIDE, qty, now_ns, at_ns, out, NULL);
-}
-
-int limiter_earliest_fit_at(struct limiter *lim, const char *key, size_t klen,
-                            const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
-                            int64_t *delay_ns)
-{
-    struct algo_result r;
-    if (at_ns < 0)
-        return -SLUICE_EINVAL;
-    return limiter__run_at(lim, key, klen, p, NULL, OP_FIT, qty, now_ns, at_ns, &r, delay_ns);
 }
 
 int limiter_charge(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,

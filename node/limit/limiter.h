@@ -184,21 +184,6 @@ int limiter_charge_policy(struct limiter *lim, const char *key, size_t klen,
                           const struct policy *pol, int64_t qty, int64_t now_ns,
                           struct algo_result *out);
 
-/*
- * limiter_decide and limiter_earliest_fit (delay from at_ns) with the key
- * seen at at_ns <= now_ns rather than at now_ns: a waiter served late by its
- * timer is charged at the time it was due, so a paced caller keeps the
- * schedule's rate instead of losing the timer's lateness on every call.
- * The limiter's clock is still now_ns (at_ns > now_ns is read as now_ns).
- * -SLUICE_EINVAL for at_ns < 0; otherwise as limiter_decide.
- */
-int limiter_decide_at(struct limiter *lim, const char *key, size_t klen,
-                      const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
-                      struct algo_result *out);
-int limiter_earliest_fit_at(struct limiter *lim, const char *key, size_t klen,
-                            const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
-                            int64_t *delay_ns);
-
 /* Gives back up to qty units (algo_refund: never beyond a fresh key).  An
  * absent key or one of another algorithm is left alone.  Errors as
  * limiter_decide. */

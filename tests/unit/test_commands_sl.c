@@ -183,8 +183,7 @@ static void test_charge_post_paid(void **state)
      * debt and one unit are repaid, an hour on */
     assert_non_null(strstr(r, ":3600000\r\n"));
     /* a dry-run policy answers allowed, but the units are counted */
-    assert_true(strncmp(run(f, "SL.CHARGE trial:a QTY 5"), "*5\r\n:0\r\n:1\r\n:0\r\n", 16) ==
-                0);
+    assert_true(strncmp(run(f, "SL.CHARGE trial:a QTY 5"), "*5\r\n:0\r\n:1\r\n:0\r\n", 16) == 0);
     assert_true(strncmp(run(f, "SL.CHARGE k ALGO gcra RATE 1 1000"), "-ERR QTY is required", 20) ==
                 0);
 }
