@@ -543,8 +543,10 @@ static void sl__acquire(struct commands_sl *sl, struct server_client *c, int res
         rc = acquire_submit_via(sl->acq, &req, sl__global_decide, sl, server_client_now_ns(c),
                                 sl__acquire_done, x, &r, &waited, &x->w);
     else
-        rc = acquire_submit(sl->acq, &req, server_client_now_ns(c), sl__acquire_done, x, &r,
-                            &waited, &x->w);
+        /* A fresh reading, not the time of the last read: a due time
+         * counted from a stale one would be early. */
+        rc = acquire_submit(sl->acq, &req, (int64_t)uv_hrtime(), sl__acquire_done, x, &r, &waited,
+                            &x->w);
     if (rc == 1) {
         free(x);
         sl__reply(out, resp3, &r, s.p->kind, s.pol, waited);

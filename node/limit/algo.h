@@ -56,7 +56,9 @@
  *                  ALGO_SLIDING_LOG_MAX), and it cannot be global.
  *
  *  warmup          16 bytes (the schedule: when the next unit is free; the
- *                  stored units).  Guava's SmoothWarmingUp: rate count per
+ *                  stored units as a fraction of the most it can store, so
+ *                  a change of rate keeps the degree of coldness, as
+ *                  Guava's setRate does).  Guava's SmoothWarmingUp: rate count per
  *                  period at full speed; from cold (a fresh key, or one idle
  *                  for the warm-up period) a unit costs up to cold_factor
  *                  (default 3) stable intervals, and the cost falls linearly
@@ -66,8 +68,8 @@
  *                  rate/cold_factor to the rate.  A request passes when the
  *                  schedule is at most burst stable intervals ahead of now
  *                  (burst 0 is Guava's tryAcquire: the first request after
- *                  idleness always passes and pays its cost forward); qty
- *                  above burst+1 never fits.  The model is in
+ *                  idleness always passes and pays its cost forward, whatever
+ *                  its qty, as Guava's acquire(n)).  The model is in
  *                  algo_warmup.c.  Weak spot: not global (its cold/warm
  *                  state is one node's history of demand; a cluster-wide
  *                  warm-up would need every node's admissions in order),

@@ -512,6 +512,46 @@ int limiter_earliest_fit(struct limiter *lim, const char *key, size_t klen,
     return rc;
 }
 
+/* A quantity a bucket can never hold at once: SL.ACQUIRE pays it forward. */
+static int limiter__pays_forward(const struct algo_params *p, int64_t qty)
+{
+    return (p->kind == ALGO_GCRA || p->kind == ALGO_TOKEN_BUCKET) && qty > p->limit;
+}
+
+int limiter_acquire_fit(struct limiter *lim, const char *key, size_t klen,
+                        const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
+                        int64_t *delay_ns, struct algo_result *peek)
+{
+    struct algo_result r;
+    int64_t q = limiter__pays_forward(p, qty) ? 1 : qty;
+    int rc = limiter__run_at(lim, key, klen, p, NULL, OP_FIT, q, now_ns, at_ns, &r, delay_ns);
+    if (rc == 0 && peek != NULL) {
+        *peek = r;
+        peek->limited = *delay_ns != 0;
+        peek->retry_after_ns = *delay_ns != 0 ? *delay_ns : ALGO_NEVER;
+    }
+    return rc;
+}
+
+int limiter_acquire_take(struct limiter *lim, const char *key, size_t klen,
+                         const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
+                         struct algo_result *out)
+{
+    if (!limiter__pays_forward(p, qty))
+        return limiter__run_at(lim, key, klen, p, NULL, OP_DECIDE, qty, now_ns, at_ns, out, NULL);
+    int rc = limiter__run_at(lim, key, klen, p, NULL, OP_CHARGE, qty, now_ns, at_ns, out, NULL);
+    if (rc == 0) {
+        out->limited = 0;
+        out->retry_after_ns = ALGO_NEVER;
+    }
+    return rc;
+}
+
+int64_t limiter_clock(const struct limiter *lim)
+{
+    return lim->last_now;
+}
+
 static const struct algo_params *limiter__req_params(const struct limiter_req *q)
 {
     return q->pol != NULL ? &q->pol->algo : q->p;
