@@ -8,6 +8,18 @@
  * table at once and is freed by its timer's close callback (libuv handles
  * cannot be freed synchronously).
  *
+ * Wake-ups: a libuv timer counts whole milliseconds from the loop's cached
+ * time, so it wakes a waiter up to about a millisecond late, and at a
+ * thousand acquires a second that is a whole interval.  A waiter is charged
+ * at the time it was due (limiter_acquire_take), which keeps the schedule;
+ * but a paced caller whose answer comes late sends its next request after
+ * that one was due, and then the schedule restarts from its arrival.  So a
+ * queue due within ACQUIRE_NEAR_NS also goes on the layer's near list, woken
+ * by one timerfd (Linux, CLOCK_MONOTONIC as uv_hrtime, absolute expiry) at
+ * the earliest due time of the list, to within tens of microseconds.  The
+ * queue's libuv timer stays armed as a backstop (it keeps the loop alive,
+ * and serves alone where there is no timerfd).
+ *
  * Re-entrancy: answering a waiter unblocks its client, and the server may
  * then run that client's next pipelined command at once, which may submit
  * to (or create) a queue.  So a queue is brought to a consistent state
@@ -18,6 +30,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include "sluice/error.h"
 #include "table.h"
@@ -39,6 +53,7 @@ struct acquire_waiter {
     int dry_run;
     int64_t qty;
     int64_t start_ns, deadline_ns;
+    int64_t due_ns; /* when it fits, as of the last arming (-1: not known) */
     acquire_done_fn done;
     void *ud;
     /* the answer, while on the list of answers to deliver */
@@ -53,6 +68,10 @@ struct acquire_queue {
     struct acquire_waiter *head, *tail;
     size_t n;
     int64_t qty_sum; /* of the waiters (saturating) */
+    /* on the near list (a->near) when due within ACQUIRE_NEAR_NS */
+    struct acquire_queue *nprev, *nnext;
+    int on_near;
+    int64_t near_due;
     size_t klen;
     char key[]; /* klen bytes */
 };
@@ -65,7 +84,16 @@ struct acquire {
     size_t max_waiters;
     size_t waiting;
     int closed;
+    int tfd;                    /* timerfd of the near list; -1: none */
+    uv_poll_t tpoll;            /* watches tfd; data = the layer */
+    struct acquire_queue *near; /* queues due soon */
+    int64_t tfd_at;             /* tfd's expiry, INT64_MAX when disarmed */
 };
+
+/* How soon a queue must be due to go on the near list. */
+#define ACQUIRE_NEAR_NS (3 * NUM_NS_PER_MS)
+
+static void acquire__on_tfd(uv_poll_t *h, int status, int events);
 
 int acquire_create(uv_loop_t *loop, struct limiter *lim, size_t max_waiters, struct acquire **out)
 {
@@ -83,6 +111,19 @@ int acquire_create(uv_loop_t *loop, struct limiter *lim, size_t max_waiters, str
     a->loop = loop;
     a->lim = lim;
     a->max_waiters = max_waiters ? max_waiters : ACQUIRE_DEFAULT_MAX_WAITERS;
+    a->tfd_at = INT64_MAX;
+    /* Without a timerfd the libuv timers serve alone (millisecond wake-ups). */
+    a->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (a->tfd >= 0 && uv_poll_init(loop, &a->tpoll, a->tfd) != 0) {
+        close(a->tfd);
+        a->tfd = -1;
+    }
+    if (a->tfd >= 0) {
+        a->tpoll.data = a;
+        uv_poll_start(&a->tpoll, UV_READABLE, acquire__on_tfd);
+        /* The queues' own timers keep the loop alive while anyone waits. */
+        uv_unref((uv_handle_t *)&a->tpoll);
+    }
     *out = a;
     return 0;
 }
@@ -115,6 +156,50 @@ static void acquire__waiter_free(struct acquire_waiter *w)
     free(w);
 }
 
+static void acquire__near_remove(struct acquire *a, struct acquire_queue *q)
+{
+    if (!q->on_near)
+        return;
+    if (q->nprev != NULL)
+        q->nprev->nnext = q->nnext;
+    else
+        a->near = q->nnext;
+    if (q->nnext != NULL)
+        q->nnext->nprev = q->nprev;
+    q->nprev = q->nnext = NULL;
+    q->on_near = 0;
+}
+
+/* Sets the timerfd to expire at `at` (uv_hrtime's clock) if that is sooner
+ * than it is set for. */
+static void acquire__tfd_arm(struct acquire *a, int64_t at)
+{
+    if (a->tfd < 0 || at >= a->tfd_at)
+        return;
+    struct itimerspec its;
+    memset(&its, 0, sizeof(its));
+    if (at < 1)
+        at = 1; /* 0 would disarm */
+    its.it_value.tv_sec = (time_t)(at / NUM_NS_PER_S);
+    its.it_value.tv_nsec = (long)(at % NUM_NS_PER_S);
+    if (timerfd_settime(a->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+        a->tfd_at = at;
+}
+
+static void acquire__near_add(struct acquire *a, struct acquire_queue *q, int64_t due)
+{
+    if (!q->on_near) {
+        q->nprev = NULL;
+        q->nnext = a->near;
+        if (a->near != NULL)
+            a->near->nprev = q;
+        a->near = q;
+        q->on_near = 1;
+    }
+    q->near_due = due;
+    acquire__tfd_arm(a, due);
+}
+
 static void acquire__queue_closed(uv_handle_t *h)
 {
     free(h->data);
@@ -133,6 +218,7 @@ static void acquire__queue_retire(struct acquire *a, struct acquire_queue *q)
         a->list = q->lnext;
     if (q->lnext != NULL)
         q->lnext->lprev = q->lprev;
+    acquire__near_remove(a, q);
     uv_timer_stop(&q->timer);
     uv_close((uv_handle_t *)&q->timer, acquire__queue_closed);
 }
@@ -154,20 +240,33 @@ static void acquire__rearm(struct acquire_queue *q, int64_t now)
     if (q->head != NULL && q->head->decide != NULL) {
         if (q->head->next_try_ns < due)
             due = q->head->next_try_ns;
-    } else if (q->head != NULL &&
-               limiter_earliest_fit(a->lim, q->key, q->klen, &q->head->p, q->head->qty, now, &delay,
-                                    NULL) == 0 &&
-               delay != ALGO_NEVER) {
-        int64_t fit = num_add_sat(now, delay);
-        if (fit < due)
-            due = fit;
+    } else if (q->head != NULL) {
+        q->head->due_ns = -1;
+        if (limiter_acquire_fit(a->lim, q->key, q->klen, &q->head->p, q->head->qty, now, now,
+                                &delay, NULL) == 0 &&
+            delay != ALGO_NEVER) {
+            int64_t fit = num_add_sat(now, delay);
+            q->head->due_ns = fit;
+            if (fit < due)
+                due = fit;
+        }
     }
-    int64_t wait_ns = due > now ? due - now : 0;
-    /* libuv timers count whole milliseconds from the loop's cached time:
-     * round up so the timer never fires before the head fits (an early
-     * fire would only re-arm, but costs a wake-up). */
-    uint64_t ms = (uint64_t)(wait_ns / NUM_NS_PER_MS + (wait_ns % NUM_NS_PER_MS != 0));
-    uv_timer_start(&q->timer, acquire__on_timer, ms, 0);
+    (void)now;
+    /* libuv timers count whole milliseconds from the loop's cached time
+     * (uv_now, the start of this loop turn, older than now) and fire once
+     * that time, truncated to the ms, reaches it: count to the first whole
+     * ms at or after due from there, so the timer never fires before the
+     * head fits (an early fire would cost a wake-up and a re-arm) and at
+     * most about a millisecond after. */
+    uint64_t at_ms = due == INT64_MAX
+                         ? UINT64_MAX
+                         : (uint64_t)(due / NUM_NS_PER_MS + (due % NUM_NS_PER_MS != 0));
+    uint64_t loop_ms = uv_now(q->timer.loop);
+    uv_timer_start(&q->timer, acquire__on_timer, at_ms > loop_ms ? at_ms - loop_ms : 0, 0);
+    if (a->tfd >= 0 && due != INT64_MAX && due - (int64_t)uv_hrtime() <= ACQUIRE_NEAR_NS)
+        acquire__near_add(a, q, due);
+    else
+        acquire__near_remove(a, q);
 }
 
 /* Fills w->r with the refusal it gets now (limited, and the wait still
@@ -184,7 +283,7 @@ static void acquire__refusal(struct acquire *a, struct acquire_waiter *w, int64_
             w->r.retry_after_ns = w->next_try_ns > now ? w->next_try_ns - now : NUM_NS_PER_MS;
         return;
     }
-    if (limiter_earliest_fit(a->lim, w->q->key, w->q->klen, &w->p, w->qty, now, &delay, &w->r) <
+    if (limiter_acquire_fit(a->lim, w->q->key, w->q->klen, &w->p, w->qty, now, now, &delay, &w->r) <
         0) {
         memset(&w->r, 0, sizeof(w->r));
         w->r.limit = w->p.limit;
@@ -245,9 +344,20 @@ static struct acquire_waiter *acquire__process(struct acquire_queue *q, int64_t 
             tail = &w->next;
             continue;
         }
-        int rc = limiter_earliest_fit(a->lim, q->key, q->klen, &w->p, w->qty, now, &delay, NULL);
+        /* Served at the time it was due when it fit then (the timer wakes
+         * it late: whole milliseconds, and the loop's slack), else now. */
+        int64_t at = now;
+        int rc = -1;
+        if (w->due_ns >= w->start_ns && w->due_ns < now)
+            rc = limiter_acquire_fit(a->lim, q->key, q->klen, &w->p, w->qty, w->due_ns, now, &delay,
+                                     NULL);
+        if (rc == 0 && delay == 0)
+            at = w->due_ns;
+        else
+            rc =
+                limiter_acquire_fit(a->lim, q->key, q->klen, &w->p, w->qty, now, now, &delay, NULL);
         if (rc == 0 && delay == 0) {
-            rc = limiter_decide(a->lim, q->key, q->klen, &w->p, w->qty, now, &w->r);
+            rc = limiter_acquire_take(a->lim, q->key, q->klen, &w->p, w->qty, at, now, &w->r);
             if (rc < 0)
                 acquire__refusal(a, w, now);
         } else if (w->deadline_ns <= now || rc < 0) {
@@ -291,6 +401,38 @@ static void acquire__on_timer(uv_timer_t *t)
 {
     struct acquire_queue *q = t->data;
     acquire__deliver(acquire__process(q, (int64_t)uv_hrtime()));
+}
+
+/* The timerfd expired: serves every near queue now due, one at a time (an
+ * answer may submit to, or retire, any queue), then sets it for the next. */
+static void acquire__on_tfd(uv_poll_t *h, int status, int events)
+{
+    struct acquire *a = h->data;
+    uint64_t expirations;
+    (void)status;
+    (void)events;
+    if (read(a->tfd, &expirations, sizeof(expirations)) < 0) {
+        /* EAGAIN: nothing expired (a re-armed timer); nothing to do */
+    }
+    a->tfd_at = INT64_MAX;
+    int64_t now = (int64_t)uv_hrtime();
+    /* Each pass answers or re-arms one queue for later than now; the bound
+     * only guards against a queue re-armed for the past. */
+    for (size_t pass = 0; pass < ACQUIRE_DEFAULT_MAX_WAITERS; pass++) {
+        struct acquire_queue *q = a->near;
+        while (q != NULL && q->near_due > now)
+            q = q->nnext;
+        if (q == NULL)
+            break;
+        acquire__near_remove(a, q);
+        acquire__deliver(acquire__process(q, now));
+    }
+    int64_t next = INT64_MAX;
+    for (struct acquire_queue *q = a->near; q != NULL; q = q->nnext)
+        if (q->near_due < next)
+            next = q->near_due;
+    if (next != INT64_MAX)
+        acquire__tfd_arm(a, next);
 }
 
 static struct acquire_queue *acquire__find(struct acquire *a, const char *key, size_t klen)
@@ -355,6 +497,10 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
         return -SLUICE_ETOOBIG;
     p = req->pol != NULL ? &req->pol->algo : req->p;
     *waited_ns = 0;
+    /* The limiter sees an older reading as its own clock: count from that,
+     * so a due time is never earlier than the key's state says. */
+    if (decide == NULL && now_ns < limiter_clock(a->lim))
+        now_ns = limiter_clock(a->lim);
     q = acquire__find(a, req->key, req->klen);
 
     if (decide != NULL && q == NULL) {
@@ -378,11 +524,12 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
         return rc < 0 ? rc : 1;
     }
     if (decide == NULL && q == NULL) {
-        rc = limiter_earliest_fit(a->lim, req->key, req->klen, p, req->qty, now_ns, &delay, r);
+        rc = limiter_acquire_fit(a->lim, req->key, req->klen, p, req->qty, now_ns, now_ns, &delay,
+                                 r);
         if (rc < 0)
             return rc;
         if (delay == 0) {
-            rc = limiter_decide(a->lim, req->key, req->klen, p, req->qty, now_ns, r);
+            rc = limiter_acquire_take(a->lim, req->key, req->klen, p, req->qty, now_ns, now_ns, r);
             return rc < 0 ? rc : 1;
         }
         if (delay == ALGO_NEVER || delay > req->timeout_ns)
@@ -393,7 +540,8 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
          * total exceeds what the key can hold at once there is no
          * estimate; the deadline answers.) */
         int64_t total = num_add_sat(q->qty_sum, req->qty);
-        rc = limiter_earliest_fit(a->lim, req->key, req->klen, p, req->qty, now_ns, &delay, r);
+        rc = limiter_acquire_fit(a->lim, req->key, req->klen, p, req->qty, now_ns, now_ns, &delay,
+                                 r);
         if (rc < 0)
             return rc;
         if (delay == ALGO_NEVER)
@@ -425,6 +573,7 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
     w->qty = req->qty;
     w->start_ns = now_ns;
     w->deadline_ns = num_add_sat(now_ns, req->timeout_ns);
+    w->due_ns = -1;
     w->done = done;
     w->ud = ud;
     w->q = q;
@@ -474,12 +623,18 @@ void acquire_close(struct acquire *a)
         q->qty_sum = 0;
         acquire__queue_retire(a, q);
     }
+    if (a->tfd >= 0) {
+        uv_poll_stop(&a->tpoll);
+        uv_close((uv_handle_t *)&a->tpoll, NULL);
+    }
 }
 
 void acquire_destroy(struct acquire *a)
 {
     if (a == NULL)
         return;
+    if (a->tfd >= 0)
+        close(a->tfd); /* its poll handle was closed by acquire_close */
     table_destroy(a->queues);
     free(a);
 }

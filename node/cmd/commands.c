@@ -368,13 +368,10 @@ static int cmd_auth(struct commands *cmds, struct server_client *c, size_t argc,
             resp_add_simple(out, "OK");
         return SERVER_CONTINUE;
     }
-    /* No password (the socket's permissions are the gate): answer like a
-     * Redis whose default user has none, so a client configured with a
-     * password gets the same clear message it would get from Redis. */
-    if (argc == 2) {
-        resp_add_error(out, "ERR AUTH <password> called without any password configured for "
-                            "the default user. Are you sure your configuration is correct?");
-    } else if (args_is(argv[1], argvlen[1], "default")) {
+    /* No password (the socket's permissions are the gate): any password
+     * is accepted, so a client configured with one (redis-py's password=)
+     * connects; a user other than default is refused as Redis refuses it. */
+    if (argc == 2 || args_is(argv[1], argvlen[1], "default")) {
         resp_add_simple(out, "OK");
     } else {
         resp_add_error(out, "WRONGPASS invalid username-password pair or user is disabled.");
@@ -703,6 +700,7 @@ static const struct commands_row command_table[] = {
     {"sl.throttle", 0, CMD_F_DECIDE, NULL, commands_sl_throttle},
     {"sl.peek", 0, CMD_F_DECIDE, NULL, commands_sl_peek},
     {"sl.refund", 0, 0, NULL, commands_sl_refund},
+    {"sl.charge", 0, CMD_F_DECIDE, NULL, commands_sl_charge},
     {"sl.reset", 0, 0, NULL, commands_sl_reset},
     {"sl.acquire", 0, CMD_F_BLOCKS | CMD_F_DECIDE, NULL, commands_sl_acquire},
     {"sl.multi", 0, CMD_F_DECIDE, NULL, commands_sl_multi},

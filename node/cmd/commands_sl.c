@@ -75,7 +75,7 @@ void commands_sl_destroy(struct commands_sl *sl)
 }
 
 /* Which of the throttle-shaped commands sl__throttle serves. */
-enum { SL_THROTTLE, SL_PEEK, SL_REFUND };
+enum { SL_THROTTLE, SL_PEEK, SL_REFUND, SL_CHARGE };
 
 /* ---- arguments ---- */
 
@@ -405,6 +405,7 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
                          "period_ms [PRECISION p] [WARMUP ms] [COLD f]] [QTY q] [PEEK]"),
         [SL_PEEK] = "SL.PEEK key [POLICY name | ALGO ...] [QTY q]",
         [SL_REFUND] = "SL.REFUND key [POLICY name | ALGO ...] QTY q",
+        [SL_CHARGE] = "SL.CHARGE key [POLICY name | ALGO ...] QTY q",
     };
     struct sl_spec s;
     struct algo_result r = {0};
@@ -421,7 +422,23 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
         return;
     int64_t now = server_client_now_ns(c);
     int global = sl__is_global(sl, &s);
-    if (cmd == SL_REFUND) {
+    if (cmd == SL_CHARGE) {
+        if (!s.has_qty) {
+            resp_add_errorf(out, "ERR QTY is required: %s", usage[cmd]);
+            return;
+        }
+        if (global) {
+            /* The replica has no way yet to count units past the limit:
+             * refusing says so rather than dropping the charge. */
+            resp_add_error(out, "ERR SL.CHARGE is not available for global keys yet (the "
+                                "cluster cannot count a debt); use a local key");
+            return;
+        }
+        if (s.pol != NULL)
+            rc = limiter_charge_policy(sl->lim, argv[1], argvlen[1], s.pol, s.qty, now, &r);
+        else
+            rc = limiter_charge(sl->lim, argv[1], argvlen[1], s.p, s.qty, now, &r);
+    } else if (cmd == SL_REFUND) {
         if (!s.has_qty) {
             resp_add_errorf(out, "ERR QTY is required: %s", usage[cmd]);
             return;
@@ -526,8 +543,10 @@ static void sl__acquire(struct commands_sl *sl, struct server_client *c, int res
         rc = acquire_submit_via(sl->acq, &req, sl__global_decide, sl, server_client_now_ns(c),
                                 sl__acquire_done, x, &r, &waited, &x->w);
     else
-        rc = acquire_submit(sl->acq, &req, server_client_now_ns(c), sl__acquire_done, x, &r,
-                            &waited, &x->w);
+        /* A fresh reading, not the time of the last read: a due time
+         * counted from a stale one would be early. */
+        rc = acquire_submit(sl->acq, &req, (int64_t)uv_hrtime(), sl__acquire_done, x, &r, &waited,
+                            &x->w);
     if (rc == 1) {
         free(x);
         sl__reply(out, resp3, &r, s.p->kind, s.pol, waited);
@@ -797,6 +816,13 @@ int commands_sl_refund(struct commands_sl *sl, struct server_client *c, int resp
                        const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     sl__throttle(sl, c, resp3, SL_REFUND, argc, argv, argvlen, out);
+    return SERVER_CONTINUE;
+}
+
+int commands_sl_charge(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                       const char **argv, const size_t *argvlen, struct resp_buf *out)
+{
+    sl__throttle(sl, c, resp3, SL_CHARGE, argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }
 

@@ -21,6 +21,10 @@
  *   SL.REFUND   key SPEC QTY q              give back up to q units (never
  *                                           beyond a fresh key); replies
  *                                           as SL.PEEK after the refund
+ *   SL.CHARGE   key SPEC QTY q              post-paid: count q units
+ *                                           whatever the key holds, into a
+ *                                           debt that later requests wait
+ *                                           out (limiter_charge)
  *   SL.RESET    key                         forget the key: :1 held, :0 not
  *   SL.ACQUIRE  key SPEC [QTY q] TIMEOUT ms wait up to ms for q units
  *   SL.MULTI [QTY q] KEY k1 SPEC [QTY q1] KEY k2 SPEC ...
@@ -33,7 +37,8 @@
  * Replies (durations in milliseconds, rounded up; retry_after_ms is -1
  * when allowed or when q can never fit):
  *
- *   SL.THROTTLE, SL.PEEK, SL.REFUND:
+ *   SL.THROTTLE, SL.PEEK, SL.REFUND, SL.CHARGE (limited: the key is now
+ *   over its limit; retry_after_ms: until one unit fits again):
  *     RESP2  *5 [limited, limit, remaining, retry_after_ms, reset_after_ms]
  *            (CL.THROTTLE's shape: limited is 0 allowed, 1 limited)
  *     RESP3  %7 {limited, limit, remaining, retry_after_ms, reset_after_ms,
@@ -65,6 +70,8 @@
  *   SL.ACQUIRE    waits as for a local key; the head of the queue is asked
  *                 again when the replica's last refusal said it may fit
  *                 (other nodes' traffic may push that later).
+ *   SL.CHARGE     refused with an error for now: the replica cannot yet
+ *                 count units beyond the limit (a cluster debt).
  *   SL.REFUND     refused with an error: every node counted the units in a
  *                 grow-only counter, which nobody can decrement.
  *   SL.RESET      refused with an error for a key the replica holds, for
@@ -133,6 +140,8 @@ int commands_sl_throttle(struct commands_sl *sl, struct server_client *c, int re
 int commands_sl_peek(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                      const char **argv, const size_t *argvlen, struct resp_buf *out);
 int commands_sl_refund(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
+                       const char **argv, const size_t *argvlen, struct resp_buf *out);
+int commands_sl_charge(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                        const char **argv, const size_t *argvlen, struct resp_buf *out);
 int commands_sl_reset(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                       const char **argv, const size_t *argvlen, struct resp_buf *out);

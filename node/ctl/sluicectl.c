@@ -55,6 +55,7 @@ static void usage(FILE *f)
                "                 all or nothing over several keys; exits 0 allowed, 1 limited\n"
                "  peek KEY [SPEC]          the key's state, nothing taken\n"
                "  refund KEY [SPEC] QTY q  gives back up to q units\n"
+               "  charge KEY [SPEC] QTY q  counts q units after the work (may go into debt)\n"
                "  reset KEY      forgets the key\n"
                "  policies       the loaded policies\n"
                "  reload         reloads the daemon's config file (as SIGHUP)\n"
@@ -342,9 +343,10 @@ static int cmd_keygen(int argc, char **argv)
 static const char *sl_command(const char *word)
 {
     static const char *const map[][2] = {
-        {"sl", "SL.THROTTLE"}, {"throttle-ex", "SL.THROTTLE"}, {"acquire", "SL.ACQUIRE"},
-        {"multi", "SL.MULTI"}, {"refund", "SL.REFUND"},        {"reset", "SL.RESET"},
-        {"peek", "SL.PEEK"},   {"policies", "SL.POLICIES"},    {"reload", "SL.RELOAD"},
+        {"sl", "SL.THROTTLE"},   {"throttle-ex", "SL.THROTTLE"}, {"acquire", "SL.ACQUIRE"},
+        {"multi", "SL.MULTI"},   {"refund", "SL.REFUND"},        {"reset", "SL.RESET"},
+        {"peek", "SL.PEEK"},     {"policies", "SL.POLICIES"},    {"reload", "SL.RELOAD"},
+        {"charge", "SL.CHARGE"},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
         if (strcmp(word, map[i][0]) == 0)

@@ -9,7 +9,16 @@
  * shifted by the wall clock's offset from it (algo_params_set_phase).
  * With another algorithm the limit is that algorithm's with count
  * requests_per_unit per period unit (gcra and token-bucket: a burst of the
- * whole limit).  Over the limit, nothing is charged.
+ * whole limit).
+ *
+ * Every hit counts, refused ones included, as in envoyproxy/ratelimit
+ * (whose counter is an INCRBY before the comparison): a descriptor is over
+ * its limit when its count after the hits exceeds the limit, so a later
+ * look with hits_addend 0 says OVER_LIMIT too, and Envoy's token-quota
+ * pattern (look with 0 hits, charge the real cost after the response) keeps
+ * the cost it was told.  limiter_charge does exactly that for local keys.
+ * A global key (scope global in a cluster) is decided by the replica, which
+ * cannot yet count past the limit: there a refused hit is not counted.
  */
 #include "daemon_rls.h"
 
@@ -79,7 +88,7 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
     if (global)
         rc = cluster_decide_global(d->cluster, NULL, q->key, q->klen, &p, q->hits, &r);
     else
-        rc = limiter_decide(d->lim, q->key, q->klen, &p, q->hits, now, &r);
+        rc = limiter_charge(d->lim, q->key, q->klen, &p, q->hits, now, &r);
     if (rc < 0)
         return (int)rc;
     res->limited = r.limited;

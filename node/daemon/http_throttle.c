@@ -145,6 +145,7 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
     struct http_throttle *t = ud;
     char key[HT_MAX_KEY + 1], pol[HT_MAX_VALUE + 1], cost[HT_MAX_VALUE + 1];
     char burst[HT_MAX_VALUE + 1], count[HT_MAX_VALUE + 1], period[HT_MAX_VALUE + 1];
+    char charge[HT_MAX_VALUE + 1], period_ms[HT_MAX_VALUE + 8];
     int klen = ht__param(t, req, "key", "X-Sluice-Key", key, sizeof(key));
     if (klen == -SLUICE_ENOENT)
         klen = ht__key_from_header(req, key, sizeof(key));
@@ -164,7 +165,16 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
     int nb = ht__param(t, req, "burst", "X-Sluice-Burst", burst, sizeof(burst));
     int nn = ht__param(t, req, "count", "X-Sluice-Count", count, sizeof(count));
     int nd = ht__param(t, req, "period", "X-Sluice-Period", period, sizeof(period));
-    if (nc == -SLUICE_ENOENT)
+    /* charge=Q: a post-paid charge (SL.CHARGE), counted whatever the key
+     * holds, for a cost known after the response. */
+    int ng = http_query_get(req->query, req->query_len, "charge", charge, sizeof(charge));
+    if (ng != -SLUICE_ENOENT && (ng <= 0 || nc != -SLUICE_ENOENT || !ht__cost_ok(charge))) {
+        ht__bad(t, rep, "%s\n", "charge: expected a whole number from 1 (and no cost)");
+        return;
+    }
+    if (ng > 0)
+        snprintf(cost, sizeof(cost), "%s", charge);
+    else if (nc == -SLUICE_ENOENT)
         snprintf(cost, sizeof(cost), "1");
     else if (nc <= 0 || !ht__cost_ok(cost)) {
         /* Cost 0 would answer "allowed" and take nothing: a way around the
@@ -172,8 +182,8 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
         ht__bad(t, rep, "%s\n", "cost: expected a whole number from 1");
         return;
     }
-    const char *argv[7];
-    size_t argvlen[7], argc;
+    const char *argv[11];
+    size_t argvlen[11], argc;
     int64_t unit_ns, window_s = 0;
     const char *name = "default";
     if (np > 0) {
@@ -188,7 +198,7 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
         }
         name = p->name;
         window_s = ht__ceil_s(p->algo.period_ns, 1);
-        argv[0] = "SL.THROTTLE";
+        argv[0] = ng > 0 ? "SL.CHARGE" : "SL.THROTTLE";
         argv[1] = key;
         argv[2] = "POLICY";
         argv[3] = pol;
@@ -196,6 +206,15 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
         argv[5] = cost;
         argc = 6;
         unit_ns = NUM_NS_PER_MS; /* SL.THROTTLE answers in milliseconds */
+    } else if (np == -SLUICE_ENOENT && nb > 0 && nn > 0 && nd > 0 && ng > 0) {
+        /* CL.THROTTLE's inline limit is the gcra key SL.* shares. */
+        snprintf(period_ms, sizeof(period_ms), "%s000", period);
+        const char *a[] = {"SL.CHARGE", key,   "ALGO",    "gcra", "BURST", burst,
+                           "RATE",      count, period_ms, "QTY",  cost};
+        memcpy(argv, a, sizeof(a));
+        argc = 11;
+        unit_ns = NUM_NS_PER_MS;
+        window_s = strtoll(period, NULL, 10);
     } else if (np == -SLUICE_ENOENT && nb > 0 && nn > 0 && nd > 0) {
         argv[0] = "CL.THROTTLE";
         argv[1] = key;
@@ -232,6 +251,14 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
                       (long long)window_s);
     http_reply_header(rep, "RateLimit", "\"%s\";r=%lld;t=%lld", name,
                       (long long)(v[2] > 0 ? v[2] : 0), (long long)ht__ceil_s(v[4], unit_ns));
+    if (ng > 0) {
+        /* The charge is made either way: 200, saying whether the key is
+         * now over its limit (its next requests wait). */
+        if (v[0] != 0 && v[3] >= 0)
+            http_reply_header(rep, "Retry-After", "%lld", (long long)ht__ceil_s(v[3], unit_ns));
+        http_reply_text(rep, 200, v[0] != 0 ? "charged, over the limit\n" : "charged\n");
+        return;
+    }
     if (v[0] == 0) {
         http_reply_text(rep, 200, "allowed\n");
         return;

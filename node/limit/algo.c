@@ -195,6 +195,14 @@ int algo_earliest_fit(const struct algo_params *p, const void *state, int64_t qt
     return 0;
 }
 
+int algo_over(const struct algo_params *p, const void *state, int64_t now_ns)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    if (ops == NULL || state == NULL || now_ns < 0 || ops->over == NULL)
+        return 0;
+    return ops->over(p, state, now_ns);
+}
+
 int algo_consume(const struct algo_params *p, void *state, int64_t qty, int64_t at_ns)
 {
     const struct algo_ops *ops = algo__ops(p);

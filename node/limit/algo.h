@@ -56,7 +56,9 @@
  *                  ALGO_SLIDING_LOG_MAX), and it cannot be global.
  *
  *  warmup          16 bytes (the schedule: when the next unit is free; the
- *                  stored units).  Guava's SmoothWarmingUp: rate count per
+ *                  stored units as a fraction of the most it can store, so
+ *                  a change of rate keeps the degree of coldness, as
+ *                  Guava's setRate does).  Guava's SmoothWarmingUp: rate count per
  *                  period at full speed; from cold (a fresh key, or one idle
  *                  for the warm-up period) a unit costs up to cold_factor
  *                  (default 3) stable intervals, and the cost falls linearly
@@ -66,8 +68,8 @@
  *                  rate/cold_factor to the rate.  A request passes when the
  *                  schedule is at most burst stable intervals ahead of now
  *                  (burst 0 is Guava's tryAcquire: the first request after
- *                  idleness always passes and pays its cost forward); qty
- *                  above burst+1 never fits.  The model is in
+ *                  idleness always passes and pays its cost forward, whatever
+ *                  its qty, as Guava's acquire(n)).  The model is in
  *                  algo_warmup.c.  Weak spot: not global (its cold/warm
  *                  state is one node's history of demand; a cluster-wide
  *                  warm-up would need every node's admissions in order),
@@ -255,6 +257,19 @@ int algo_earliest_fit(const struct algo_params *p, const void *state, int64_t qt
  */
 int algo_consume(const struct algo_params *p, void *state, int64_t qty, int64_t at_ns);
 
+/*
+ * 1 when the state at now_ns holds more units than the limit admits (a
+ * debt left by algo_consume): what envoyproxy/ratelimit calls over the
+ * limit when its counter has passed the limit, so that a look with no
+ * hits is refused until the debt is repaid.  A state exactly at its limit
+ * is not over.  gcra: the TAT lies more than the tolerance ahead; token-
+ * bucket: fewer than zero tokens; windows: more than count units in the
+ * window; warmup: the schedule lies more than burst + cold_factor stable
+ * intervals ahead; sliding-log: never (its consume keeps at most count entries).
+ * 0 for bad arguments.
+ */
+int algo_over(const struct algo_params *p, const void *state, int64_t now_ns);
+
 /* Releases memory the state owns (the sliding log's ring); the state is then
  * a fresh key again.  The per-key free hook of the key table.  Never fails. */
 void algo_free(const struct algo_params *p, void *state);
@@ -284,6 +299,8 @@ struct algo_ops {
     int (*refund)(const struct algo_params *p, void *state, int64_t qty, int64_t now_ns);
     int (*drained)(const struct algo_params *p, const void *state, int64_t now_ns);
     int (*consume)(const struct algo_params *p, void *state, int64_t qty, int64_t at_ns);
+    /* 1 when the state holds more than the limit (see algo_over). */
+    int (*over)(const struct algo_params *p, const void *state, int64_t now_ns);
     void (*free)(const struct algo_params *p, void *state);
 };
 

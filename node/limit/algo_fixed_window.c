@@ -98,6 +98,13 @@ static int algo_fixed_window_refund(const struct algo_params *p, void *state, in
     return 0;
 }
 
+static int algo_fixed_window_over(const struct algo_params *p, const void *state, int64_t now)
+{
+    int64_t w, used;
+    algo_fw__view(p, state, algo_fw__t(p, now), &w, &used);
+    return used > p->limit;
+}
+
 static int algo_fixed_window_drained(const struct algo_params *p, const void *state, int64_t now)
 {
     int64_t w, used;
@@ -143,5 +150,6 @@ const struct algo_ops algo_fixed_window_ops = {
     .refund = algo_fixed_window_refund,
     .drained = algo_fixed_window_drained,
     .consume = algo_fixed_window_consume,
+    .over = algo_fixed_window_over,
     .free = NULL,
 };

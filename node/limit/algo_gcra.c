@@ -60,6 +60,15 @@ static int algo_gcra_consume(const struct algo_params *p, void *state, int64_t q
     return gcra_consume(state, &p->gcra, qty, at);
 }
 
+/* Over when the TAT lies beyond the tolerance (burst+1 intervals) ahead. */
+static int algo_gcra_over(const struct algo_params *p, const void *state, int64_t now)
+{
+    int64_t tat = *(const int64_t *)state, ahead;
+    if (tat <= now || __builtin_sub_overflow(tat, now, &ahead))
+        return 0;
+    return ahead > p->gcra.tolerance_ns;
+}
+
 /* burst >= 0; redis-cell's arithmetic, including its refusal of an
  * emission interval that truncates to zero. */
 static int algo_gcra_params(struct algo_params *q, int64_t burst, int64_t precision)
@@ -86,5 +95,6 @@ const struct algo_ops algo_gcra_ops = {
     .refund = algo_gcra_refund,
     .drained = algo_gcra_drained,
     .consume = algo_gcra_consume,
+    .over = algo_gcra_over,
     .free = NULL,
 };

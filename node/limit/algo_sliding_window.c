@@ -151,6 +151,13 @@ static int algo_sliding_window_refund(const struct algo_params *p, void *state, 
     return 0;
 }
 
+static int algo_sliding_window_over(const struct algo_params *p, const void *state, int64_t now)
+{
+    int64_t off;
+    int64_t c = algo_sw__now(p, state, now, &off);
+    return algo_sw__sum(p, state, c) > p->limit;
+}
+
 static int algo_sliding_window_drained(const struct algo_params *p, const void *state, int64_t now)
 {
     int64_t off;
@@ -203,5 +210,6 @@ const struct algo_ops algo_sliding_window_ops = {
     .refund = algo_sliding_window_refund,
     .drained = algo_sliding_window_drained,
     .consume = algo_sliding_window_consume,
+    .over = algo_sliding_window_over,
     .free = NULL,
 };

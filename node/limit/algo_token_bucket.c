@@ -125,6 +125,13 @@ static int algo_token_bucket_consume(const struct algo_params *p, void *state, i
     return 0;
 }
 
+static int algo_token_bucket_over(const struct algo_params *p, const void *state, int64_t now)
+{
+    int64_t g, t;
+    algo_tb__view(p, state, now, &g, &t);
+    return g < 0;
+}
+
 /* burst >= 0, and (burst+1)*period_ns below the debt bound (tokens are
  * held in units of 1/period_ns). */
 static int algo_token_bucket_params(struct algo_params *q, int64_t burst, int64_t precision)
@@ -150,5 +157,6 @@ const struct algo_ops algo_token_bucket_ops = {
     .refund = algo_token_bucket_refund,
     .drained = algo_token_bucket_drained,
     .consume = algo_token_bucket_consume,
+    .over = algo_token_bucket_over,
     .free = NULL,
 };

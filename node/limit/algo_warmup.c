@@ -20,7 +20,9 @@
  * Stored units fill at one per W / max ns of idleness (a key idle for W
  * goes from warm to cold).  A request is admitted when the schedule (the
  * time the next unit is free) is at most burst stable intervals ahead of
- * now; it then pays its cost forward, moving the schedule on by the area
+ * now, whatever its quantity (Guava's acquire(n): a quantity larger than
+ * the burst is not refused, the requests after it wait); it then pays its
+ * cost forward, moving the schedule on by the area
  * under the line for the stored units it takes plus `stable` for each unit
  * beyond them.  With burst 0 this is Guava's tryAcquire exactly: the first
  * request after idleness always passes, and the ones after it wait out its
@@ -38,7 +40,9 @@
 
 struct algo_wu_state {
     int64_t next_ns; /* when the next unit is free (the schedule) */
-    double stored;   /* stored units, 0..max */
+    double cold;     /* stored units / max, 0..1: the degree of coldness, so a
+                      * change of rate keeps it (Guava's setRate rescales the
+                      * stored permits by new max / old max) */
 };
 
 /* A non-negative duration in ns as an int64, clamped to the debt bound. */
@@ -78,8 +82,8 @@ static void algo_wu__view(const struct algo_params *p, const struct algo_wu_stat
                           int64_t *next, double *stored)
 {
     *next = s->next_ns;
-    *stored = s->stored < p->wu_max ? s->stored : p->wu_max; /* a smaller max after a change */
-    if (*stored < 0)
+    *stored = s->cold < 1 ? s->cold * p->wu_max : p->wu_max;
+    if (!(*stored > 0)) /* also NaN */
         *stored = 0;
     if (now > *next) {
         double add = (double)(now - *next) / p->wu_cooldown;
@@ -107,8 +111,9 @@ static size_t algo_warmup_state_size(const struct algo_params *p)
 static void algo_warmup_init(const struct algo_params *p, void *state)
 {
     struct algo_wu_state *s = state;
+    (void)p;
     s->next_ns = 0;
-    s->stored = p->wu_max; /* cold */
+    s->cold = 1; /* a fresh key is cold */
 }
 
 static int algo_warmup_eval(const struct algo_params *p, void *state, int64_t qty, int64_t now,
@@ -123,15 +128,13 @@ static int algo_warmup_eval(const struct algo_params *p, void *state, int64_t qt
     out->limited = 0;
     out->limit = p->limit;
     out->retry_after_ns = ALGO_NEVER;
-    if (qty > p->limit) {
-        out->limited = 1;
-    } else if (qty > 0) {
+    if (qty > 0) {
         double ahead = (double)(next - now);
         if (ahead <= tol) {
             algo_wu__take(p, now, &next, &stored, qty);
             if (apply) {
                 s->next_ns = next;
-                s->stored = stored;
+                s->cold = stored / p->wu_max;
             }
         } else {
             out->limited = 1;
@@ -162,7 +165,7 @@ static int algo_warmup_refund(const struct algo_params *p, void *state, int64_t 
     algo_wu__view(p, s, now, &next, &stored);
     int64_t back = algo_wu__ns((double)qty * p->wu_stable);
     s->next_ns = next - back > now ? next - back : now;
-    s->stored = stored;
+    s->cold = stored / p->wu_max;
     return 0;
 }
 
@@ -184,8 +187,19 @@ static int algo_warmup_consume(const struct algo_params *p, void *state, int64_t
     algo_wu__view(p, s, at, &next, &stored);
     algo_wu__take(p, at, &next, &stored, qty);
     s->next_ns = next;
-    s->stored = stored;
+    s->cold = stored / p->wu_max;
     return 0;
+}
+
+/* Over when the schedule lies further ahead than one admitted unit can
+ * leave it (burst stable intervals of tolerance plus a fully cold unit's
+ * cost): units beyond what the key admits are owed. */
+static int algo_warmup_over(const struct algo_params *p, const void *state, int64_t now)
+{
+    int64_t next;
+    double stored;
+    algo_wu__view(p, state, now, &next, &stored);
+    return (double)(next - now) > (double)(p->burst + p->cold_factor) * p->wu_stable;
 }
 
 /* Fills the model's derived values from period, count, warmup and the cold
@@ -244,5 +258,6 @@ const struct algo_ops algo_warmup_ops = {
     .refund = algo_warmup_refund,
     .drained = algo_warmup_drained,
     .consume = algo_warmup_consume,
+    .over = algo_warmup_over,
     .free = NULL,
 };

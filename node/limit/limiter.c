@@ -165,7 +165,7 @@ static inline __attribute__((always_inline)) int limiter__params(struct limiter 
 
 /* ---- every algorithm ---- */
 
-enum limiter__op { OP_DECIDE, OP_FIT, OP_REFUND, OP_PEEK };
+enum limiter__op { OP_DECIDE, OP_FIT, OP_REFUND, OP_PEEK, OP_CHARGE };
 
 /* The parameters a state's meaning depends on, besides its algorithm
  * (algo_carry): a bucket's time to full depends on period and burst, a
@@ -282,15 +282,16 @@ static int64_t limiter__carry_across(const struct table_entry *e, const struct a
     return units < p->limit ? units : p->limit;
 }
 
-static int limiter__run(struct limiter *lim, const char *key, size_t klen,
-                        const struct algo_params *p, const struct policy *pol, enum limiter__op op,
-                        int64_t qty, int64_t now, struct algo_result *out, int64_t *delay)
+static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
+                           const struct algo_params *p, const struct policy *pol,
+                           enum limiter__op op, int64_t qty, int64_t now, int64_t at,
+                           struct algo_result *out, int64_t *delay)
 {
     int64_t tmp[LIMITER_TMP_WORDS];
     size_t ssz, off;
     struct table_entry *e;
     void *st;
-    int64_t carry = 0;
+    int64_t carry = 0, d1;
     int rc, drained;
 
     if (qty < 0)
@@ -306,6 +307,10 @@ static int limiter__run(struct limiter *lim, const char *key, size_t klen,
     lim->last_now = now;
     if (op == OP_DECIDE && (lim->decisions & (RECLAIM_EVERY - 1)) == 0)
         table_reclaim_step(lim->table, now, RECLAIM_BUCKETS);
+    /* From here on the key is seen at `at` (a waiter's due time, at most
+     * now); the table's clock above stays now. */
+    if (at >= 0 && at < now)
+        now = at;
 
     e = table_find(lim->table, key, klen);
     if (e != NULL && e->tag != limiter__tag(p->kind)) {
@@ -347,6 +352,19 @@ static int limiter__run(struct limiter *lim, const char *key, size_t klen,
         if (rc == 0)
             rc = algo_decide(p, st, 0, now, out);
         break;
+    case OP_CHARGE:
+        /* Counted whatever the key holds; the answer says whether it is now
+         * over its limit (in debt) and when one unit fits again. */
+        rc = algo_consume(p, st, qty, now);
+        if (rc == 0)
+            rc = algo_decide(p, st, 0, now, out);
+        if (rc == 0) {
+            out->limited = algo_over(p, st, now);
+            out->retry_after_ns = ALGO_NEVER;
+            if (out->limited && algo_earliest_fit(p, st, 1, now, &d1) == 0)
+                out->retry_after_ns = d1;
+        }
+        break;
     default:
         rc = algo_decide(p, st, 0, now, out);
         break;
@@ -373,10 +391,10 @@ static int limiter__run(struct limiter *lim, const char *key, size_t klen,
                 limiter__hdr_update(p, table_entry_value(e), out, now);
         } else {
             algo_free(p, st);
-            if (rc == -SLUICE_EFULL && op == OP_DECIDE &&
-                lim->cfg.overflow == LIMITER_OVERFLOW_ALLOW) {
+            int decides = op == OP_DECIDE || op == OP_CHARGE;
+            if (rc == -SLUICE_EFULL && decides && lim->cfg.overflow == LIMITER_OVERFLOW_ALLOW) {
                 lim->overflow_allowed++;
-            } else if (rc == -SLUICE_EFULL && op == OP_DECIDE) {
+            } else if (rc == -SLUICE_EFULL && decides) {
                 /* Fail closed: limited, retry after one unit's share of
                  * the period. */
                 lim->overflow_denied++;
@@ -390,11 +408,41 @@ static int limiter__run(struct limiter *lim, const char *key, size_t klen,
     } else {
         algo_free(p, st);
     }
-    if (op == OP_DECIDE) {
+    if (op == OP_DECIDE || op == OP_CHARGE) {
         lim->decisions++;
         if (out->limited)
             lim->limited++;
     }
+    return 0;
+}
+
+static int limiter__run(struct limiter *lim, const char *key, size_t klen,
+                        const struct algo_params *p, const struct policy *pol, enum limiter__op op,
+                        int64_t qty, int64_t now, struct algo_result *out, int64_t *delay)
+{
+    return limiter__run_at(lim, key, klen, p, pol, op, qty, now, -1, out, delay);
+}
+
+int limiter_charge(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
+                   int64_t qty, int64_t now_ns, struct algo_result *out)
+{
+    return limiter__run(lim, key, klen, p, NULL, OP_CHARGE, qty, now_ns, out, NULL);
+}
+
+int limiter_charge_policy(struct limiter *lim, const char *key, size_t klen,
+                          const struct policy *pol, int64_t qty, int64_t now_ns,
+                          struct algo_result *out)
+{
+    int rc = limiter__run(lim, key, klen, &pol->algo, pol, OP_CHARGE, qty, now_ns, out, NULL);
+    if (rc < 0)
+        return rc;
+    if (out->limited && pol->dry_run) {
+        lim->dry_run_would_limit++;
+        out->limited = 0;
+        out->retry_after_ns = ALGO_NEVER;
+    }
+    if (qty > 0)
+        policy_count(pol, out->limited);
     return 0;
 }
 
@@ -462,6 +510,46 @@ int limiter_earliest_fit(struct limiter *lim, const char *key, size_t klen,
         peek->retry_after_ns = *delay_ns != 0 ? *delay_ns : ALGO_NEVER;
     }
     return rc;
+}
+
+/* A quantity a bucket can never hold at once: SL.ACQUIRE pays it forward. */
+static int limiter__pays_forward(const struct algo_params *p, int64_t qty)
+{
+    return (p->kind == ALGO_GCRA || p->kind == ALGO_TOKEN_BUCKET) && qty > p->limit;
+}
+
+int limiter_acquire_fit(struct limiter *lim, const char *key, size_t klen,
+                        const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
+                        int64_t *delay_ns, struct algo_result *peek)
+{
+    struct algo_result r;
+    int64_t q = limiter__pays_forward(p, qty) ? 1 : qty;
+    int rc = limiter__run_at(lim, key, klen, p, NULL, OP_FIT, q, now_ns, at_ns, &r, delay_ns);
+    if (rc == 0 && peek != NULL) {
+        *peek = r;
+        peek->limited = *delay_ns != 0;
+        peek->retry_after_ns = *delay_ns != 0 ? *delay_ns : ALGO_NEVER;
+    }
+    return rc;
+}
+
+int limiter_acquire_take(struct limiter *lim, const char *key, size_t klen,
+                         const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
+                         struct algo_result *out)
+{
+    if (!limiter__pays_forward(p, qty))
+        return limiter__run_at(lim, key, klen, p, NULL, OP_DECIDE, qty, now_ns, at_ns, out, NULL);
+    int rc = limiter__run_at(lim, key, klen, p, NULL, OP_CHARGE, qty, now_ns, at_ns, out, NULL);
+    if (rc == 0) {
+        out->limited = 0;
+        out->retry_after_ns = ALGO_NEVER;
+    }
+    return rc;
+}
+
+int64_t limiter_clock(const struct limiter *lim)
+{
+    return lim->last_now;
 }
 
 static const struct algo_params *limiter__req_params(const struct limiter_req *q)

@@ -162,6 +162,56 @@ int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
                           const struct policy *pol, int64_t qty, int64_t now_ns,
                           struct algo_result *out, int *would_limit);
 
+/*
+ * A post-paid charge: counts qty units of key under p whatever the key
+ * holds (algo_consume), so the key may go over its limit into a debt that
+ * later decisions wait out (they are refused until it is repaid at the
+ * limit's rate, or the window that holds it ends).  For a cost known only
+ * after the work (tokens, bytes, CPU time): check with qty 0 or 1 before,
+ * charge the real cost after.  *out is the key after the charge: limited 1
+ * when it is now over its limit (algo_over), retry_after_ns then the wait
+ * until one unit fits (ALGO_NEVER otherwise), remaining (0 in debt) and
+ * reset_after_ns as a peek.  This is how envoyproxy/ratelimit counts every
+ * hit, refused ones included.  A sliding log records at most count units
+ * (no debt beyond a full log).  qty 0 only looks.  Errors as limiter_decide.
+ */
+int limiter_charge(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
+                   int64_t qty, int64_t now_ns, struct algo_result *out);
+
+/* The same under a policy; a dry-run policy answers "over" as allowed (and
+ * counts it in dry_run_would_limit). */
+int limiter_charge_policy(struct limiter *lim, const char *key, size_t klen,
+                          const struct policy *pol, int64_t qty, int64_t now_ns,
+                          struct algo_result *out);
+
+/*
+ * SL.ACQUIRE's two steps, Guava's acquire(n): limiter_acquire_fit says when
+ * a waiter for qty units can be served (*delay_ns: 0 now, ns from now,
+ * ALGO_NEVER), with the key seen at at_ns (see below), and
+ * limiter_acquire_take serves it.  They are limiter_earliest_fit and
+ * limiter_decide, except that a quantity a bucket (gcra, token-bucket) can
+ * never hold at once (above burst + 1) pays forward as Guava's acquire(n)
+ * does: it is served when one unit fits and charged in full (limiter_charge),
+ * the excess a debt that the requests after it wait out; out->limited is
+ * then 0.  (warmup pays forward by itself.)
+ *
+ * at_ns <= now_ns sees the key at at_ns (a waiter's due time, when its
+ * timer woke it late): it is charged at the time it was due, so a caller
+ * pacing itself with SL.ACQUIRE keeps the rate instead of losing the
+ * timer's lateness on every call.  The limiter's clock stays now_ns; at_ns
+ * < 0 or > now_ns is read as now_ns.  Errors as limiter_decide.
+ */
+int limiter_acquire_fit(struct limiter *lim, const char *key, size_t klen,
+                        const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
+                        int64_t *delay_ns, struct algo_result *peek);
+int limiter_acquire_take(struct limiter *lim, const char *key, size_t klen,
+                         const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
+                         struct algo_result *out);
+
+/* The limiter's clock: the latest now_ns it has been given (a caller with
+ * an older reading is seen at this time). */
+int64_t limiter_clock(const struct limiter *lim);
+
 /* Gives back up to qty units (algo_refund: never beyond a fresh key).  An
  * absent key or one of another algorithm is left alone.  Errors as
  * limiter_decide. */

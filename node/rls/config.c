@@ -21,8 +21,9 @@
  * marks), so every error can name its line.  As envoyproxy/ratelimit does, a
  * mapping key that is none of the known field names is an error wherever it
  * appears, a known name in an unexpected place is ignored, and `metadata`
- * is skipped unread.  quota_mode, value_to_metric and share_threshold are
- * accepted and have no effect in sluice.
+ * is skipped unread.  share_threshold on a wildcard makes every value it
+ * matches share one counter (the pattern stands for the value in the key);
+ * quota_mode and value_to_metric are accepted and have no effect in sluice.
  */
 #include "config.h"
 
@@ -45,6 +46,7 @@ struct rls_node {
     char *value;
     int wildcard;     /* value holds '*' */
     int has_wildcard; /* some child is a wildcard */
+    int share;        /* share_threshold: values matching the wildcard share one counter */
     int has_limit;
     struct rls_limit limit;
     struct rls_node *children;
@@ -211,6 +213,20 @@ static int rls_config__known_key(const char *k)
     return 0;
 }
 
+/* A plain (unquoted) scalar that YAML reads as a number, as envoyproxy's
+ * Go YAML decoder does: such a mapping key is not a string to it. */
+static int rls_config__plain_number(const yaml_node_t *n)
+{
+    if (n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE ||
+        n->data.scalar.length == 0)
+        return 0;
+    const char *s = (const char *)n->data.scalar.value;
+    char *end = NULL;
+    errno = 0;
+    (void)strtod(s, &end);
+    return end != s && *end == '\0' && !isalpha((unsigned char)s[0]);
+}
+
 static const char *rls_config__scalar(const yaml_node_t *n)
 {
     return n != NULL && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
@@ -251,6 +267,9 @@ static int rls_config__check_keys(struct rls_load *ld, const yaml_node_t *n, int
             if (ks == NULL)
                 return rls_config__fail(ld, -SLUICE_ECONFIG, k,
                                         "config error, key is not of type string");
+            if (rls_config__plain_number(k))
+                return rls_config__fail(ld, -SLUICE_ECONFIG, k,
+                                        "config error, key is not of type string: %s", ks);
             if (!rls_config__known_key(ks))
                 return rls_config__fail(ld, -SLUICE_ECONFIG, k, "config error, unknown key '%s'",
                                         ks);
@@ -458,6 +477,10 @@ static int rls_config__descriptors(struct rls_load *ld, struct rls_node *parent,
         if (node->key == NULL || (v != NULL && node->value == NULL)) {
             free(full);
             return rls_config__nomem(ld);
+        }
+        if (rls_config__bool(ld, d, "share_threshold", &node->share) < 0) {
+            free(full);
+            return ld->rc;
         }
         const yaml_node_t *rl = rls_config__field(ld, d, "rate_limit");
         int rc = 0;
@@ -706,10 +729,21 @@ static int rls_config__glob(const char *pat, const char *s, size_t len)
     return *pat == '\0';
 }
 
+int rls_config_has_domain(const struct rls_config *cfg, const char *domain, size_t dlen)
+{
+    for (size_t i = 0; cfg != NULL && i < cfg->ndomains; i++)
+        if (rls_config__eq(domain, dlen, cfg->domains[i].name))
+            return 1;
+    return 0;
+}
+
 const struct rls_limit *rls_config_match(const struct rls_config *cfg, const char *domain,
-                                         size_t dlen, const struct rls_entry *entries, size_t n)
+                                         size_t dlen, const struct rls_entry *entries, size_t n,
+                                         const char **shared)
 {
     const struct rls_node *level = NULL;
+    for (size_t i = 0; shared != NULL && i < n; i++)
+        shared[i] = NULL;
     if (cfg == NULL)
         return NULL;
     for (size_t i = 0; i < cfg->ndomains && level == NULL; i++)
@@ -724,8 +758,11 @@ const struct rls_limit *rls_config_match(const struct rls_config *cfg, const cha
              c++) {
             const struct rls_node *w = &level->children[c];
             if (w->wildcard && rls_config__eq(e->key, e->klen, w->key) &&
-                rls_config__glob(w->value, e->value, e->vlen))
+                rls_config__glob(w->value, e->value, e->vlen)) {
                 next = w;
+                if (shared != NULL && w->share)
+                    shared[i] = w->value;
+            }
         }
         if (next == NULL)
             next = rls_config__find(level, e->key, e->klen, NULL, 0);

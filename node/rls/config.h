@@ -74,9 +74,17 @@ void rls_config_free(struct rls_config *cfg);
 /* Number of domains loaded. */
 size_t rls_config_domains(const struct rls_config *cfg);
 
+/* 1 when cfg holds domain (dlen bytes), else 0. */
+int rls_config_has_domain(const struct rls_config *cfg, const char *domain, size_t dlen);
+
 /* The limit for one descriptor of domain, or NULL when none applies (an
- * unknown domain included).  The pointer lives as long as cfg.  Never fails. */
+ * unknown domain included).  The pointer lives as long as cfg.  Never fails.
+ * shared, when not NULL, has room for n pointers: shared[i] is set to the
+ * wildcard pattern entry i matched under share_threshold (every value it
+ * matches shares one counter, as in envoyproxy/ratelimit), else NULL; the
+ * patterns live as long as cfg. */
 const struct rls_limit *rls_config_match(const struct rls_config *cfg, const char *domain,
-                                         size_t dlen, const struct rls_entry *entries, size_t n);
+                                         size_t dlen, const struct rls_entry *entries, size_t n,
+                                         const char **shared);
 
 #endif

@@ -49,7 +49,7 @@ struct rls_decide_req {
 };
 
 struct rls_decide_res {
-    int limited;            /* 1: over the limit, nothing charged */
+    int limited;            /* 1: over the limit (the hits counted all the same) */
     int64_t remaining;      /* units left in the limit after this call */
     int64_t reset_after_ms; /* until the limit is whole again (calendar: window end) */
 };

@@ -170,6 +170,7 @@ struct rls_applied {
     const struct rls_limit *cfg; /* NULL: none, or the override below */
     struct rls_limit override;
     int has;
+    const char *shared[RLS_SERVICE_MAX_ENTRIES]; /* share_threshold patterns, by entry */
 };
 
 /* Appends s (n bytes) at *at in key[RLS_SERVICE_MAX_KEY]; -SLUICE_ETOOBIG. */
@@ -183,12 +184,15 @@ static int rls_service__put(char *key, size_t *at, const char *s, size_t n)
 }
 
 /* "domain|k_v|k_v" into key; returns its length or -SLUICE_ETOOBIG. */
-static int rls_service__key(const char *domain, const rls_desc_t *d, char *key, size_t *klen)
+static int rls_service__key(const char *domain, const rls_desc_t *d, const char *const *shared,
+                            char *key, size_t *klen)
 {
     size_t at = 0;
     int rc = rls_service__put(key, &at, domain, strlen(domain));
     for (size_t i = 0; rc == 0 && i < d->n_entries; i++) {
         const char *k = d->entries[i]->key, *v = d->entries[i]->value;
+        if (shared[i] != NULL)
+            v = shared[i]; /* share_threshold: the pattern stands for the value */
         rc = rls_service__put(key, &at, "|", 1);
         if (rc == 0)
             rc = rls_service__put(key, &at, k, strlen(k));
@@ -230,9 +234,7 @@ static int rls_service__validate(const rls_req_t *req, char *why, size_t whylen)
         msg = "too many descriptors";
     for (size_t i = 0; msg == NULL && i < req->n_descriptors; i++) {
         const rls_desc_t *d = req->descriptors[i];
-        if (d->n_entries == 0)
-            msg = "descriptor has no entries";
-        else if (d->n_entries > RLS_SERVICE_MAX_ENTRIES)
+        if (d->n_entries > RLS_SERVICE_MAX_ENTRIES)
             msg = "descriptor has too many entries";
         else if (d->limit != NULL &&
                  ((int)d->limit->unit < RLS_UNIT_SECOND || (int)d->limit->unit > RLS_UNIT_YEAR))
@@ -251,6 +253,10 @@ static void rls_service__limits(struct rls_service *svc, const rls_req_t *req,
     for (size_t i = 0; i < req->n_descriptors; i++) {
         const rls_desc_t *d = req->descriptors[i];
         memset(&lim[i], 0, sizeof(lim[i]));
+        /* An unknown domain has no limit, an override included, as
+         * envoyproxy/ratelimit's GetLimit answers. */
+        if (!rls_config_has_domain(svc->config, req->domain, strlen(req->domain)))
+            continue;
         if (d->limit != NULL) {
             lim[i].override.requests_per_unit = d->limit->requests_per_unit;
             lim[i].override.unit = (enum rls_unit)d->limit->unit;
@@ -264,8 +270,8 @@ static void rls_service__limits(struct rls_service *svc, const rls_req_t *req,
             ents[e].value = d->entries[e]->value;
             ents[e].vlen = strlen(ents[e].value);
         }
-        lim[i].cfg =
-            rls_config_match(svc->config, req->domain, strlen(req->domain), ents, d->n_entries);
+        lim[i].cfg = rls_config_match(svc->config, req->domain, strlen(req->domain), ents,
+                                      d->n_entries, lim[i].shared);
         lim[i].has = lim[i].cfg != NULL;
     }
     /* replaces: a name any matched limit replaces is not applied. */
@@ -359,7 +365,16 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
             res.reset_after_ms = q.period_s * 1000;
         } else {
             char key[RLS_SERVICE_MAX_KEY];
-            rc = rls_service__key(req->domain, d, key, &q.klen);
+            rc = rls_service__key(req->domain, d, sc.lim[i].shared, key, &q.klen);
+            if (rc == 0 && sc.lim[i].cfg == NULL) {
+                /* An override keeps one counter per unit, as envoyproxy's
+                 * cache keys carry their window: a per-second hit must not
+                 * touch a day's budget of the same descriptor. */
+                const char *u = rls_unit_name(l->unit);
+                rc = rls_service__put(key, &q.klen, "|@", 2);
+                if (rc == 0)
+                    rc = rls_service__put(key, &q.klen, u, strlen(u));
+            }
             if (rc == 0) {
                 q.key = key;
                 rc = svc->decide(svc->ud, &q, &res);
@@ -381,8 +396,12 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
         st->current_limit = rl;
         Google__Protobuf__Duration *du = &sc.dur[i];
         google__protobuf__duration__init(du);
-        du->seconds = res.reset_after_ms / 1000;
-        du->nanos = (int32_t)(res.reset_after_ms % 1000) * 1000000;
+        /* Whole seconds, rounded up, as envoyproxy/ratelimit's
+         * CalculateReset (unit - now % unit on a whole-second clock): a
+         * per-second limit says 1, a minute's at its start 60.  Envoy's
+         * X-RateLimit-Reset reads the seconds only. */
+        du->seconds = res.reset_after_ms / 1000 + (res.reset_after_ms % 1000 != 0);
+        du->nanos = 0;
         st->duration_until_reset = du;
         if (res.limited) {
             st->code = CODE_OVER_LIMIT;

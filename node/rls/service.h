@@ -9,7 +9,9 @@
  * Descriptor to sluice key: "DOMAIN|KEY_VALUE|KEY_VALUE..." with every
  * entry of the request descriptor, in order (an entry with an empty value
  * gives "KEY_"), so each value under a key-only rule has its own counter,
- * as in envoyproxy/ratelimit's cache keys.
+ * as in envoyproxy/ratelimit's cache keys.  A limit override in the
+ * request adds "|@UNIT" (its unit's name), so overrides of different units
+ * keep different counters, as envoyproxy's keys carry their window.
  */
 #ifndef SLUICE_RLS_SERVICE_H
 #define SLUICE_RLS_SERVICE_H

@@ -50,8 +50,15 @@ class TestAcquire(unittest.TestCase):
             self.assertGreater(rep[3], 50000)  # retry_after_ms
             self.assertEqual(rep[5], 0)
             self.assertLess(time.monotonic() - t0, 30)  # (not a timing assertion: a bound)
-            # more than the key ever holds: limited at once, retry -1
+            # more than a bucket ever holds pays forward (Guava's acquire(n)):
+            # allowed at once, and the next request waits out the debt
             rep = r.execute_command("SL.ACQUIRE", "h2", *SLOW, "QTY", "5", "TIMEOUT", "1000")
+            self.assertEqual(rep[0], 0)
+            rep = r.execute_command("SL.ACQUIRE", "h2", *SLOW, "TIMEOUT", "100")
+            self.assertEqual(rep[0], 1)
+            # more than a window ever holds: limited at once, retry -1
+            rep = r.execute_command("SL.ACQUIRE", "h3", "ALGO", "fixed-window", "RATE", "2",
+                                    "60000", "QTY", "5", "TIMEOUT", "1000")
             self.assertEqual(rep[0], 1)
             self.assertEqual(rep[3], -1)
 

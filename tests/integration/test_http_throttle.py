@@ -76,6 +76,27 @@ class HttpThrottle(unittest.TestCase):
                 "CL.THROTTLE", "k", 1, 1, 60)[3]))
             r.close()
 
+    def test_charge_after_the_response_drives_the_key_into_debt(self):
+        with self.daemon() as d:
+            # look (cost 0), then charge the real cost: 5 on a bucket of 3
+            st, _, body = get(self.port, "/v1/throttle?key=c1&policy=api&cost=0")
+            self.assertEqual((st, body), (200, "allowed\n"))
+            st, h, body = get(self.port, "/v1/throttle?key=c1&policy=api&charge=5")
+            self.assertEqual((st, body), (200, "charged, over the limit\n"))
+            self.assertEqual(h["ratelimit"].split(";")[1], "r=0")
+            # 5 units at 1 per hour: one fits again after 3 hours
+            self.assertTrue(3 * 3600 - 10 <= int(h["retry-after"]) <= 3 * 3600, h)
+            st, _, _ = get(self.port, "/v1/throttle?key=c1&policy=api")
+            self.assertEqual(st, 429)
+            # the inline form charges the key CL.THROTTLE decides
+            st, _, body = get(self.port, "/v1/throttle?key=c2&burst=1&count=1&period=60&charge=1")
+            self.assertEqual((st, body), (200, "charged\n"))
+            r = redis.Redis(unix_socket_path=d.path, socket_timeout=10)
+            self.assertEqual(r.execute_command("CL.THROTTLE", "c2", 1, 1, 60)[:3], [0, 2, 0])
+            r.close()
+            st, _, _ = get(self.port, "/v1/throttle?key=c1&policy=api&charge=x")
+            self.assertEqual(st, 400)
+
     def test_header_form_cost_and_deny_status(self):
         with self.daemon("--http-deny-status", "403", "--http-trust-headers", "on"):
             hdr = {"X-Sluice-Key": "proxy:1", "X-Sluice-Policy": "api", "X-Sluice-Cost": "2"}

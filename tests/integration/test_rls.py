@@ -212,11 +212,63 @@ class RlsTest(unittest.TestCase):
         # a descriptor's own hits_addend overrides; 0 only looks
         resp = self.req({"entries": [("bulk", "b1")], "hits": 0}, hits=9)
         self.assertEqual((resp.overall_code, resp.statuses[0].limit_remaining), (R.OK, 6))
-        resp = self.req({"entries": [("bulk", "b1")], "hits": 7})
-        self.assertEqual(resp.overall_code, R.OVER_LIMIT)
         resp = self.req({"entries": [("bulk", "b1")], "hits": 6})
         self.assertEqual((resp.overall_code, resp.statuses[0].limit_remaining), (R.OK, 0))
+        # exactly at the limit a look is still OK; one more hit is over
+        look = self.req({"entries": [("bulk", "b1")], "hits": 0})
+        self.assertEqual((look.overall_code, look.statuses[0].limit_remaining), (R.OK, 0))
         self.assertEqual(self.req([("bulk", "b1")]).overall_code, R.OVER_LIMIT)
+
+    def test_every_hit_counts_as_envoyproxy(self):
+        """envoyproxy/ratelimit counts refused hits too: a counter past its
+        limit makes a later look with hits_addend 0 OVER_LIMIT."""
+        R = rls_pb2.RateLimitResponse
+        resp = self.req({"entries": [("bulk", "b9")], "hits": 7})
+        self.assertEqual(resp.overall_code, R.OK)
+        resp = self.req({"entries": [("bulk", "b9")], "hits": 7})  # 14 of 10
+        self.assertEqual(resp.overall_code, R.OVER_LIMIT)
+        look = self.req({"entries": [("bulk", "b9")], "hits": 0})
+        self.assertEqual((look.overall_code, look.statuses[0].limit_remaining),
+                         (R.OVER_LIMIT, 0))
+
+    def token_quota(self, value, limit, cost, n):
+        """Envoy's token-quota pattern: look with 0 hits before the request,
+        charge the real cost after the response; how many requests pass."""
+        R = rls_pb2.RateLimitResponse
+        passed = 0
+        for _ in range(n):
+            d = {"entries": [("tenant", value)], "limit": limit}
+            if self.req(dict(d, hits=0)).overall_code != R.OK:
+                continue
+            passed += 1
+            self.req(dict(d, hits=cost))
+        return passed
+
+    def test_token_quota_pattern_charges_after_the_response(self):
+        # 2 per MINUTE (unit 2), cost 1: looks pass at counts 0, 1, 2
+        self.assertEqual(self.token_quota("tq1", (2, 2), 1, 10), 3)
+        # 1000 per MINUTE, 300-unit charges: looks pass at 0, 300, 600, 900
+        self.assertEqual(self.token_quota("tq2", (1000, 2), 300, 8), 4)
+
+    def test_overrides_of_different_units_keep_their_own_counters(self):
+        R = rls_pb2.RateLimitResponse
+        day = {"entries": [("tenant", "u1")], "limit": (2, 4)}     # 2 per DAY
+        sec = {"entries": [("tenant", "u1")], "limit": (5, 1)}     # 5 per SECOND
+        self.assertEqual([self.req(day).overall_code for _ in range(3)],
+                         [R.OK, R.OK, R.OVER_LIMIT])
+        self.assertEqual(self.req(sec).overall_code, R.OK)
+        # the per-second hit did not touch the exhausted day budget
+        self.assertEqual(self.req(day).overall_code, R.OVER_LIMIT)
+
+    def test_duration_until_reset_in_whole_seconds_as_envoyproxy(self):
+        sec = {"entries": [("tenant", "r1")], "limit": (5, 1)}     # per SECOND
+        minute = {"entries": [("tenant", "r1")], "limit": (5, 2)}  # per MINUTE
+        d = self.req(sec).statuses[0].duration_until_reset
+        self.assertEqual((d.seconds, d.nanos), (1, 0))
+        want = 60 - int(time.time()) % 60
+        d = self.req(minute).statuses[0].duration_until_reset
+        self.assertEqual(d.nanos, 0)
+        self.assertIn(d.seconds, (want, want - 1 if want > 1 else 60))
 
     def test_limit_override(self):
         R = rls_pb2.RateLimitResponse

@@ -38,6 +38,7 @@ struct rec {
     int limited;
     int64_t remaining;
     int64_t waited_ns;
+    int64_t retry_after_ns;
 };
 
 struct log {
@@ -59,7 +60,7 @@ static void on_done(void *ud, const struct algo_result *r, int64_t waited_ns)
         l->r = realloc(l->r, l->cap * sizeof(*l->r));
         assert_non_null(l->r);
     }
-    l->r[l->n++] = (struct rec){c->id, r->limited, r->remaining, waited_ns};
+    l->r[l->n++] = (struct rec){c->id, r->limited, r->remaining, waited_ns, r->retry_after_ns};
 }
 
 struct fixture {
@@ -173,9 +174,11 @@ static void test_deadline(void **state)
     /* fit in 100 ms, deadline 20 ms: at once, limited */
     assert_int_equal(submit(f, &c[1], "d", &p, 1, 20 * MS, NULL), 1);
     assert_int_equal(f->log.r[1].limited, 1);
-    /* never fits (2 > capacity 1) */
-    assert_int_equal(submit(f, &c[2], "d", &p, 2, 10 * S, NULL), 1);
+    /* never fits (3 > a window's 2) */
+    struct algo_params fw = mkp(ALGO_FIXED_WINDOW, 0, 2, 10 * S);
+    assert_int_equal(submit(f, &c[2], "d2", &fw, 3, 10 * S, NULL), 1);
     assert_int_equal(f->log.r[2].limited, 1);
+    assert_int_equal(f->log.r[2].retry_after_ns, ALGO_NEVER);
     /* waits for 100 ms */
     assert_int_equal(submit(f, &c[3], "d", &p, 1, S, NULL), 0);
     /* behind it, 30 ms deadline: no estimate (2 units exceed capacity), so
@@ -188,6 +191,29 @@ static void test_deadline(void **state)
     assert_true(f->log.r[3].waited_ns >= 30 * MS);
     assert_int_equal(f->log.r[4].id, 3);
     assert_int_equal(f->log.r[4].limited, 0);
+}
+
+/* More than a bucket ever holds pays forward, as Guava's acquire(n): it is
+ * served when one unit fits and charged in full, and the request after it
+ * waits out the debt (BURST 0, one unit per 100 ms: 3 units, then 300 ms). */
+static void test_pays_forward(void **state)
+{
+    struct fixture *f = *state;
+    struct algo_params p = mkp(ALGO_GCRA, 0, 1, 100 * MS);
+    struct ctx c[3];
+    for (int i = 0; i < 3; i++)
+        c[i].id = i;
+    assert_int_equal(submit(f, &c[0], "pf", &p, 3, S, NULL), 1);
+    assert_int_equal(f->log.r[0].limited, 0);
+    /* the debt is beyond a 200 ms deadline: limited at once, 300 ms to wait */
+    assert_int_equal(submit(f, &c[1], "pf", &p, 1, 200 * MS, NULL), 1);
+    assert_int_equal(f->log.r[1].limited, 1);
+    assert_true(f->log.r[1].retry_after_ns > 250 * MS);
+    assert_int_equal(submit(f, &c[2], "pf", &p, 1, S, NULL), 0);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(f->log.n, 3);
+    assert_int_equal(f->log.r[2].limited, 0);
+    assert_true(f->log.r[2].waited_ns >= 250 * MS);
 }
 
 /* A cancelled waiter is never answered, and the ones behind it move up. */
@@ -619,6 +645,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pays_forward, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thousands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_policy_retained, setup, teardown),

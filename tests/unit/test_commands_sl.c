@@ -156,6 +156,38 @@ static void test_throttle_replies(void **state)
     assert_non_null(strstr(r, "$11\r\nsliding-log\r\n$6\r\npolicy\r\n$5\r\nlogin\r\n"));
 }
 
+/* SL.CHARGE counts whatever the key holds: a cost known after the work
+ * drives the key into a debt that SL.THROTTLE then waits out. */
+static void test_charge_post_paid(void **state)
+{
+    struct fixture *f = *state;
+    const char *spec = "ALGO fixed-window RATE 10 3600000";
+    char line[160];
+    /* 7 of 10, then a charge of 7 more: over by 4, yet counted */
+    snprintf(line, sizeof(line), "SL.CHARGE c %s QTY 7", spec);
+    assert_true(strncmp(run(f, line), "*5\r\n:0\r\n:10\r\n:3\r\n:-1\r\n", 22) == 0);
+    const char *r = run(f, line);
+    assert_true(strncmp(r, "*5\r\n:1\r\n:10\r\n:0\r\n:", 18) == 0);
+    assert_null(strstr(r, ":-1")); /* when one unit fits again */
+    /* a request now is refused, and a look says over */
+    snprintf(line, sizeof(line), "SL.THROTTLE c %s", spec);
+    assert_true(strncmp(run(f, line), "*5\r\n:1\r\n", 8) == 0);
+    snprintf(line, sizeof(line), "SL.CHARGE c %s QTY 0", spec);
+    assert_true(strncmp(run(f, line), "*5\r\n:1\r\n:10\r\n:0\r\n", 16) == 0);
+    /* gcra: the debt is repaid at the rate; exactly at the limit is not over */
+    assert_true(strncmp(run(f, "SL.CHARGE g ALGO gcra BURST 1 RATE 2 3600000 QTY 2"),
+                        "*5\r\n:0\r\n:2\r\n:0\r\n:-1\r\n", 21) == 0);
+    r = run(f, "SL.CHARGE g ALGO gcra BURST 1 RATE 2 3600000 QTY 1");
+    assert_true(strncmp(r, "*5\r\n:1\r\n:2\r\n:0\r\n", 16) == 0);
+    /* 3 units in a bucket of 2 at 2 per hour: one unit fits once the
+     * debt and one unit are repaid, an hour on */
+    assert_non_null(strstr(r, ":3600000\r\n"));
+    /* a dry-run policy answers allowed, but the units are counted */
+    assert_true(strncmp(run(f, "SL.CHARGE trial:a QTY 5"), "*5\r\n:0\r\n:1\r\n:0\r\n", 16) == 0);
+    assert_true(strncmp(run(f, "SL.CHARGE k ALGO gcra RATE 1 1000"), "-ERR QTY is required", 20) ==
+                0);
+}
+
 static void test_errors(void **state)
 {
     struct fixture *f = *state;
@@ -421,6 +453,9 @@ static void test_global_refund_reset_refused(void **state)
     assert_int_equal(replica_key_total(rep, "g", 1), 1);
     expect(f, "SL.REFUND g ALGO gcra BURST 1 RATE 2 3600000 QTY 1", refund_err);
     expect(f, "SL.RESET g", reset_err);
+    expect(f, "SL.CHARGE g ALGO gcra BURST 1 RATE 2 3600000 QTY 5",
+           "-ERR SL.CHARGE is not available for global keys yet (the cluster cannot count a "
+           "debt); use a local key\r\n");
     /* nothing was given back */
     assert_int_equal(replica_key_total(rep, "g", 1), 1);
     expect(f, "SL.PEEK g ALGO gcra BURST 1 RATE 2 3600000", "*5\r\n:0\r\n:2\r\n:1\r\n");
@@ -490,6 +525,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_multi, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dry_run_and_info, setup, teardown),
         cmocka_unit_test_setup_teardown(test_acquire_without_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_charge_post_paid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_policies_and_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(test_scope_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_global_refund_reset_refused, csetup, cteardown),

@@ -50,7 +50,7 @@ static const struct rls_limit *match(const struct rls_config *cfg, const char *d
         n++;
     }
     va_end(ap);
-    return rls_config_match(cfg, domain, strlen(domain), e, n);
+    return rls_config_match(cfg, domain, strlen(domain), e, n, NULL);
 }
 
 static void assert_limit(const struct rls_limit *l, uint32_t rpu, enum rls_unit unit)
