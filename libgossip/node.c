@@ -342,6 +342,11 @@ static void pb_send(struct gossip_node *n, struct pktbuf *pb, const struct gossi
 {
     const uint8_t *wire = pb->buf;
     size_t len = pb->len;
+    /* A process that yielded its name to an older one says nothing more
+     * under it: its acks, refutations and leave would all read as the
+     * incumbent's. */
+    if (n->conflict)
+        return;
     if (pb->nmsgs > PROTO_MAX_MSGS)
         return; /* cannot happen with sane MTUs; never send what peers reject */
     proto_packet_finish(pb->buf, pb->nmsgs);
@@ -388,6 +393,7 @@ static void member_msg(const struct member *m, const struct gossip_node *n, stru
     memset(out, 0, sizeof(*out));
     out->name = pstr(m->name, m->name_len);
     out->incarnation = m->incarnation;
+    out->life = m->life; /* every piece of news names the life it is about */
     switch (m->state) {
     case GOSSIP_MEMBER_ALIVE:
         out->type = PROTO_ALIVE;
@@ -478,7 +484,7 @@ static void set_state(struct gossip_node *n, struct member *m, enum gossip_membe
 static void refute(struct gossip_node *n, uint32_t accused_inc)
 {
     struct member *self = n->self;
-    if (n->left)
+    if (n->left || n->conflict)
         return;
     self->incarnation = (accused_inc >= self->incarnation ? accused_inc : self->incarnation) + 1;
     n->st.refutations++;
@@ -543,6 +549,14 @@ static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
         claim_on_self(n, msg);
         return;
     }
+    /* Another life claiming a live member's name from another address is a
+     * second process with the name (it will be refused), not a restart: a
+     * restart in place keeps the address, and one that moved takes the name
+     * once its old life is found dead.  Whatever its incarnation, it must
+     * not push the live one aside in our view. */
+    if (m != NULL && !m->reaped && msg->life != 0 && m->life != 0 && msg->life != m->life &&
+        is_live(m) && !gossip_addr_equal(&msg->addr, &m->addr))
+        return;
     if (m != NULL && msg->life != 0 && msg->life != m->life && msg->incarnation > m->incarnation) {
         m->life = msg->life;
         m->born_est =
@@ -611,11 +625,23 @@ static int confirm_suspicion(struct gossip_node *n, struct member *m, uint64_t a
     return 1;
 }
 
+/* 1 if news about life `life` of m concerns another life than the one we
+ * know (0 on either side: unknown, so it counts). */
+static int other_life_news(const struct gossip_node *n, const struct member *m, uint64_t life)
+{
+    uint64_t ours = m->is_self ? n->cfg.life_id : m->life;
+    return life != 0 && ours != 0 && life != ours;
+}
+
 static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint32_t inc,
-                       const char *from, size_t from_len)
+                       uint64_t life, const char *from, size_t from_len)
 {
     struct member *m = member_find(&n->t, name, len);
     if (m == NULL || m->reaped || inc < m->incarnation)
+        return;
+    /* A suspicion of another life of this name (a refused second process,
+     * or a life that ended) is not about the member we know. */
+    if (!m->is_self && other_life_news(n, m, life))
         return;
     if (m->is_self) {
         if (!n->joined)
@@ -630,6 +656,7 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
             struct proto_msg msg = {.type = PROTO_SUSPECT,
                                     .name = pstr(m->name, m->name_len),
                                     .incarnation = m->incarnation,
+                                    .life = m->life,
                                     .from = pstr(from, from_len)};
             queue_member_msg(n, &msg);
         }
@@ -644,15 +671,21 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
     struct proto_msg msg = {.type = PROTO_SUSPECT,
                             .name = pstr(m->name, m->name_len),
                             .incarnation = inc,
+                            .life = m->life,
                             .from = pstr(from, from_len)};
     queue_member_msg(n, &msg);
     emit(n, GOSSIP_EVENT_SUSPECT, m);
 }
 
-static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_t inc, int left)
+static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_t inc,
+                    uint64_t life, int left)
 {
     struct member *m = member_find(&n->t, name, len);
     if (m == NULL || m->reaped || inc < m->incarnation)
+        return;
+    /* The death or leave of another life of the name (say a refused
+     * duplicate's graceful leave) leaves the life we know untouched. */
+    if (!m->is_self && other_life_news(n, m, life))
         return;
     if (m->state == GOSSIP_MEMBER_DEAD || m->state == GOSSIP_MEMBER_LEFT) {
         /* A leave outranks a death at the same incarnation (graceful). */
@@ -694,7 +727,7 @@ static void probe_finish(struct gossip_node *n)
     }
     struct member *m = member_find(&n->t, p->target, p->target_len);
     if (m != NULL && m->state == GOSSIP_MEMBER_ALIVE && !m->reaped)
-        on_suspect(n, m->name, m->name_len, m->incarnation, n->name, n->name_len);
+        on_suspect(n, m->name, m->name_len, m->incarnation, m->life, n->name, n->name_len);
 }
 
 static struct member *next_probe_target(struct gossip_node *n)
@@ -750,6 +783,7 @@ static void probe_start(struct gossip_node *n)
         struct proto_msg sus = {.type = PROTO_SUSPECT,
                                 .name = pstr(m->name, m->name_len),
                                 .incarnation = m->incarnation,
+                                .life = m->life,
                                 .from = pstr(n->name, n->name_len)};
         pb_add(pb, &sus); /* before the ping: the ack then carries the refutation */
     }
@@ -1205,11 +1239,14 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         for (size_t i = 0; i < sizeof(snd->old_lives) / sizeof(snd->old_lives[0]); i++)
             if (snd->old_lives[i] != 0 && snd->old_lives[i] == p->life)
                 return drop(n, GOSSIP_DROP_STALE, -GOSSIP_EREPLAY);
-        /* Another life takes over the name (and the window) only when it
-         * outranks the one we know (a higher incarnation: it refuted) or that
-         * one is gone; until then its packets are read but move nothing, so
-         * a second process with the name cannot push the live one aside. */
-        if (snd->ts_life == 0 || p->incarnation > snd->incarnation || !is_live(snd))
+        /* Another life takes over the name (and the window) only when that
+         * one is gone, or it is the life we already accepted (its alive
+         * came first), or it outranks it (it refuted) from the same address
+         * (a restart in place); until then its packets are read but move
+         * nothing, so a second process with the name cannot push the live
+         * one aside, whatever incarnation it reaches. */
+        if (snd->ts_life == 0 || !is_live(snd) || p->life == snd->life ||
+            (p->incarnation > snd->incarnation && gossip_addr_equal(from, &snd->addr)))
             newer_life = 1;
         else
             other_life = 1;
@@ -1217,7 +1254,7 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
     for (size_t i = 0; i < p->nmsgs; i++) {
         const struct proto_msg *m = &p->msgs[i];
         pushpull |= m->type == PROTO_PUSHPULL;
-        if (snd != NULL && m->type == PROTO_ALIVE && m->name.len == p->sender.len &&
+        if (snd != NULL && !other_life && m->type == PROTO_ALIVE && m->name.len == p->sender.len &&
             memcmp(m->name.ptr, p->sender.ptr, m->name.len) == 0 &&
             m->incarnation > snd->incarnation)
             newer_life = 1;
@@ -1246,18 +1283,20 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
             on_alive(n, m);
             break;
         case PROTO_SUSPECT:
-            on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->from.ptr, m->from.len);
+            on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->life, m->from.ptr,
+                       m->from.len);
             break;
         case PROTO_DEAD:
             /* A full-state dead entry only makes us suspect (the member may
              * still refute); gossip of a death is acted on directly. */
             if (pushpull)
-                on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->from.ptr, m->from.len);
+                on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->life, m->from.ptr,
+                           m->from.len);
             else
-                on_dead(n, m->name.ptr, m->name.len, m->incarnation, 0);
+                on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 0);
             break;
         case PROTO_LEFT:
-            on_dead(n, m->name.ptr, m->name.len, m->incarnation, 1);
+            on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 1);
             break;
         case PROTO_APP:
             on_app(n, m);
@@ -1289,12 +1328,16 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         n->next_stranger = n->now + STRANGER_NS;
         pushpull_start(n, from);
     }
-    if (snd != NULL && p->incarnation > snd->incarnation) {
+    if (snd != NULL && !other_life && p->incarnation > snd->incarnation &&
+        (p->life == snd->life || gossip_addr_equal(from, &snd->addr))) {
         /* The header is the sender speaking for itself: as good as an alive
-         * message, so a refutation rides on every packet it sends. */
+         * message, so a refutation rides on every packet it sends.  Only
+         * for the life we know, or one at its address: another process
+         * with the name speaks for its own life, not this one. */
         struct proto_msg alive = {.type = PROTO_ALIVE,
                                   .name = p->sender,
                                   .incarnation = p->incarnation,
+                                  .life = p->life,
                                   .addr = snd->addr};
         on_alive(n, &alive);
     }
@@ -1402,7 +1445,8 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
         k = pick_random(n, k > 64 ? 64 : k, NULL, want_live, peers);
         struct proto_msg msg = {.type = PROTO_LEFT,
                                 .name = pstr(n->name, n->name_len),
-                                .incarnation = n->self->incarnation};
+                                .incarnation = n->self->incarnation,
+                                .life = n->cfg.life_id};
         for (size_t i = 0; i < k; i++)
             send_one(n, &peers[i]->addr, &msg);
     }
@@ -1418,7 +1462,7 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
     for (size_t i = 0; i < n->sn;) {
         struct member *m = n->sus[i];
         if (now >= m->susp_deadline) {
-            on_dead(n, m->name, m->name_len, m->incarnation, 0); /* removes m from sus */
+            on_dead(n, m->name, m->name_len, m->incarnation, m->life, 0); /* removes m from sus */
             if (i < n->sn && n->sus[i] == m)
                 sus_remove(n, m); /* never leave an expired deadline behind */
             continue;
@@ -1609,6 +1653,13 @@ int gossip_node_leave(struct gossip_node *n)
 {
     if (n->left)
         return -GOSSIP_ESTATE;
+    if (n->conflict) {
+        /* We yielded the name: the leave would be read as the incumbent's.
+         * Stop quietly; there is nothing to announce. */
+        n->left = 1;
+        n->probe.active = 0;
+        return -GOSSIP_ESTATE;
+    }
     set_state(n, n->self, GOSSIP_MEMBER_LEFT);
     broadcast_member(n, n->self);
     n->left = 1;
