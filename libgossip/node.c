@@ -48,9 +48,9 @@
 #define TS_WINDOW_NS       (30000 * MS)
 #define REAP_CHECK_NS      (1000 * MS)
 #define JOIN_RETRY_NS      (2000 * MS)
-#define PKT_MAX            9216 /* largest datagram handled (jumbo frame) */
-#define PP_MSG_OVERHEAD    16   /* PUSHPULL message without its chunk */
-#define LEAVE_FANOUT_EXTRA 3
+#define PKT_MAX            9216        /* largest datagram handled (jumbo frame) */
+#define PP_MSG_OVERHEAD    16          /* PUSHPULL message without its chunk */
+#define LEAVE_FANOUT       64          /* members told of a leave directly; gossip tells the rest */
 #define DIRECT_PENDING_MAX (4u << 20)  /* bytes of direct messages waiting */
 #define CONFLICT_REPLY_NS  (1000 * MS) /* at most one CONFLICT answer a second */
 #define STRANGER_NS        (200 * MS)  /* push-pull with unknown senders at most this often */
@@ -662,8 +662,14 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
         }
         return;
     }
-    if (m->state != GOSSIP_MEMBER_ALIVE)
+    if (m->state != GOSSIP_MEMBER_ALIVE) {
+        /* The accuser missed the member's leave or death (dissemination is
+         * probabilistic): tell the cluster again, so the accuser learns the
+         * final word before its own suspicion times out. */
+        if (m->state == GOSSIP_MEMBER_LEFT || m->state == GOSSIP_MEMBER_DEAD)
+            broadcast_member(n, m);
         return;
+    }
     m->incarnation = inc;
     set_state(n, m, GOSSIP_MEMBER_SUSPECT);
     start_suspicion(n, m, accuser);
@@ -688,9 +694,13 @@ static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_
     if (!m->is_self && other_life_news(n, m, life))
         return;
     if (m->state == GOSSIP_MEMBER_DEAD || m->state == GOSSIP_MEMBER_LEFT) {
-        /* A leave outranks a death at the same incarnation (graceful). */
-        if (!(left && m->state == GOSSIP_MEMBER_DEAD))
+        /* A leave outranks a death at the same incarnation (graceful).  A
+         * death reported of a member we know left: say so again. */
+        if (!(left && m->state == GOSSIP_MEMBER_DEAD)) {
+            if (!left && m->state == GOSSIP_MEMBER_LEFT && !m->is_self)
+                broadcast_member(n, m);
             return;
+        }
     }
     if (m->is_self) {
         if (!n->joined)
@@ -725,8 +735,13 @@ static void probe_finish(struct gossip_node *n)
     } else {
         awareness_delta(n, 1);
     }
+    /* A failed probe of a member already suspect is our independent
+     * confirmation (Lifeguard): it shortens the suspicion everywhere.
+     * Without it a suspicion started by one accuser and spread by gossip
+     * runs to its maximum timeout, since nobody else ever accuses. */
     struct member *m = member_find(&n->t, p->target, p->target_len);
-    if (m != NULL && m->state == GOSSIP_MEMBER_ALIVE && !m->reaped)
+    if (m != NULL && !m->reaped &&
+        (m->state == GOSSIP_MEMBER_ALIVE || m->state == GOSSIP_MEMBER_SUSPECT))
         on_suspect(n, m->name, m->name_len, m->incarnation, m->life, n->name, n->name_len);
 }
 
@@ -1439,10 +1454,15 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
             pushpull_start(n, &n->seeds[i]);
     }
     if (n->leave_pending) {
-        struct member *peers[64];
-        size_t k = (size_t)n->cfg.gossip_nodes + LEAVE_FANOUT_EXTRA;
+        /* Told directly to every live member (up to LEAVE_FANOUT), not left
+         * to gossip alone: a member that misses it would suspect us, then
+         * report us dead rather than gone. */
+        struct member *peers[LEAVE_FANOUT];
+        size_t k = 0;
         n->leave_pending = 0;
-        k = pick_random(n, k > 64 ? 64 : k, NULL, want_live, peers);
+        for (size_t i = 0; i < n->t.n && k < LEAVE_FANOUT; i++)
+            if (!n->t.v[i]->is_self && is_live(n->t.v[i]))
+                peers[k++] = n->t.v[i];
         struct proto_msg msg = {.type = PROTO_LEFT,
                                 .name = pstr(n->name, n->name_len),
                                 .incarnation = n->self->incarnation,
