@@ -651,6 +651,23 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
         return;
     }
     uint64_t accuser = member_hash(from, from_len);
+    if (m->state == GOSSIP_MEMBER_SUSPECT && inc > m->incarnation) {
+        /* It refuted the suspicion we hold (the news of it missed us) and
+         * is suspected again: our timer belongs to the refuted incarnation.
+         * Start over at the new one, or a member that refutes every time
+         * (a slow one) dies on the first timer set in our view. */
+        m->incarnation = inc;
+        sus_remove(n, m);
+        start_suspicion(n, m, accuser);
+        n->st.suspicions++;
+        struct proto_msg msg = {.type = PROTO_SUSPECT,
+                                .name = pstr(m->name, m->name_len),
+                                .incarnation = inc,
+                                .life = m->life,
+                                .from = pstr(from, from_len)};
+        queue_member_msg(n, &msg);
+        return;
+    }
     if (m->state == GOSSIP_MEMBER_SUSPECT) {
         if (confirm_suspicion(n, m, accuser)) {
             struct proto_msg msg = {.type = PROTO_SUSPECT,
