@@ -321,7 +321,18 @@ def test_wrong_key(c, tmp):
             assert "stranger" not in c.members(i), c.members(i)
         with redis.Redis(unix_socket_path=d.path, socket_timeout=2) as r:
             rows = r.execute_command("SL.MEMBERS")
+            ci = r.info("cluster")
         assert [row[0].decode() for row in rows] == ["stranger"], rows
+        # On its own side it hears nothing back: not ready, and one warning
+        # that names the key file.
+        assert ci["cluster_state"] == "not_ready", ci
+        assert str(ci["cluster_state_reason"]).startswith("alone: no seed has answered"), ci
+        sluicetest.wait_until(lambda: "no seed has answered" in d.logtext(), timeout=15,
+                              what="the stranger to warn that no seed answers")
+        warn = [ln for ln in d.logtext().splitlines() if "no seed has answered" in ln]
+        assert len(warn) == 1 and "--cluster-key-file" in warn[0], warn
+        for i in range(c.n):
+            assert info(c, i)["cluster_state"] == "ok", info(c, i)
         after = sum(int(info(c, i).get("gossip_drops_auth", 0)) for i in range(c.n))
         print("ok: a node with another key never joins (%d packets dropped as auth failures)"
               % (after - before))
