@@ -867,7 +867,14 @@ static void on_ping_req(struct gossip_node *n, const struct gossip_addr *from,
     r->their_seq = msg->seq;
     r->our_seq = ++n->seq;
     r->requester = *from;
-    r->nack_at = n->now + n->cfg.probe_timeout_ms * MS;
+    /* The requester sent this at its probe timeout and counts nacks only
+     * until the end of its probe interval (two probe timeouts by default):
+     * a nack sent a whole probe timeout from now would arrive after that,
+     * every time, and each healthy prober of a slow member would raise its
+     * own awareness by the nacks it "missed" (probing ever less often, so
+     * hearing the member's refutations too late).  Four fifths leave the
+     * way back room. */
+    r->nack_at = n->now + n->cfg.probe_timeout_ms * MS * 4 / 5;
     n->nrelays++;
     struct proto_msg ping = {.type = PROTO_PING, .seq = r->our_seq, .name = msg->name};
     send_one(n, &msg->addr, &ping);
