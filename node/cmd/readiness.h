@@ -6,10 +6,11 @@
  * clustered node is not ready when it is alone (no seed ever answered, or
  * no other member is alive), partitioned from a majority of the members it
  * has seen in the last ten minutes, refused by its peers (their packets
- * fail authentication here: another cluster key or label), or not yet synced (the replica has not recovered the
- * cluster's state for global keys).  A node started with --join but no
- * --gossip-bind is not ready either: it runs alone although seeds were named.
- * A node with neither is ready (it is meant to run alone).
+ * fail authentication here: another cluster key or label), or not yet
+ * synced (the replica has not recovered the cluster's state for global
+ * keys).  A node started with --join but no --gossip-bind is not ready
+ * either: it runs alone although seeds were named.  A node with neither is
+ * ready (it is meant to run alone).
  *
  * The same checks log one warning per kind, at most once a minute, naming
  * the fix (seeds that never answer, --join without --gossip-bind, packets
