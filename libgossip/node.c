@@ -121,6 +121,7 @@ struct gossip_node {
     struct gossip_addr conflict_addr, claim_addr;
     uint32_t claim_inc;
     int64_t claim_deadline, conflict_reply_at;
+    uint64_t conflict_reply_life; /* the other life last answered */
     uint64_t conflict_seen_life;
     uint8_t sealed[PKT_MAX];
     uint8_t opened[PKT_MAX];
@@ -514,7 +515,7 @@ static void revive(struct gossip_node *n, struct member *m, uint32_t inc,
          m);
 }
 
-static void send_conflict(struct gossip_node *n, const struct gossip_addr *to);
+static void send_conflict(struct gossip_node *n, const struct gossip_addr *to, uint64_t life);
 
 /* Someone says this node's name is alive at another address, from another
  * life: a previous life of ours that moved (gone: refute), or a second live
@@ -539,7 +540,7 @@ static void claim_on_self(struct gossip_node *n, const struct proto_msg *msg)
     }
     if (msg->incarnation > n->claim_inc)
         n->claim_inc = msg->incarnation;
-    send_conflict(n, &msg->addr);
+    send_conflict(n, &msg->addr, msg->life);
 }
 
 static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
@@ -1037,11 +1038,16 @@ static int64_t uptime_ms(const struct gossip_node *n)
 
 /* Tells the process at `to`, which claims our name, that we hold it and
  * since when (rate-limited: one answer a second). */
-static void send_conflict(struct gossip_node *n, const struct gossip_addr *to)
+static void send_conflict(struct gossip_node *n, const struct gossip_addr *to, uint64_t life)
 {
-    if (n->now < n->conflict_reply_at || n->conflict)
+    /* The limit is per claimant: a second duplicate started within the
+     * second after the first must be answered too, or it never learns it
+     * lost (nobody else gossips to it: its claim moves no view) and runs
+     * on, cut off, until a periodic push-pull. */
+    if (n->conflict || (n->now < n->conflict_reply_at && life == n->conflict_reply_life))
         return;
     n->conflict_reply_at = n->now + CONFLICT_REPLY_NS;
+    n->conflict_reply_life = life;
     struct proto_msg msg = {.type = PROTO_CONFLICT,
                             .name = pstr(n->name, n->name_len),
                             .life = n->cfg.life_id,
@@ -1082,7 +1088,7 @@ static void on_conflict(struct gossip_node *n, const struct gossip_addr *from, u
         n->conflict_addr = *from;
         n->conflict_seen_life = 0; /* always tell the application this one */
     } else {
-        send_conflict(n, from);
+        send_conflict(n, from, life);
     }
     conflict_seen(n, from, life);
 }
@@ -1253,7 +1259,7 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
                     answered = 1;
                 }
             if (!answered) {
-                send_conflict(n, from);
+                send_conflict(n, from, p->life);
                 conflict_seen(n, from, p->life);
             }
         }

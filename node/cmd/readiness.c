@@ -209,8 +209,10 @@ void readiness_tick(struct readiness *r, int64_t now)
         r->auth_drops = auth;
         r->auth_at = now;
     }
-    int joined = gossip_node_joined(g, NULL);
-    r->ever_joined |= joined;
+    /* Joined: an exchange we started was answered, or another member is
+     * alive (the first seed's own join goes out before its peers run;
+     * they join it instead, and it never retries). */
+    r->ever_joined |= gossip_node_joined(g, NULL) || gossip_node_num_live(g) > 1;
 
     struct readiness__walk w = {r, now};
     gossip_node_members(g, readiness__member, &w);

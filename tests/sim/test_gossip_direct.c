@@ -191,7 +191,8 @@ static void test_name_conflict(void **state)
 }
 
 /* A refused newcomer leaves as a daemon does (a graceful leave, then it
- * exits), restarts, and leaves again: none of it may touch the incumbent.
+ * exits), restarts (once within the second), and leaves again: none of it
+ * may touch the incumbent.
  * Its leave, any suspicion of it and its incarnation are its own life's,
  * not the name's: every member keeps the incumbent alive, at its address
  * and life, and the incumbent keeps every member alive. */
@@ -203,7 +204,7 @@ static void test_refused_newcomer_leaves_no_trace(void **state)
     uint64_t life = gossip_node_life_id(gossip_sim_node(s, 1));
     struct gossip_member_info self;
     assert_int_equal(gossip_node_member(gossip_sim_node(s, 1), "node-001", &self), 0);
-    for (int attempt = 0; attempt < 3; attempt++) {
+    for (int attempt = 0; attempt < 4; attempt++) {
         struct gossip_config cfg;
         char name[32];
         sim_cfg(&cfg, name, 1); /* "node-001" again, at another address */
@@ -213,7 +214,7 @@ static void test_refused_newcomer_leaves_no_trace(void **state)
             assert_int_equal(gossip_sim_add(s, &cfg), 3);
             assert_int_equal(gossip_sim_join(s, 3, attempt % 3 == 1 ? 2 : 0), 0);
         } else {
-            assert_int_equal(gossip_sim_restart_fresh(s, 3, attempt == 1 ? 2 : 1), 0);
+            assert_int_equal(gossip_sim_restart_fresh(s, 3, attempt == 3 ? 1 : 2), 0);
         }
         for (int t = 0; t < 100 && !got[3].yielded; t++)
             gossip_sim_run(s, 100 * MSEC);
@@ -222,7 +223,10 @@ static void test_refused_newcomer_leaves_no_trace(void **state)
         gossip_node_leave(gossip_sim_node(s, 3));
         gossip_sim_run(s, 500 * MSEC);
         gossip_sim_kill(s, 3);
-        gossip_sim_run(s, 20 * SEC);
+        /* The third copy starts at once after the second: the incumbent
+         * must answer it too, though it answered another a moment ago. */
+        if (attempt != 1)
+            gossip_sim_run(s, 20 * SEC);
     }
     gossip_sim_run(s, 60 * SEC);
     for (int i = 0; i < 3; i++) {
