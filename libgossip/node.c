@@ -48,9 +48,9 @@
 #define TS_WINDOW_NS       (30000 * MS)
 #define REAP_CHECK_NS      (1000 * MS)
 #define JOIN_RETRY_NS      (2000 * MS)
-#define PKT_MAX            9216 /* largest datagram handled (jumbo frame) */
-#define PP_MSG_OVERHEAD    16   /* PUSHPULL message without its chunk */
-#define LEAVE_FANOUT_EXTRA 3
+#define PKT_MAX            9216        /* largest datagram handled (jumbo frame) */
+#define PP_MSG_OVERHEAD    16          /* PUSHPULL message without its chunk */
+#define LEAVE_FANOUT       64          /* members told of a leave directly; gossip tells the rest */
 #define DIRECT_PENDING_MAX (4u << 20)  /* bytes of direct messages waiting */
 #define CONFLICT_REPLY_NS  (1000 * MS) /* at most one CONFLICT answer a second */
 #define STRANGER_NS        (200 * MS)  /* push-pull with unknown senders at most this often */
@@ -121,6 +121,7 @@ struct gossip_node {
     struct gossip_addr conflict_addr, claim_addr;
     uint32_t claim_inc;
     int64_t claim_deadline, conflict_reply_at;
+    uint64_t conflict_reply_life; /* the other life last answered */
     uint64_t conflict_seen_life;
     uint8_t sealed[PKT_MAX];
     uint8_t opened[PKT_MAX];
@@ -342,6 +343,11 @@ static void pb_send(struct gossip_node *n, struct pktbuf *pb, const struct gossi
 {
     const uint8_t *wire = pb->buf;
     size_t len = pb->len;
+    /* A process that yielded its name to an older one says nothing more
+     * under it: its acks, refutations and leave would all read as the
+     * incumbent's. */
+    if (n->conflict)
+        return;
     if (pb->nmsgs > PROTO_MAX_MSGS)
         return; /* cannot happen with sane MTUs; never send what peers reject */
     proto_packet_finish(pb->buf, pb->nmsgs);
@@ -388,6 +394,7 @@ static void member_msg(const struct member *m, const struct gossip_node *n, stru
     memset(out, 0, sizeof(*out));
     out->name = pstr(m->name, m->name_len);
     out->incarnation = m->incarnation;
+    out->life = m->life; /* every piece of news names the life it is about */
     switch (m->state) {
     case GOSSIP_MEMBER_ALIVE:
         out->type = PROTO_ALIVE;
@@ -478,7 +485,7 @@ static void set_state(struct gossip_node *n, struct member *m, enum gossip_membe
 static void refute(struct gossip_node *n, uint32_t accused_inc)
 {
     struct member *self = n->self;
-    if (n->left)
+    if (n->left || n->conflict)
         return;
     self->incarnation = (accused_inc >= self->incarnation ? accused_inc : self->incarnation) + 1;
     n->st.refutations++;
@@ -508,7 +515,7 @@ static void revive(struct gossip_node *n, struct member *m, uint32_t inc,
          m);
 }
 
-static void send_conflict(struct gossip_node *n, const struct gossip_addr *to);
+static void send_conflict(struct gossip_node *n, const struct gossip_addr *to, uint64_t life);
 
 /* Someone says this node's name is alive at another address, from another
  * life: a previous life of ours that moved (gone: refute), or a second live
@@ -533,7 +540,7 @@ static void claim_on_self(struct gossip_node *n, const struct proto_msg *msg)
     }
     if (msg->incarnation > n->claim_inc)
         n->claim_inc = msg->incarnation;
-    send_conflict(n, &msg->addr);
+    send_conflict(n, &msg->addr, msg->life);
 }
 
 static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
@@ -543,6 +550,14 @@ static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
         claim_on_self(n, msg);
         return;
     }
+    /* Another life claiming a live member's name from another address is a
+     * second process with the name (it will be refused), not a restart: a
+     * restart in place keeps the address, and one that moved takes the name
+     * once its old life is found dead.  Whatever its incarnation, it must
+     * not push the live one aside in our view. */
+    if (m != NULL && !m->reaped && msg->life != 0 && m->life != 0 && msg->life != m->life &&
+        is_live(m) && !gossip_addr_equal(&msg->addr, &m->addr))
+        return;
     if (m != NULL && msg->life != 0 && msg->life != m->life && msg->incarnation > m->incarnation) {
         m->life = msg->life;
         m->born_est =
@@ -611,11 +626,23 @@ static int confirm_suspicion(struct gossip_node *n, struct member *m, uint64_t a
     return 1;
 }
 
+/* 1 if news about life `life` of m concerns another life than the one we
+ * know (0 on either side: unknown, so it counts). */
+static int other_life_news(const struct gossip_node *n, const struct member *m, uint64_t life)
+{
+    uint64_t ours = m->is_self ? n->cfg.life_id : m->life;
+    return life != 0 && ours != 0 && life != ours;
+}
+
 static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint32_t inc,
-                       const char *from, size_t from_len)
+                       uint64_t life, const char *from, size_t from_len)
 {
     struct member *m = member_find(&n->t, name, len);
     if (m == NULL || m->reaped || inc < m->incarnation)
+        return;
+    /* A suspicion of another life of this name (a refused second process,
+     * or a life that ended) is not about the member we know. */
+    if (!m->is_self && other_life_news(n, m, life))
         return;
     if (m->is_self) {
         if (!n->joined)
@@ -625,18 +652,42 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
         return;
     }
     uint64_t accuser = member_hash(from, from_len);
+    if (m->state == GOSSIP_MEMBER_SUSPECT && inc > m->incarnation) {
+        /* It refuted the suspicion we hold (the news of it missed us) and
+         * is suspected again: our timer belongs to the refuted incarnation.
+         * Start over at the new one, or a member that refutes every time
+         * (a slow one) dies on the first timer set in our view. */
+        m->incarnation = inc;
+        sus_remove(n, m);
+        start_suspicion(n, m, accuser);
+        n->st.suspicions++;
+        struct proto_msg msg = {.type = PROTO_SUSPECT,
+                                .name = pstr(m->name, m->name_len),
+                                .incarnation = inc,
+                                .life = m->life,
+                                .from = pstr(from, from_len)};
+        queue_member_msg(n, &msg);
+        return;
+    }
     if (m->state == GOSSIP_MEMBER_SUSPECT) {
         if (confirm_suspicion(n, m, accuser)) {
             struct proto_msg msg = {.type = PROTO_SUSPECT,
                                     .name = pstr(m->name, m->name_len),
                                     .incarnation = m->incarnation,
+                                    .life = m->life,
                                     .from = pstr(from, from_len)};
             queue_member_msg(n, &msg);
         }
         return;
     }
-    if (m->state != GOSSIP_MEMBER_ALIVE)
+    if (m->state != GOSSIP_MEMBER_ALIVE) {
+        /* The accuser missed the member's leave or death (dissemination is
+         * probabilistic): tell the cluster again, so the accuser learns the
+         * final word before its own suspicion times out. */
+        if (m->state == GOSSIP_MEMBER_LEFT || m->state == GOSSIP_MEMBER_DEAD)
+            broadcast_member(n, m);
         return;
+    }
     m->incarnation = inc;
     set_state(n, m, GOSSIP_MEMBER_SUSPECT);
     start_suspicion(n, m, accuser);
@@ -644,20 +695,30 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
     struct proto_msg msg = {.type = PROTO_SUSPECT,
                             .name = pstr(m->name, m->name_len),
                             .incarnation = inc,
+                            .life = m->life,
                             .from = pstr(from, from_len)};
     queue_member_msg(n, &msg);
     emit(n, GOSSIP_EVENT_SUSPECT, m);
 }
 
-static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_t inc, int left)
+static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_t inc,
+                    uint64_t life, int left)
 {
     struct member *m = member_find(&n->t, name, len);
     if (m == NULL || m->reaped || inc < m->incarnation)
         return;
+    /* The death or leave of another life of the name (say a refused
+     * duplicate's graceful leave) leaves the life we know untouched. */
+    if (!m->is_self && other_life_news(n, m, life))
+        return;
     if (m->state == GOSSIP_MEMBER_DEAD || m->state == GOSSIP_MEMBER_LEFT) {
-        /* A leave outranks a death at the same incarnation (graceful). */
-        if (!(left && m->state == GOSSIP_MEMBER_DEAD))
+        /* A leave outranks a death at the same incarnation (graceful).  A
+         * death reported of a member we know left: say so again. */
+        if (!(left && m->state == GOSSIP_MEMBER_DEAD)) {
+            if (!left && m->state == GOSSIP_MEMBER_LEFT && !m->is_self)
+                broadcast_member(n, m);
             return;
+        }
     }
     if (m->is_self) {
         if (!n->joined)
@@ -692,9 +753,14 @@ static void probe_finish(struct gossip_node *n)
     } else {
         awareness_delta(n, 1);
     }
+    /* A failed probe of a member already suspect is our independent
+     * confirmation (Lifeguard): it shortens the suspicion everywhere.
+     * Without it a suspicion started by one accuser and spread by gossip
+     * runs to its maximum timeout, since nobody else ever accuses. */
     struct member *m = member_find(&n->t, p->target, p->target_len);
-    if (m != NULL && m->state == GOSSIP_MEMBER_ALIVE && !m->reaped)
-        on_suspect(n, m->name, m->name_len, m->incarnation, n->name, n->name_len);
+    if (m != NULL && !m->reaped &&
+        (m->state == GOSSIP_MEMBER_ALIVE || m->state == GOSSIP_MEMBER_SUSPECT))
+        on_suspect(n, m->name, m->name_len, m->incarnation, m->life, n->name, n->name_len);
 }
 
 static struct member *next_probe_target(struct gossip_node *n)
@@ -750,6 +816,7 @@ static void probe_start(struct gossip_node *n)
         struct proto_msg sus = {.type = PROTO_SUSPECT,
                                 .name = pstr(m->name, m->name_len),
                                 .incarnation = m->incarnation,
+                                .life = m->life,
                                 .from = pstr(n->name, n->name_len)};
         pb_add(pb, &sus); /* before the ping: the ack then carries the refutation */
     }
@@ -801,7 +868,14 @@ static void on_ping_req(struct gossip_node *n, const struct gossip_addr *from,
     r->their_seq = msg->seq;
     r->our_seq = ++n->seq;
     r->requester = *from;
-    r->nack_at = n->now + n->cfg.probe_timeout_ms * MS;
+    /* The requester sent this at its probe timeout and counts nacks only
+     * until the end of its probe interval (two probe timeouts by default):
+     * a nack sent a whole probe timeout from now would arrive after that,
+     * every time, and each healthy prober of a slow member would raise its
+     * own awareness by the nacks it "missed" (probing ever less often, so
+     * hearing the member's refutations too late).  Four fifths leave the
+     * way back room. */
+    r->nack_at = n->now + n->cfg.probe_timeout_ms * MS * 4 / 5;
     n->nrelays++;
     struct proto_msg ping = {.type = PROTO_PING, .seq = r->our_seq, .name = msg->name};
     send_one(n, &msg->addr, &ping);
@@ -964,11 +1038,16 @@ static int64_t uptime_ms(const struct gossip_node *n)
 
 /* Tells the process at `to`, which claims our name, that we hold it and
  * since when (rate-limited: one answer a second). */
-static void send_conflict(struct gossip_node *n, const struct gossip_addr *to)
+static void send_conflict(struct gossip_node *n, const struct gossip_addr *to, uint64_t life)
 {
-    if (n->now < n->conflict_reply_at || n->conflict)
+    /* The limit is per claimant: a second duplicate started within the
+     * second after the first must be answered too, or it never learns it
+     * lost (nobody else gossips to it: its claim moves no view) and runs
+     * on, cut off, until a periodic push-pull. */
+    if (n->conflict || (n->now < n->conflict_reply_at && life == n->conflict_reply_life))
         return;
     n->conflict_reply_at = n->now + CONFLICT_REPLY_NS;
+    n->conflict_reply_life = life;
     struct proto_msg msg = {.type = PROTO_CONFLICT,
                             .name = pstr(n->name, n->name_len),
                             .life = n->cfg.life_id,
@@ -1009,7 +1088,7 @@ static void on_conflict(struct gossip_node *n, const struct gossip_addr *from, u
         n->conflict_addr = *from;
         n->conflict_seen_life = 0; /* always tell the application this one */
     } else {
-        send_conflict(n, from);
+        send_conflict(n, from, life);
     }
     conflict_seen(n, from, life);
 }
@@ -1180,7 +1259,7 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
                     answered = 1;
                 }
             if (!answered) {
-                send_conflict(n, from);
+                send_conflict(n, from, p->life);
                 conflict_seen(n, from, p->life);
             }
         }
@@ -1205,11 +1284,14 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         for (size_t i = 0; i < sizeof(snd->old_lives) / sizeof(snd->old_lives[0]); i++)
             if (snd->old_lives[i] != 0 && snd->old_lives[i] == p->life)
                 return drop(n, GOSSIP_DROP_STALE, -GOSSIP_EREPLAY);
-        /* Another life takes over the name (and the window) only when it
-         * outranks the one we know (a higher incarnation: it refuted) or that
-         * one is gone; until then its packets are read but move nothing, so
-         * a second process with the name cannot push the live one aside. */
-        if (snd->ts_life == 0 || p->incarnation > snd->incarnation || !is_live(snd))
+        /* Another life takes over the name (and the window) only when that
+         * one is gone, or it is the life we already accepted (its alive
+         * came first), or it outranks it (it refuted) from the same address
+         * (a restart in place); until then its packets are read but move
+         * nothing, so a second process with the name cannot push the live
+         * one aside, whatever incarnation it reaches. */
+        if (snd->ts_life == 0 || !is_live(snd) || p->life == snd->life ||
+            (p->incarnation > snd->incarnation && gossip_addr_equal(from, &snd->addr)))
             newer_life = 1;
         else
             other_life = 1;
@@ -1217,7 +1299,7 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
     for (size_t i = 0; i < p->nmsgs; i++) {
         const struct proto_msg *m = &p->msgs[i];
         pushpull |= m->type == PROTO_PUSHPULL;
-        if (snd != NULL && m->type == PROTO_ALIVE && m->name.len == p->sender.len &&
+        if (snd != NULL && !other_life && m->type == PROTO_ALIVE && m->name.len == p->sender.len &&
             memcmp(m->name.ptr, p->sender.ptr, m->name.len) == 0 &&
             m->incarnation > snd->incarnation)
             newer_life = 1;
@@ -1246,18 +1328,20 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
             on_alive(n, m);
             break;
         case PROTO_SUSPECT:
-            on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->from.ptr, m->from.len);
+            on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->life, m->from.ptr,
+                       m->from.len);
             break;
         case PROTO_DEAD:
             /* A full-state dead entry only makes us suspect (the member may
              * still refute); gossip of a death is acted on directly. */
             if (pushpull)
-                on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->from.ptr, m->from.len);
+                on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->life, m->from.ptr,
+                           m->from.len);
             else
-                on_dead(n, m->name.ptr, m->name.len, m->incarnation, 0);
+                on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 0);
             break;
         case PROTO_LEFT:
-            on_dead(n, m->name.ptr, m->name.len, m->incarnation, 1);
+            on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 1);
             break;
         case PROTO_APP:
             on_app(n, m);
@@ -1289,12 +1373,16 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         n->next_stranger = n->now + STRANGER_NS;
         pushpull_start(n, from);
     }
-    if (snd != NULL && p->incarnation > snd->incarnation) {
+    if (snd != NULL && !other_life && p->incarnation > snd->incarnation &&
+        (p->life == snd->life || gossip_addr_equal(from, &snd->addr))) {
         /* The header is the sender speaking for itself: as good as an alive
-         * message, so a refutation rides on every packet it sends. */
+         * message, so a refutation rides on every packet it sends.  Only
+         * for the life we know, or one at its address: another process
+         * with the name speaks for its own life, not this one. */
         struct proto_msg alive = {.type = PROTO_ALIVE,
                                   .name = p->sender,
                                   .incarnation = p->incarnation,
+                                  .life = p->life,
                                   .addr = snd->addr};
         on_alive(n, &alive);
     }
@@ -1396,13 +1484,19 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
             pushpull_start(n, &n->seeds[i]);
     }
     if (n->leave_pending) {
-        struct member *peers[64];
-        size_t k = (size_t)n->cfg.gossip_nodes + LEAVE_FANOUT_EXTRA;
+        /* Told directly to every live member (up to LEAVE_FANOUT), not left
+         * to gossip alone: a member that misses it would suspect us, then
+         * report us dead rather than gone. */
+        struct member *peers[LEAVE_FANOUT];
+        size_t k = 0;
         n->leave_pending = 0;
-        k = pick_random(n, k > 64 ? 64 : k, NULL, want_live, peers);
+        for (size_t i = 0; i < n->t.n && k < LEAVE_FANOUT; i++)
+            if (!n->t.v[i]->is_self && is_live(n->t.v[i]))
+                peers[k++] = n->t.v[i];
         struct proto_msg msg = {.type = PROTO_LEFT,
                                 .name = pstr(n->name, n->name_len),
-                                .incarnation = n->self->incarnation};
+                                .incarnation = n->self->incarnation,
+                                .life = n->cfg.life_id};
         for (size_t i = 0; i < k; i++)
             send_one(n, &peers[i]->addr, &msg);
     }
@@ -1418,7 +1512,7 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
     for (size_t i = 0; i < n->sn;) {
         struct member *m = n->sus[i];
         if (now >= m->susp_deadline) {
-            on_dead(n, m->name, m->name_len, m->incarnation, 0); /* removes m from sus */
+            on_dead(n, m->name, m->name_len, m->incarnation, m->life, 0); /* removes m from sus */
             if (i < n->sn && n->sus[i] == m)
                 sus_remove(n, m); /* never leave an expired deadline behind */
             continue;
@@ -1609,6 +1703,13 @@ int gossip_node_leave(struct gossip_node *n)
 {
     if (n->left)
         return -GOSSIP_ESTATE;
+    if (n->conflict) {
+        /* We yielded the name: the leave would be read as the incumbent's.
+         * Stop quietly; there is nothing to announce. */
+        n->left = 1;
+        n->probe.active = 0;
+        return -GOSSIP_ESTATE;
+    }
     set_state(n, n->self, GOSSIP_MEMBER_LEFT);
     broadcast_member(n, n->self);
     n->left = 1;

@@ -91,17 +91,21 @@ int proto_encode_msg(const struct proto_msg *m, uint8_t *buf, size_t cap, size_t
         break;
     case PROTO_SUSPECT:
     case PROTO_DEAD:
-        r |= msgpack_pack_array(&pk, 4);
+        r |= msgpack_pack_array(&pk, m->life != 0 ? 5 : 4);
         r |= msgpack_pack_uint8(&pk, m->type);
         r |= pack_str(&pk, m->name.ptr, m->name.len);
         r |= msgpack_pack_uint32(&pk, m->incarnation);
         r |= pack_str(&pk, m->from.ptr, m->from.len);
+        if (m->life != 0)
+            r |= msgpack_pack_uint64(&pk, m->life);
         break;
     case PROTO_LEFT:
-        r |= msgpack_pack_array(&pk, 3);
+        r |= msgpack_pack_array(&pk, m->life != 0 ? 4 : 3);
         r |= msgpack_pack_uint8(&pk, m->type);
         r |= pack_str(&pk, m->name.ptr, m->name.len);
         r |= msgpack_pack_uint32(&pk, m->incarnation);
+        if (m->life != 0)
+            r |= msgpack_pack_uint64(&pk, m->life);
         break;
     case PROTO_APP:
         r |= msgpack_pack_array(&pk, 5);
@@ -375,6 +379,11 @@ static int decode_msg(const msgpack_object *o, struct proto_msg *m)
              get_uint(&f[5], UINT64_MAX, &m->uptime_ms) != 0))
             return -1;
         if ((m->type == PROTO_SUSPECT || m->type == PROTO_DEAD) && get_name(&f[3], &m->from) != 0)
+            return -1;
+        if ((m->type == PROTO_SUSPECT || m->type == PROTO_DEAD) && n >= 5 &&
+            get_uint(&f[4], UINT64_MAX, &m->life) != 0)
+            return -1;
+        if (m->type == PROTO_LEFT && n >= 4 && get_uint(&f[3], UINT64_MAX, &m->life) != 0)
             return -1;
         return 0;
     case PROTO_APP:

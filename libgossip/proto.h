@@ -33,9 +33,12 @@
  *     4 NACK      [4, seq]
  *     5 ALIVE     [5, name, incarnation, addr, life u64, uptime_ms u64]
  *                 (life and uptime optional: the subject's, when it said so)
- *     6 SUSPECT   [6, name, incarnation, accuser name]
- *     7 DEAD      [7, name, incarnation, accuser name]
- *     8 LEFT      [8, name, incarnation]
+ *     6 SUSPECT   [6, name, incarnation, accuser name, life u64]
+ *     7 DEAD      [7, name, incarnation, accuser name, life u64]
+ *     8 LEFT      [8, name, incarnation, life u64]
+ *                 (life optional: the subject life the news is about; news
+ *                 of one life never touches another life of the same name,
+ *                 so a refused second process's leave is its own)
  *     9 APP       [9, origin name, origin incarnation, seq u64, payload bin]
  *    10 PUSHPULL  [10, exchange id, flags, state bin]
  *    11 DIRECT    [11, payload bin]      an application message to this node
@@ -94,7 +97,7 @@ struct proto_msg {
     uint32_t seq;            /* PING, PING_REQ, ACK, NACK; PUSHPULL exchange id */
     uint32_t incarnation;    /* ALIVE..LEFT; APP: origin incarnation */
     uint64_t app_seq;        /* APP */
-    uint64_t life;           /* ALIVE (0: not given), CONFLICT */
+    uint64_t life;           /* ALIVE..LEFT: the subject's life (0: not given), CONFLICT */
     uint64_t uptime_ms;      /* ALIVE, CONFLICT */
     struct proto_str name;   /* PING/PING_REQ target, ALIVE..LEFT subject, APP origin,
                                 CONFLICT: the name claimed */

@@ -20,7 +20,10 @@ bash deploy/install-deps.sh
 # Randomized tests take their seed from SLUICE_SEED.  The suite runs with
 # one fixed, printed seed so that a run is reproducible and a failure is a
 # change in the code, not a new draw; set SLUICE_SEED to explore others
-# (tests/sim print the seed of every scenario).
+# (tests/sim print the seed of every scenario).  On top of it the ctest
+# entry sim_random_seeds (tests/sim/random_seeds.sh) runs every simulator
+# scenario under a few fresh random seeds and prints any failing seed with
+# its replay command.
 export SLUICE_SEED=${SLUICE_SEED:-1}
 echo "== randomized tests use SLUICE_SEED=$SLUICE_SEED"
 

@@ -184,7 +184,9 @@ int gossip_node_join(struct gossip_node *node, const struct gossip_addr *seeds, 
  * Leaves gracefully: a "left" message is sent to several members at once and
  * queued for gossip; the node stops probing.  Keep driving the node for about
  * a gossip interval or two so it goes out, then destroy it.  -GOSSIP_ESTATE if
- * already left.
+ * already left, or if this process yielded its name to an older live one
+ * (gossip_node_conflict): it stops without a word, since any leave under the
+ * name would be read as the incumbent's; destroy it at once.
  */
 int gossip_node_leave(struct gossip_node *node);
 

@@ -21,6 +21,7 @@ struct commands {
     struct limiter *lim;
     struct cluster *cluster; /* NULL when not clustered */
     struct commands_sl *sl;  /* NULL: no SL.* commands */
+    struct readiness *ready; /* NULL: no readiness tracking */
     size_t max_key;
     int admin_off;
     const char *requirepass;
@@ -42,6 +43,7 @@ int commands_create(struct limiter *lim, const struct commands_config *cfg, stru
     cmds->lim = lim;
     cmds->cluster = cfg ? cfg->cluster : NULL;
     cmds->sl = cfg ? cfg->sl : NULL;
+    cmds->ready = cfg ? cfg->ready : NULL;
     cmds->admin_off = cfg ? cfg->admin_off : 0;
     cmds->requirepass = cfg && cfg->requirepass && cfg->requirepass[0] ? cfg->requirepass : NULL;
     cmds->listeners_info = cfg ? cfg->listeners_info : NULL;
@@ -584,7 +586,7 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "cluster"))
-        commands_cluster_info(cmds->cluster, &t);
+        commands_cluster_info(cmds->cluster, cmds->ready, &t);
     if (cmds->sl != NULL && section_wanted(argc, argv, argvlen, "policies"))
         commands_sl_info(cmds->sl, &t);
     /* Redis ends the text without the last blank line. */

@@ -33,11 +33,13 @@
 
 struct cluster;
 struct commands_sl;
+struct readiness;
 
 struct commands_config {
     size_t max_key_bytes;    /* 0 = COMMANDS_DEFAULT_MAX_KEY */
     struct cluster *cluster; /* borrowed; NULL: a node running alone */
     struct commands_sl *sl;  /* borrowed; the SL.* commands (NULL: not offered) */
+    struct readiness *ready; /* borrowed; INFO cluster_state (NULL: always ok) */
     int admin_off;           /* 1: administrative commands (SL.RELOAD) answer an error */
     /* The password TCP clients must give (AUTH, HELLO AUTH) before any other
      * command; NULL: none.  Borrowed: must outlive the command layer.  Unix

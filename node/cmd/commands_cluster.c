@@ -7,6 +7,7 @@
 
 #include "args.h"
 #include "info.h"
+#include "readiness.h"
 #include "gcra.h"
 #include "gossip/gossip.h"
 #include "replica.h"
@@ -205,12 +206,14 @@ static int count_one(void *ud, const struct gossip_member_info *m)
     return 0;
 }
 
-void commands_cluster_info(struct cluster *cl, struct resp_buf *t)
+void commands_cluster_info(struct cluster *cl, const struct readiness *ready, struct resp_buf *t)
 {
     resp_add_raw(t, "# Cluster\r\n", 11);
     struct gossip_node *g = cluster_gossip(cl);
     struct replica *r = cluster_replica(cl);
     info_u64(t, "cluster_enabled", cl != NULL ? 1 : 0);
+    info_str(t, "cluster_state", readiness_state(ready));
+    info_str(t, "cluster_state_reason", readiness_reason(ready));
     if (cl != NULL) {
         info_str(t, "node_name", cluster_node_name(cl));
         info_str(t, "gossip_address", cluster_address(cl));

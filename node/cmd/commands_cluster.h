@@ -13,7 +13,8 @@
  *                  "slots": one [node, epoch, count, demand, share,
  *                  reachable, phantom, age_ms] per node that admitted
  *                  units; nil when the node holds no global state for key
- *   INFO cluster   the "# Cluster" section (membership, gossip traffic and
+ *   INFO cluster   the "# Cluster" section (readiness: cluster_state and
+ *                  cluster_state_reason; membership, gossip traffic and
  *                  drops, replica deltas, pours, synced)
  *
  * Every function appends exactly one reply (or, for the INFO section, text)
@@ -46,7 +47,11 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
                          struct resp_buf *out);
 
 /* Appends the INFO "# Cluster" section (with its trailing blank line) to a
- * text buffer.  cluster_enabled:0 and nothing else when cl is NULL. */
-void commands_cluster_info(struct cluster *cl, struct resp_buf *text);
+ * text buffer: cluster_enabled, then cluster_state (ok or not_ready) and
+ * cluster_state_reason from ready (NULL: ok, none), then, when cl is not
+ * NULL, membership, gossip and replica figures. */
+struct readiness;
+void commands_cluster_info(struct cluster *cl, const struct readiness *ready,
+                           struct resp_buf *text);
 
 #endif

@@ -31,6 +31,7 @@
 #include "http_throttle.h"
 #include "info.h"
 #include "metrics.h"
+#include "readiness.h"
 #include "reload.h"
 #include "policy.h"
 #include "replica.h"
@@ -178,6 +179,7 @@ struct daemon {
     struct metrics *metrics;        /* its /metrics and /health */
     struct http_throttle *throttle; /* its /v1/throttle */
     struct daemon_rls *rls;         /* NULL when neither --grpc nor --ratelimit-config */
+    struct readiness *ready;        /* /ready and INFO cluster_state */
 };
 
 static int collect_member(void *ud, const struct gossip_member_info *m)
@@ -278,6 +280,7 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->reload_failures = sls.reload_failures;
     s->waiting_acquires = sls.waiting_acquires;
     daemon_rls_collect(d->rls, s);
+    s->ready = readiness_ready(d->ready);
     struct gossip_node *g = cluster_gossip(d->cluster);
     if (g != NULL) {
         s->clustered = 1;
@@ -316,6 +319,23 @@ static void on_maintain(uv_timer_t *t)
 {
     struct daemon *d = t->data;
     limiter_maintain(d->lim, (int64_t)uv_hrtime(), MAINTAIN_BUDGET);
+    readiness_tick(d->ready, (int64_t)uv_hrtime());
+}
+
+/* GET /ready: 200 "ready" when readiness_ready, else 503 with the reason.
+ * /health stays liveness: it answers while the event loop runs. */
+static void daemon_on_ready(void *ud, const struct http_request *req, struct http_reply *rep)
+{
+    struct daemon *d = ud;
+    char text[320];
+    (void)req;
+    readiness_tick(d->ready, (int64_t)uv_hrtime());
+    if (readiness_ready(d->ready)) {
+        http_reply_text(rep, 200, "ready\n");
+        return;
+    }
+    snprintf(text, sizeof(text), "not ready: %s\n", readiness_reason(d->ready));
+    http_reply_text(rep, 503, text);
 }
 
 /* Every client is a file descriptor: raise the soft limit to the hard one,
@@ -848,10 +868,17 @@ int main(int argc, char **argv)
         log_error("cannot create the command layer: %s", sluice_strerror(rc));
         goto out_limiter;
     }
+    struct readiness_config rdcfg = {.cluster = d.cluster, .join = clopt.join};
+    rc = readiness_create(&rdcfg, (int64_t)uv_hrtime(), &d.ready);
+    if (rc < 0) {
+        log_error("cannot create the readiness check: %s", sluice_strerror(rc));
+        goto out_limiter;
+    }
     ccfg.cluster = d.cluster;
     ccfg.sl = d.sl;
     ccfg.listeners_info = daemon_listeners_info;
     ccfg.listeners_ud = &d;
+    ccfg.ready = d.ready;
     rc = commands_create(d.lim, &ccfg, &d.cmds);
     if (rc < 0) {
         log_error("cannot create the command layer: %s", sluice_strerror(rc));
@@ -880,6 +907,8 @@ int main(int argc, char **argv)
         if (rc == 0)
             rc = metrics_attach(d.http, daemon_collect, &d, &d.metrics);
         if (rc == 0)
+            rc = http_route(d.http, "/ready", daemon_on_ready, &d);
+        if (rc == 0)
             rc = http_throttle_attach(d.http, d.cmds, d.lim, &htcfg, &d.throttle);
         if (rc == 0 && http_start(d.http) < 0) {
             log_error("%s", http_error(d.http));
@@ -894,7 +923,8 @@ int main(int argc, char **argv)
             uv_run(&d.loop, UV_RUN_DEFAULT);
             goto out_server;
         }
-        log_info("HTTP on http://%s (/metrics, /health, %s)", metrics_addr, HTTP_THROTTLE_PATH);
+        log_info("HTTP on http://%s (/metrics, /health, /ready, %s)", metrics_addr,
+                 HTTP_THROTTLE_PATH);
     }
     if (rlsopt.grpc != NULL || rlsopt.config_dir != NULL) {
         char rerr[512];
@@ -978,6 +1008,7 @@ out_limiter:
         cluster_stop(d.cluster, NULL, NULL);
         uv_run(&d.loop, UV_RUN_DEFAULT);
     }
+    readiness_destroy(d.ready);
     cluster_destroy(d.cluster);
     cluster_options_free(&clopt);
     commands_sl_destroy(d.sl);

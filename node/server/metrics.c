@@ -305,6 +305,11 @@ static void histogram(struct metrics_buf *b, const char *name, const char *help,
 int metrics_render(const struct metrics_snapshot *s, struct metrics_buf *out)
 {
     table(out, s, families, sizeof(families) / sizeof(families[0]));
+    head(out, "sluice_ready",
+         "1 when this node is ready (GET /ready answers 200; INFO cluster_state:ok), 0 when it "
+         "is alone, partitioned from a majority, refused by its peers or not synced.",
+         FAM_GAUGE);
+    sample(out, "sluice_ready", s->ready ? 1 : 0);
     policies(out, s);
     histogram(out, "sluice_decision_duration_seconds",
               "Time to decide one command (CL.THROTTLE, SL.*), in the event loop; one command "

@@ -53,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 try:
@@ -65,7 +66,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 DEFAULT_DIR = os.path.join(ROOT, "deploy", "kubernetes")
 REFERENCE_CONF = os.path.join(ROOT, "deploy", "sluice.conf")
-SERVED_PATHS = ("/health", "/metrics", "/v1/throttle")  # what sluiced's HTTP listener answers
+SERVED_PATHS = ("/health", "/ready", "/metrics", "/v1/throttle")  # what sluiced's HTTP listener answers
 DEFAULT_MAX_KEYS = 4194304  # sluiced's default max_keys (deploy/sluice.conf)
 BYTES_PER_KEY = 385  # README: a global key served and owned, the costliest
 BASE_BYTES = 64 << 20  # the daemon itself, clients and allocator, at the least
@@ -477,6 +478,12 @@ class Checker:
                 if hg.get("path") not in SERVED_PATHS:
                     self.fail("%s: path %r is not one sluiced serves %s"
                               % (pname, hg.get("path"), SERVED_PATHS))
+                # Readiness is /ready (alone, partitioned, refused, not
+                # synced: not ready); liveness is /health, which must not
+                # restart a pod that is merely cut off from its peers.
+                want = {"readinessProbe": "/ready", "livenessProbe": "/health"}.get(pname)
+                if want is not None and hg.get("path") != want:
+                    self.fail("%s: path %r, want %s" % (pname, hg.get("path"), want))
             elif "exec" in probe:
                 s = flag(probe["exec"].get("command", []), "-s")
                 if s is not None and s != socket_path:
@@ -630,12 +637,18 @@ class Checker:
                           "did not start (exit %s): %s" % (proc.returncode, why))
                 proc = None
                 return
-            for path, want in (("/health", "ok"), ("/metrics", "sluice_")):
+            for path, want in (("/health", "ok"), ("/metrics", "sluice_"), ("/ready", "ready")):
                 try:
                     body = urllib.request.urlopen(
                         "http://127.0.0.1:%d%s" % (mport, path), timeout=5).read().decode()
                     if want not in body:
                         self.fail("GET %s: %r has no %r" % (path, body[:80], want))
+                except urllib.error.HTTPError as e:
+                    # /ready answers 503 "not ready: <reason>" here: this
+                    # lone pod's seeds (the headless Service) do not resolve.
+                    body = e.read().decode()
+                    if path != "/ready" or e.code != 503 or not body.startswith("not ready: "):
+                        self.fail("GET %s: %s %r" % (path, e.code, body[:80]))
                 except OSError as e:
                     self.fail("GET %s on the metrics listener: %s" % (path, e))
             proc.send_signal(signal.SIGTERM)
@@ -650,7 +663,7 @@ class Checker:
                 self.fail("sluiced exited with status %s after SIGTERM" % rc)
             else:
                 self.note("sluiced %s accepted the ConfigMap's sluice.conf and the container's "
-                          "flags (PING, /health, /metrics answered)" % sluiced)
+                          "flags (PING, /health, /ready, /metrics answered)" % sluiced)
         finally:
             if proc is not None and proc.poll() is None:
                 proc.kill()
@@ -761,6 +774,10 @@ BREAKAGES = [
      lambda b: _sluiced(b)["livenessProbe"]["httpGet"].update(port=8080), False),
     ("a probe on a path sluiced does not serve",
      lambda b: _sluiced(b)["livenessProbe"]["httpGet"].update(path="/healthz"), False),
+    ("readiness on /health (ok even when cut off from the cluster)",
+     lambda b: _sluiced(b)["readinessProbe"]["httpGet"].update(path="/health"), False),
+    ("liveness on /ready (a partition would restart every pod)",
+     lambda b: _sluiced(b)["livenessProbe"]["httpGet"].update(path="/ready"), False),
     ("a volumeMount naming no volume",
      lambda b: _sluiced(b)["volumeMounts"].append({"name": "nosuch", "mountPath": "/x"}), False),
     ("the ConfigMap mounted with subPath again",

@@ -16,7 +16,11 @@ What a user of a sluice cluster cares about, checked end to end:
   5. a node holding another key never appears among the members, and the
      others count its packets as dropped;
   6. keys rotate without a restart (SIGHUP: install, use, remove), members
-     stay alive, and a node holding only the new key then joins.
+     stay alive, and a node holding only the new key then joins;
+  7. a second process started with a live node's --node-name is refused
+     (exit 1), twice, and leaves no trace: every node keeps the incumbent
+     alive (never left, dead or suspect), the incumbent keeps every node
+     alive, and the global limit still matches the central GCRA.
 
 Every wait and load loop is bounded in time; every process is stopped at the
 end, even on failure.  Figures are printed so a run can be compared.
@@ -317,7 +321,18 @@ def test_wrong_key(c, tmp):
             assert "stranger" not in c.members(i), c.members(i)
         with redis.Redis(unix_socket_path=d.path, socket_timeout=2) as r:
             rows = r.execute_command("SL.MEMBERS")
+            ci = r.info("cluster")
         assert [row[0].decode() for row in rows] == ["stranger"], rows
+        # On its own side it hears nothing back: not ready, and one warning
+        # that names the key file.
+        assert ci["cluster_state"] == "not_ready", ci
+        assert str(ci["cluster_state_reason"]).startswith("alone: no seed has answered"), ci
+        sluicetest.wait_until(lambda: "no seed has answered" in d.logtext(), timeout=15,
+                              what="the stranger to warn that no seed answers")
+        warn = [ln for ln in d.logtext().splitlines() if "no seed has answered" in ln]
+        assert len(warn) == 1 and "--cluster-key-file" in warn[0], warn
+        for i in range(c.n):
+            assert info(c, i)["cluster_state"] == "ok", info(c, i)
         after = sum(int(info(c, i).get("gossip_drops_auth", 0)) for i in range(c.n))
         print("ok: a node with another key never joins (%d packets dropped as auth failures)"
               % (after - before))
@@ -331,6 +346,51 @@ def test_wrong_key(c, tmp):
         st = d.stop()
         d.close()
     assert st == 0
+
+
+def test_duplicate_name(c, tmp):
+    """A copy-paste of node2's unit: the copy is refused and exits 1 (after
+    its graceful stop); node2 must stay whole in every view."""
+    victim = 1
+    want = [c.name(i) for i in range(c.n)]
+    c.wait_members(want)
+    seen = [c.nodes[i].logtext().count("member %s " % c.name(victim)) for i in range(c.n)]
+    for attempt in range(2):
+        port = sluicetest.free_udp_ports(1)[0]
+        d = sluicetest.Daemon(*c.args(victim, port=port),
+                              socket_path=os.path.join(tmp, "dup%d.sock" % attempt), tmpdir=tmp)
+        d.start(wait=False)
+        try:
+            st = d.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("a second %s was not refused:\n%s" % (c.name(victim),
+                                                                          d.logtext()))
+        finally:
+            d.kill()
+            d.log.close()
+        assert st == 1, "the duplicate exited %d:\n%s" % (st, d.logtext())
+        assert "already alive" in d.logtext(), d.logtext()
+    # Long enough for a leave to spread and for a wrongly dropped member to
+    # be suspected and declared dead (probe 200 ms: suspicion is seconds).
+    deadline = time.monotonic() + 8.0
+    while time.monotonic() < deadline:
+        for i in range(c.n):
+            m = c.members(i)
+            bad = {k: v for k, v in m.items() if v != "alive"}
+            assert sorted(m) == sorted(want) and not bad, (
+                "after a refused duplicate of %s, node %s sees %s" % (c.name(victim), c.name(i), m))
+        time.sleep(0.2)
+    for i in range(c.n):
+        if i != victim:
+            now = c.nodes[i].logtext().count("member %s " % c.name(victim))
+            assert now == seen[i], "node %s logged a change of %s:\n%s" % (
+                c.name(i), c.name(victim), c.nodes[i].logtext()[-2000:])
+    load = Load(c, "dupname", 6.0).run()
+    assert not load.errors, "requests failed: %s" % load.errors[:5]
+    got, ref = admitted(load.answers), oracle(load.answers)
+    print("duplicate name refused twice: all %d members alive in every view; admitted %d, "
+          "central GCRA %d, ratio %.3f" % (c.n, got, ref, got / ref))
+    assert 0.90 <= got / ref <= 1.10, "admitted %d vs central GCRA %d" % (got, ref)
 
 
 def test_key_rotation(c, tmp):
@@ -382,6 +442,7 @@ def main():
         test_steady(c)
         test_kill_restart(c)
         test_wrong_key(c, tmp)
+        test_duplicate_name(c, tmp)
         test_key_rotation(c, tmp)
         failed = False
     finally:

@@ -19,6 +19,7 @@ static uint64_t seed;
 struct got {
     int msgs, bytes, echo;
     int conflicts, yielded;
+    int bad_news; /* suspect, dead or left events about node-001 */
     struct gossip_sim *s;
     int idx;
 };
@@ -40,7 +41,9 @@ static void on_direct(void *ud, const char *from, const uint8_t *msg, size_t len
 static void on_event(void *ud, enum gossip_event ev, const struct gossip_member_info *m)
 {
     struct got *g = ud;
-    (void)m;
+    if ((ev == GOSSIP_EVENT_SUSPECT || ev == GOSSIP_EVENT_DEAD || ev == GOSSIP_EVENT_LEFT) &&
+        strcmp(m->name, "node-001") == 0)
+        g->bad_news++;
     if (ev == GOSSIP_EVENT_CONFLICT) {
         g->conflicts++;
         g->yielded = gossip_node_conflict(gossip_sim_node(g->s, g->idx), NULL);
@@ -187,13 +190,70 @@ static void test_name_conflict(void **state)
     gossip_sim_destroy(s);
 }
 
+/* A refused newcomer leaves as a daemon does (a graceful leave, then it
+ * exits), restarts (once within the second), and leaves again: none of it
+ * may touch the incumbent.
+ * Its leave, any suspicion of it and its incarnation are its own life's,
+ * not the name's: every member keeps the incumbent alive, at its address
+ * and life, and the incumbent keeps every member alive. */
+static void test_refused_newcomer_leaves_no_trace(void **state)
+{
+    (void)state;
+    struct gossip_sim *s = cluster(3);
+    assert_true(sim_converge(s, 3, 100 * MSEC, 30 * SEC) >= 0);
+    uint64_t life = gossip_node_life_id(gossip_sim_node(s, 1));
+    struct gossip_member_info self;
+    assert_int_equal(gossip_node_member(gossip_sim_node(s, 1), "node-001", &self), 0);
+    for (int attempt = 0; attempt < 4; attempt++) {
+        struct gossip_config cfg;
+        char name[32];
+        sim_cfg(&cfg, name, 1); /* "node-001" again, at another address */
+        tweak(&cfg, 3);
+        got[3].conflicts = got[3].yielded = 0;
+        if (attempt == 0) {
+            assert_int_equal(gossip_sim_add(s, &cfg), 3);
+            assert_int_equal(gossip_sim_join(s, 3, attempt % 3 == 1 ? 2 : 0), 0);
+        } else {
+            assert_int_equal(gossip_sim_restart_fresh(s, 3, attempt == 3 ? 1 : 2), 0);
+        }
+        for (int t = 0; t < 100 && !got[3].yielded; t++)
+            gossip_sim_run(s, 100 * MSEC);
+        assert_int_equal(got[3].yielded, 1);
+        /* The daemon's way out: leave, keep the loop turning a little, exit. */
+        gossip_node_leave(gossip_sim_node(s, 3));
+        gossip_sim_run(s, 500 * MSEC);
+        gossip_sim_kill(s, 3);
+        /* The third copy starts at once after the second: the incumbent
+         * must answer it too, though it answered another a moment ago. */
+        if (attempt != 1)
+            gossip_sim_run(s, 20 * SEC);
+    }
+    gossip_sim_run(s, 60 * SEC);
+    for (int i = 0; i < 3; i++) {
+        struct gossip_member_info mi;
+        assert_int_equal(sim_view(s, i).alive, 3);
+        assert_int_equal(got[i].bad_news, 0);
+        if (i == 1)
+            continue;
+        assert_int_equal(gossip_node_member(gossip_sim_node(s, i), "node-001", &mi), 0);
+        assert_int_equal(mi.state, GOSSIP_MEMBER_ALIVE);
+        assert_true(gossip_addr_equal(&mi.addr, &self.addr));
+        assert_true(mi.life_id == life);
+    }
+    assert_int_equal(gossip_node_conflict(gossip_sim_node(s, 1), NULL), 0);
+    gossip_sim_destroy(s);
+}
+
 int main(void)
 {
     seed = test_seed("sim_test_gossip_direct");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_direct_batching), cmocka_unit_test(test_direct_loss),
-        cmocka_unit_test(test_view_version),    cmocka_unit_test(test_restart_from_zero),
+        cmocka_unit_test(test_direct_batching),
+        cmocka_unit_test(test_direct_loss),
+        cmocka_unit_test(test_view_version),
+        cmocka_unit_test(test_restart_from_zero),
         cmocka_unit_test(test_name_conflict),
+        cmocka_unit_test(test_refused_newcomer_leaves_no_trace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,8 +21,11 @@ What runs:
     mid-command or mid-wait);
   - one disturbance every few seconds, in turn: SIGHUP with a good config,
     SIGSTOP/SIGCONT of node2 for 2 s, SIGHUP with a bad config (must be
-    refused and the old one kept), kill -9 and restart of node3.  node1 is
-    never frozen or killed, so its whole life is the leak probe.
+    refused and the old one kept), kill -9 and restart of node3, a second
+    process started as node2 (must exit 1 and leave node2 alive in every
+    view), a node with another cluster key (must say cluster_state
+    not_ready and never become a member).  node1 is never frozen or
+    killed, so its whole life is the leak probe.
 
 What it asserts (and prints):
   - no daemon died unless this script killed it, and every one still alive
@@ -55,6 +58,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import socket
 import sys
 import tempfile
@@ -288,6 +292,7 @@ class Soak:
         self.keys = []  # (t, total keys)
         self.events = []
         self.unexpected_deaths = []
+        self.side_fail = []  # duplicate-name and wrong-key starts that went wrong
         self.reclaim = None
         self.keys_after = 0
         self.keys_split = []
@@ -483,8 +488,102 @@ class Soak:
             if nd.state == "up":
                 os.kill(nd.pid(), signal.SIGHUP)
 
+    def members_alive(self, timeout=10.0):
+        """Waits until every up node sees all N alive; returns the views
+        that did not, or [] (at most timeout seconds)."""
+        want = sorted(nd.name for nd in self.nodes)
+        deadline = time.monotonic() + timeout
+        while True:
+            bad = []
+            for nd in self.nodes:
+                if nd.state != "up":
+                    continue
+                try:
+                    c = Conn(nd.sock)
+                    rows = c.call("SL.MEMBERS")
+                    c.close()
+                    view = {r[0].decode(): r[2].decode() for r in rows}
+                except (OSError, Closed, ValueError) as e:
+                    view = {"error": repr(e)}
+                if sorted(k for k, v in view.items() if v == "alive") != want:
+                    bad.append((nd.name, view))
+            if not bad or time.monotonic() > deadline:
+                return bad
+            time.sleep(0.2)
+
+    def side_daemon(self, name, args):
+        d = sluicetest.Daemon(*args, socket_path=os.path.join(self.tmp, name + ".sock"),
+                              tmpdir=self.tmp)
+        d.logpath = os.path.join(self.tmp, "%s-%d.log" % (name, len(self.events)))
+        return d
+
+    def duplicate_name(self):
+        """A copy of node2's unit started by mistake: refused, no trace."""
+        nd = self.nodes[1]
+        args = list(nd.args)
+        args[args.index("--gossip-bind") + 1] = "127.0.0.1:%d" % sluicetest.free_udp_ports(1)[0]
+        args[args.index("--metrics") + 1] = "127.0.0.1:%d" % sluicetest.free_tcp_port()
+        d = self.side_daemon("dup", args)
+        d.start(wait=False)
+        try:
+            st = d.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            st = None
+        finally:
+            d.kill()
+            d.log.close()
+        if st != 1:
+            self.side_fail.append("a duplicate %s exited %s (log %s)" % (nd.name, st, d.logpath))
+        bad = self.members_alive()
+        if bad:
+            self.side_fail.append("after a refused duplicate of %s: %s" % (nd.name, bad))
+        return "duplicate %s started: exit %s, all members alive in every view: %s" % (
+            nd.name, st, "yes" if not bad else "NO")
+
+    def wrong_key(self):
+        """A node started with another cluster key: not ready, never a member."""
+        other = os.path.join(self.tmp, "other.key")
+        if not os.path.exists(other):
+            sluicetest.write_cluster_key(other)
+        args = list(self.nodes[0].args)
+        args[args.index("--node-name") + 1] = "stranger"
+        args[args.index("--gossip-bind") + 1] = "127.0.0.1:%d" % sluicetest.free_udp_ports(1)[0]
+        args[args.index("--metrics") + 1] = "127.0.0.1:%d" % sluicetest.free_tcp_port()
+        args[args.index("--cluster-key-file") + 1] = other
+        d = self.side_daemon("stranger", args)
+        state = "?"
+        try:
+            d.start()
+            time.sleep(3.0)
+            c = Conn(d.path)
+            info = c.call("INFO", "cluster").decode()
+            c.close()
+            state = [ln for ln in info.splitlines() if ln.startswith("cluster_state:")][0]
+            if state != "cluster_state:not_ready":
+                self.side_fail.append("a node with another key says %s" % state)
+        except (OSError, Closed, ValueError, IndexError) as e:
+            self.side_fail.append("a node with another key: %r" % e)
+        finally:
+            if d.proc is not None and d.proc.poll() is None:
+                d.stop()
+            d.kill()
+            d.log.close()
+        bad = self.members_alive()
+        if bad:
+            self.side_fail.append("after a wrong-key start: %s" % bad)
+        return "a node with another cluster key: %s, members unchanged: %s" % (
+            state, "yes" if not bad else "NO")
+
     def disturb(self, k):
-        what = k % 4
+        what = k % 6
+        if what == 4:
+            t = self.now()
+            self.events.append((round(t, 1), self.duplicate_name()))
+            return
+        if what == 5:
+            t = self.now()
+            self.events.append((round(t, 1), self.wrong_key()))
+            return
         t = self.now()
         if what == 0:
             self.write_config(True, rate=20 + (k // 4) % 2 * 10)
@@ -595,6 +694,7 @@ def report(s, fails):
         s.load_end, s.requests, s.max_requests, s.ok))
     for t, what in s.events:
         log("  %6.1f s  %s" % (t, what))
+    fails += s.side_fail
     for t, name, rc, path in s.unexpected_deaths:
         fails.append("%s died on its own by %.1f s (status %s, log %s)" % (name, t, rc, path))
     if s.missing:

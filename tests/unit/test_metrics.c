@@ -251,6 +251,7 @@ static void test_render_exact(void **state)
     assert_true(b.len >= strlen(last));
     assert_string_equal(b.data + b.len - strlen(last), last);
     assert_non_null(strstr(b.data, "\nsluice_connected_clients 2\n"));
+    assert_non_null(strstr(b.data, "# TYPE sluice_ready gauge\nsluice_ready 0\n"));
     assert_null(strstr(b.data, "gossip"));
     assert_null(strstr(b.data, "sluice_synced"));
     metrics_buf_free(&b);

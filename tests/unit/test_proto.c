@@ -38,9 +38,10 @@ sample(struct proto_msg *m)
     m[3] = (struct proto_msg){.type = PROTO_NACK, .seq = 99};
     m[4] = (struct proto_msg){.type = PROTO_ALIVE, .name = S("c"), .incarnation = 5, .addr = a4};
     m[5] = (struct proto_msg){
-        .type = PROTO_SUSPECT, .name = S("d"), .incarnation = 6, .from = S("alpha")};
+        .type = PROTO_SUSPECT, .name = S("d"), .incarnation = 6, .from = S("alpha"), .life = 9};
     m[6] = (struct proto_msg){.type = PROTO_DEAD, .name = S("e"), .incarnation = 0, .from = S("f")};
-    m[7] = (struct proto_msg){.type = PROTO_LEFT, .name = S("g"), .incarnation = UINT32_MAX};
+    m[7] = (struct proto_msg){
+        .type = PROTO_LEFT, .name = S("g"), .incarnation = UINT32_MAX, .life = UINT64_MAX};
     m[8] = (struct proto_msg){.type = PROTO_APP,
                               .name = S("h"),
                               .incarnation = 1,
@@ -91,6 +92,7 @@ static void test_round_trip(void **state)
         assert_int_equal(a->incarnation, b->incarnation);
         assert_int_equal(a->app_seq, b->app_seq);
         assert_int_equal(a->flags, b->flags);
+        assert_true(a->life == b->life); /* news names its subject's life, or 0 */
         assert_true(str_eq(a->name, b->name));
         assert_true(str_eq(a->from, b->from));
         assert_int_equal(a->data_len, b->data_len);
