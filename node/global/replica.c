@@ -11,14 +11,16 @@
 #include "wire.h"
 #include "num.h"
 
-#define DEMAND_TAU_S        1.0                /* demand estimate: shortest EWMA time constant */
-#define DEMAND_TAU_MAX_S    10.0               /* ... and longest */
-#define DEMAND_EVENTS       20.0               /* requests a time constant should span */
-#define ACTIVE_EVERY        5                  /* intervals between reports of an uncontested key */
-#define IDLE_AFTER_NS       (1000 * 1000000LL) /* no request this long + full bucket: idle */
-#define SHARE_EPS           0.02               /* relative share change worth a lease */
-#define FREE_TTL            8                  /* intervals a lease's free units stay valid */
-#define REPLICA_MEMBERS_MAX 65535              /* names ever heard of */
+#define DEMAND_TAU_S     1.0                /* demand estimate: shortest EWMA time constant */
+#define DEMAND_TAU_MAX_S 10.0               /* ... and longest */
+#define DEMAND_EVENTS    20.0               /* requests a time constant should span */
+#define ACTIVE_EVERY     5                  /* intervals between reports of an uncontested key */
+#define IDLE_AFTER_NS    (1000 * 1000000LL) /* no request this long + full bucket: idle */
+#define SHARE_EPS        0.02               /* relative share change worth a lease */
+#define FREE_DEMAND_MAX                                                                            \
+    6.0 /* total demand, in rates, beyond which free units stop over-committing */
+#define FREE_TTL            8     /* intervals a lease's free units stay valid */
+#define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
 
 /* A limit as the replica keeps it: the fields of struct algo_params it
  * needs (32 bytes instead of 96; a node may hold one per key twice), with
@@ -901,6 +903,8 @@ static void replica__pour(struct okey *o, double units, int64_t now)
 
 static int replica__rep_live(const struct replica *r, const struct orep *rp, int64_t now);
 
+static void replica__compute(struct replica *r, struct table_entry *te, int64_t now);
+
 static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
                                const struct wire_report *e)
 {
@@ -1017,6 +1021,10 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
     rp->flags = (uint8_t)(REP_FRESH | ((e->flags & WIRE_R_YOUNG) ? REP_YOUNG : 0) |
                           ((e->flags & WIRE_R_IDLE) ? REP_IDLE : 0));
     o->p.flags = 1;
+    /* A node out of units and free units asks: answer now, not at this
+     * owner's next tick (the lease goes out with this receive's batch). */
+    if ((e->flags & WIRE_R_NEED) && from != r->self)
+        replica__compute(r, te, r->now);
 }
 
 /* Whether a reporter still speaks for itself: it reported within three of
@@ -1230,6 +1238,7 @@ static void replica__free(const struct replica *r, struct okey *o, double dsum, 
 {
     double limit = (double)replica__limit(&o->p);
     double spare = limit - replica__used(o, now);
+    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
     uint32_t nl = 0;
     for (uint32_t i = 0; i < o->n; i++) {
         nl += (uint32_t)replica__rep_live(r, &o->reps[i], now);
@@ -1242,10 +1251,16 @@ static void replica__free(const struct replica *r, struct okey *o, double dsum, 
             /* The spare by demand plus the spare in equal parts, rounded
              * up: the free units of all nodes sum to at most twice the
              * spare plus one unit per node. */
-            double part = (dsum > 0.0 ? d / dsum : 0.0) + 1.0 / (double)nl;
-            f = ceil(spare * part);
-            if (f < 1.0)
-                f = 1.0;
+            if (dsum < FREE_DEMAND_MAX * rate) {
+                double part = (dsum > 0.0 ? d / dsum : 0.0) + 1.0 / (double)nl;
+                f = ceil(spare * part);
+                if (f < 1.0)
+                    f = 1.0;
+            } else {
+                /* Demand this far beyond the rate takes any spare at once:
+                 * the spare by demand, no more in all. */
+                f = floor(spare * d / dsum);
+            }
             if (f > limit)
                 f = limit;
             if (f > WIRE_FREE_MAX)
@@ -1609,7 +1624,8 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
         .frozen_share = (uint64_t)(k->fshare * (double)WIRE_ONE),
         .period_ms = (uint64_t)((contested ? r->interval : ACTIVE_EVERY * r->interval) / 1000000LL),
         .flags =
-            (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) | (idle ? WIRE_R_IDLE : 0)),
+            (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) | (idle ? WIRE_R_IDLE : 0) |
+                       (k->tokens < 1.0 && k->free < 1.0F && k->acc > 0.0F ? WIRE_R_NEED : 0)),
         .tokens_milli = k->tokens > 0.0 ? (uint64_t)(k->tokens * 1000.0) : 0,
         .granted_milli = k->granted_m,
         .leased_by = k->leased_by,

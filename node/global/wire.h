@@ -61,6 +61,7 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2 };
 #define WIRE_R_YOUNG 0x01u /* the sender started recently: it has no past */
 #define WIRE_R_IDLE  0x02u /* the sender's bucket for the key is full */
 #define WIRE_R_GONE  0x04u /* the sender dropped the key */
+#define WIRE_R_NEED  0x08u /* the sender is out of units and free units: lease now */
 /* Lease flags (0x01 was version 1's "cold"; grants replace it). */
 #define WIRE_L_SETTLED 0x02u /* the owner's view is complete and settled */
 

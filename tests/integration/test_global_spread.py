@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""Global limits whose requests are spread over the nodes, on real daemons.
+
+The everyday shape of a per-user limit behind a load balancer: each key's
+requests arrive at random (Poisson) on any of five nodes, each node seeing
+a trickle.  Three groups of keys at half their limit, at their limit and at
+ten times it, all at once, for 12 s.  Every answer is compared with one
+central GCRA per key replaying the same requests at the times they were
+sent (the oracle):
+
+  - below: the cluster refuses at most two points more of the requests
+    than the oracle (availability first: traffic under the limit passes;
+    about one point is measured, on a loaded machine up to two);
+  - above: no key admits more, over any window, than its envelope (rate x
+    window + burst + 1) plus the bound stated in the README
+    (2 (burst + 1) + 3 N units);
+  - at ten times the limit the cluster admits within 5% of the oracle.
+
+Every load loop is bounded in count and time; every process is stopped at
+the end, even on failure.
+"""
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sluicetest  # noqa: E402
+from test_global_fleet import Cluster  # noqa: E402
+
+import redis  # noqa: E402
+
+BURST, RATE = 4, 10  # per key: 5 at once, 10 per second
+N = 5
+SECONDS = 12.0
+GROUPS = {"half": 0.5, "at": 1.0, "ten": 10.0}
+KEYS = 12  # per group
+TICK = 0.01
+
+
+def schedule(seed):
+    """Per node, the (time, key) of every request it gets: each key's
+    Poisson stream at demand x RATE, each request on a random node."""
+    rnd = random.Random(seed)
+    per_node = [[] for _ in range(N)]
+    for g, demand in GROUPS.items():
+        for k in range(KEYS):
+            key = "spread:%s:%d" % (g, k)
+            t = rnd.expovariate(demand * RATE)
+            while t < SECONDS:
+                per_node[rnd.randrange(N)].append((t, key))
+                t += rnd.expovariate(demand * RATE)
+    for lst in per_node:
+        lst.sort()
+    return per_node
+
+
+def run_load(c, per_node):
+    """Sends every node's requests at their times (those due in a tick as
+    one pipeline); returns [(t_sent, key, allowed)], errors."""
+    answers, errors = [], []
+    lock = threading.Lock()
+    t0 = time.monotonic() + 0.2
+
+    def worker(i):
+        conn = c.client(i)
+        todo = per_node[i]
+        j = 0
+        while j < len(todo) and time.monotonic() < t0 + SECONDS + 5:
+            now = time.monotonic() - t0
+            due = []
+            while j < len(todo) and todo[j][0] <= now:
+                due.append(todo[j][1])
+                j += 1
+            if not due:
+                time.sleep(min(TICK, max(0.0, todo[j][0] - now)))
+                continue
+            try:
+                p = conn.pipeline(transaction=False)
+                for key in due:
+                    p.execute_command("CL.THROTTLE", key, BURST, RATE, 1, 1)
+                reps = p.execute()
+                sent = now
+                with lock:
+                    for key, rep in zip(due, reps):
+                        answers.append((sent, key, rep[0] == 0))
+            except (redis.RedisError, OSError) as e:
+                with lock:
+                    errors.append(repr(e))
+                conn = c.client(i)
+        conn.close()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(N)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(SECONDS + 30)
+    return answers, errors
+
+
+def excess(times, burst, rate):
+    """The largest excess, in units, of admissions over the envelope
+    rate x window + burst + 1 over any window (times sorted)."""
+    worst, low = 0.0, 0.0
+    for n, t in enumerate(times):
+        x = n - rate * t  # admitted before this one, less the refill
+        low = min(low, x)
+        worst = max(worst, x + 1 - low - (burst + 1))
+    return worst
+
+
+def main():
+    seed = int(os.environ.get("SLUICE_SEED", "1"))
+    print("test_global_spread: seed %d (SLUICE_SEED replays)" % seed)
+    tmpdir = tempfile.mkdtemp(prefix="sluice-spread-")
+    c = Cluster(N, tmpdir)
+    try:
+        c.start_all()
+        c.wait_members(range(N))
+
+        def ready():
+            for i in range(N):
+                with c.client(i) as r:
+                    if r.info("cluster").get("cluster_state") != "ok":
+                        return False
+            return True
+        # as a load balancer would, send only to ready nodes
+        sluicetest.wait_until(ready, timeout=20, what="every node ready (INFO cluster_state)")
+        answers, errors = run_load(c, schedule(seed))
+        assert not errors, errors[:3]
+        bound = 2 * (BURST + 1) + 3 * N
+        failed = []
+        for g, demand in GROUPS.items():
+            mine = sorted(a for a in answers if a[1].startswith("spread:%s:" % g))
+            sent = len(mine)
+            ok = sum(1 for a in mine if a[2])
+            orc = 0
+            worst = 0.0
+            for k in range(KEYS):
+                key = "spread:%s:%d" % (g, k)
+                ans = [(a[0], 0, key, a[2]) for a in mine if a[1] == key]
+                orc += sluicetest.gcra_oracle(ans, BURST, RATE)
+                worst = max(worst, excess([a[0] for a in ans if a[3]], BURST, RATE))
+            refused, orc_refused = (sent - ok) / sent, (sent - orc) / sent
+            print("    refused by second: %s" % [sum(1 for a in mine if int(a[0]) == s and not a[2])
+                                               for s in range(int(SECONDS))])
+            print("  %-4s (demand %4.1f): %5d requests, refused %5.1f%% (one central GCRA "
+                  "%5.1f%%), admitted/oracle %.3f, worst key %.1f units above its envelope "
+                  "(bound %d)" % (g, demand, sent, 100 * refused, 100 * orc_refused, ok / orc,
+                                  worst, bound))
+            if refused > orc_refused + 0.02:
+                failed.append("%s: refused %.3f > oracle %.3f + 0.02" % (g, refused, orc_refused))
+            if worst > bound:
+                failed.append("%s: a key %.1f units above its envelope" % (g, worst))
+            if demand >= 10 and abs(ok / orc - 1) > 0.05:
+                failed.append("%s: admitted/oracle %.3f" % (g, ok / orc))
+        assert not failed, failed
+        print("test_global_spread: OK")
+    finally:
+        c.stop_all()
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
