@@ -136,8 +136,9 @@ static int submit(struct fixture *f, struct ctx *c, const char *key, const struc
 static void test_fifo(void **state)
 {
     struct fixture *f = *state;
-    /* capacity 3, one unit per 10 ms */
-    struct algo_params p = mkp(ALGO_GCRA, 2, 1, 10 * MS);
+    /* capacity 3, one unit per 10 ms (token-bucket waits for all the
+     * units; gcra would pay forward, see test_pays_forward) */
+    struct algo_params p = mkp(ALGO_TOKEN_BUCKET, 2, 1, 10 * MS);
     struct ctx c[6];
     for (int i = 0; i < 6; i++)
         c[i].id = i;
@@ -214,6 +215,16 @@ static void test_pays_forward(void **state)
     assert_int_equal(f->log.n, 3);
     assert_int_equal(f->log.r[2].limited, 0);
     assert_true(f->log.r[2].waited_ns >= 250 * MS);
+    /* with a burst, gcra serves 2 units when one fits (Guava's SmoothBursty):
+     * capacity 2 used up, then 2 more at once, the next waits two units */
+    struct algo_params b = mkp(ALGO_GCRA, 1, 1, 100 * MS);
+    assert_int_equal(submit(f, &c[0], "pf2", &b, 2, S, NULL), 1);
+    assert_int_equal(submit(f, &c[1], "pf2", &b, 2, 0, NULL), 1);
+    assert_int_equal(f->log.r[4].limited, 1);
+    assert_int_equal(submit(f, &c[2], "pf2", &b, 2, S, NULL), 0);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(f->log.r[5].limited, 0);
+    assert_true(f->log.r[5].waited_ns >= 50 * MS && f->log.r[5].waited_ns < 150 * MS);
 }
 
 /* A cancelled waiter is never answered, and the ones behind it move up. */
