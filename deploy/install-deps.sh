@@ -16,6 +16,7 @@ TEST_PACKAGES=(
   clang clang-format clang-tidy cppcheck libclang-rt-14-dev
   valgrind gnuplot-nox iproute2 procps faketime
   python3-grpcio python3-grpc-tools nghttp2-client nginx-light caddy php-cli php-redis
+  libguava-java default-jdk-headless
 )
 BUILD_ONLY=0
 [ "${1:-}" = "--build-only" ] && BUILD_ONLY=1

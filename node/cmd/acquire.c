@@ -472,6 +472,52 @@ static int acquire__queue_new(struct acquire *a, const char *key, size_t klen,
     return 0;
 }
 
+/* The most a request that fits on arrival is charged before it arrived:
+ * one unit's interval of the limit (a bucket's or warmup's; windows get
+ * none). */
+static int64_t acquire__credit(const struct algo_params *p)
+{
+    if (p->kind != ALGO_GCRA && p->kind != ALGO_TOKEN_BUCKET && p->kind != ALGO_WARMUP)
+        return 0;
+    return p->count > 0 ? p->period_ns / p->count : 0;
+}
+
+/*
+ * When a request that fits on arrival is charged: if the key's schedule
+ * reached it within one unit's interval before now, at that time rather
+ * than now, so a caller pacing itself (each request sent when the last
+ * answer came) keeps its rate despite the round trip, instead of restarting
+ * the schedule from each late arrival.  Over any run the units still start
+ * no closer than the rate allows (each is charged at or after its slot, and
+ * slots are an interval apart); a key idle for longer is charged now.
+ * Asked before anything looks at the key at now: a key drained by now is
+ * forgotten (it is a fresh key from then on), and its schedule with it.
+ */
+static int64_t acquire__charge_time(struct acquire *a, const struct acquire_req *req,
+                                    const struct algo_params *p, int64_t now_ns)
+{
+    int64_t x = acquire__credit(p), d;
+    if (x > 0 && now_ns > x &&
+        limiter_acquire_fit(a->lim, req->key, req->klen, p, req->qty, now_ns - x, now_ns, &d,
+                            NULL) == 0 &&
+        d > 0 && d <= x)
+        return now_ns - x + d;
+    return now_ns;
+}
+
+/* Serves a request that fits on arrival at `at` (returns 1, *r the answer);
+ * the charge is checked there (limiter_acquire_take decides at that time),
+ * and a refusal there is retried now. */
+static int acquire__take_now(struct acquire *a, const struct acquire_req *req,
+                             const struct algo_params *p, int64_t at, int64_t now_ns,
+                             struct algo_result *r)
+{
+    int rc = limiter_acquire_take(a->lim, req->key, req->klen, p, req->qty, at, now_ns, r);
+    if (rc == 0 && r->limited && at != now_ns)
+        rc = limiter_acquire_take(a->lim, req->key, req->klen, p, req->qty, now_ns, now_ns, r);
+    return rc < 0 ? rc : 1;
+}
+
 int acquire_submit(struct acquire *a, const struct acquire_req *req, int64_t now_ns,
                    acquire_done_fn done, void *ud, struct algo_result *r, int64_t *waited_ns,
                    struct acquire_waiter **wout)
@@ -524,14 +570,13 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
         return rc < 0 ? rc : 1;
     }
     if (decide == NULL && q == NULL) {
+        int64_t at = acquire__charge_time(a, req, p, now_ns);
         rc = limiter_acquire_fit(a->lim, req->key, req->klen, p, req->qty, now_ns, now_ns, &delay,
                                  r);
         if (rc < 0)
             return rc;
-        if (delay == 0) {
-            rc = limiter_acquire_take(a->lim, req->key, req->klen, p, req->qty, now_ns, now_ns, r);
-            return rc < 0 ? rc : 1;
-        }
+        if (delay == 0)
+            return acquire__take_now(a, req, p, at, now_ns, r);
         if (delay == ALGO_NEVER || delay > req->timeout_ns)
             return 1; /* r is the refusal */
     } else if (decide == NULL) {

@@ -717,16 +717,22 @@ static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out
     resp_add_array(out, n);
     for (size_t i = 0; i < n; i++) {
         const struct policy *p = policy_set_at(set, i);
+        /* warmup's own parameters follow its precision */
+        int wu = p->algo.kind == ALGO_WARMUP;
         if (resp3)
-            resp_add_map(out, 10);
+            resp_add_map(out, wu ? 12 : 10);
         else
-            resp_add_array(out, 20);
+            resp_add_array(out, wu ? 24 : 20);
         resp_add_pair_str(out, "name", p->name);
         resp_add_pair_str(out, "algorithm", algo_name(p->algo.kind));
         resp_add_pair_int(out, "burst", p->algo.burst);
         resp_add_pair_int(out, "count", p->algo.count);
         resp_add_pair_int(out, "period_ms", sl__ms(p->algo.period_ns));
         resp_add_pair_int(out, "precision", p->algo.precision);
+        if (wu) {
+            resp_add_pair_int(out, "warmup_ms", sl__ms(p->algo.warmup_ns));
+            resp_add_pair_int(out, "cold_factor", p->algo.cold_factor);
+        }
         resp_add_pair_str(out, "scope", p->scope == POLICY_SCOPE_GLOBAL ? "global" : "local");
         resp_add_pair_str(out, "partition",
                           p->partition == POLICY_PARTITION_SHARE ? "share" : "optimistic");

@@ -861,8 +861,9 @@ int config_defaults(struct config *cfg)
     cfg->default_scope = POLICY_SCOPE_LOCAL;
     cfg->gossip_interval_ms = 100;
     cfg->partition_policy = POLICY_PARTITION_SHARE;
-    if (config__set_str(&cfg->socket, "/run/sluice/sluice.sock") < 0 ||
-        config__set_str(&cfg->gossip_bind, "0.0.0.0:7946") < 0) {
+    /* socket stays NULL unless the file sets it: the daemon's default path
+     * then applies ($SLUICE_SOCKET first), as without a config file. */
+    if (config__set_str(&cfg->gossip_bind, "0.0.0.0:7946") < 0) {
         config_free(cfg);
         return -SLUICE_ENOMEM;
     }

@@ -38,7 +38,7 @@ enum config_log_level {
 
 struct config {
     /* [sluiced] */
-    char *socket;         /* Unix socket path */
+    char *socket;         /* Unix socket path; NULL: not set (the default path) */
     unsigned socket_mode; /* permission bits, e.g. 0660 */
     uint64_t max_keys;    /* key table bound */
     enum config_on_full on_full;

@@ -512,10 +512,12 @@ int limiter_earliest_fit(struct limiter *lim, const char *key, size_t klen,
     return rc;
 }
 
-/* A quantity a bucket can never hold at once: SL.ACQUIRE pays it forward. */
+/* What SL.ACQUIRE pays forward: any quantity on gcra (Guava's
+ * SmoothBursty), and on token-bucket (which never borrows otherwise) only
+ * one it can never hold at once. */
 static int limiter__pays_forward(const struct algo_params *p, int64_t qty)
 {
-    return (p->kind == ALGO_GCRA || p->kind == ALGO_TOKEN_BUCKET) && qty > p->limit;
+    return qty > 1 && (p->kind == ALGO_GCRA || (p->kind == ALGO_TOKEN_BUCKET && qty > p->limit));
 }
 
 int limiter_acquire_fit(struct limiter *lim, const char *key, size_t klen,

@@ -136,8 +136,9 @@ static int submit(struct fixture *f, struct ctx *c, const char *key, const struc
 static void test_fifo(void **state)
 {
     struct fixture *f = *state;
-    /* capacity 3, one unit per 10 ms */
-    struct algo_params p = mkp(ALGO_GCRA, 2, 1, 10 * MS);
+    /* capacity 3, one unit per 10 ms (token-bucket waits for all the
+     * units; gcra would pay forward, see test_pays_forward) */
+    struct algo_params p = mkp(ALGO_TOKEN_BUCKET, 2, 1, 10 * MS);
     struct ctx c[6];
     for (int i = 0; i < 6; i++)
         c[i].id = i;
@@ -214,6 +215,59 @@ static void test_pays_forward(void **state)
     assert_int_equal(f->log.n, 3);
     assert_int_equal(f->log.r[2].limited, 0);
     assert_true(f->log.r[2].waited_ns >= 250 * MS);
+    /* with a burst, gcra serves 2 units when one fits (Guava's SmoothBursty):
+     * capacity 2 used up, then 2 more at once, the next waits two units */
+    struct algo_params b = mkp(ALGO_GCRA, 1, 1, 100 * MS);
+    assert_int_equal(submit(f, &c[0], "pf2", &b, 2, S, NULL), 1);
+    assert_int_equal(submit(f, &c[1], "pf2", &b, 2, 0, NULL), 1);
+    assert_int_equal(f->log.r[4].limited, 1);
+    assert_int_equal(submit(f, &c[2], "pf2", &b, 2, S, NULL), 0);
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    assert_int_equal(f->log.r[5].limited, 0);
+    assert_true(f->log.r[5].waited_ns >= 50 * MS && f->log.r[5].waited_ns < 150 * MS);
+}
+
+/* Submits at an explicit time with no wait allowed: 1 if allowed. */
+static int submit_at(struct fixture *f, const char *key, const struct algo_params *p,
+                     int64_t now_ns)
+{
+    struct acquire_req req = {key, strlen(key), p, NULL, NULL, 1, 0};
+    struct algo_result r;
+    struct acquire_waiter *w;
+    int64_t waited;
+    struct ctx c = {.id = 99};
+    assert_int_equal(acquire_submit(f->a, &req, now_ns, on_done, &c, &r, &waited, &w), 1);
+    return !r.limited;
+}
+
+/* A caller pacing itself (each request sent when the last answer came) is
+ * charged at its slot when it arrives up to one interval late, so its
+ * round trip does not slow its rate; later than that, the schedule
+ * restarts.  BURST 0, one unit per 10 ms. */
+static void test_paced_caller_keeps_schedule(void **state)
+{
+    struct fixture *f = *state;
+    struct algo_params p = mkp(ALGO_GCRA, 0, 1, 10 * MS);
+    int64_t t0 = 1000 * S;
+    assert_true(submit_at(f, "pace", &p, t0));
+    /* 3 ms late for the slot at t0 + 10 ms: charged at the slot ... */
+    assert_true(submit_at(f, "pace", &p, t0 + 13 * MS));
+    /* ... so the slot at t0 + 20 ms is still there (charged at arrival, the
+     * next slot would be t0 + 23 ms) */
+    assert_true(submit_at(f, "pace", &p, t0 + 21 * MS));
+    assert_false(submit_at(f, "pace", &p, t0 + 29 * MS)); /* never faster */
+    assert_true(submit_at(f, "pace", &p, t0 + 30 * MS));
+    /* 15 ms late (more than an interval): the schedule restarts at arrival */
+    assert_true(submit_at(f, "pace", &p, t0 + 55 * MS));
+    assert_false(submit_at(f, "pace", &p, t0 + 64 * MS));
+    assert_true(submit_at(f, "pace", &p, t0 + 65 * MS));
+    /* the same for token-bucket (later: the limiter's clock only moves on) */
+    struct algo_params tb = mkp(ALGO_TOKEN_BUCKET, 0, 1, 10 * MS);
+    int64_t t1 = t0 + S;
+    assert_true(submit_at(f, "tb", &tb, t1));
+    assert_true(submit_at(f, "tb", &tb, t1 + 13 * MS));
+    assert_true(submit_at(f, "tb", &tb, t1 + 21 * MS));
+    assert_false(submit_at(f, "tb", &tb, t1 + 29 * MS));
 }
 
 /* A cancelled waiter is never answered, and the ones behind it move up. */
@@ -646,6 +700,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fifo, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pays_forward, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paced_caller_keeps_schedule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thousands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_policy_retained, setup, teardown),

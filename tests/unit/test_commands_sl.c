@@ -324,6 +324,15 @@ static void test_policies_and_reload(void **state)
     assert_int_equal(st.reloads, 2);
     assert_int_equal(st.reload_failures, 2);
     assert_int_equal(st.policies, 1);
+    /* a warmup policy shows its warm-up and cold factor */
+    write_file(f->path, "[policy w]\nalgorithm = warmup\nrate = 10 per 1s\nwarmup = 4s\n"
+                        "cold_factor = 5\n");
+    assert_string_equal(run(f, "SL.RELOAD"), "+OK\r\n");
+    r = run(f, "SL.POLICIES");
+    assert_true(strncmp(r, "*1\r\n*24\r\n", 9) == 0);
+    assert_non_null(
+        strstr(r, "$9\r\nwarmup_ms\r\n:4000\r\n$11\r\ncold_factor\r\n:5\r\n$5\r\nscope"));
+    assert_true(strncmp(run3(f, 1, "SL.POLICIES"), "*1\r\n%12\r\n", 9) == 0);
 }
 
 /* Runs line and fails, showing the reply, unless it starts with want. */

@@ -91,6 +91,9 @@ static void test_empty_is_defaults(void **unused)
     assert_int_equal(cfg.max_keys, LIMITER_DEFAULT_MAX_KEYS);
     assert_int_equal(cfg.max_clients, SERVER_DEFAULT_MAX_CLIENTS);
     assert_int_equal(cfg.max_client_memory, SERVER_DEFAULT_MAX_CLIENT_MEMORY);
+    /* no socket = in the file: the daemon's default path, which honours
+     * $SLUICE_SOCKET, not a fixed one */
+    assert_null(cfg.socket);
     config_free(&cfg);
 }
 

@@ -13,8 +13,10 @@
  * Output, one line each:
  *   case NAME KIND RATE [WARMUP_MS COLD]   KIND: bursty (Guava's create(rate))
  *                                          or warmup
- *   acquire N R<secs>                      acquire(N) and the wait it slept
- *   try N TIMEOUT_MS T|F [R<secs>]         tryAcquire(N, TIMEOUT_MS ms)
+ *   acquire N R<us>                        acquire(N) and the wait it slept, in
+ *                                          microseconds (Guava's test prints
+ *                                          them as seconds, "R0.63")
+ *   try N TIMEOUT_MS T|F [R<us>]           tryAcquire(N, TIMEOUT_MS ms)
  *   sleep MS                               the user sleeps
  *   rate R                                 setRate(R)
  *   end
@@ -42,7 +44,7 @@ public final class GuavaOracle {
     @Override
     protected void sleepMicrosUninterruptibly(long micros) {
       instantNanos += TimeUnit.MICROSECONDS.toNanos(micros);
-      events.add("R" + String.format(Locale.ROOT, "%3.2f", micros / 1000000.0));
+      events.add("R" + micros);
     }
 
     String take() {
