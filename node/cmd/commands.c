@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "cluster.h"
 #include "commands_cluster.h"
 #include "info.h"
 #include "metrics.h"
@@ -582,8 +583,12 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         info_u64(&t, "limited", ls.limited);
         info_u64(&t, "reclaimed", ls.reclaimed);
         info_u64(&t, "evicted", ls.evicted);
-        info_u64(&t, "overflow_denied", ls.overflow_denied);
-        info_u64(&t, "overflow_allowed", ls.overflow_allowed);
+        /* Local keys refused by the limiter's table and global keys by the
+         * cluster's (each bounded by --max-keys on its own), as /metrics. */
+        uint64_t gdenied, gallowed;
+        cluster_overflow_counts(cmds->cluster, &gdenied, &gallowed);
+        info_u64(&t, "overflow_denied", ls.overflow_denied + gdenied);
+        info_u64(&t, "overflow_allowed", ls.overflow_allowed + gallowed);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "cluster"))
