@@ -712,7 +712,7 @@ static const struct commands_row command_table[] = {
     {"sl.acquire", 0, CMD_F_BLOCKS | CMD_F_DECIDE, NULL, commands_sl_acquire},
     {"sl.multi", 0, CMD_F_DECIDE, NULL, commands_sl_multi},
     {"sl.policies", 0, 0, NULL, commands_sl_policies},
-    {"sl.reload", 0, CMD_F_ADMIN, NULL, commands_sl_reload_cmd},
+    {"sl.reload", 0, CMD_F_ADMIN | CMD_F_BLOCKS, NULL, commands_sl_reload_cmd},
 };
 
 static size_t command_count(void)
