@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "cluster.h"
 #include "commands_cluster.h"
 #include "info.h"
 #include "metrics.h"
@@ -581,8 +582,12 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         info_u64(&t, "limited", ls.limited);
         info_u64(&t, "reclaimed", ls.reclaimed);
         info_u64(&t, "evicted", ls.evicted);
-        info_u64(&t, "overflow_denied", ls.overflow_denied);
-        info_u64(&t, "overflow_allowed", ls.overflow_allowed);
+        /* Local keys refused by the limiter's table and global keys by the
+         * cluster's (each bounded by --max-keys on its own), as /metrics. */
+        uint64_t gdenied, gallowed;
+        cluster_overflow_counts(cmds->cluster, &gdenied, &gallowed);
+        info_u64(&t, "overflow_denied", ls.overflow_denied + gdenied);
+        info_u64(&t, "overflow_allowed", ls.overflow_allowed + gallowed);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "cluster"))
@@ -707,7 +712,7 @@ static const struct commands_row command_table[] = {
     {"sl.acquire", 0, CMD_F_BLOCKS | CMD_F_DECIDE, NULL, commands_sl_acquire},
     {"sl.multi", 0, CMD_F_DECIDE, NULL, commands_sl_multi},
     {"sl.policies", 0, 0, NULL, commands_sl_policies},
-    {"sl.reload", 0, CMD_F_ADMIN, NULL, commands_sl_reload_cmd},
+    {"sl.reload", 0, CMD_F_ADMIN | CMD_F_BLOCKS, NULL, commands_sl_reload_cmd},
 };
 
 static size_t command_count(void)

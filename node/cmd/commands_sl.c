@@ -28,6 +28,23 @@ struct commands_sl {
     void *load_ud;
     const char *load_name;
     uint64_t reloads, reload_failures, reloads_unchanged;
+    /* Reloads off the loop (see commands_sl_reload_start): one parse at a
+     * time in libuv's threadpool; the requests it answers, and those that
+     * came while it ran, which the next parse answers. */
+    uv_loop_t *loop;
+    uv_work_t work;
+    int busy, again;
+    struct sl_waiter *cur, *next;
+    struct sl_waiter *ans;   /* being answered now (unblocking may close others) */
+    int wrc;                 /* the worker's result ... */
+    struct policy_set *wset; /* ... its new set (NULL: unchanged) ... */
+    char werr[512];          /* ... and its reason */
+};
+
+/* A client blocked in SL.RELOAD until a parse answers it. */
+struct sl_waiter {
+    struct sl_waiter *next;
+    struct server_client *c;
 };
 
 int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg,
@@ -42,6 +59,7 @@ int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg
         sl->load = cfg->load_policies;
         sl->load_ud = cfg->load_ud;
         sl->load_name = cfg->load_name != NULL ? cfg->load_name : "policies";
+        sl->loop = cfg->loop;
     }
     if (cfg && cfg->loop != NULL) {
         int rc = acquire_create(cfg->loop, lim, cfg->max_waiters, &sl->acq);
@@ -745,31 +763,134 @@ static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out
     }
 }
 
+/* Applies a load's outcome for n requests (counted each): swaps a new set
+ * in, or keeps the running one and logs why. */
+static void sl__apply(struct commands_sl *sl, int rc, struct policy_set *set, const char *err,
+                      uint64_t n)
+{
+    if (rc < 0) {
+        sl->reload_failures += n;
+        log_error("reload failed, keeping the running policies: %s", err);
+        return;
+    }
+    sl->reloads += n;
+    if (set == NULL) {
+        /* The source is unchanged since the policies in use were read:
+         * a successful reload with nothing to swap. */
+        sl->reloads_unchanged += n;
+        return;
+    }
+    limiter_set_policies(sl->lim, set);
+    log_info("reloaded %s: %zu policies", sl->load_name, policy_set_count(set));
+    policy_set_release(set);
+}
+
 int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen)
 {
     struct policy_set *set = NULL;
-    int rc;
     if (sl->load == NULL) {
         snprintf(err, errlen, "no config file (start sluiced with --config FILE)");
         sl->reload_failures++;
         return -SLUICE_EINVAL;
     }
-    rc = sl->load(sl->load_ud, &set, err, errlen);
-    if (rc < 0) {
-        sl->reload_failures++;
-        log_error("reload failed, keeping the running policies: %s", err);
-        return rc;
+    int rc = sl->load(sl->load_ud, &set, err, errlen);
+    sl__apply(sl, rc, rc < 0 ? NULL : set, err, 1);
+    return rc < 0 ? rc : 0;
+}
+
+static void sl__reload_run(struct commands_sl *sl);
+
+/* In the threadpool: the loader alone touches its state, one at a time. */
+static void sl__reload_work(uv_work_t *w)
+{
+    struct commands_sl *sl = w->data;
+    sl->wset = NULL;
+    sl->werr[0] = '\0';
+    sl->wrc = sl->load(sl->load_ud, &sl->wset, sl->werr, sizeof(sl->werr));
+}
+
+/* On the loop: applies the parse and answers the requests it was for. */
+static void sl__reload_done(uv_work_t *w, int status)
+{
+    struct commands_sl *sl = w->data;
+    (void)status; /* never cancelled */
+    uint64_t n = 0;
+    for (struct sl_waiter *x = sl->cur; x != NULL; x = x->next)
+        n++;
+    sl__apply(sl, sl->wrc, sl->wrc < 0 ? NULL : sl->wset, sl->werr, n ? n : 1);
+    /* Still busy while answering: an unblocked client's next SL.RELOAD
+     * joins the next parse, which starts once all are answered. */
+    sl->ans = sl->cur;
+    sl->cur = NULL;
+    struct sl_waiter *x;
+    while ((x = sl->ans) != NULL) {
+        sl->ans = x->next;
+        struct resp_buf *out = server_client_out(x->c);
+        if (sl->wrc < 0)
+            resp_add_errorf(out, "ERR reload failed: %s", sl->werr);
+        else
+            resp_add_simple(out, "OK");
+        struct server_client *c = x->c;
+        free(x);
+        server_client_unblock(c);
     }
-    sl->reloads++;
-    if (set == NULL) {
-        /* The source is unchanged since the policies in use were read:
-         * a successful reload with nothing to swap. */
-        sl->reloads_unchanged++;
-        return 0;
+    sl->busy = 0;
+    sl->cur = sl->next;
+    sl->next = NULL;
+    if (sl->cur != NULL || sl->again) {
+        sl->again = 0;
+        sl__reload_run(sl);
     }
-    limiter_set_policies(sl->lim, set);
-    log_info("reloaded %s: %zu policies", sl->load_name, policy_set_count(set));
-    policy_set_release(set);
+}
+
+static void sl__reload_run(struct commands_sl *sl)
+{
+    sl->busy = 1;
+    sl->work.data = sl;
+    if (uv_queue_work(sl->loop, &sl->work, sl__reload_work, sl__reload_done) < 0) {
+        /* Cannot happen with valid arguments; never leave a waiter hanging. */
+        sl__reload_work(&sl->work);
+        sl__reload_done(&sl->work, 0);
+    }
+}
+
+/* A blocked SL.RELOAD's client went away: it is answered by no one. */
+static void sl__reload_cancel(struct server_client *c, void *arg)
+{
+    struct commands_sl *sl = arg;
+    struct sl_waiter **lists[3] = {&sl->cur, &sl->next, &sl->ans};
+    for (int i = 0; i < 3; i++) {
+        for (struct sl_waiter **pp = lists[i]; *pp != NULL; pp = &(*pp)->next) {
+            if ((*pp)->c == c) {
+                struct sl_waiter *x = *pp;
+                *pp = x->next;
+                free(x);
+                return;
+            }
+        }
+    }
+}
+
+int commands_sl_reload_start(struct commands_sl *sl, struct server_client *c)
+{
+    if (sl->load == NULL || sl->loop == NULL)
+        return -SLUICE_EINVAL;
+    if (c != NULL) {
+        struct sl_waiter *x = calloc(1, sizeof(*x));
+        if (x == NULL)
+            return -SLUICE_ENOMEM;
+        x->c = c;
+        /* One that comes while a parse runs may have seen a newer file
+         * than that parse read: the next parse answers it. */
+        struct sl_waiter **list = sl->busy ? &sl->next : &sl->cur;
+        x->next = *list;
+        *list = x;
+        server_client_block(c, sl__reload_cancel, sl);
+    } else if (sl->busy) {
+        sl->again = 1;
+    }
+    if (!sl->busy)
+        sl__reload_run(sl);
     return 0;
 }
 
@@ -876,6 +997,16 @@ int commands_sl_reload_cmd(struct commands_sl *sl, struct server_client *c, int 
                            const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     char err[512];
+    /* Off the loop when there is one: a parse of a large file, or one per
+     * change of a file rewritten in a loop, must not stall other clients.
+     * The client waits (MULTI refuses SL.RELOAD, as it does waits). */
+    if (c != NULL && sl->loop != NULL && sl->load != NULL) {
+        int rc = commands_sl_reload_start(sl, c);
+        if (rc == 0)
+            return SERVER_CONTINUE;
+        resp_add_errorf(out, "ERR reload failed: %s", sluice_strerror(rc));
+        return SERVER_CONTINUE;
+    }
     if (commands_sl_reload(sl, err, sizeof(err)) < 0)
         resp_add_errorf(out, "ERR reload failed: %s", err);
     else

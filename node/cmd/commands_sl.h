@@ -165,6 +165,19 @@ int commands_sl_reload_cmd(struct commands_sl *sl, struct server_client *c, int 
  */
 int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen);
 
+/*
+ * The same off the event loop (needs the config's loop): the load runs in
+ * libuv's threadpool, one at a time, and its outcome is applied on the
+ * loop.  With c, the client is blocked (server_client_block) and answered
+ * +OK or "-ERR reload failed: reason" by the first load that starts after
+ * this call, shared with every request that joined it; a client that goes
+ * away first is simply dropped.  With c NULL (SIGHUP) nobody is answered.
+ * Returns 0, -SLUICE_EINVAL (no loader or loop) or -SLUICE_ENOMEM.  The
+ * loader (commands_sl_load_fn) must then be safe to call from another
+ * thread while the loop runs: only this layer calls it, never two at once.
+ */
+int commands_sl_reload_start(struct commands_sl *sl, struct server_client *c);
+
 /* The SL.* layer's counters, as INFO's "# Policies" section shows them
  * (the metrics endpoint reads them here rather than parsing that text). */
 struct commands_sl_stats {

@@ -388,7 +388,9 @@ static void on_sighup(uv_signal_t *h, int signum)
     char err[512];
     (void)signum;
     log_info("received SIGHUP, reloading");
-    (void)commands_sl_reload(d->sl, err, sizeof(err));
+    /* Off the loop (the file may be large); logged when applied. */
+    if (commands_sl_reload_start(d->sl, NULL) < 0)
+        (void)commands_sl_reload(d->sl, err, sizeof(err));
     if (daemon_rls_reload(d->rls, err, sizeof(err)) < 0)
         log_error("ratelimit: config not reloaded, keeping the one in use: %s", err);
     /* Key rotation: a bad key file keeps the keys in use. */

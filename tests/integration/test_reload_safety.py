@@ -1,7 +1,9 @@
 """Reloads can never stall the daemon: a FIFO put where the config file was
 is refused on SIGHUP without blocking the loop; thousands of pipelined
 SL.RELOADs of a 4,096-policy file cost one parse, and another client keeps
-getting answers meanwhile; a changed file is still reloaded; SL.RELOAD can
+getting answers meanwhile; a changed file is still reloaded; reloads of a
+file rewritten all the time are parsed off the event loop, so another
+client is not stalled, and MULTI refuses SL.RELOAD (its wait); SL.RELOAD can
 be turned off (admin_commands = off) while SIGHUP still reloads."""
 import os
 import signal
@@ -125,6 +127,53 @@ class ReloadSafety(unittest.TestCase):
             self.assertTrue(all(isinstance(x, redis.ResponseError) for x in replies))
             self.assertTrue(all(":52:" in str(x) for x in replies), replies[0])
             self.assertEqual(info(r, "policies"), 4096)
+            r.close()
+
+    def test_reloads_of_a_changing_file_stall_nobody(self):
+        self.write(big_conf(4096))
+        with Daemon("--config", self.conf) as d:
+            r = redis.Redis(unix_socket_path=d.path, socket_timeout=120)
+            stop = threading.Event()
+            writes = [0]
+
+            def writer():  # rewrites the file until stopped (bounded)
+                while not stop.is_set() and writes[0] < 2000:
+                    self.write(big_conf(4096, rate=5 + writes[0] % 2))
+                    writes[0] += 1
+            w = threading.Thread(target=writer, daemon=True)
+            w.start()
+            pinger = Pinger(d.path)
+            pinger.start()
+            time.sleep(0.1)
+            t0 = time.monotonic()
+            p = r.pipeline(transaction=False)
+            for _ in range(60):  # on the loop, 60 parses stalled PING for seconds
+                p.execute_command("SL.RELOAD")
+            replies = p.execute(raise_on_error=False)
+            took = time.monotonic() - t0
+            stop.set()
+            w.join(30)
+            pinger.stop.set()
+            pinger.join(30)
+            self.assertEqual(set(replies), {b"OK"}, replies[:3])
+            self.assertEqual(info(r, "policies"), 4096)
+            print("  60 pipelined SL.RELOAD while the file was rewritten %d times: %.2f s, "
+                  "worst PING %.1f ms" % (writes[0], took, pinger.worst * 1000))
+            self.assertLess(pinger.worst, STALL_BOUND)
+            # The issue's case: SL.RELOAD queued in MULTI ran inside EXEC,
+            # on the loop.  It waits for its answer now: MULTI refuses it.
+            p = r.pipeline(transaction=True)
+            p.execute_command("SL.RELOAD")
+            with self.assertRaises(redis.ResponseError) as cm:
+                p.execute()
+            self.assertIn("SL.RELOAD cannot wait inside MULTI", str(cm.exception))
+            # SIGHUP reloads off the loop too, and the new file is in use.
+            self.write(big_conf(7))
+            d.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while info(r, "policies") != 7 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(info(r, "policies"), 7)
             r.close()
 
     def test_admin_commands_off(self):

@@ -1,0 +1,452 @@
+#!/usr/bin/python3
+"""The hostile soak: issue 19's hostile clients together against one sluiced
+in a 256 MiB memory limit, while real clients are measured.
+
+    /usr/bin/python3 tests/soak/hostile.py --sluiced build/bin/sluiced --duration 1200
+
+The daemon runs in `systemd-run --scope -p MemoryMax=256M` when systemd can
+make one, else under an address-space limit (prlimit --as, i.e. ulimit -v,
+with MALLOC_ARENA_MAX=2 so glibc's per-thread arenas do not spend it on
+reservations); the report says which.  It holds 10,000 keys, listens on its
+Unix socket, TCP with a password, HTTP and gRPC, and reloads a changing
+config file.  Hostile workers (separate processes, until the deadline):
+
+  tx       MULTI, 200 x SCAN 0 COUNT 10000, EXEC, over and over
+  flood    RESP clients pipelining 60 KB ECHOs and never reading
+  tcp      silent unauthenticated TCP RESP connections, reconnecting
+  grpc     1,100 silent gRPC connections, reconnecting
+  h2       gRPC connections each holding an unfinished 60 KB HTTP/2 stream
+  http     300 HTTP connections pipelining /metrics and never reading
+  headers  /v1/throttle with X-Sluice-Cost: 0 and X-Sluice-Key (ignored)
+  reload   SL.RELOAD in a loop while the file is rewritten
+
+Measured meanwhile: a real RESP client (CL.THROTTLE on the Unix socket,
+every 5 ms; latency p50/p99/max), a gRPC client (ShouldRateLimit, every
+100 ms, when python3-grpcio is there), /health every 200 ms (a failure:
+no 200 within 1 s), and the daemon's RSS every second (start, peak, end).
+
+Exit status: 0 when the daemon is alive at the end and answered every
+/health; 1 otherwise; with --max-p99-ms, also 1 when the real client's p99
+passed it.  Every loop is bounded by the deadline and every socket count is
+fixed.
+"""
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+PASSWORD = "soak-password-1234"
+
+
+def resp(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a.encode() if isinstance(a, str) else a
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def policies(n, rate):
+    return "".join("[policy p%d]\nalgorithm = gcra\nburst = 3\nrate = %d per 1m\nmatch = k%d:\n"
+                   % (i, rate, i) for i in range(n))
+
+
+# ---- hostile workers: each runs until the deadline ----
+
+def w_tx(a, deadline):
+    while time.time() < deadline:
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(5)
+            s.connect(a["sock"])
+            s.sendall(resp("MULTI") + resp("SCAN", "0", "COUNT", "10000") * 200 + resp("EXEC"))
+            while time.time() < deadline and s.recv(1 << 20):
+                pass
+        except OSError:
+            pass
+        finally:
+            s.close()
+
+
+def w_flood(a, deadline):
+    echo = resp("ECHO", "x" * 60000)
+    while time.time() < deadline:
+        socks = []
+        try:
+            for _ in range(50):
+                s = socket.socket(socket.AF_UNIX)
+                s.settimeout(2)
+                s.connect(a["sock"])
+                s.setblocking(False)
+                socks.append(s)
+            t = time.time() + 3
+            while time.time() < min(t, deadline):
+                for s in socks:
+                    try:
+                        s.send(echo)
+                    except OSError:
+                        pass
+                time.sleep(0.01)
+        except OSError:
+            pass
+        for s in socks:
+            s.close()
+
+
+def connect_many(port, n, family=socket.AF_INET):
+    socks = []
+    for _ in range(n):
+        try:
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        except OSError:
+            pass
+    return socks
+
+
+def w_silent(port, n, hold):
+    def run(a, deadline):
+        while time.time() < deadline:
+            socks = connect_many(a[port], n)
+            time.sleep(min(hold, max(0, deadline - time.time())))
+            for s in socks:
+                s.close()
+    return run
+
+
+def h2_frame(ftype, flags, stream, payload):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + \
+        struct.pack(">I", stream) + payload
+
+
+def w_h2(a, deadline):
+    path = METHOD.encode()
+    hpack = (b"\x83\x86\x04" + bytes([len(path)]) + path + b"\x01\x01x" +
+             b"\x0f\x10\x10application/grpc")
+    msg = b"\x00" + struct.pack(">I", 60000) + b"\x00" * 59999
+    out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"") + \
+        h2_frame(1, 0x4, 1, hpack)
+    for i in range(0, len(msg), 16384):
+        out += h2_frame(0, 0, 1, msg[i:i + 16384])
+    while time.time() < deadline:
+        socks = []
+        for _ in range(200):
+            try:
+                s = socket.create_connection(("127.0.0.1", a["grpc"]), timeout=2)
+                s.sendall(out)
+                socks.append(s)
+            except OSError:
+                pass
+        time.sleep(min(3, max(0, deadline - time.time())))
+        for s in socks:
+            s.close()
+
+
+def w_http(a, deadline):
+    req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 50
+    while time.time() < deadline:
+        socks = []
+        for _ in range(300):
+            try:
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.settimeout(2)
+                s.connect(("127.0.0.1", a["http"]))
+                s.setblocking(False)
+                for _ in range(20):
+                    s.send(req)
+                socks.append(s)
+            except OSError:
+                pass
+        time.sleep(min(3, max(0, deadline - time.time())))
+        for s in socks:
+            s.close()
+
+
+def w_headers(a, deadline):
+    url = "http://127.0.0.1:%d/v1/throttle?policy=p1&key=victim" % a["http"]
+    while time.time() < deadline:
+        r = urllib.request.Request(url, headers={"X-Sluice-Cost": "0", "X-Sluice-Key": "other"})
+        try:
+            urllib.request.urlopen(r, timeout=2).read()
+        except Exception:
+            pass
+        time.sleep(0.01)
+
+
+def w_reload(a, deadline):
+    n = 0
+    while time.time() < deadline:
+        tmp = a["conf"] + ".new"
+        with open(tmp, "w") as f:
+            f.write(a["conf_head"] + policies(2048, 5 + n % 2))
+        os.replace(tmp, a["conf"])
+        n += 1
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(30)
+            s.connect(a["sock"])
+            s.sendall(resp("SL.RELOAD") * 5)
+            got = b""
+            while got.count(b"\r\n") < 5 and time.time() < deadline:
+                c = s.recv(4096)
+                if not c:
+                    break
+                got += c
+            s.close()
+        except OSError:
+            pass
+
+
+WORKERS = {
+    "tx": w_tx,
+    "flood": w_flood,
+    "tcp": w_silent("tcp", 1100, 5),
+    "grpc": w_silent("grpc", 1100, 5),
+    "h2": w_h2,
+    "http": w_http,
+    "headers": w_headers,
+    "reload": w_reload,
+}
+
+
+# ---- the daemon ----
+
+def limit_prefix(mem):
+    """The command prefix that puts the daemon in a memory limit, and what it is."""
+    if shutil.which("systemd-run"):
+        probe = subprocess.run(["systemd-run", "--scope", "--quiet", "-p", "MemoryMax=%s" % mem,
+                                "true"], capture_output=True)
+        if probe.returncode == 0:
+            return ["systemd-run", "--scope", "--quiet", "-p", "MemoryMax=%s" % mem], \
+                "systemd scope MemoryMax=%s" % mem
+    return ["prlimit", "--as=%d" % parse_size(mem)], \
+        "address-space limit (prlimit --as, ulimit -v) %s, MALLOC_ARENA_MAX=2" % mem
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
+
+
+def rss_kb(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def find_pid(sock_path, proc):
+    """The sluiced process (systemd-run --scope execs it; prlimit too)."""
+    return proc.pid
+
+
+def pct(sorted_vals, p):
+    if not sorted_vals:
+        return float("nan")
+    return sorted_vals[min(len(sorted_vals) - 1, int(len(sorted_vals) * p))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sluiced", default=os.path.join(ROOT, "build", "bin", "sluiced"))
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds (default 30)")
+    ap.add_argument("--memory", default="256M", help="the daemon's memory limit (default 256M)")
+    ap.add_argument("--max-p99-ms", type=float, default=None,
+                    help="also fail when the real client's p99 passes this")
+    ap.add_argument("--workers", default=",".join(WORKERS),
+                    help="hostile workers to run (default: all)")
+    ap.add_argument("--json", help="write the figures there too")
+    o = ap.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="sluice-hostile-")
+    sock = os.path.join(tmp, "sluice.sock")
+    a = {"sock": sock, "tcp": free_port(), "http": free_port(), "grpc": free_port(),
+         "conf": os.path.join(tmp, "sluice.conf")}
+    passfile = os.path.join(tmp, "pass")
+    with open(passfile, "w") as f:
+        f.write(PASSWORD + "\n")
+    os.chmod(passfile, 0o600)
+    rldir = os.path.join(tmp, "ratelimit")
+    os.mkdir(rldir)
+    with open(os.path.join(rldir, "app.yaml"), "w") as f:
+        f.write("domain: app\ndescriptors:\n  - key: user\n    rate_limit:\n"
+                "      unit: second\n      requests_per_unit: 1000000\n")
+    a["conf_head"] = "[sluiced]\nlog_level = warn\n"
+    with open(a["conf"], "w") as f:
+        f.write(a["conf_head"] + policies(2048, 5))
+    prefix, how = limit_prefix(o.memory)
+    env = dict(os.environ, MALLOC_ARENA_MAX="2")
+    logpath = os.path.join(tmp, "sluiced.log")
+    log = open(logpath, "wb")
+    proc = subprocess.Popen(prefix + [o.sluiced, "--config", a["conf"], "--socket", sock,
+                                      "--listen", "127.0.0.1:%d" % a["tcp"],
+                                      "--requirepass-file", passfile,
+                                      "--http", "127.0.0.1:%d" % a["http"],
+                                      "--grpc", "127.0.0.1:%d" % a["grpc"],
+                                      "--ratelimit-config", rldir],
+                            stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    workers = []
+    ok = False
+    try:
+        t0 = time.time()
+        while not os.path.exists(sock):
+            if proc.poll() is not None or time.time() - t0 > 20:
+                raise SystemExit("sluiced did not start:\n" + open(logpath).read())
+            time.sleep(0.05)
+        pid = find_pid(sock, proc)
+        # 10,000 keys held (for the SCANs), pipelined.
+        c = socket.socket(socket.AF_UNIX)
+        c.settimeout(30)
+        c.connect(sock)
+        for base in range(0, 10000, 1000):
+            c.sendall(b"".join(resp("CL.THROTTLE", "held:%d" % i, "15", "30", "3600", "1")
+                               for i in range(base, base + 1000)))
+            got = b""
+            while got.count(b"*5\r\n") < 1000:
+                got += c.recv(1 << 20)
+        rss_start = rss_kb(pid)
+        deadline = time.time() + o.duration
+        for name in o.workers.split(","):
+            p = mp.Process(target=WORKERS[name], args=(a, deadline), daemon=True)
+            p.start()
+            workers.append(p)
+
+        grpc_call = None
+        try:
+            sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+            import grpc  # noqa: F401
+            from test_listener_crowds import setUpModule, rls_call
+            setUpModule()
+            grpc_call = rls_call
+        except Exception:
+            pass
+
+        lat, health_fail, health_n, grpc_fail, grpc_n, rss = [], 0, 0, 0, 0, []
+        next_health = next_rss = next_grpc = time.time()
+        n = 0
+        while time.time() < deadline and proc.poll() is None:
+            t = time.perf_counter()
+            try:
+                c.sendall(resp("CL.THROTTLE", "real:%d" % (n % 100), "1000", "100000", "1", "1"))
+                got = b""
+                while got.count(b"\r\n") < 6:
+                    got += c.recv(4096)
+                lat.append(time.perf_counter() - t)
+            except OSError:
+                lat.append(float("inf"))
+                c = socket.socket(socket.AF_UNIX)
+                c.settimeout(30)
+                try:
+                    c.connect(sock)
+                except OSError:
+                    pass
+            n += 1
+            now = time.time()
+            if now >= next_health:
+                next_health = now + 0.2
+                health_n += 1
+                try:
+                    with urllib.request.urlopen("http://127.0.0.1:%d/health" % a["http"],
+                                                timeout=1) as r:
+                        if r.status != 200:
+                            health_fail += 1
+                except Exception:
+                    health_fail += 1
+            if grpc_call is not None and now >= next_grpc:
+                next_grpc = now + 0.1
+                grpc_n += 1
+                try:
+                    grpc_call(a["grpc"], timeout=1)
+                except Exception:
+                    grpc_fail += 1
+            if now >= next_rss:
+                next_rss = now + 1
+                v = rss_kb(pid)
+                if v is not None:
+                    rss.append(v)
+            time.sleep(0.005)
+        for p in workers:
+            p.join(10)
+            if p.is_alive():
+                p.terminate()
+        time.sleep(3)  # the hostile connections are closed: memory given back?
+        alive = proc.poll() is None
+        rss_end = rss_kb(pid) if alive else None
+        lat.sort()
+        fig = {
+            "duration_s": o.duration, "limit": how, "alive": alive,
+            "requests": len(lat), "p50_ms": round(pct(lat, 0.50) * 1000, 3),
+            "p99_ms": round(pct(lat, 0.99) * 1000, 3), "max_ms": round(lat[-1] * 1000, 3)
+            if lat else None,
+            "health_checks": health_n, "health_failures": health_fail,
+            "grpc_calls": grpc_n, "grpc_failures": grpc_fail,
+            "rss_start_kb": rss_start, "rss_peak_kb": max(rss) if rss else None,
+            "rss_end_kb": rss_end,
+        }
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(5)
+            s.connect(sock)
+            s.sendall(resp("INFO", "everything"))
+            time.sleep(0.2)
+            text = s.recv(1 << 20).decode(errors="replace")
+            s.close()
+            for k in ("client_memory_disconnects", "output_limit_disconnects", "tcp_evictions",
+                      "tcp_timeouts", "http_evictions", "http_timeouts",
+                      "http_memory_disconnects", "grpc_evictions", "grpc_timeouts",
+                      "grpc_memory_disconnects", "reloads", "reload_failures"):
+                for line in text.splitlines():
+                    if line.startswith(k + ":"):
+                        fig[k] = int(line.split(":")[1])
+        except OSError:
+            pass
+        print(json.dumps(fig, indent=1))
+        if o.json:
+            with open(o.json, "w") as f:
+                json.dump(fig, f, indent=1)
+        ok = alive and health_fail == 0 and len(lat) > 0
+        if o.max_p99_ms is not None and fig["p99_ms"] > o.max_p99_ms:
+            ok = False
+        if not ok:
+            print(open(logpath, errors="replace").read()[-4000:])
+    finally:
+        for p in workers:
+            if p.is_alive():
+                p.terminate()
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
