@@ -821,7 +821,10 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
     replica__refill(k, now_ns);
     r->st.decisions++;
     if (qty > 0) {
-        k->acc += (float)qty;
+        /* Demand is what could be admitted: a quantity beyond the limit is
+         * refused on every node and must not pull the key's share here. */
+        if (qty <= replica__limit(&k->p))
+            k->acc += (float)qty;
         k->last_req = now_ns;
         if (k->p.flags & NK_IDLE)
             k->p.flags = (uint8_t)((k->p.flags & ~NK_IDLE) | NK_DIRTY);
@@ -831,9 +834,20 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
          * not on the wire: the local caller's holds. */
         if (k->w->p.phase_ns != p->phase_ns)
             (void)algo_params_set_phase(&k->w->p, p->phase_ns);
-        int rc = algo_decide(&k->w->p, k->w->state, qty, now_ns, out);
+        /* A window's count is split by share, rounded down; a node whose
+         * part is less than a unit admits only on free units (a count of
+         * one per node would admit N per window), once its owner has
+         * answered. */
+        int none = (k->p.flags & NK_LEASED) && qty > 0 &&
+                   floor((double)k->share * (double)k->p.count) < 1.0;
+        int rc = algo_decide(&k->w->p, k->w->state, none ? 0 : qty, now_ns, out);
         if (rc != 0)
             return rc;
+        if (none) {
+            out->limited = 1;
+            if (out->retry_after_ns == ALGO_NEVER)
+                out->retry_after_ns = r->interval;
+        }
         out->limit = k->p.count;
         if (!out->limited && qty > 0)
             k->admitted += (uint64_t)qty;
@@ -867,6 +881,8 @@ void replica_note_demand(struct replica *r, const char *key, size_t klen, int64_
     if (e == NULL || qty <= 0)
         return;
     struct nkey *k = nkey_of(e);
+    if (qty > replica__limit(&k->p))
+        return; /* could never be admitted: not demand (see replica_throttle) */
     k->acc += (float)qty;
     k->last_req = now_ns > k->last_req ? now_ns : k->last_req;
     if (k->p.flags & NK_IDLE)

@@ -500,6 +500,60 @@ static void test_bad_arguments(void **state)
     assert_int_equal(replica_create(&r, &c, 0), -SLUICE_EINVAL);
 }
 
+/* A global fixed window of 1 a minute on 3 nodes, asked on every node
+ * every second for 4 minutes: a node whose part of the count is less than
+ * a unit admits only on the cluster's credit, so the cluster admits about
+ * one a minute (plus the free units of nodes asking at the same instant,
+ * then repaid), not one per node a minute (12). */
+static void test_window_part_below_a_unit(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(N);
+    run_ms(1000);
+    struct algo_params p;
+    assert_int_equal(algo_params_init(&p, ALGO_FIXED_WINDOW, 0, 1, 60 * SEC, 0), 0);
+    /* every node holds the key and has heard from its owner */
+    for (int i = 0; i < N; i++)
+        ask(i, "w1", &p, 0);
+    run_ms(500);
+    int ok = 0;
+    for (int step = 0; step < 240; step++) {
+        for (int i = 0; i < N; i++)
+            ok += ask(i, "w1", &p, 1);
+        run_ms(1000);
+    }
+    fprintf(stderr, "window 1/min on %d nodes: %d admitted in 4 min\n", N, ok);
+    assert_true(ok >= 3);
+    assert_true(ok <= 4 + N - 1);
+}
+
+/* A quantity beyond the limit is refused everywhere and is not demand: a
+ * client asking for it on one node does not pull the key's share there
+ * from the node whose client asks for what can pass. */
+static void test_impossible_quantity_not_demand(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(N);
+    run_ms(1000);
+    struct algo_params p = limit(4, 10, SEC); /* 5 at once, 10 a second */
+    int ok = 0;
+    for (int step = 0; step < 300; step++) { /* 3 s */
+        assert_int_equal(ask(0, "q", &p, 50), 0);
+        ok += ask(1, "q", &p, 1);
+        run_ms(10);
+    }
+    struct replica_key_info ki;
+    assert_int_equal(replica_key_info(net.r[1], "q", 1, net.now, &ki, NULL, NULL), 0);
+    fprintf(stderr, "impossible quantities elsewhere: share %.2f here, %d of 300 admitted\n",
+            ki.share, ok);
+    assert_true(ki.share > 0.9);
+    assert_true(ok >= 25); /* 10 a second for 3 s, less the first lease */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -514,6 +568,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idle_keys_reclaimed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_churn_10k_per_second, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_window_part_below_a_unit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_impossible_quantity_not_demand, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
