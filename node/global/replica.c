@@ -1263,7 +1263,8 @@ static void replica__free(const struct replica *r, struct okey *o, double dsum, 
         struct orep *rp = &o->reps[i];
         double d = (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
         double f = 0.0;
-        if (settled && spare >= 1.0 && replica__rep_live(r, rp, now)) {
+        /* A young life (a restart) gets no credit: no fresh quota. */
+        if (settled && spare >= 1.0 && replica__rep_live(r, rp, now) && !(rp->flags & REP_YOUNG)) {
             /* The spare by demand plus the spare in equal parts, rounded
              * up: the free units of all nodes sum to at most twice the
              * spare plus one unit per node. */
@@ -1444,8 +1445,10 @@ static void replica__apply_lease(struct replica *r, struct nkey *k, const struct
     /* A young life takes only leases from owners that know the cluster (a
      * settled owner, past its own young period): the owner a restarted node
      * finds first may be another restarted node with nothing. */
-    if (replica__young(r, now) && !(flags & WIRE_L_SETTLED))
+    if (replica__young(r, now) && !(flags & WIRE_L_SETTLED)) {
         share = 0.0;
+        k->free = 0.0F;
+    }
     double before = k->tokens;
     replica__set_share(k, share, now);
     /* A node that does not use the key (it only peeked, or stopped asking)
