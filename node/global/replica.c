@@ -19,6 +19,8 @@
 #define SHARE_EPS        0.02               /* relative share change worth a lease */
 #define FREE_DEMAND_MAX                                                                            \
     6.0 /* total demand, in rates, beyond which free units stop over-committing */
+#define FIRST_TOUCH_BURST   64.0  /* first touches on credit at once, per node */
+#define FIRST_TOUCH_RATE    32.0  /* ... and per second */
 #define FREE_TTL            8     /* intervals a lease's free units stay valid */
 #define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
 
@@ -199,6 +201,8 @@ struct replica {
     int64_t now, born, next_tick, last_tick;
     int synced;
     size_t tick_budget; /* report bytes per tick */
+    double ft_tokens;   /* first touches on credit (replica__first_touch) */
+    int64_t ft_last;
     struct replica_stats st;
 };
 
@@ -582,6 +586,8 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->now = r->born = r->last_tick = now_ns;
     r->next_tick = now_ns;
     r->synced = r->young == 0;
+    r->ft_tokens = FIRST_TOUCH_BURST;
+    r->ft_last = now_ns;
     /* Reports may use about 400 KB/s: enough for every key every interval
      * up to ~1,300 contested keys, and a fair rotation beyond. */
     r->tick_budget = (size_t)(400000.0 * (double)r->interval / (double)NUM_NS_PER_S);
@@ -649,6 +655,26 @@ static double replica__default_share(const struct replica *r, int64_t now)
     return 1.0 / (double)(r->nlive > 0 ? r->nlive : 1);
 }
 
+/* Whether a first touch may take a unit on credit: a node-wide bucket of
+ * FIRST_TOUCH_BURST first touches refilled at FIRST_TOUCH_RATE a second.
+ * Spread demand makes first touches rare on each node, and they all pass;
+ * a node that meets thousands of new keys at once (a cluster hammered from
+ * its start) gives credit to a few, so first touches add at most
+ * N x (FIRST_TOUCH_BURST + FIRST_TOUCH_RATE x window) over all keys. */
+static int replica__first_touch(struct replica *r, int64_t now)
+{
+    if (now > r->ft_last) {
+        r->ft_tokens += (double)(now - r->ft_last) * FIRST_TOUCH_RATE / (double)NUM_NS_PER_S;
+        if (r->ft_tokens > FIRST_TOUCH_BURST)
+            r->ft_tokens = FIRST_TOUCH_BURST;
+        r->ft_last = now;
+    }
+    if (r->ft_tokens < 1.0)
+        return 0;
+    r->ft_tokens -= 1.0;
+    return 1;
+}
+
 /* A fresh key: the first lease has not come.  Its share is 1/N of the
  * limit; an established node starts with that share of the burst plus a
  * hash-spread fraction of a unit (so all N bursting at once admit about one
@@ -693,7 +719,9 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
          * over many nodes is mostly first touches, and a node that has not
          * heard of the key has no reason to think it drained (a node keeps
          * the keys it knows drained until they refill: replica__nk_drain). */
-        k->free = k->tokens < 1.0 ? 1.0F : 0.0F;
+        k->free = 0.0F;
+        if (k->tokens < 1.0 && replica__first_touch(r, now))
+            k->free = 1.0F;
     }
     if (replica__windowed(&k->p))
         (void)replica__window_apply(k);
@@ -1273,11 +1301,10 @@ static void replica__free(const struct replica *r, struct okey *o, double dsum, 
                 f = ceil(spare * part);
                 if (f < 1.0)
                     f = 1.0;
-            } else {
-                /* Demand this far beyond the rate takes any spare at once:
-                 * the spare by demand, no more in all. */
-                f = floor(spare * d / dsum);
             }
+            /* Demand this far beyond the rate takes any spare at once: the
+             * grants share it out (replica__grant); free units on top
+             * would give it twice. */
             if (f > limit)
                 f = limit;
             if (f > WIRE_FREE_MAX)
