@@ -90,6 +90,10 @@ struct acquire {
     int64_t tfd_at;             /* tfd's expiry, INT64_MAX when disarmed */
 };
 
+/* a->tfd before the first waiter due soon: the timerfd and its poll handle
+ * are made then, so a layer nobody waited on holds no handle. */
+#define ACQUIRE_TFD_UNOPENED (-2)
+
 /* How soon a queue must be due to go on the near list. */
 #define ACQUIRE_NEAR_NS (3 * NUM_NS_PER_MS)
 
@@ -112,18 +116,7 @@ int acquire_create(uv_loop_t *loop, struct limiter *lim, size_t max_waiters, str
     a->lim = lim;
     a->max_waiters = max_waiters ? max_waiters : ACQUIRE_DEFAULT_MAX_WAITERS;
     a->tfd_at = INT64_MAX;
-    /* Without a timerfd the libuv timers serve alone (millisecond wake-ups). */
-    a->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (a->tfd >= 0 && uv_poll_init(loop, &a->tpoll, a->tfd) != 0) {
-        close(a->tfd);
-        a->tfd = -1;
-    }
-    if (a->tfd >= 0) {
-        a->tpoll.data = a;
-        uv_poll_start(&a->tpoll, UV_READABLE, acquire__on_tfd);
-        /* The queues' own timers keep the loop alive while anyone waits. */
-        uv_unref((uv_handle_t *)&a->tpoll);
-    }
+    a->tfd = ACQUIRE_TFD_UNOPENED;
     *out = a;
     return 0;
 }
@@ -184,6 +177,25 @@ static void acquire__tfd_arm(struct acquire *a, int64_t at)
     its.it_value.tv_nsec = (long)(at % NUM_NS_PER_S);
     if (timerfd_settime(a->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
         a->tfd_at = at;
+}
+
+/* Makes the timerfd and its poll handle, once; without them (-1) the
+ * libuv timers serve alone, with millisecond wake-ups. */
+static void acquire__tfd_open(struct acquire *a)
+{
+    if (a->tfd != ACQUIRE_TFD_UNOPENED)
+        return;
+    a->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (a->tfd >= 0 && uv_poll_init(a->loop, &a->tpoll, a->tfd) != 0) {
+        close(a->tfd);
+        a->tfd = -1;
+    }
+    if (a->tfd >= 0) {
+        a->tpoll.data = a;
+        uv_poll_start(&a->tpoll, UV_READABLE, acquire__on_tfd);
+        /* The queues' own timers keep the loop alive while anyone waits. */
+        uv_unref((uv_handle_t *)&a->tpoll);
+    }
 }
 
 static void acquire__near_add(struct acquire *a, struct acquire_queue *q, int64_t due)
@@ -263,6 +275,8 @@ static void acquire__rearm(struct acquire_queue *q, int64_t now)
                          : (uint64_t)(due / NUM_NS_PER_MS + (due % NUM_NS_PER_MS != 0));
     uint64_t loop_ms = uv_now(q->timer.loop);
     uv_timer_start(&q->timer, acquire__on_timer, at_ms > loop_ms ? at_ms - loop_ms : 0, 0);
+    if (due != INT64_MAX && due - (int64_t)uv_hrtime() <= ACQUIRE_NEAR_NS)
+        acquire__tfd_open(a);
     if (a->tfd >= 0 && due != INT64_MAX && due - (int64_t)uv_hrtime() <= ACQUIRE_NEAR_NS)
         acquire__near_add(a, q, due);
     else

@@ -309,13 +309,17 @@ static void test_thousands(void **state)
     struct ctx *c = calloc(N, sizeof(*c));
     assert_non_null(c);
     int immediate = 0;
+    int64_t t0 = (int64_t)uv_hrtime();
     for (int i = 0; i < N; i++) {
         char key[8];
         snprintf(key, sizeof(key), "t%d", i % K);
         c[i].id = i;
         immediate += submit(f, &c[i], key, &p, 1, 30 * S, NULL);
     }
-    assert_true(immediate <= K * 2);
+    /* Served at once: the first of each key, and as many more as the rate
+     * allows while the submissions took (a slow build submits slowly). */
+    int64_t took = (int64_t)uv_hrtime() - t0;
+    assert_true(immediate <= K * (2 + took / (S / 10000)));
     uv_run(&f->loop, UV_RUN_DEFAULT);
     assert_int_equal(f->log.n, N);
     int last[K];
