@@ -19,6 +19,7 @@
 #define SHARE_EPS        0.02               /* relative share change worth a lease */
 #define FREE_DEMAND_MAX                                                                            \
     6.0 /* total demand, in rates, beyond which free units stop over-committing */
+#define BACK_AFTER          50    /* intervals of silence after which a report is a return */
 #define FIRST_TOUCH_BURST   64.0  /* first touches on credit at once, per node */
 #define FIRST_TOUCH_RATE    32.0  /* ... and per second */
 #define FREE_TTL            8     /* intervals a lease's free units stay valid */
@@ -1034,10 +1035,11 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
     } else if (e->admitted >= rp->admitted) {
         /* What a side admitted beyond the limit during a partition arrives
          * here at once after healing (optimistic keys repay it).  A share
-         * key's node kept to its last share while silent: what it admitted
-         * then was that share's refill, spent long ago, so it may empty the
-         * bucket but not put it in debt. */
-        int back = share && !replica__rep_live(r, rp, r->now);
+         * key's node kept to its last share while silent (BACK_AFTER
+         * intervals or more: a partition, not a report late in a long
+         * rotation): what it admitted then was that share's refill, spent
+         * long ago, so it may empty the bucket but not put it in debt. */
+        int back = share && r->now - rp->last_at > BACK_AFTER * r->interval;
         int64_t empty = r->now + (int64_t)((double)replica__limit(&o->p) * replica__em(&o->p));
         int64_t tat0 = o->tat;
         replica__pour(o, (double)(e->admitted - rp->admitted), r->now);
@@ -1284,8 +1286,10 @@ static void replica__free(const struct replica *r, struct okey *o, double dsum, 
     double spare = limit - replica__used(o, now);
     double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
     uint32_t nl = 0;
+    double dall = 0.0; /* every reporter's demand, late ones included */
     for (uint32_t i = 0; i < o->n; i++) {
         nl += (uint32_t)replica__rep_live(r, &o->reps[i], now);
+        dall += (o->reps[i].flags & REP_IDLE) ? 0.0 : o->reps[i].demand;
     }
     for (uint32_t i = 0; i < o->n; i++) {
         struct orep *rp = &o->reps[i];
@@ -1296,7 +1300,7 @@ static void replica__free(const struct replica *r, struct okey *o, double dsum, 
             /* The spare by demand plus the spare in equal parts, rounded
              * up: the free units of all nodes sum to at most twice the
              * spare plus one unit per node. */
-            if (dsum < FREE_DEMAND_MAX * rate) {
+            if (dall < FREE_DEMAND_MAX * rate) {
                 double part = (dsum > 0.0 ? d / dsum : 0.0) + 1.0 / (double)nl;
                 f = ceil(spare * part);
                 if (f < 1.0)
@@ -1644,6 +1648,17 @@ static int replica__idle(const struct replica *r, const struct nkey *k, int64_t 
     return replica__full(k) && now - k->last_req >= quiet;
 }
 
+/* Whether k is out of units and free units while its key is far enough
+ * from hammered for free units to be given (the owner answers such a
+ * report at once; a hammered key waits for the owner's tick: answering
+ * every report of every node would multiply the leases). */
+static int replica__needs(const struct nkey *k)
+{
+    double rate = replica__rate(&k->p) * (double)NUM_NS_PER_S;
+    return k->tokens < 1.0 && k->free < 1.0F && k->acc > 0.0F &&
+           (double)k->demand + (double)k->others < FREE_DEMAND_MAX * rate;
+}
+
 /* Queues k's report to its owner (or hands it to itself); returns the
  * bytes it takes, 0 if nothing was sent. */
 static size_t replica__report(struct replica *r, struct table_entry *e, int64_t now)
@@ -1669,9 +1684,8 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
         .admitted = k->admitted,
         .frozen_share = (uint64_t)(k->fshare * (double)WIRE_ONE),
         .period_ms = (uint64_t)((contested ? r->interval : ACTIVE_EVERY * r->interval) / 1000000LL),
-        .flags =
-            (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) | (idle ? WIRE_R_IDLE : 0) |
-                       (k->tokens < 1.0 && k->free < 1.0F && k->acc > 0.0F ? WIRE_R_NEED : 0)),
+        .flags = (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) |
+                            (idle ? WIRE_R_IDLE : 0) | (replica__needs(k) ? WIRE_R_NEED : 0)),
         .tokens_milli = k->tokens > 0.0 ? (uint64_t)(k->tokens * 1000.0) : 0,
         .granted_milli = k->granted_m,
         .leased_by = k->leased_by,
