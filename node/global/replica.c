@@ -1414,7 +1414,9 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
      * empty (replica__on_report), which leaves no spare. */
     replica__free(r, o, dsum, whole && !replica__young(r, now), now);
     double lvl = (double)replica__limit(&o->p) - replica__used(o, now);
-    int64_t level_m = lvl < -9e15 ? (int64_t)-9e18 : (int64_t)(lvl * 1000.0);
+    int64_t level_m = lvl < -9e15  ? (int64_t)-9e18
+                      : lvl > 9e15 ? (int64_t)9e18
+                                   : (int64_t)(lvl * 1000.0); /* no overflow for huge limits */
     for (uint32_t i = 0; i < o->n; i++) {
         struct orep *rp = &o->reps[i];
         if (!replica__rep_live(r, rp, now))
@@ -1441,7 +1443,9 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
                                rp->g_sent,
                                rp->free,
                                level_m,
-                               (uint64_t)(others > 0.0 ? others * 1000.0 : 0.0),
+                               (uint64_t)(others <= 0.0   ? 0.0
+                                          : others > 1e15 ? 1e18
+                                                          : others * 1000.0),
                                (uint32_t)rp->admitted,
                                r->life};
         if (rp->member == r->self) {
