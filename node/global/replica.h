@@ -28,12 +28,10 @@
  *  - Lease.  The owner splits the limit between the nodes reporting demand,
  *    by demand, and answers each with its share s.  A node enforces its
  *    lease locally, in microseconds: a bucket of capacity max(1, s x limit)
- *    refilled at s x rate.  The shares sum to at most 1, so the cluster
- *    admits at most one limit of burst plus the rate, like one central
- *    bucket, whatever the latency: a late report costs utilisation, never
- *    accuracy.  (Burst capacity is at least one unit per node with demand:
- *    with more such nodes than units of burst, a burst overshoots by at
- *    most one unit per node.)
+ *    refilled at s x rate.  The shares sum to at most 1, so near the limit
+ *    the cluster admits about one limit of burst plus the rate, like one
+ *    central bucket (burst capacity is at least one unit per node with
+ *    demand, and free units below add a bounded overshoot).
  *  - Grant.  Shares split the rate well, but the burst badly: a share that
  *    shrinks throws units away and one that grows gets none, so a key whose
  *    burst outweighs its rate (15 a minute, burst 15, on many nodes) would
@@ -42,6 +40,20 @@
  *    what no node holds to the nodes with room (replica.c, "The cluster's
  *    bucket").  Its account errs on the side of holding: a moved key's
  *    unknown past counts as spent, a silent node as spending.
+ *  - Free units (availability first).  Shares and grants alone keep each
+ *    node to its part of the cluster's bucket, so demand spread thin over
+ *    many nodes would be refused on the node it lands on while the bucket
+ *    is nearly full.  So while the owner's bucket has a unit to spare (and
+ *    the key's demand is under 6x its rate), every lease also carries free
+ *    units: what the node may admit beyond its bucket until its next lease,
+ *    if the cluster's level as the node can tell (the owner's level, less
+ *    what it admitted since, plus the refill, less the others' demand)
+ *    still holds the request.  A first touch below one unit takes one free
+ *    unit from a node-wide bucket.  What is admitted is poured into the
+ *    owner's bucket; below empty, the shares shrink until repaid.  Bound:
+ *    over any window a key admits at most its envelope (count x window /
+ *    period + burst + 1) plus 2 (burst + 1) + 3 N units (README "The
+ *    bound").  Leases carry the level, so `remaining` is the cluster's.
  *  - Debt.  The window algorithms and the optimistic partition policy can
  *    admit more than the lease (a window's count is rounded per node; an
  *    optimistic side uses the full limit): the node runs a shadow bucket at
