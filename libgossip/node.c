@@ -634,6 +634,19 @@ static int other_life_news(const struct gossip_node *n, const struct member *m, 
     return life != 0 && ours != 0 && life != ours;
 }
 
+/* Queues the news that m (at incarnation inc, its life) is suspected by
+ * `from` (from_len bytes; the caller's buffer, copied into the message). */
+static void queue_suspect(struct gossip_node *n, const struct member *m, uint32_t inc,
+                          const char *from, size_t from_len)
+{
+    struct proto_msg msg = {.type = PROTO_SUSPECT,
+                            .name = pstr(m->name, m->name_len),
+                            .incarnation = inc,
+                            .life = m->life,
+                            .from = pstr(from, from_len)};
+    queue_member_msg(n, &msg);
+}
+
 static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint32_t inc,
                        uint64_t life, const char *from, size_t from_len)
 {
@@ -661,22 +674,12 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
         sus_remove(n, m);
         start_suspicion(n, m, accuser);
         n->st.suspicions++;
-        struct proto_msg msg = {.type = PROTO_SUSPECT,
-                                .name = pstr(m->name, m->name_len),
-                                .incarnation = inc,
-                                .life = m->life,
-                                .from = pstr(from, from_len)};
-        queue_member_msg(n, &msg);
+        queue_suspect(n, m, inc, from, from_len);
         return;
     }
     if (m->state == GOSSIP_MEMBER_SUSPECT) {
         if (confirm_suspicion(n, m, accuser)) {
-            struct proto_msg msg = {.type = PROTO_SUSPECT,
-                                    .name = pstr(m->name, m->name_len),
-                                    .incarnation = m->incarnation,
-                                    .life = m->life,
-                                    .from = pstr(from, from_len)};
-            queue_member_msg(n, &msg);
+            queue_suspect(n, m, m->incarnation, from, from_len);
         }
         return;
     }
@@ -692,12 +695,7 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
     set_state(n, m, GOSSIP_MEMBER_SUSPECT);
     start_suspicion(n, m, accuser);
     n->st.suspicions++;
-    struct proto_msg msg = {.type = PROTO_SUSPECT,
-                            .name = pstr(m->name, m->name_len),
-                            .incarnation = inc,
-                            .life = m->life,
-                            .from = pstr(from, from_len)};
-    queue_member_msg(n, &msg);
+    queue_suspect(n, m, inc, from, from_len);
     emit(n, GOSSIP_EVENT_SUSPECT, m);
 }
 

@@ -429,34 +429,14 @@ int limiter_charge(struct limiter *lim, const char *key, size_t klen, const stru
     return limiter__run(lim, key, klen, p, NULL, OP_CHARGE, qty, now_ns, out, NULL);
 }
 
-int limiter_charge_policy(struct limiter *lim, const char *key, size_t klen,
-                          const struct policy *pol, int64_t qty, int64_t now_ns,
-                          struct algo_result *out)
+/* Runs op under a named policy: a dry-run policy's refusal is counted and
+ * answered as allowed, and the policy's counters see every decision that
+ * asked for units.  *would_limit (may be NULL): the refusal before dry-run. */
+static int limiter__run_policy(struct limiter *lim, const char *key, size_t klen,
+                               const struct policy *pol, enum limiter__op op, int64_t qty,
+                               int64_t now_ns, struct algo_result *out, int *would_limit)
 {
-    int rc = limiter__run(lim, key, klen, &pol->algo, pol, OP_CHARGE, qty, now_ns, out, NULL);
-    if (rc < 0)
-        return rc;
-    if (out->limited && pol->dry_run) {
-        lim->dry_run_would_limit++;
-        out->limited = 0;
-        out->retry_after_ns = ALGO_NEVER;
-    }
-    if (qty > 0)
-        policy_count(pol, out->limited);
-    return 0;
-}
-
-int limiter_decide(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
-                   int64_t qty, int64_t now_ns, struct algo_result *out)
-{
-    return limiter__run(lim, key, klen, p, NULL, OP_DECIDE, qty, now_ns, out, NULL);
-}
-
-int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
-                          const struct policy *pol, int64_t qty, int64_t now_ns,
-                          struct algo_result *out, int *would_limit)
-{
-    int rc = limiter__run(lim, key, klen, &pol->algo, pol, OP_DECIDE, qty, now_ns, out, NULL);
+    int rc = limiter__run(lim, key, klen, &pol->algo, pol, op, qty, now_ns, out, NULL);
     if (rc < 0)
         return rc;
     if (would_limit != NULL)
@@ -469,6 +449,26 @@ int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
     if (qty > 0)
         policy_count(pol, out->limited);
     return 0;
+}
+
+int limiter_charge_policy(struct limiter *lim, const char *key, size_t klen,
+                          const struct policy *pol, int64_t qty, int64_t now_ns,
+                          struct algo_result *out)
+{
+    return limiter__run_policy(lim, key, klen, pol, OP_CHARGE, qty, now_ns, out, NULL);
+}
+
+int limiter_decide(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
+                   int64_t qty, int64_t now_ns, struct algo_result *out)
+{
+    return limiter__run(lim, key, klen, p, NULL, OP_DECIDE, qty, now_ns, out, NULL);
+}
+
+int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
+                          const struct policy *pol, int64_t qty, int64_t now_ns,
+                          struct algo_result *out, int *would_limit)
+{
+    return limiter__run_policy(lim, key, klen, pol, OP_DECIDE, qty, now_ns, out, would_limit);
 }
 
 int limiter_refund(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p,
