@@ -262,6 +262,7 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     }
     s->npolicy = np < METRICS_MAX_POLICIES + 1 ? np : METRICS_MAX_POLICIES + 1;
     commands_get_latency(d->cmds, &s->latency);
+    server_get_loop_turns(d->srv, &s->loop_turns);
     struct server_stats ss;
     server_get_stats(d->srv, &ss);
     s->connected_clients = ss.connected_clients;

@@ -311,6 +311,10 @@ int metrics_render(const struct metrics_snapshot *s, struct metrics_buf *out)
          FAM_GAUGE);
     sample(out, "sluice_ready", s->ready ? 1 : 0);
     policies(out, s);
+    histogram(out, "sluice_loop_turn_seconds",
+              "Work of each event loop turn (timers, I/O callbacks, the replication's slices), "
+              "waiting for I/O left out: a long turn delays every answer behind it.",
+              &s->loop_turns);
     histogram(out, "sluice_decision_duration_seconds",
               "Time to decide one command (CL.THROTTLE, SL.*), in the event loop; one command "
               "in 16 is timed.",

@@ -72,7 +72,8 @@ struct metrics_snapshot {
     struct metrics_policy_value by_policy[METRICS_MAX_POLICIES + 1];
     size_t npolicy;
     struct metrics_histogram latency;
-    int ready; /* 1 when /ready says ready (always rendered) */
+    struct metrics_histogram loop_turns; /* the event loop's turns' work (loopstat.h) */
+    int ready;                           /* 1 when /ready says ready (always rendered) */
     /* cluster: only rendered when clustered is nonzero */
     int clustered;
     struct metrics_label_value members[METRICS_MAX_LABELS]; /* by state */

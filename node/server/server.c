@@ -15,6 +15,7 @@
 
 #include "clientmem.h"
 #include "log.h"
+#include "loopstat.h"
 #include "tcp.h"
 #include "sluice/error.h"
 
@@ -90,10 +91,11 @@ struct server {
      * too) and this server's pool in it: the sum of its clients' mem. */
     struct clientmem_budget budget;
     struct clientmem_pool pool;
-    size_t trim_bytes;    /* client memory freed since the last malloc_trim */
-    unsigned depth;       /* clients executing commands now (nested unblocks) */
-    int enforcing;        /* inside server_enforce_budget */
-    uv_timer_t housekeep; /* trims and the budget's log line */
+    size_t trim_bytes;         /* client memory freed since the last malloc_trim */
+    unsigned depth;            /* clients executing commands now (nested unblocks) */
+    int enforcing;             /* inside server_enforce_budget */
+    uv_timer_t housekeep;      /* trims and the budget's log line */
+    struct loopstat loop_stat; /* the loop's turn durations, from server_start */
     int housekeep_init;
     uint64_t mem_logged_at; /* uv_now of the last budget log line */
     int mem_logged;
@@ -199,6 +201,18 @@ void server_get_stats(const struct server *s, struct server_stats *out)
 {
     *out = s->stats;
     out->client_memory = clientmem_total(&s->budget);
+    out->loop_turns = s->loop_stat.turns;
+    out->loop_max_turn_ns = s->loop_stat.max_turn_ns;
+}
+
+void server_get_loop_turns(const struct server *s, struct metrics_histogram *out)
+{
+    *out = s->loop_stat.hist;
+}
+
+void server_reset_loop_max(struct server *s)
+{
+    loopstat_reset_max(&s->loop_stat);
 }
 
 struct clientmem_budget *server_memory_budget(struct server *s)
@@ -1095,6 +1109,9 @@ int server_start(struct server *s)
             uv_unref((uv_handle_t *)&s->tcp_sweep);
         }
     }
+    /* A measure that cannot start is no reason to refuse clients. */
+    if (loopstat_start(&s->loop_stat, s->loop) < 0)
+        log_warn("cannot measure the event loop's turns (loop_max_turn_us stays 0)");
     return 0;
 }
 
@@ -1133,6 +1150,7 @@ void server_close(struct server *s)
         client_close(s->clients);
     if (s->housekeep_init)
         uv_close((uv_handle_t *)&s->housekeep, NULL);
+    loopstat_stop(&s->loop_stat);
     if (s->tcp_sweep_init)
         uv_close((uv_handle_t *)&s->tcp_sweep, NULL);
     if (s->listening)

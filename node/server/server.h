@@ -64,6 +64,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "metrics.h"
 #include "resp.h"
 
 struct server;
@@ -141,6 +142,8 @@ struct server_stats {
     uint64_t tcp_clients;               /* TCP clients connected now (gauge) */
     uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
     uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
+    uint64_t loop_turns;                /* event loop turns measured (loopstat.h) */
+    uint64_t loop_max_turn_ns;          /* the longest, since start or CONFIG RESETSTAT */
 };
 
 /* Creates a server (nothing is bound yet).  Fails with -SLUICE_EINVAL (no
@@ -163,6 +166,10 @@ void server_close(struct server *s);
 void server_destroy(struct server *s);
 
 void server_get_stats(const struct server *s, struct server_stats *out);
+/* The event loop's turn durations as a histogram (loopstat.h). */
+void server_get_loop_turns(const struct server *s, struct metrics_histogram *out);
+/* Forgets the longest loop turn (CONFIG RESETSTAT). */
+void server_reset_loop_max(struct server *s);
 
 /* The one client memory budget (max_client_memory) that the HTTP and gRPC
  * listeners join with their own pools (clientmem.h); owned by s, so they
