@@ -223,15 +223,16 @@ struct replica {
     struct replica__idxv {
         uint32_t *v;
         size_t n, cap;
-    } hot, work, ohot, owork;
-    size_t wpos, owpos;         /* next entry of work / owork */
-    size_t sweep, sweep_left;   /* node sweep: cursor into nk, visits left this pass */
-    size_t osweep, osweep_left; /* owner sweep: cursor into ok, visits left */
-    int in_pass, sweep_all;     /* sweep_all: the view changed, visit every key soon */
-    size_t budget;              /* report bytes left in this pass */
-    int64_t every, oevery;      /* report and refresh periods of quiet keys */
-    uint64_t nreps;             /* owner records held (sum of okey.n) */
-    double ft_tokens;           /* first touches on credit (replica__first_touch) */
+    } hot, urgent, work, ohot, owork; /* urgent: due keys the last pass's byte
+                                          budget left unreported, first in the next */
+    size_t wpos, owpos;               /* next entry of work / owork */
+    size_t sweep, sweep_left;         /* node sweep: cursor into nk, visits left this pass */
+    size_t osweep, osweep_left;       /* owner sweep: cursor into ok, visits left */
+    int in_pass, sweep_all;           /* sweep_all: the view changed, visit every key soon */
+    size_t budget;                    /* report bytes left in this pass */
+    int64_t every, oevery;            /* report and refresh periods of quiet keys */
+    uint64_t nreps;                   /* owner records held (sum of okey.n) */
+    double ft_tokens;                 /* first touches on credit (replica__first_touch) */
     int64_t ft_last;
     struct replica_stats st;
 };
@@ -536,10 +537,15 @@ static int replica__idx_push(struct replica__idxv *v, uint32_t i)
  * pass has not reached it yet).  Every key flagged NK_HOT has an entry in
  * hot or work holding its current index (replica__nk_free keeps that true
  * when a key moves). */
+static void replica__queue_on(struct replica *r, struct nkey *k, struct replica__idxv *v)
+{
+    if (!(k->p.flags & NK_HOT) && replica__idx_push(v, k->idx) == 0)
+        k->p.flags |= NK_HOT;
+}
+
 static void replica__queue(struct replica *r, struct nkey *k)
 {
-    if (!(k->p.flags & NK_HOT) && replica__idx_push(&r->hot, k->idx) == 0)
-        k->p.flags |= NK_HOT;
+    replica__queue_on(r, k, &r->hot);
 }
 
 /* Queues owner key o for a computation. */
@@ -720,6 +726,7 @@ void replica_destroy(struct replica *r)
     free(r->nk);
     free(r->ok);
     free(r->hot.v);
+    free(r->urgent.v);
     free(r->work.v);
     free(r->ohot.v);
     free(r->owork.v);
@@ -1843,18 +1850,29 @@ static int replica__visit(struct replica *r, size_t i, int64_t now)
      * node keeps its last lease until the key moves to a live owner). */
     if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence)
         k->p.flags |= NK_DEGRADED;
-    if ((k->p.flags & NK_DIRTY) || (r->budget > 0 && replica__due(r, k, now))) {
+    int starved = 0;
+    if (k->p.flags & NK_DIRTY) {
+        rc = VISIT_REPORTED;
+    } else if (replica__due(r, k, now)) {
+        rc = r->budget > 0 ? VISIT_REPORTED : 0;
+        starved = r->budget == 0;
+    }
+    if (rc == VISIT_REPORTED) {
         size_t b = replica__report(r, e, now);
         r->budget = b > r->budget ? 0 : r->budget - b;
-        rc = VISIT_REPORTED;
     }
     if (replica__nk_drain(r, e) <= now) {
         r->st.gc_keys++;
         table_delete(r->nodes, e); /* moves the last key to i */
         return VISIT_DROPPED;
     }
-    if (replica__contested(k))
-        replica__queue(r, k); /* checked every interval while contested */
+    /* A due key the budget could not take goes first in the next pass (a
+     * fair rotation: those reported queue up behind it); a contested one
+     * is checked every interval. */
+    if (starved)
+        replica__queue_on(r, k, &r->urgent);
+    else if (replica__contested(k))
+        replica__queue(r, k);
     return rc;
 }
 
@@ -1911,9 +1929,14 @@ static size_t replica__slice(size_t n, int64_t *every, int64_t interval)
 /* Starts a pass: the keys queued so far become its work. */
 static void replica__pass_start(struct replica *r, int64_t now)
 {
+    /* The work: the keys the last pass starved of budget, then the rest. */
     struct replica__idxv t = r->work;
-    r->work = r->hot;
-    r->hot = t;
+    r->work = r->urgent;
+    r->urgent = t;
+    r->urgent.n = 0;
+    for (size_t i = 0; i < r->hot.n; i++)
+        if (replica__idx_push(&r->work, r->hot.v[i]) != 0 && r->hot.v[i] < r->nnk)
+            nkey_of(r->nk[r->hot.v[i]])->p.flags &= (uint8_t)~NK_HOT; /* the sweep finds it */
     r->hot.n = 0;
     r->wpos = 0;
     t = r->owork;
