@@ -249,8 +249,13 @@ void *server_client_ctx(const struct server_client *c)
 
 void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(void *ctx))
 {
-    if (c == NULL)
+    if (c == NULL) {
+        /* No connection to own it (a command run without one): ownership
+         * still passes, so the context is freed now rather than leaked. */
+        if (ctx_free != NULL)
+            ctx_free(ctx);
         return;
+    }
     if (c->ctx_free != NULL && c->ctx != ctx)
         c->ctx_free(c->ctx);
     if (c->ctx != ctx)

@@ -204,7 +204,8 @@ void server_client_set_proto(struct server_client *c, int proto);
 struct resp_buf *server_client_out(struct server_client *c);
 /* Per-connection state of the command layer (MULTI's queue): owned by the
  * connection once set, freed with ctx_free when it closes or is replaced.
- * NULL c: NULL / no-op. */
+ * NULL c: server_client_ctx answers NULL; set_ctx frees ctx at once (the
+ * caller gave it away either way). */
 void *server_client_ctx(const struct server_client *c);
 void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(void *ctx));
 /* The bytes the ctx holds now, counted in the client's memory (0 when it
