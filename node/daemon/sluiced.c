@@ -110,6 +110,11 @@ static void usage(FILE *f)
             "                           when it changed, so repeated ones cost a stat\n"
             "  --http-deny-status N     status of a refused /v1/throttle: 429 (default) or\n"
             "                           403 (nginx auth_request treats others as errors)\n"
+            "  --http-decisions on|off|HOST:PORT  where /v1/throttle is served: on the\n"
+            "                           --http listener (on, the default), nowhere (off),\n"
+            "                           or on a listener of its own, so /metrics and\n"
+            "                           /health can be exposed without letting their\n"
+            "                           readers spend keys\n"
             "  --http-trust-headers on|off  on: /v1/throttle also reads its parameters\n"
             "                           from X-Sluice-* request headers; off (default)\n"
             "                           ignores them, since a proxy forwards its client's\n"
@@ -177,7 +182,8 @@ struct daemon {
     struct cluster *cluster;        /* NULL when not clustered */
     struct http_server *http;       /* NULL when --http is off */
     struct metrics *metrics;        /* its /metrics and /health */
-    struct http_throttle *throttle; /* its /v1/throttle */
+    struct http_server *dhttp;      /* --http-decisions HOST:PORT, else NULL */
+    struct http_throttle *throttle; /* /v1/throttle, on http or dhttp (NULL: off) */
     struct daemon_rls *rls;         /* NULL when neither --grpc nor --ratelimit-config */
     struct readiness *ready;        /* /ready and INFO cluster_state */
 };
@@ -198,13 +204,17 @@ static void daemon_listener_counts(struct daemon *d, struct metrics_snapshot *s)
     s->tcp_clients = ss.tcp_clients;
     s->tcp_evictions = ss.tcp_evictions;
     s->tcp_timeouts = ss.tcp_timeouts;
-    if (d->http != NULL) {
+    /* Both HTTP listeners' crowds together: one set of counters. */
+    struct http_server *hs_list[2] = {d->http, d->dhttp};
+    for (int i = 0; i < 2; i++) {
+        if (hs_list[i] == NULL)
+            continue;
         struct http_stats hs;
-        http_get_stats(d->http, &hs);
-        s->http_connections = hs.open_conns;
-        s->http_evictions = hs.evicted;
-        s->http_timeouts = hs.timeouts;
-        s->http_memory_disconnects = hs.mem_evicted;
+        http_get_stats(hs_list[i], &hs);
+        s->http_connections += hs.open_conns;
+        s->http_evictions += hs.evicted;
+        s->http_timeouts += hs.timeouts;
+        s->http_memory_disconnects += hs.mem_evicted;
     }
 }
 
@@ -364,6 +374,7 @@ static void daemon_shutdown(struct daemon *d)
 {
     server_close(d->srv);
     http_close(d->http);
+    http_close(d->dhttp);
     daemon_rls_close(d->rls);
     commands_sl_close(d->sl); /* after server_close has cancelled the waiters' clients */
     uv_close((uv_handle_t *)&d->sighup, NULL);
@@ -433,6 +444,7 @@ enum {
     OPT_METRICS,
     OPT_HTTP_DENY,
     OPT_HTTP_TRUST,
+    OPT_HTTP_DECISIONS,
     OPT_ADMIN,
     OPT_LISTEN,
     OPT_MAX_TCP_CLIENTS,
@@ -502,6 +514,7 @@ int main(int argc, char **argv)
         {"metrics", required_argument, NULL, OPT_METRICS},
         {"http-deny-status", required_argument, NULL, OPT_HTTP_DENY},
         {"http-trust-headers", required_argument, NULL, OPT_HTTP_TRUST},
+        {"http-decisions", required_argument, NULL, OPT_HTTP_DECISIONS},
         {"admin-commands", required_argument, NULL, OPT_ADMIN},
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"max-tcp-clients", required_argument, NULL, OPT_MAX_TCP_CLIENTS},
@@ -526,6 +539,8 @@ int main(int argc, char **argv)
     struct limiter_config lcfg = {.max_keys = 0, .overflow = LIMITER_OVERFLOW_EVICT};
     const char *socket_path = NULL;
     const char *metrics_addr = NULL; /* --http; NULL: off */
+    /* --http-decisions: "on" (on the --http listener), "off", or an address */
+    const char *decisions = "on";
     struct http_throttle_config htcfg = {0};
     struct daemon_rls_options rlsopt = {0};
     struct http_config hcfg = {0};
@@ -562,6 +577,8 @@ int main(int argc, char **argv)
         metrics_addr = file_cfg.metrics;
         htcfg.deny_status = file_cfg.http_deny_status;
         htcfg.trust_headers = file_cfg.http_trust_headers;
+        if (file_cfg.http_decisions != NULL)
+            decisions = file_cfg.http_decisions;
         ccfg.admin_off = file_cfg.admin_off;
         scfg.listen = file_cfg.listen;
         ccfg.requirepass = file_cfg.requirepass;
@@ -781,6 +798,16 @@ int main(int argc, char **argv)
             }
             htcfg.trust_headers = strcmp(optarg, "on") == 0;
             break;
+        case OPT_HTTP_DECISIONS:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0 &&
+                strchr(optarg, ':') == NULL) {
+                fprintf(stderr,
+                        "sluiced: --http-decisions: expected on, off or HOST:PORT, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            decisions = optarg;
+            break;
         case OPT_GRPC:
             rlsopt.grpc = strcmp(optarg, "off") == 0 ? NULL : optarg;
             break;
@@ -910,7 +937,7 @@ int main(int argc, char **argv)
             rc = metrics_attach(d.http, daemon_collect, &d, &d.metrics);
         if (rc == 0)
             rc = http_route(d.http, "/ready", daemon_on_ready, &d);
-        if (rc == 0)
+        if (rc == 0 && strcmp(decisions, "on") == 0)
             rc = http_throttle_attach(d.http, d.cmds, d.lim, &htcfg, &d.throttle);
         if (rc == 0 && http_start(d.http) < 0) {
             log_error("%s", http_error(d.http));
@@ -925,8 +952,35 @@ int main(int argc, char **argv)
             uv_run(&d.loop, UV_RUN_DEFAULT);
             goto out_server;
         }
-        log_info("HTTP on http://%s (/metrics, /health, /ready, %s)", metrics_addr,
-                 HTTP_THROTTLE_PATH);
+        log_info("HTTP on http://%s (/metrics, /health, /ready%s%s)", metrics_addr,
+                 strcmp(decisions, "on") == 0 ? ", " : "",
+                 strcmp(decisions, "on") == 0 ? HTTP_THROTTLE_PATH : "");
+    }
+    if (strcmp(decisions, "on") != 0 && strcmp(decisions, "off") != 0) {
+        /* The decision endpoint alone on a listener of its own: whoever may
+         * read the metrics need not be able to spend keys.  Same caps,
+         * timeouts and memory budget as the --http listener. */
+        struct http_config dcfg = hcfg;
+        dcfg.bind = decisions;
+        dcfg.budget = server_memory_budget(d.srv);
+        rc = http_create(&d.loop, &dcfg, &d.dhttp);
+        if (rc == 0)
+            rc = http_throttle_attach(d.dhttp, d.cmds, d.lim, &htcfg, &d.throttle);
+        if (rc == 0 && http_start(d.dhttp) < 0) {
+            log_error("%s", http_error(d.dhttp));
+            rc = -SLUICE_EIO;
+        } else if (rc < 0) {
+            log_error("cannot create the decision listener: %s", sluice_strerror(rc));
+        }
+        if (rc < 0) {
+            http_close(d.dhttp);
+            http_close(d.http);
+            server_close(d.srv);
+            cluster_stop(d.cluster, NULL, NULL);
+            uv_run(&d.loop, UV_RUN_DEFAULT);
+            goto out_server;
+        }
+        log_info("HTTP decisions on http://%s (%s)", decisions, HTTP_THROTTLE_PATH);
     }
     if (rlsopt.grpc != NULL || rlsopt.config_dir != NULL) {
         char rerr[512];
@@ -963,6 +1017,7 @@ int main(int argc, char **argv)
              : 0) +
         (metrics_addr != NULL ? 2 * (hcfg.max_conns ? hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS)
                               : 0) +
+        (d.dhttp != NULL ? 2 * (hcfg.max_conns ? hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS) : 0) +
         (rlsopt.grpc != NULL
              ? 2 * (rlsopt.max_connections ? rlsopt.max_connections : RLS_DEFAULT_MAX_CONNECTIONS)
              : 0));
@@ -1000,6 +1055,7 @@ int main(int argc, char **argv)
 out_server:
     daemon_rls_destroy(d.rls);
     http_destroy(d.http);
+    http_destroy(d.dhttp);
     metrics_destroy(d.metrics);
     http_throttle_destroy(d.throttle);
     server_destroy(d.srv);
