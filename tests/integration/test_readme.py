@@ -32,7 +32,9 @@ daemon is stopped first, as the README asks (Ctrl-C).
 
 The ```python and ```js snippets run too (redis-py; Node's ioredis when
 the npm cache of test_ioredis.sh holds it, else that one is reported as
-not run), and the ```ini policy is loaded by sluiced --config.
+not run), the ```ini policy is loaded by sluiced --config, and the proxy
+snippets (```nginx, ```caddyfile, the forwardAuth ```yaml) must be the
+files in deploy/proxy/ that test_nginx.sh runs, less their opening comment.
 """
 import os
 import re
@@ -76,6 +78,9 @@ TOLERANCE = {
         60,
 }
 DEFAULT_TOLERANCE = 2
+
+# README snippets that are files of deploy/proxy/ (the yaml one: forwardAuth)
+PROXY_FILES = {"nginx": "nginx-sluice.conf", "caddyfile": "Caddyfile-sluice"}
 
 CMD_TIMEOUT = 30.0
 DAEMON_LOG_TIMEOUT = 10.0
@@ -361,6 +366,20 @@ class Readme(unittest.TestCase):
             self.failures.append("%s: the Python snippet failed:\n  %s"
                                  % (self.where(block), "\n  ".join(got)))
 
+    def check_proxy_snippet(self, block):
+        name = PROXY_FILES.get(block.lang, "traefik-sluice.yaml")
+        with open(os.path.join(ROOT, "deploy", "proxy", name)) as f:
+            lines = f.read().rstrip("\n").split("\n")
+        while lines and lines[0].startswith("#"):
+            lines.pop(0)
+        if block.lang == "yaml":
+            import yaml  # Debian's python3-yaml
+            same = yaml.safe_load("\n".join(lines)) == yaml.safe_load("\n".join(block.lines))
+        else:
+            same = lines == block.lines
+        if not same:
+            self.failures.append("%s: the snippet is not deploy/proxy/%s" % (self.where(block), name))
+
     def test_readme(self):
         blocks = readme_blocks()
         consoles = [b for b in blocks if b.lang == "console"]
@@ -395,6 +414,9 @@ class Readme(unittest.TestCase):
                 ran += 1
             elif b.lang == "js":
                 js = b
+            elif b.lang in PROXY_FILES or (b.lang == "yaml" and "forwardAuth" in "\n".join(b.lines)):
+                self.check_proxy_snippet(b)
+                ran += 1
             elif b.lang == "ini":
                 path = os.path.join(self.tmp, "policy.ini")
                 with open(path, "w") as f:
