@@ -282,6 +282,8 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->output_limit_disconnects = ss.output_limit_disconnects;
     s->client_memory = ss.client_memory;
     s->client_memory_disconnects = ss.client_memory_disconnects;
+    s->memory_trims = ss.memory_trims;
+    s->memory_trim_ms = ss.memory_trim_ns / 1000000;
     daemon_listener_counts(d, s);
     struct commands_sl_stats sls;
     commands_sl_get_stats(d->sl, &sls);

@@ -138,6 +138,7 @@ struct server_stats {
     uint64_t client_memory;             /* bytes held by clients now (gauge) */
     uint64_t client_memory_disconnects; /* heaviest clients closed over the budget */
     uint64_t memory_trims;              /* malloc_trim calls */
+    uint64_t memory_trim_ns;            /* the time they took, in all */
     uint64_t tcp_clients;               /* TCP clients connected now (gauge) */
     uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
     uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
