@@ -45,29 +45,19 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_rls  # noqa: E402  (the generated gRPC client)
+import rlsclient  # noqa: E402  (the generated gRPC client)
+from rlsclient import HAVE_GRPC, pb  # noqa: E402
 from sluicetest import ROOT, SLUICED, Daemon, free_tcp_port  # noqa: E402
 
 ANCHORS = os.path.join(ROOT, "tests", "anchors", "envoyproxy")
-METHOD = test_rls.METHOD
-
-try:
-    import grpc  # noqa: F401
-    HAVE_GRPC = test_rls.HAVE_GRPC
-except ImportError:
-    HAVE_GRPC = False
 
 
 def setUpModule():
-    test_rls.setUpModule()
+    rlsclient.setup()
 
 
 def tearDownModule():
-    test_rls.tearDownModule()
-
-
-def pb():
-    return test_rls.rls_pb2
+    rlsclient.teardown()
 
 
 def wait_for_window(unit_s, need_s):
@@ -93,11 +83,7 @@ class RlsDaemon:
 
     def __enter__(self):
         self.d.start()
-        self.chan = grpc.insecure_channel("127.0.0.1:%d" % self.port)
-        grpc.channel_ready_future(self.chan).result(timeout=10)
-        self.call = self.chan.unary_unary(
-            METHOD, request_serializer=pb().RateLimitRequest.SerializeToString,
-            response_deserializer=pb().RateLimitResponse.FromString)
+        self.chan, self.call = rlsclient.connect(self.port)
         return self
 
     def __exit__(self, *exc):
@@ -110,16 +96,7 @@ class RlsDaemon:
 
     def req(self, domain, *descs, hits=1):
         """descs: lists of (key, value), or dicts {"entries", "limit"}."""
-        r = pb().RateLimitRequest(domain=domain, hits_addend=hits)
-        for d in descs:
-            p = r.descriptors.add()
-            entries = d["entries"] if isinstance(d, dict) else d
-            for k, v in entries:
-                e = p.entries.add()
-                e.key, e.value = k, v
-            if isinstance(d, dict) and "limit" in d:
-                p.limit.requests_per_unit, p.limit.unit = d["limit"]
-        return self.call(r, timeout=5)
+        return self.call(rlsclient.request(domain, *descs, hits=hits), timeout=5)
 
     def limit(self, domain, entries, **kw):
         """GetLimit as a call: (requests_per_unit, unit) or None."""

@@ -38,7 +38,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -49,6 +48,10 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import rlsclient  # noqa: E402  (the generated gRPC client)
+import sluicetest  # noqa: E402  (starting and stopping the daemon)
+from sluicetest import rss_kb  # noqa: E402
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 PASSWORD = "soak-password-1234"
 
@@ -328,22 +331,6 @@ def parse_size(s):
     return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
 
 
-def rss_kb(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def find_pid(sock_path, proc):
-    """The sluiced process (systemd-run --scope execs it; prlimit too)."""
-    return proc.pid
-
-
 def pct(sorted_vals, p):
     if not sorted_vals:
         return float("nan")
@@ -384,28 +371,22 @@ def main():
     with open(a["conf"], "w") as f:
         f.write(a["conf_head"] + policies(2048, 5))
     prefix, how, cgroup = limit_prefix(o.memory)
-    env = dict(os.environ, MALLOC_ARENA_MAX="2")
-    logpath = os.path.join(tmp, "sluiced.log")
-    log = open(logpath, "wb")
-    proc = subprocess.Popen(prefix + [o.sluiced, "--config", a["conf"], "--socket", sock,
-                                      "--listen", "127.0.0.1:%d" % a["tcp"],
-                                      "--requirepass-file", passfile,
-                                      "--http", "127.0.0.1:%d" % a["http"],
-                                      "--grpc", "127.0.0.1:%d" % a["grpc"],
-                                      "--ratelimit-config", rldir]
-                            + (["--max-client-memory", o.max_client_memory]
-                               if o.max_client_memory else []),
-                            stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    # The prefix execs sluiced (sh's exec, systemd-run --scope, prlimit):
+    # the process started is the daemon.
+    d = sluicetest.Daemon("--config", a["conf"], "--listen", "127.0.0.1:%d" % a["tcp"],
+                          "--requirepass-file", passfile,
+                          "--http", "127.0.0.1:%d" % a["http"],
+                          "--grpc", "127.0.0.1:%d" % a["grpc"], "--ratelimit-config", rldir,
+                          *(["--max-client-memory", o.max_client_memory]
+                            if o.max_client_memory else []),
+                          socket_path=sock, tmpdir=tmp, prefix=prefix, binary=o.sluiced,
+                          env=dict(os.environ, MALLOC_ARENA_MAX="2"))
     workers = []
     ok = False
     try:
-        t0 = time.time()
-        while not os.path.exists(sock):
-            if proc.poll() is not None or time.time() - t0 > 20:
-                raise SystemExit("sluiced did not start:\n" + open(logpath).read())
-            time.sleep(0.05)
-        pid = find_pid(sock, proc)
+        d.start()  # raises, with the log printed, if it does not come up
+        proc = d.proc
+        pid = proc.pid
         # 10,000 keys held (for the SCANs), pipelined.
         c = socket.socket(socket.AF_UNIX)
         c.settimeout(30)
@@ -423,15 +404,7 @@ def main():
             p.start()
             workers.append(p)
 
-        grpc_call = None
-        try:
-            sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-            import grpc  # noqa: F401
-            from test_listener_crowds import setUpModule, rls_call
-            setUpModule()
-            grpc_call = rls_call
-        except Exception:
-            pass
+        grpc_call = rlsclient.call_once if rlsclient.setup() else None
 
         lat, health_fail, health_n, grpc_fail, grpc_n, rss = [], 0, 0, 0, 0, []
         next_health = next_rss = next_grpc = time.time()
@@ -531,17 +504,17 @@ def main():
         if o.max_p99_ms is not None and fig["p99_ms"] > o.max_p99_ms:
             ok = False
         if not ok:
-            print(open(logpath, errors="replace").read()[-4000:])
+            print(d.logtext()[-4000:])
     finally:
         for p in workers:
             if p.is_alive():
                 p.terminate()
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+            d.stop()
+        except subprocess.TimeoutExpired:
+            pass  # stop() killed it
+        d.close()
+        rlsclient.teardown()
         if cgroup is not None:
             cgroup.remove()
         shutil.rmtree(tmp, ignore_errors=True)
