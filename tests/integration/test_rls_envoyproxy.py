@@ -12,6 +12,10 @@ rate limit service (gRPC, python3-grpcio), with that project's own fixtures
                        examples/envoy/proxy.yaml turned into the descriptors
                        Envoy would send (ROUTES below); replaces.sh is read
                        and replayed line by line.
+  config/merge_*      TestDomainMerge, TestDuplicateKeyDomainMerge, with
+                       MERGE_DOMAIN_CONFIG=true in sluiced's environment as
+                       upstream reads it (the same file twice is two names
+                       in one directory here).
 
 Not applicable here, and why (the rest of upstream's cases):
   - Backends and transports: the Redis, Redis Cluster, Sentinel, TLS, auth,
@@ -26,7 +30,6 @@ Not applicable here, and why (the rest of upstream's cases):
     value-included-in-stats-key-when-unspecified.sh): sluice exports no
     per-descriptor series.  The decisions of those cases are replayed.
 Not done (features sluice lacks; see the README's RLS section):
-  - MERGE_DOMAIN_CONFIG (TestDomainMerge, TestDuplicateKeyDomainMerge).
   - quota_mode and dynamic metadata in answers (TestMetadata, quota.sh,
     token-quota.sh, multiservice-tokenquota.sh).
   - Reload by watching the directory: testConfigReload is replayed with
@@ -71,7 +74,7 @@ def wait_for_window(unit_s, need_s):
 class RlsDaemon:
     """sluiced serving ShouldRateLimit from a directory of fixture files."""
 
-    def __init__(self, files):
+    def __init__(self, files, env=None):
         self.tmp = tempfile.mkdtemp(prefix="sluice-envoyproxy-")
         self.cfgdir = os.path.join(self.tmp, "config")
         os.mkdir(self.cfgdir)
@@ -79,7 +82,7 @@ class RlsDaemon:
             shutil.copy(os.path.join(ANCHORS, f), self.cfgdir)
         self.port = free_tcp_port()
         self.d = Daemon("--grpc", "127.0.0.1:%d" % self.port, "--ratelimit-config", self.cfgdir,
-                        tmpdir=self.tmp)
+                        tmpdir=self.tmp, env=dict(os.environ, **(env or {})))
 
     def __enter__(self):
         self.d.start()
@@ -136,14 +139,17 @@ class ConfigTest(unittest.TestCase):
         "unlimited_with_unit.yaml": "should not specify rate limit unit when unlimited",
     }
 
-    def refused(self, *files):
+    def refused(self, *files, env=None):
+        """files: names in config/, or (name, name in the directory)."""
         tmp = tempfile.mkdtemp(prefix="sluice-envoyproxy-bad-")
         try:
             for f in files:
-                shutil.copy(os.path.join(ANCHORS, "config", f), tmp)
+                src, dst = f if isinstance(f, tuple) else (f, f)
+                shutil.copy(os.path.join(ANCHORS, "config", src), os.path.join(tmp, dst))
             p = subprocess.run([SLUICED, "--socket", os.path.join(tmp, "s.sock"), "--grpc",
                                 "127.0.0.1:0", "--ratelimit-config", tmp],
-                               capture_output=True, text=True, timeout=10)
+                               capture_output=True, text=True, timeout=10,
+                               env=dict(os.environ, **(env or {})))
             return p.returncode, p.stdout + p.stderr
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -159,6 +165,30 @@ class ConfigTest(unittest.TestCase):
         rc, out = self.refused("basic_config.yaml", "duplicate_domain.yaml")
         self.assertNotEqual(rc, 0, out)
         self.assertIn("duplicate domain 'test-domain' in config file", out)
+
+    def test_domain_merge(self):
+        """TestDomainMerge: with MERGE_DOMAIN_CONFIG, two files of one domain
+        are one domain (without it, a duplicate domain)."""
+        R = pb().RateLimitResponse.RateLimit
+        files = ["config/merge_domain_key1.yaml", "config/merge_domain_key2.yaml"]
+        with RlsDaemon(files, env={"MERGE_DOMAIN_CONFIG": "true"}) as s:
+            self.assertIsNone(s.limit("foo_domain", []))
+            self.assertIsNone(s.limit("test-domain", []))
+            self.assertEqual(s.limit("test-domain", [("key1", "value1")]), (10, R.MINUTE))
+            self.assertEqual(s.limit("test-domain", [("key2", "value2")]), (20, R.MINUTE))
+        rc, out = self.refused("merge_domain_key1.yaml", "merge_domain_key2.yaml")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("duplicate domain 'test-domain' in config file", out)
+
+    def test_duplicate_key_domain_merge(self):
+        """TestDuplicateKeyDomainMerge: one file twice, merged: the second's
+        descriptor is a duplicate composite key."""
+        rc, out = self.refused("merge_domain_key1.yaml",
+                               ("merge_domain_key1.yaml", "merge_domain_key1_again.yaml"),
+                               env={"MERGE_DOMAIN_CONFIG": "true"})
+        self.assertNotEqual(rc, 0, out)
+        self.assertRegex(out, r"merge_domain_key1_again\.yaml(:\d+)?: duplicate descriptor "
+                         r"composite key 'test-domain\.key1_value1'")
 
     def test_basic_config(self):
         R = pb().RateLimitResponse.RateLimit
