@@ -185,7 +185,11 @@ struct daemon {
     struct http_server *dhttp;      /* --http-decisions HOST:PORT, else NULL */
     struct http_throttle *throttle; /* /v1/throttle, on http or dhttp (NULL: off) */
     struct daemon_rls *rls;         /* NULL when neither --grpc nor --ratelimit-config */
-    struct readiness *ready;        /* /ready and INFO cluster_state */
+    /* --ratelimit-config's directory, watched: a change reloads it */
+    uv_fs_event_t rls_watch;
+    uv_timer_t rls_settle;
+    const char *rls_dir;     /* NULL: not watched */
+    struct readiness *ready; /* /ready and INFO cluster_state */
 };
 
 static int collect_member(void *ud, const struct gossip_member_info *m)
@@ -380,6 +384,10 @@ static void daemon_shutdown(struct daemon *d)
     daemon_rls_close(d->rls);
     commands_sl_close(d->sl); /* after server_close has cancelled the waiters' clients */
     uv_close((uv_handle_t *)&d->sighup, NULL);
+    if (d->rls_dir != NULL) {
+        uv_close((uv_handle_t *)&d->rls_watch, NULL);
+        uv_close((uv_handle_t *)&d->rls_settle, NULL);
+    }
     cluster_stop(d->cluster, NULL, NULL);
     uv_close((uv_handle_t *)&d->maintain, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
@@ -409,6 +417,48 @@ static void on_sighup(uv_signal_t *h, int signum)
     /* Key rotation: a bad key file keeps the keys in use. */
     if (cluster_reload_keys(d->cluster, err, sizeof(err)) < 0)
         log_error("cluster: key file not reloaded, keeping the keys in use: %s", err);
+}
+
+/*
+ * envoyproxy/ratelimit reloads its YAML files when their directory changes
+ * (a file added, changed or removed; a Kubernetes ConfigMap update swaps a
+ * symlink there), without a signal; so does sluiced.  Changes come in
+ * bursts (an editor's temporary file, then a rename), so the reload waits
+ * until the directory has been quiet for RLS_WATCH_SETTLE_MS.  A bad file
+ * keeps the config in use, as on SIGHUP.
+ */
+#define RLS_WATCH_SETTLE_MS 300
+
+static void on_rls_settled(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    char err[512];
+    log_info("ratelimit: %s changed, reloading", d->rls_dir);
+    if (daemon_rls_reload(d->rls, err, sizeof(err)) < 0)
+        log_error("ratelimit: config not reloaded, keeping the one in use: %s", err);
+}
+
+static void on_rls_dir_event(uv_fs_event_t *h, const char *name, int events, int status)
+{
+    struct daemon *d = h->data;
+    (void)name;
+    (void)events;
+    if (status < 0)
+        return;
+    uv_timer_start(&d->rls_settle, on_rls_settled, RLS_WATCH_SETTLE_MS, 0);
+}
+
+/* Starts watching dir; a failure (no inotify, too many watches) is logged
+ * and leaves SIGHUP as the way to reload. */
+static void daemon_watch_rls_dir(struct daemon *d, const char *dir)
+{
+    uv_fs_event_init(&d->loop, &d->rls_watch);
+    uv_timer_init(&d->loop, &d->rls_settle);
+    d->rls_watch.data = d->rls_settle.data = d;
+    d->rls_dir = dir;
+    int rc = uv_fs_event_start(&d->rls_watch, on_rls_dir_event, dir, 0);
+    if (rc < 0)
+        log_warn("ratelimit: cannot watch %s (%s): reload it with SIGHUP", dir, uv_strerror(rc));
 }
 
 /* Finds --config FILE / --config=FILE before the other flags are parsed,
@@ -991,12 +1041,15 @@ int main(int argc, char **argv)
         if (rc < 0) {
             log_error("ratelimit: %s", rerr);
             http_close(d.http);
+            http_close(d.dhttp);
             server_close(d.srv);
             cluster_stop(d.cluster, NULL, NULL);
             uv_run(&d.loop, UV_RUN_DEFAULT);
             status = rc == -SLUICE_ECONFIG ? 2 : 1;
             goto out_server;
         }
+        if (rlsopt.config_dir != NULL)
+            daemon_watch_rls_dir(&d, rlsopt.config_dir);
     }
     /* Signals before the socket exists: a client or supervisor that sees it
      * may stop us at once (libuv holds the signal until the loop runs). */
