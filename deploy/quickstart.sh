@@ -24,8 +24,8 @@ cat <<MSG
 sluiced is starting on $SOCK.  In another terminal, try:
 
   export SLUICE_SOCKET=$SOCK
-  redis-cli -s "\$SLUICE_SOCKET" CL.THROTTLE user:42 15 30 60 1
-  build/bin/sluicectl throttle user:42 15 30 60
+  redis-cli -s "\$SLUICE_SOCKET" CL.THROTTLE user:42 15 30 3600 1
+  build/bin/sluicectl throttle user:42 15 30 3600
   build/bin/sluicectl info
 
 Ctrl-C stops the node.
