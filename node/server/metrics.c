@@ -108,6 +108,12 @@ static const struct family families[] = {
       "Clients disconnected, heaviest first, because client memory was over "
       "max_client_memory.",
       FAM_COUNTER, client_memory_disconnects),
+    F("memory_trims_total",
+      "Times freed client memory was returned to the system (malloc_trim, on the event loop, "
+      "at most 0.1% of its time).",
+      FAM_COUNTER, memory_trims),
+    F("memory_trim_milliseconds_total", "The time those returns held the event loop.", FAM_COUNTER,
+      memory_trim_ms),
     F("tcp_clients", "RESP clients connected over TCP (--listen).", FAM_GAUGE, tcp_clients),
     F("tcp_evictions_total",
       "TCP clients closed for a newcomer over --max-tcp-clients (unauthenticated first, then "

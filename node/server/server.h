@@ -139,6 +139,7 @@ struct server_stats {
     uint64_t client_memory;             /* bytes held by clients now (gauge) */
     uint64_t client_memory_disconnects; /* heaviest clients closed over the budget */
     uint64_t memory_trims;              /* malloc_trim calls */
+    uint64_t memory_trim_ns;            /* the time they took, in all */
     uint64_t tcp_clients;               /* TCP clients connected now (gauge) */
     uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
     uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
@@ -211,7 +212,8 @@ void server_client_set_proto(struct server_client *c, int proto);
 struct resp_buf *server_client_out(struct server_client *c);
 /* Per-connection state of the command layer (MULTI's queue): owned by the
  * connection once set, freed with ctx_free when it closes or is replaced.
- * NULL c: NULL / no-op. */
+ * NULL c: server_client_ctx answers NULL; set_ctx frees ctx at once (the
+ * caller gave it away either way). */
 void *server_client_ctx(const struct server_client *c);
 void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(void *ctx));
 /* The bytes the ctx holds now, counted in the client's memory (0 when it
