@@ -35,7 +35,7 @@
  * d / TRIM_COST_SHARE.  The memory is reused meanwhile, only not returned. */
 #define TRIM_MIN_BYTES   (1024 * 1024)
 #define TRIM_INTERVAL_MS 1000
-#define TRIM_COST_SHARE  0.001
+#define TRIM_COST_SHARE  0.01
 /* One log line per this many ms about clients closed over the budget. */
 #define MEM_LOG_INTERVAL_MS 10000
 /* The parser's arrays, per argument slot (struct resp_parser). */
