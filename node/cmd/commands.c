@@ -519,6 +519,18 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
 
 /* ---- introspection ---- */
 
+void commands_limiter_stats(const struct limiter *lim, const struct cluster *cl,
+                            struct limiter_stats *out)
+{
+    limiter_get_stats(lim, out);
+    /* Local keys refused by the limiter's table and global keys by the
+     * cluster's, each bounded by --max-keys on its own. */
+    uint64_t gdenied, gallowed;
+    cluster_overflow_counts(cl, &gdenied, &gallowed);
+    out->overflow_denied += gdenied;
+    out->overflow_allowed += gallowed;
+}
+
 static int section_wanted(size_t argc, const char **argv, const size_t *argvlen, const char *name)
 {
     if (argc < 2)
@@ -554,18 +566,12 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
     }
     if (section_wanted(argc, argv, argvlen, "clients")) {
         resp_add_raw(&t, "# Clients\r\n", 11);
-        info_u64(&t, "connected_clients", ss.connected_clients);
-        info_u64(&t, "client_memory", ss.client_memory);
+        info_counters(&t, &server_client_counters, &ss);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "stats")) {
         resp_add_raw(&t, "# Stats\r\n", 9);
-        info_u64(&t, "total_connections_received", ss.total_connections);
-        info_u64(&t, "total_commands_processed", ss.total_commands);
-        info_u64(&t, "rejected_connections", ss.rejected_connections);
-        info_u64(&t, "protocol_errors", ss.protocol_errors);
-        info_u64(&t, "output_limit_disconnects", ss.output_limit_disconnects);
-        info_u64(&t, "client_memory_disconnects", ss.client_memory_disconnects);
+        info_counters(&t, &server_command_counters, &ss);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (cmds->listeners_info != NULL && section_wanted(argc, argv, argvlen, "listeners")) {
@@ -575,25 +581,20 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
     }
     if (section_wanted(argc, argv, argvlen, "limiter")) {
         struct limiter_stats ls;
-        limiter_get_stats(cmds->lim, &ls);
+        commands_limiter_stats(cmds->lim, cmds->cluster, &ls);
         resp_add_raw(&t, "# Limiter\r\n", 11);
-        info_u64(&t, "keys", ls.keys);
-        info_u64(&t, "decisions", ls.decisions);
-        info_u64(&t, "limited", ls.limited);
-        info_u64(&t, "reclaimed", ls.reclaimed);
-        info_u64(&t, "evicted", ls.evicted);
-        /* Local keys refused by the limiter's table and global keys by the
-         * cluster's (each bounded by --max-keys on its own), as /metrics. */
-        uint64_t gdenied, gallowed;
-        cluster_overflow_counts(cmds->cluster, &gdenied, &gallowed);
-        info_u64(&t, "overflow_denied", ls.overflow_denied + gdenied);
-        info_u64(&t, "overflow_allowed", ls.overflow_allowed + gallowed);
+        info_counters(&t, &limiter_counters, &ls);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "cluster"))
         commands_cluster_info(cmds->cluster, cmds->ready, &t);
-    if (cmds->sl != NULL && section_wanted(argc, argv, argvlen, "policies"))
-        commands_sl_info(cmds->sl, &t);
+    if (cmds->sl != NULL && section_wanted(argc, argv, argvlen, "policies")) {
+        struct commands_sl_stats sls;
+        commands_sl_get_stats(cmds->sl, &sls);
+        resp_add_raw(&t, "# Policies\r\n", 12);
+        info_counters(&t, &commands_sl_counters, &sls);
+        resp_add_raw(&t, "\r\n", 2);
+    }
     /* Redis ends the text without the last blank line. */
     if (t.len >= 2)
         t.len -= 2;

@@ -896,32 +896,30 @@ int commands_sl_reload_start(struct commands_sl *sl, struct server_client *c)
 
 void commands_sl_get_stats(const struct commands_sl *sl, struct commands_sl_stats *out)
 {
-    struct limiter_stats ls;
-    limiter_get_stats(sl->lim, &ls);
     memset(out, 0, sizeof(*out));
     out->policies = policy_set_count(limiter_policies(sl->lim));
     out->reloads = sl->reloads;
     out->reload_failures = sl->reload_failures;
     out->reloads_unchanged = sl->reloads_unchanged;
-    out->dry_run_would_limit = ls.dry_run_would_limit;
-    out->algorithm_changes = ls.reinitialised;
     out->waiting_acquires = sl->acq ? acquire_waiting(sl->acq) : 0;
 }
 
-void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text)
-{
-    struct commands_sl_stats st;
-    commands_sl_get_stats(sl, &st);
-    resp_add_raw(text, "# Policies\r\n", 12);
-    info_u64(text, "policies", st.policies);
-    info_u64(text, "reloads", st.reloads);
-    info_u64(text, "reload_failures", st.reload_failures);
-    info_u64(text, "reloads_unchanged", st.reloads_unchanged);
-    info_u64(text, "dry_run_would_limit", st.dry_run_would_limit);
-    info_u64(text, "algorithm_changes", st.algorithm_changes);
-    info_u64(text, "waiting_acquires", st.waiting_acquires);
-    resp_add_raw(text, "\r\n", 2);
-}
+static const struct counter_row sl__rows[] = {
+    COUNTER_ROW(struct commands_sl_stats, policies, "policies", "policies", COUNTER_GAUGE,
+                "Named policies loaded."),
+    COUNTER_ROW(struct commands_sl_stats, reloads, "reloads", "reloads_total", COUNTER_TOTAL,
+                "Successful configuration reloads."),
+    COUNTER_ROW(struct commands_sl_stats, reload_failures, "reload_failures",
+                "reload_failures_total", COUNTER_TOTAL,
+                "Reloads refused (the running policies were kept)."),
+    COUNTER_ROW(struct commands_sl_stats, reloads_unchanged, "reloads_unchanged",
+                "reloads_unchanged_total", COUNTER_TOTAL,
+                "Reloads that found the configuration unchanged."),
+    COUNTER_ROW(struct commands_sl_stats, waiting_acquires, "waiting_acquires", "waiting_acquires",
+                COUNTER_GAUGE, "SL.ACQUIRE requests waiting now."),
+};
+
+const struct counter_table commands_sl_counters = COUNTER_TABLE(sl__rows);
 
 /* ---- the handlers (rows of the command table in commands.c) ---- */
 

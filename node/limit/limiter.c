@@ -838,3 +838,30 @@ void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out)
     out->dry_run_would_limit = lim->dry_run_would_limit;
     out->reinitialised = lim->reinitialised;
 }
+
+static const struct counter_row limiter__rows[] = {
+    COUNTER_ROW(struct limiter_stats, decisions, "decisions", "decisions_total", COUNTER_TOTAL,
+                "Rate-limit decisions answered on local keys."),
+    COUNTER_ROW(struct limiter_stats, limited, "limited", "limited_total", COUNTER_TOTAL,
+                "Decisions on local keys that refused the request."),
+    COUNTER_ROW(struct limiter_stats, keys, "keys", "keys", COUNTER_GAUGE, "Keys held in memory."),
+    COUNTER_ROW(struct limiter_stats, reclaimed, "reclaimed", "keys_reclaimed_total", COUNTER_TOTAL,
+                "Drained keys freed."),
+    COUNTER_ROW(struct limiter_stats, evicted, "evicted", "keys_evicted_total", COUNTER_TOTAL,
+                "Still-limiting keys evicted because the table was full."),
+    COUNTER_ROW(struct limiter_stats, overflow_denied, "overflow_denied", "overflow_denied_total",
+                COUNTER_TOTAL,
+                "Requests refused because the key table (local or global) was full (on_full "
+                "deny)."),
+    COUNTER_ROW(struct limiter_stats, overflow_allowed, "overflow_allowed",
+                "overflow_allowed_total", COUNTER_TOTAL,
+                "Requests allowed without state because the key table (local or global) was "
+                "full (on_full allow)."),
+    COUNTER_ROW(struct limiter_stats, dry_run_would_limit, "dry_run_would_limit",
+                "dry_run_would_limit_total", COUNTER_TOTAL,
+                "Refusals by dry-run policies (local and global keys), answered as allowed."),
+    COUNTER_ROW(struct limiter_stats, reinitialised, "algorithm_changes", "algorithm_changes_total",
+                COUNTER_TOTAL, "Keys re-initialised under another algorithm or window shape."),
+};
+
+const struct counter_table limiter_counters = COUNTER_TABLE(limiter__rows);

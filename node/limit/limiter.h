@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "algo.h"
+#include "counter.h"
 
 struct policy;
 struct policy_set;
@@ -119,6 +120,9 @@ uint64_t limiter_scan(struct limiter *lim, uint64_t cursor, size_t count, limite
                       void *ud);
 
 void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out);
+
+/* struct limiter_stats' rows for INFO's "# Limiter" and /metrics. */
+extern const struct counter_table limiter_counters;
 
 /*
  * ---- every algorithm (SL.* commands) ----

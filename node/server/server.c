@@ -1151,3 +1151,47 @@ void server_destroy(struct server *s)
     free(s->tcp_bind);
     free(s);
 }
+
+static const struct counter_row server__client_rows[] = {
+    COUNTER_ROW(struct server_stats, connected_clients, "connected_clients", "connected_clients",
+                COUNTER_GAUGE, "Client connections open on the socket."),
+    COUNTER_ROW(struct server_stats, client_memory, "client_memory", "client_memory_bytes",
+                COUNTER_GAUGE, "Bytes held by client connections' buffers."),
+};
+const struct counter_table server_client_counters = COUNTER_TABLE(server__client_rows);
+
+static const struct counter_row server__command_rows[] = {
+    COUNTER_ROW(struct server_stats, total_connections, "total_connections_received",
+                "connections_total", COUNTER_TOTAL,
+                "Client connections accepted, refused ones included."),
+    COUNTER_ROW(struct server_stats, total_commands, "total_commands_processed", "commands_total",
+                COUNTER_TOTAL, "Commands executed."),
+    COUNTER_ROW(struct server_stats, rejected_connections, "rejected_connections",
+                "rejected_connections_total", COUNTER_TOTAL,
+                "Client connections refused over max_clients."),
+    COUNTER_ROW(struct server_stats, protocol_errors, "protocol_errors", "protocol_errors_total",
+                COUNTER_TOTAL, "Connections closed for malformed or oversized requests."),
+    COUNTER_ROW(struct server_stats, output_limit_disconnects, "output_limit_disconnects",
+                "output_limit_disconnects_total", COUNTER_TOTAL,
+                "Clients disconnected for not reading their replies (output hard limit)."),
+    COUNTER_ROW(struct server_stats, client_memory_disconnects, "client_memory_disconnects",
+                "client_memory_disconnects_total", COUNTER_TOTAL,
+                "Clients disconnected, heaviest first, because client memory was over "
+                "max_client_memory."),
+    COUNTER_ROW(struct server_stats, memory_trims, "memory_trims", "memory_trims_total",
+                COUNTER_TOTAL, "Times freed client memory was returned to the system."),
+};
+const struct counter_table server_command_counters = COUNTER_TABLE(server__command_rows);
+
+static const struct counter_row server__tcp_rows[] = {
+    COUNTER_ROW(struct server_stats, tcp_clients, "tcp_clients", "tcp_clients", COUNTER_GAUGE,
+                "RESP clients connected over TCP (--listen)."),
+    COUNTER_ROW(struct server_stats, tcp_evictions, "tcp_evictions", "tcp_evictions_total",
+                COUNTER_TOTAL,
+                "TCP clients closed for a newcomer over --max-tcp-clients (unauthenticated "
+                "first, then the longest idle)."),
+    COUNTER_ROW(struct server_stats, tcp_timeouts, "tcp_timeouts", "tcp_timeouts_total",
+                COUNTER_TOTAL,
+                "TCP clients closed without AUTH in 10 s or idle past --tcp-idle-timeout."),
+};
+const struct counter_table server_tcp_counters = COUNTER_TABLE(server__tcp_rows);

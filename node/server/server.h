@@ -64,6 +64,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "counter.h"
 #include "resp.h"
 
 struct server;
@@ -142,6 +143,12 @@ struct server_stats {
     uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
     uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
 };
+
+/* struct server_stats' rows: INFO's "# Clients", "# Stats" and the TCP
+ * listener's part of "# Listeners", and /metrics. */
+extern const struct counter_table server_client_counters;
+extern const struct counter_table server_command_counters;
+extern const struct counter_table server_tcp_counters;
 
 /* Creates a server (nothing is bound yet).  Fails with -SLUICE_EINVAL (no
  * path, or a path too long for a Unix socket) or -SLUICE_ENOMEM. */
