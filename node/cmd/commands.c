@@ -12,6 +12,9 @@
 #include "args.h"
 #include "cluster.h"
 #include "commands_cluster.h"
+#include "decide.h"
+#include "gcra.h"
+#include "limiter.h"
 #include "info.h"
 #include "metrics.h"
 #include "commands_sl.h"
@@ -112,16 +115,20 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
         return SERVER_CONTINUE;
     }
     /* The key is matched against the policies once: a policy's key is
-     * decided under the policy, global keys by the cluster's replica,
-     * local ones below. */
+     * decided under the policy, the rest under the inline limit; the
+     * decision entry says whether the cluster or the limiter decides. */
     const struct policy *pol = policy_set_match(limiter_policies(cmds->lim), argv[1], argvlen[1]);
-    if (commands_cluster_throttle(cmds->cluster, pol, argv[1], argvlen[1], v, out))
-        return SERVER_CONTINUE;
-    struct limiter_throttle_result r;
-    int rc = pol != NULL ? limiter_throttle_policy(cmds->lim, argv[1], argvlen[1], pol, v[3],
-                                                   server_client_now_ns(c), &r)
-                         : limiter_throttle_inline(cmds->lim, argv[1], argvlen[1], v[0], v[1], v[2],
-                                                   v[3], server_client_now_ns(c), &r);
+    struct decide d = {cmds->lim, cmds->cluster};
+    struct decide_req q = {.key = argv[1],
+                           .klen = argvlen[1],
+                           .pol = pol,
+                           .cl_burst = v[0],
+                           .cl_count = v[1],
+                           .cl_period_s = v[2],
+                           .scope = -1,
+                           .qty = v[3]};
+    struct algo_result a;
+    int rc = decide_run(&d, &q, server_client_now_ns(c), &a);
     if (rc == -SLUICE_ENOMEM) {
         resp_add_error(out, "ERR out of memory");
         return SERVER_CONTINUE;
@@ -133,8 +140,12 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
                                                  : CELL_ERR "invalid arguments");
         return SERVER_CONTINUE;
     }
-    const int64_t five[5] = {r.limited ? 1 : 0, r.limit, r.remaining, r.retry_after_s,
-                             r.reset_after_s};
+    /* redis-cell's units: seconds, as it rounds them (ALGO_NEVER is -1,
+     * which stays -1). */
+    _Static_assert(ALGO_NEVER == GCRA_NO_RETRY, "one value for 'no retry helps'");
+    const int64_t five[5] = {a.limited ? 1 : 0, a.limit, a.remaining > 0 ? a.remaining : 0,
+                             a.limited ? gcra_cell_seconds(a.retry_after_ns) : -1,
+                             gcra_cell_seconds(a.reset_after_ns)};
     args_reply_cell(out, five);
     return SERVER_CONTINUE;
 }
@@ -519,18 +530,6 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
 
 /* ---- introspection ---- */
 
-void commands_limiter_stats(const struct limiter *lim, const struct cluster *cl,
-                            struct limiter_stats *out)
-{
-    limiter_get_stats(lim, out);
-    /* Local keys refused by the limiter's table and global keys by the
-     * cluster's, each bounded by --max-keys on its own. */
-    uint64_t gdenied, gallowed;
-    cluster_overflow_counts(cl, &gdenied, &gallowed);
-    out->overflow_denied += gdenied;
-    out->overflow_allowed += gallowed;
-}
-
 static int section_wanted(size_t argc, const char **argv, const size_t *argvlen, const char *name)
 {
     if (argc < 2)
@@ -581,7 +580,7 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
     }
     if (section_wanted(argc, argv, argvlen, "limiter")) {
         struct limiter_stats ls;
-        commands_limiter_stats(cmds->lim, cmds->cluster, &ls);
+        limiter_get_stats(cmds->lim, &ls);
         resp_add_raw(&t, "# Limiter\r\n", 11);
         info_counters(&t, &limiter_counters, &ls);
         resp_add_raw(&t, "\r\n", 2);

@@ -72,15 +72,6 @@ int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char
 struct metrics_histogram;
 void commands_get_latency(const struct commands *cmds, struct metrics_histogram *out);
 
-/* The limiter's counters as INFO and /metrics show them (limiter_counters):
- * its own, with the cluster's on-full answers for global keys added to the
- * overflow counts.  cl may be NULL.  Never fails. */
-struct limiter;
-struct limiter_stats;
-struct cluster;
-void commands_limiter_stats(const struct limiter *lim, const struct cluster *cl,
-                            struct limiter_stats *out);
-
 /*
  * Runs one command without a connection (the HTTP decision endpoint, a
  * test): RESP2, an SL.ACQUIRE answers at once instead of waiting, and a

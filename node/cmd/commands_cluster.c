@@ -16,51 +16,6 @@
 #include "sluice/error.h"
 #include "num.h"
 
-#define CELL_ERR "Cell error: Store error: "
-
-int commands_cluster_throttle(struct cluster *cl, const struct policy *pol, const char *key,
-                              size_t klen, const int64_t v[4], struct resp_buf *out)
-{
-    if (cl == NULL)
-        return 0;
-    int64_t period_ns;
-    struct algo_params p;
-    if (pol != NULL) {
-        p = pol->algo;
-    } else if (__builtin_mul_overflow(v[2], NUM_NS_PER_S, &period_ns) ||
-               algo_params_init(&p, ALGO_GCRA, v[0], v[1], period_ns, 0) < 0) {
-        /* The local path words these errors; it answers them the same way. */
-        return 0;
-    }
-    struct algo_result r;
-    int rc = cluster_decide(cl, pol, key, klen, &p, v[3], &r);
-    if (rc == 0)
-        return 0;
-    if (rc == -SLUICE_ENOMEM) {
-        resp_add_error(out, "ERR out of memory");
-        return 1;
-    }
-    if (rc == -SLUICE_EFULL) {
-        resp_add_error(out, "ERR too many global keys (the replica's table is full)");
-        return 1;
-    }
-    if (rc < 0) {
-        resp_add_error(out, CELL_ERR "invalid arguments");
-        return 1;
-    }
-    struct gcra_result g = {.limited = r.limited,
-                            .limit = r.limit,
-                            .remaining = r.remaining,
-                            .retry_after_ns = r.retry_after_ns,
-                            .reset_after_ns = r.reset_after_ns};
-    struct gcra_cell_reply cell;
-    gcra_to_cell(&g, &cell);
-    const int64_t five[5] = {cell.limited, cell.limit, cell.remaining, cell.retry_after_s,
-                             cell.reset_after_s};
-    args_reply_cell(out, five);
-    return 1;
-}
-
 /* ---- SL.MEMBERS ---- */
 
 struct members_ctx {

@@ -8,6 +8,7 @@
 #include "acquire.h"
 #include "cluster.h"
 #include "args.h"
+#include "decide.h"
 #include "info.h"
 #include "log.h"
 #include "policy.h"
@@ -379,18 +380,41 @@ static int sl__key_ok(struct commands_sl *sl, size_t klen, struct resp_buf *out)
 
 /* ---- scope ---- */
 
+/* The decision entry's request for qty units of key under spec s. */
+static struct decide_req sl__req(const struct sl_spec *s, const char *key, size_t klen, int64_t qty,
+                                 enum decide_op op)
+{
+    return (struct decide_req){.key = key,
+                               .klen = klen,
+                               .pol = s->pol,
+                               .p = s->pol != NULL ? NULL : s->p,
+                               .scope = s->scope,
+                               .qty = qty,
+                               .op = op};
+}
+
 /* 1 when the key of spec s is decided by the cluster's replica. */
 static int sl__is_global(const struct commands_sl *sl, const struct sl_spec *s)
 {
-    return cluster_is_global(sl->cl, s->pol, s->scope, s->p->kind);
+    struct decide d = {sl->lim, sl->cl};
+    struct decide_req q = sl__req(s, "", 0, 0, DECIDE_TAKE);
+    return decide_is_global(&d, &q);
 }
 
-/* The acquire layer's decider for global keys. */
+/* The acquire layer's decider for global keys: the decision entry, on a
+ * reading of the clock taken now (the layer asks when a waiter is due). */
 static int sl__global_decide(void *ud, const char *key, size_t klen, const struct algo_params *p,
                              const struct policy *pol, int64_t qty, struct algo_result *r)
 {
     struct commands_sl *sl = ud;
-    return cluster_decide_global(sl->cl, pol, key, klen, p, qty, r);
+    struct decide d = {sl->lim, sl->cl};
+    struct decide_req q = {.key = key,
+                           .klen = klen,
+                           .pol = pol,
+                           .p = pol != NULL ? NULL : p,
+                           .scope = POLICY_SCOPE_GLOBAL, /* the caller found it global */
+                           .qty = qty};
+    return decide_run(&d, &q, (int64_t)uv_hrtime(), r);
 }
 
 /* Turns a global key's peek (qty 0) into the refusal of qty: the replica
@@ -440,22 +464,14 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
         return;
     int64_t now = server_client_now_ns(c);
     int global = sl__is_global(sl, &s);
+    struct decide d = {sl->lim, sl->cl};
     if (cmd == SL_CHARGE) {
         if (!s.has_qty) {
             resp_add_errorf(out, "ERR QTY is required: %s", usage[cmd]);
             return;
         }
-        if (global) {
-            /* The replica has no way yet to count units past the limit:
-             * refusing says so rather than dropping the charge. */
-            resp_add_error(out, "ERR SL.CHARGE is not available for global keys yet (the "
-                                "cluster cannot count a debt); use a local key");
-            return;
-        }
-        if (s.pol != NULL)
-            rc = limiter_charge_policy(sl->lim, argv[1], argvlen[1], s.pol, s.qty, now, &r);
-        else
-            rc = limiter_charge(sl->lim, argv[1], argvlen[1], s.p, s.qty, now, &r);
+        struct decide_req q = sl__req(&s, argv[1], argvlen[1], s.qty, DECIDE_CHARGE);
+        rc = decide_run(&d, &q, now, &r);
     } else if (cmd == SL_REFUND) {
         if (!s.has_qty) {
             resp_add_errorf(out, "ERR QTY is required: %s", usage[cmd]);
@@ -473,12 +489,8 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
             rc = limiter_decide(sl->lim, argv[1], argvlen[1], s.p, 0, now, &r);
     } else {
         int64_t qty = cmd == SL_PEEK || s.peek ? 0 : s.qty;
-        if (global)
-            rc = cluster_decide_global(sl->cl, s.pol, argv[1], argvlen[1], s.p, qty, &r);
-        else if (s.pol != NULL)
-            rc = limiter_decide_policy(sl->lim, argv[1], argvlen[1], s.pol, qty, now, &r, NULL);
-        else
-            rc = limiter_decide(sl->lim, argv[1], argvlen[1], s.p, qty, now, &r);
+        struct decide_req q = sl__req(&s, argv[1], argvlen[1], qty, DECIDE_TAKE);
+        rc = decide_run(&d, &q, now, &r);
     }
     if (rc < 0) {
         sl__limiter_error(out, rc);
@@ -599,6 +611,7 @@ static int sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
 {
     struct limiter_req locals[LIMITER_MULTI_MAX];
     struct algo_result louts[LIMITER_MULTI_MAX];
+    struct decide d = {sl->lim, sl->cl};
     size_t nl = 0;
     int all = 1, rc;
     for (size_t k = 0; k < n; k++) {
@@ -611,8 +624,8 @@ static int sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
         const struct sl_spec *s = &specs[k];
         int dry = s->pol != NULL && s->pol->dry_run, fits;
         if (sl__is_global(sl, s)) {
-            rc =
-                cluster_decide_global(sl->cl, s->pol, reqs[k].key, reqs[k].klen, s->p, 0, &outs[k]);
+            struct decide_req q = sl__req(s, reqs[k].key, reqs[k].klen, 0, DECIDE_TAKE);
+            rc = decide_run(&d, &q, now, &outs[k]);
             if (rc < 0)
                 return rc;
             fits = dry || (!outs[k].limited && reqs[k].qty <= outs[k].remaining);
@@ -653,8 +666,8 @@ static int sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
             outs[k] = louts[l++];
             continue;
         }
-        rc = cluster_decide_global(sl->cl, s->pol, reqs[k].key, reqs[k].klen, s->p, reqs[k].qty,
-                                   &outs[k]);
+        struct decide_req q = sl__req(s, reqs[k].key, reqs[k].klen, reqs[k].qty, DECIDE_TAKE);
+        rc = decide_run(&d, &q, now, &outs[k]);
         if (rc < 0)
             return rc;
         if (outs[k].limited)

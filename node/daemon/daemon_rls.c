@@ -30,6 +30,7 @@
 #include "algo.h"
 #include "cluster.h"
 #include "config.h"
+#include "decide.h"
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
@@ -71,11 +72,22 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
     rc = algo_params_init(&p, d->kind, burst, q->requests_per_unit, period_ns, 0);
     if (rc < 0)
         return (int)rc;
-    int global = q->global && cluster_is_global(d->cluster, NULL, POLICY_SCOPE_GLOBAL, p.kind);
-    /* The clock the decision is taken on: the limiter's, or the cluster's
-     * for a global key.  Its offset from the wall clock is read at each call
-     * (it moves only as NTP slews the wall clock). */
-    int64_t now = global ? cluster_now_ns(d->cluster) : (int64_t)uv_hrtime();
+    /* Every hit counts, refused ones included, as envoyproxy/ratelimit
+     * counts them: a charge, through the one decision entry. */
+    struct decide dd = {d->lim, d->cluster};
+    struct decide_req rq = {.key = q->key,
+                            .klen = q->klen,
+                            .p = &p,
+                            .scope = q->global ? POLICY_SCOPE_GLOBAL : POLICY_SCOPE_LOCAL,
+                            .qty = q->hits,
+                            .op = DECIDE_CHARGE};
+    int global = decide_is_global(&dd, &rq);
+    /* One reading; the clock the decision is taken on is the limiter's, or
+     * the cluster's for a global key, and the calendar phase is the wall
+     * clock's offset from that one (it moves only as NTP slews the wall
+     * clock). */
+    int64_t mono = (int64_t)uv_hrtime();
+    int64_t now = decide_clock(&dd, global, mono);
     int64_t phase = 0;
     if (d->calendar) {
         phase = (daemon_rls__wall() - now) % period_ns;
@@ -85,10 +97,7 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
         if (rc < 0)
             return (int)rc;
     }
-    if (global)
-        rc = cluster_decide_global(d->cluster, NULL, q->key, q->klen, &p, q->hits, &r);
-    else
-        rc = limiter_charge(d->lim, q->key, q->klen, &p, q->hits, now, &r);
+    rc = decide_run(&dd, &rq, mono, &r);
     if (rc < 0)
         return (int)rc;
     res->limited = r.limited;

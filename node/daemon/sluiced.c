@@ -232,7 +232,7 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     struct daemon *d = ud;
     struct daemon_counters *x = &d->scrape;
     daemon_listener_stats(d, x);
-    commands_limiter_stats(d->lim, d->cluster, &x->lim);
+    limiter_get_stats(d->lim, &x->lim);
     commands_sl_get_stats(d->sl, &x->sl);
     metrics_snapshot_add(s, 0, &limiter_counters, &x->lim);
     metrics_snapshot_add(s, 0, &server_client_counters, &x->srv);
@@ -875,7 +875,7 @@ int main(int argc, char **argv)
         if (rc == 0)
             rc = http_route(d.http, "/ready", daemon_on_ready, &d);
         if (rc == 0)
-            rc = http_throttle_attach(d.http, d.cmds, d.lim, &htcfg, &d.throttle);
+            rc = http_throttle_attach(d.http, d.lim, d.cluster, &htcfg, &d.throttle);
         if (rc == 0 && http_start(d.http) < 0) {
             log_error("%s", http_error(d.http));
             rc = -SLUICE_EIO;
