@@ -191,8 +191,6 @@ static void cluster__refresh_view(struct cluster *c)
     free(v.names);
 }
 
-/* A peer with another cluster key or label sits alone and says nothing:
- * say it here, once a minute at most, with the counts since the last line. */
 /* A --join name that does not resolve leaves the node alone (or short of
  * a seed) in silence otherwise: say so, once a minute at most. */
 static void cluster__log_dns(struct cluster *c)
@@ -211,6 +209,8 @@ static void cluster__log_dns(struct cluster *c)
     }
 }
 
+/* A peer with another cluster key or label sits alone and says nothing:
+ * say it here, once a minute at most, with the counts since the last line. */
 static void cluster__log_drops(struct cluster *c)
 {
     struct gossip_stats gs;

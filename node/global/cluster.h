@@ -9,10 +9,12 @@
  * says, and a single node behaves exactly like a standalone limiter.
  *
  * Clock.  Nothing of a time crosses the wire (global/replica.h): each node
- * measures durations on its own monotonic clock.  cluster_now_ns() is that
- * clock plus (realtime - monotonic) captured once at start, so that local
- * window algorithms line up with the wall clock; a host whose clock is off
- * changes only what that host admits.
+ * measures durations on its own monotonic clock.  The cluster clock is that
+ * clock plus (realtime - monotonic) captured once at start, so that the
+ * replica's window algorithms line up with the wall clock: cluster_now_ns()
+ * now, cluster_clock_ns() for a reading of the monotonic clock a decision
+ * was given (global/decide.h); a host whose clock is off changes only what
+ * that host admits.
  *
  * Lives.  Each start draws a random 64-bit life id: the epoch of this
  * node's counts in the replica and its life in libgossip.  Nothing about it

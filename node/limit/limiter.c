@@ -708,9 +708,9 @@ struct policy_set *limiter_policies(const struct limiter *lim)
 
 /* CL.THROTTLE on a key a policy covers: the policy decides, the reply keeps
  * redis-cell's shape and rounding. */
-int limiter_throttle_policy(struct limiter *lim, const char *key, size_t klen,
-                            const struct policy *pol, int64_t quantity, int64_t now_ns,
-                            struct limiter_throttle_result *out)
+static int limiter__throttle_policy(struct limiter *lim, const char *key, size_t klen,
+                                    const struct policy *pol, int64_t quantity, int64_t now_ns,
+                                    struct limiter_throttle_result *out)
 {
     struct algo_result r;
     int rc = limiter_decide_policy(lim, key, klen, pol, quantity, now_ns, &r, NULL);
@@ -726,7 +726,7 @@ int limiter_throttle_policy(struct limiter *lim, const char *key, size_t klen,
 }
 
 /* CL.THROTTLE's inline GCRA limit, after the argument checks: the body of
- * both limiter_throttle and limiter_throttle_inline, inlined into each so
+ * both limiter_throttle and limiter_decide_cell, inlined into each so
  * that the hot path is one call. */
 static inline __attribute__((always_inline)) int
 limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
@@ -826,27 +826,13 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
     if (lim->has_match) {
         const struct policy *pol = policy_set_match(lim->policies, key, klen);
         if (pol != NULL)
-            return limiter_throttle_policy(lim, key, klen, pol, quantity, now_ns, out);
+            return limiter__throttle_policy(lim, key, klen, pol, quantity, now_ns, out);
     }
     struct gcra_result r;
     int rc =
         limiter__throttle_gcra(lim, key, klen, max_burst, count, period_s, quantity, now_ns, &r);
     if (rc == 0)
         limiter__cell(&r, out);
-    return rc;
-}
-
-int limiter_throttle_inline(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
-                            int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
-                            struct limiter_throttle_result *out)
-{
-    struct algo_result r;
-    int rc = limiter_decide_cell(lim, key, klen, max_burst, count, period_s, quantity, now_ns, &r);
-    if (rc == 0) {
-        struct gcra_result g = {r.limited, r.limit, r.remaining, r.retry_after_ns,
-                                r.reset_after_ns};
-        limiter__cell(&g, out);
-    }
     return rc;
 }
 

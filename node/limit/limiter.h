@@ -84,21 +84,10 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
                      int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
                      struct limiter_throttle_result *out);
 
-/* limiter_throttle's two halves, for a caller that has already matched the
- * key against the policies (CL.THROTTLE when clustered, which must know the
- * policy to tell a global key from a local one): under pol, whatever the
- * inline limit says; or the inline GCRA limit, without matching.  They fail
- * as limiter_throttle does. */
-int limiter_throttle_policy(struct limiter *lim, const char *key, size_t klen,
-                            const struct policy *pol, int64_t quantity, int64_t now_ns,
-                            struct limiter_throttle_result *out);
-int limiter_throttle_inline(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
-                            int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
-                            struct limiter_throttle_result *out);
-
-/* limiter_throttle_inline's answer in nanoseconds (struct algo_result), for
- * a caller that words the reply itself (the decision entry, global/decide.h):
- * the same GCRA fast path, the same errors. */
+/* CL.THROTTLE's inline GCRA limit (no policy matched) answered in
+ * nanoseconds (struct algo_result), for a caller that words the reply itself
+ * (the decision entry, global/decide.h): limiter_throttle's fast path, its
+ * errors. */
 int limiter_decide_cell(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
                         int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
                         struct algo_result *out);
