@@ -12,6 +12,9 @@
 #include "args.h"
 #include "cluster.h"
 #include "commands_cluster.h"
+#include "decide.h"
+#include "gcra.h"
+#include "limiter.h"
 #include "info.h"
 #include "metrics.h"
 #include "commands_sl.h"
@@ -112,16 +115,20 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
         return SERVER_CONTINUE;
     }
     /* The key is matched against the policies once: a policy's key is
-     * decided under the policy, global keys by the cluster's replica,
-     * local ones below. */
+     * decided under the policy, the rest under the inline limit; the
+     * decision entry says whether the cluster or the limiter decides. */
     const struct policy *pol = policy_set_match(limiter_policies(cmds->lim), argv[1], argvlen[1]);
-    if (commands_cluster_throttle(cmds->cluster, pol, argv[1], argvlen[1], v, out))
-        return SERVER_CONTINUE;
-    struct limiter_throttle_result r;
-    int rc = pol != NULL ? limiter_throttle_policy(cmds->lim, argv[1], argvlen[1], pol, v[3],
-                                                   server_client_now_ns(c), &r)
-                         : limiter_throttle_inline(cmds->lim, argv[1], argvlen[1], v[0], v[1], v[2],
-                                                   v[3], server_client_now_ns(c), &r);
+    struct decide d = {cmds->lim, cmds->cluster};
+    struct decide_req q = {.key = argv[1],
+                           .klen = argvlen[1],
+                           .pol = pol,
+                           .cl_burst = v[0],
+                           .cl_count = v[1],
+                           .cl_period_s = v[2],
+                           .scope = -1,
+                           .qty = v[3]};
+    struct algo_result a;
+    int rc = decide_run(&d, &q, server_client_now_ns(c), &a);
     if (rc == -SLUICE_ENOMEM) {
         resp_add_error(out, "ERR out of memory");
         return SERVER_CONTINUE;
@@ -133,8 +140,12 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
                                                  : CELL_ERR "invalid arguments");
         return SERVER_CONTINUE;
     }
-    const int64_t five[5] = {r.limited ? 1 : 0, r.limit, r.remaining, r.retry_after_s,
-                             r.reset_after_s};
+    /* redis-cell's units: seconds, as it rounds them (ALGO_NEVER is -1,
+     * which stays -1). */
+    _Static_assert(ALGO_NEVER == GCRA_NO_RETRY, "one value for 'no retry helps'");
+    const int64_t five[5] = {a.limited ? 1 : 0, a.limit, a.remaining > 0 ? a.remaining : 0,
+                             a.limited ? gcra_cell_seconds(a.retry_after_ns) : -1,
+                             gcra_cell_seconds(a.reset_after_ns)};
     args_reply_cell(out, five);
     return SERVER_CONTINUE;
 }
@@ -554,20 +565,12 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
     }
     if (section_wanted(argc, argv, argvlen, "clients")) {
         resp_add_raw(&t, "# Clients\r\n", 11);
-        info_u64(&t, "connected_clients", ss.connected_clients);
-        info_u64(&t, "client_memory", ss.client_memory);
+        info_counters(&t, &server_client_counters, &ss);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "stats")) {
         resp_add_raw(&t, "# Stats\r\n", 9);
-        info_u64(&t, "total_connections_received", ss.total_connections);
-        info_u64(&t, "total_commands_processed", ss.total_commands);
-        info_u64(&t, "rejected_connections", ss.rejected_connections);
-        info_u64(&t, "protocol_errors", ss.protocol_errors);
-        info_u64(&t, "output_limit_disconnects", ss.output_limit_disconnects);
-        info_u64(&t, "client_memory_disconnects", ss.client_memory_disconnects);
-        info_u64(&t, "loop_turns", ss.loop_turns);
-        info_u64(&t, "loop_max_turn_us", ss.loop_max_turn_ns / 1000u);
+        info_counters(&t, &server_command_counters, &ss);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (cmds->listeners_info != NULL && section_wanted(argc, argv, argvlen, "listeners")) {
@@ -579,23 +582,18 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         struct limiter_stats ls;
         limiter_get_stats(cmds->lim, &ls);
         resp_add_raw(&t, "# Limiter\r\n", 11);
-        info_u64(&t, "keys", ls.keys);
-        info_u64(&t, "decisions", ls.decisions);
-        info_u64(&t, "limited", ls.limited);
-        info_u64(&t, "reclaimed", ls.reclaimed);
-        info_u64(&t, "evicted", ls.evicted);
-        /* Local keys refused by the limiter's table and global keys by the
-         * cluster's (each bounded by --max-keys on its own), as /metrics. */
-        uint64_t gdenied, gallowed;
-        cluster_overflow_counts(cmds->cluster, &gdenied, &gallowed);
-        info_u64(&t, "overflow_denied", ls.overflow_denied + gdenied);
-        info_u64(&t, "overflow_allowed", ls.overflow_allowed + gallowed);
+        info_counters(&t, &limiter_counters, &ls);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (section_wanted(argc, argv, argvlen, "cluster"))
         commands_cluster_info(cmds->cluster, cmds->ready, &t);
-    if (cmds->sl != NULL && section_wanted(argc, argv, argvlen, "policies"))
-        commands_sl_info(cmds->sl, &t);
+    if (cmds->sl != NULL && section_wanted(argc, argv, argvlen, "policies")) {
+        struct commands_sl_stats sls;
+        commands_sl_get_stats(cmds->sl, &sls);
+        resp_add_raw(&t, "# Policies\r\n", 12);
+        info_counters(&t, &commands_sl_counters, &sls);
+        resp_add_raw(&t, "\r\n", 2);
+    }
     /* Redis ends the text without the last blank line. */
     if (t.len >= 2)
         t.len -= 2;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "counters.h"
 #include "info.h"
 #include "readiness.h"
 #include "gcra.h"
@@ -14,51 +15,6 @@
 #include "server.h"
 #include "sluice/error.h"
 #include "num.h"
-
-#define CELL_ERR "Cell error: Store error: "
-
-int commands_cluster_throttle(struct cluster *cl, const struct policy *pol, const char *key,
-                              size_t klen, const int64_t v[4], struct resp_buf *out)
-{
-    if (cl == NULL)
-        return 0;
-    int64_t period_ns;
-    struct algo_params p;
-    if (pol != NULL) {
-        p = pol->algo;
-    } else if (__builtin_mul_overflow(v[2], NUM_NS_PER_S, &period_ns) ||
-               algo_params_init(&p, ALGO_GCRA, v[0], v[1], period_ns, 0) < 0) {
-        /* The local path words these errors; it answers them the same way. */
-        return 0;
-    }
-    struct algo_result r;
-    int rc = cluster_decide(cl, pol, key, klen, &p, v[3], &r);
-    if (rc == 0)
-        return 0;
-    if (rc == -SLUICE_ENOMEM) {
-        resp_add_error(out, "ERR out of memory");
-        return 1;
-    }
-    if (rc == -SLUICE_EFULL) {
-        resp_add_error(out, "ERR too many global keys (the replica's table is full)");
-        return 1;
-    }
-    if (rc < 0) {
-        resp_add_error(out, CELL_ERR "invalid arguments");
-        return 1;
-    }
-    struct gcra_result g = {.limited = r.limited,
-                            .limit = r.limit,
-                            .remaining = r.remaining,
-                            .retry_after_ns = r.retry_after_ns,
-                            .reset_after_ns = r.reset_after_ns};
-    struct gcra_cell_reply cell;
-    gcra_to_cell(&g, &cell);
-    const int64_t five[5] = {cell.limited, cell.limit, cell.remaining, cell.retry_after_s,
-                             cell.reset_after_s};
-    args_reply_cell(out, five);
-    return 1;
-}
 
 /* ---- SL.MEMBERS ---- */
 
@@ -232,52 +188,18 @@ void commands_cluster_info(struct cluster *cl, const struct readiness *ready, st
         info_u64(t, "health_score", (uint64_t)gossip_node_health(g));
         struct gossip_stats gs;
         gossip_node_stats(g, &gs);
-        info_u64(t, "gossip_packets_sent", gs.packets_sent);
-        info_u64(t, "gossip_bytes_sent", gs.bytes_sent);
-        info_u64(t, "gossip_packets_received", gs.packets_received);
-        info_u64(t, "gossip_bytes_received", gs.bytes_received);
-        info_u64(t, "gossip_send_errors", gs.send_errors);
+        info_counters(t, &counters_gossip, &gs);
         for (int i = 0; i < GOSSIP_DROP_MAX_; i++) {
             char name[64];
             snprintf(name, sizeof(name), "gossip_drops_%s", gossip_drop_name(i));
             info_u64(t, name, gs.drops[i]);
         }
-        info_u64(t, "gossip_direct_sent", gs.direct_sent);
-        info_u64(t, "gossip_direct_received", gs.direct_received);
-        info_u64(t, "gossip_direct_dropped", gs.direct_dropped);
-        info_u64(t, "gossip_probe_failures", gs.probe_failures);
-        info_u64(t, "gossip_suspicions", gs.suspicions);
-        info_u64(t, "gossip_pushpulls", gs.pushpulls);
     }
     if (r != NULL) {
         struct replica_stats rs;
         replica_get_stats(r, &rs);
         info_str(t, "synced", replica_synced(r) ? "yes" : "no");
-        info_u64(t, "global_keys", rs.keys);
-        info_u64(t, "global_decisions", rs.decisions);
-        info_u64(t, "global_limited", rs.limited);
-        info_u64(t, "young_denials", rs.young_denials);
-        info_u64(t, "owned_keys", rs.owned_keys);
-        info_u64(t, "owned_reporters", rs.owned_reporters);
-        info_u64(t, "reports_sent", rs.reports_sent);
-        info_u64(t, "report_entries_sent", rs.report_entries_sent);
-        info_u64(t, "report_bytes_sent", rs.report_bytes_sent);
-        info_u64(t, "reports_received", rs.reports_received);
-        info_u64(t, "report_entries_received", rs.report_entries_received);
-        info_u64(t, "leases_sent", rs.leases_sent);
-        info_u64(t, "lease_entries_sent", rs.lease_entries_sent);
-        info_u64(t, "lease_bytes_sent", rs.lease_bytes_sent);
-        info_u64(t, "leases_received", rs.leases_received);
-        info_u64(t, "lease_entries_received", rs.lease_entries_received);
-        info_u64(t, "replication_bytes_received", rs.bytes_received);
-        info_u64(t, "stale_leases", rs.stale_leases);
-        info_u64(t, "debt_events", rs.debt_events);
-        info_u64(t, "gc_keys", rs.gc_keys);
-        info_u64(t, "owned_gc", rs.owned_gc);
-        info_u64(t, "view_changes", rs.view_changes);
-        info_u64(t, "bad_replication_packets", rs.bad_packets);
-        info_u64(t, "refused_full", rs.refused_full);
-        info_u64(t, "global_evicted", rs.evicted);
+        info_counters(t, &counters_replica, &rs);
     }
     resp_add_raw(t, "\r\n", 2);
 }

@@ -1,6 +1,6 @@
 /*
- * commands_cluster: the command layer's cluster commands and the global
- * branch of CL.THROTTLE.  commands.c keeps the command table and calls in
+ * commands_cluster: the command layer's cluster commands (decisions on
+ * global keys go through global/decide.h).  commands.c keeps the command table and calls in
  * here; everything takes the daemon's struct cluster, which is NULL on a
  * node running alone (the functions then answer as such a node should).
  *
@@ -15,7 +15,7 @@
  *                  units; nil when the node holds no global state for key
  *   INFO cluster   the "# Cluster" section (readiness: cluster_state and
  *                  cluster_state_reason; membership, gossip traffic and
- *                  drops, replica deltas, pours, synced)
+ *                  drops, synced, and the replica's counters)
  *
  * Every function appends exactly one reply (or, for the INFO section, text)
  * to the caller's buffer and returns SERVER_CONTINUE unless said otherwise.
@@ -29,17 +29,6 @@
 #include "cluster.h"
 #include "limiter.h"
 #include "resp.h"
-
-/*
- * CL.THROTTLE's global branch: burst, count, period (s) and quantity already
- * validated by the caller (v[0..3]); pol is the policy the caller matched
- * the key to (NULL: none), which decides it instead, as on the local path.
- * When cluster_decide() takes the key,
- * appends the five-integer reply (or an error reply) to out and returns 1;
- * returns 0, appending nothing, when the key is local.
- */
-int commands_cluster_throttle(struct cluster *cl, const struct policy *pol, const char *key,
-                              size_t klen, const int64_t v[4], struct resp_buf *out);
 
 int commands_cluster_members(struct cluster *cl, size_t argc, const char **argv,
                              const size_t *argvlen, struct resp_buf *out);

@@ -8,6 +8,7 @@
 #include "acquire.h"
 #include "cluster.h"
 #include "args.h"
+#include "decide.h"
 #include "info.h"
 #include "log.h"
 #include "policy.h"
@@ -92,7 +93,7 @@ void commands_sl_destroy(struct commands_sl *sl)
     free(sl);
 }
 
-/* Which of the throttle-shaped commands sl__throttle serves. */
+/* Which of the throttle-shaped commands commands_sl__throttle serves. */
 enum { SL_THROTTLE, SL_PEEK, SL_REFUND, SL_CHARGE };
 
 /* ---- arguments ---- */
@@ -114,7 +115,7 @@ struct sl_spec {
     int scope; /* SCOPE given with ALGO: enum policy_scope; -1 not given */
 };
 
-static int sl__int(const char *s, size_t len, int64_t *v, struct resp_buf *out)
+static int commands_sl__int(const char *s, size_t len, int64_t *v, struct resp_buf *out)
 {
     if (args_parse_int64(s, len, v) < 0) {
         resp_add_error(out, "ERR value is not an integer or out of range");
@@ -123,7 +124,7 @@ static int sl__int(const char *s, size_t len, int64_t *v, struct resp_buf *out)
     return 0;
 }
 
-static void sl__syntax(struct resp_buf *out, const char *arg, size_t len)
+static void commands_sl__syntax(struct resp_buf *out, const char *arg, size_t len)
 {
     int shown = len > 64 ? 64 : (int)len;
     resp_add_errorf(out, "ERR syntax error near '%.*s'", shown, arg);
@@ -134,9 +135,9 @@ static void sl__syntax(struct resp_buf *out, const char *arg, size_t len)
  * SL.MULTI, stop_at_key) the next KEY word, for the key given.  On error
  * appends the error reply and returns -1.
  */
-static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_t argc,
-                     const char **argv, const size_t *argvlen, size_t *i, unsigned opts,
-                     int stop_at_key, struct sl_spec *s, struct resp_buf *out)
+static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_t argc,
+                              const char **argv, const size_t *argvlen, size_t *i, unsigned opts,
+                              int stop_at_key, struct sl_spec *s, struct resp_buf *out)
 {
     const char *algo = NULL, *pname = NULL;
     size_t algolen = 0, pnamelen = 0;
@@ -161,33 +162,33 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
             algolen = argvlen[*i + 1];
             *i += 2;
         } else if (args_is(a, al, "BURST") && left >= 1) {
-            if (sl__int(argv[*i + 1], argvlen[*i + 1], &burst, out) < 0)
+            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &burst, out) < 0)
                 return -1;
             has_burst = 1;
             *i += 2;
         } else if (args_is(a, al, "RATE") && left >= 2) {
-            if (sl__int(argv[*i + 1], argvlen[*i + 1], &count, out) < 0 ||
-                sl__int(argv[*i + 2], argvlen[*i + 2], &period_ms, out) < 0)
+            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &count, out) < 0 ||
+                commands_sl__int(argv[*i + 2], argvlen[*i + 2], &period_ms, out) < 0)
                 return -1;
             has_rate = 1;
             *i += 3;
         } else if (args_is(a, al, "PRECISION") && left >= 1) {
-            if (sl__int(argv[*i + 1], argvlen[*i + 1], &precision, out) < 0)
+            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &precision, out) < 0)
                 return -1;
             has_precision = 1;
             *i += 2;
         } else if (args_is(a, al, "WARMUP") && left >= 1) {
-            if (sl__int(argv[*i + 1], argvlen[*i + 1], &warmup_ms, out) < 0)
+            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &warmup_ms, out) < 0)
                 return -1;
             has_warmup = 1;
             *i += 2;
         } else if (args_is(a, al, "COLD") && left >= 1) {
-            if (sl__int(argv[*i + 1], argvlen[*i + 1], &cold, out) < 0)
+            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &cold, out) < 0)
                 return -1;
             has_cold = 1;
             *i += 2;
         } else if (args_is(a, al, "QTY") && left >= 1 && (opts & OPT_QTY)) {
-            if (sl__int(argv[*i + 1], argvlen[*i + 1], &s->qty, out) < 0)
+            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &s->qty, out) < 0)
                 return -1;
             if (s->qty < 0) {
                 resp_add_error(out, "ERR QTY must not be negative");
@@ -209,7 +210,7 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
             s->peek = 1;
             *i += 1;
         } else if (args_is(a, al, "TIMEOUT") && left >= 1 && (opts & OPT_TIMEOUT)) {
-            if (sl__int(argv[*i + 1], argvlen[*i + 1], &s->timeout_ms, out) < 0)
+            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &s->timeout_ms, out) < 0)
                 return -1;
             if (s->timeout_ms < 0 || s->timeout_ms > SL_MAX_TIMEOUT_MS) {
                 resp_add_errorf(out, "ERR TIMEOUT must be 0..%lld ms",
@@ -219,7 +220,7 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
             s->has_timeout = 1;
             *i += 2;
         } else {
-            sl__syntax(out, a, al);
+            commands_sl__syntax(out, a, al);
             return -1;
         }
     }
@@ -316,7 +317,7 @@ static int sl__parse(struct commands_sl *sl, const char *key, size_t klen, size_
 
 /* ---- replies ---- */
 
-static int64_t sl__ms(int64_t ns)
+static int64_t commands_sl__ms(int64_t ns)
 {
     if (ns <= 0)
         return 0;
@@ -324,10 +325,11 @@ static int64_t sl__ms(int64_t ns)
 }
 
 /* One decision (see commands_sl.h); waited_ns < 0: no waited_ms field. */
-static void sl__reply(struct resp_buf *out, int resp3, const struct algo_result *r,
-                      enum algo_kind kind, const struct policy *pol, int64_t waited_ns)
+static void commands_sl__reply(struct resp_buf *out, int resp3, const struct algo_result *r,
+                               enum algo_kind kind, const struct policy *pol, int64_t waited_ns)
 {
-    int64_t retry = r->limited && r->retry_after_ns != ALGO_NEVER ? sl__ms(r->retry_after_ns) : -1;
+    int64_t retry =
+        r->limited && r->retry_after_ns != ALGO_NEVER ? commands_sl__ms(r->retry_after_ns) : -1;
     int64_t remaining = r->remaining > 0 ? r->remaining : 0;
     if (!resp3) {
         resp_add_array(out, waited_ns >= 0 ? 6 : 5);
@@ -335,9 +337,9 @@ static void sl__reply(struct resp_buf *out, int resp3, const struct algo_result 
         resp_add_int(out, r->limit);
         resp_add_int(out, remaining);
         resp_add_int(out, retry);
-        resp_add_int(out, sl__ms(r->reset_after_ns));
+        resp_add_int(out, commands_sl__ms(r->reset_after_ns));
         if (waited_ns >= 0)
-            resp_add_int(out, sl__ms(waited_ns));
+            resp_add_int(out, commands_sl__ms(waited_ns));
         return;
     }
     resp_add_map(out, waited_ns >= 0 ? 8 : 7);
@@ -345,7 +347,7 @@ static void sl__reply(struct resp_buf *out, int resp3, const struct algo_result 
     resp_add_pair_int(out, "limit", r->limit);
     resp_add_pair_int(out, "remaining", remaining);
     resp_add_pair_int(out, "retry_after_ms", retry);
-    resp_add_pair_int(out, "reset_after_ms", sl__ms(r->reset_after_ns));
+    resp_add_pair_int(out, "reset_after_ms", commands_sl__ms(r->reset_after_ns));
     resp_add_pair_str(out, "algorithm", algo_name(kind));
     resp_add_bulk_str(out, "policy");
     if (pol != NULL)
@@ -353,10 +355,10 @@ static void sl__reply(struct resp_buf *out, int resp3, const struct algo_result 
     else
         resp_add_null3(out);
     if (waited_ns >= 0)
-        resp_add_pair_int(out, "waited_ms", sl__ms(waited_ns));
+        resp_add_pair_int(out, "waited_ms", commands_sl__ms(waited_ns));
 }
 
-static void sl__limiter_error(struct resp_buf *out, int rc)
+static void commands_sl__limiter_error(struct resp_buf *out, int rc)
 {
     if (rc == -SLUICE_ENOMEM)
         resp_add_error(out, "ERR out of memory");
@@ -368,7 +370,7 @@ static void sl__limiter_error(struct resp_buf *out, int rc)
         resp_add_errorf(out, "ERR %s", sluice_strerror(rc));
 }
 
-static int sl__key_ok(struct commands_sl *sl, size_t klen, struct resp_buf *out)
+static int commands_sl__key_ok(struct commands_sl *sl, size_t klen, struct resp_buf *out)
 {
     if (klen > sl->max_key) {
         resp_add_errorf(out, "ERR key too long (%zu bytes, the limit is %zu)", klen, sl->max_key);
@@ -379,18 +381,42 @@ static int sl__key_ok(struct commands_sl *sl, size_t klen, struct resp_buf *out)
 
 /* ---- scope ---- */
 
-/* 1 when the key of spec s is decided by the cluster's replica. */
-static int sl__is_global(const struct commands_sl *sl, const struct sl_spec *s)
+/* The decision entry's request for qty units of key under spec s. */
+static struct decide_req commands_sl__req(const struct sl_spec *s, const char *key, size_t klen,
+                                          int64_t qty, enum decide_op op)
 {
-    return cluster_is_global(sl->cl, s->pol, s->scope, s->p->kind);
+    return (struct decide_req){.key = key,
+                               .klen = klen,
+                               .pol = s->pol,
+                               .p = s->pol != NULL ? NULL : s->p,
+                               .scope = s->scope,
+                               .qty = qty,
+                               .op = op};
 }
 
-/* The acquire layer's decider for global keys. */
-static int sl__global_decide(void *ud, const char *key, size_t klen, const struct algo_params *p,
-                             const struct policy *pol, int64_t qty, struct algo_result *r)
+/* 1 when the key of spec s is decided by the cluster's replica. */
+static int commands_sl__is_global(const struct commands_sl *sl, const struct sl_spec *s)
+{
+    struct decide d = {sl->lim, sl->cl};
+    struct decide_req q = commands_sl__req(s, "", 0, 0, DECIDE_TAKE);
+    return decide_is_global(&d, &q);
+}
+
+/* The acquire layer's decider for global keys: the decision entry, on a
+ * reading of the clock taken now (the layer asks when a waiter is due). */
+static int commands_sl__global_decide(void *ud, const char *key, size_t klen,
+                                      const struct algo_params *p, const struct policy *pol,
+                                      int64_t qty, struct algo_result *r)
 {
     struct commands_sl *sl = ud;
-    return cluster_decide_global(sl->cl, pol, key, klen, p, qty, r);
+    struct decide d = {sl->lim, sl->cl};
+    struct decide_req q = {.key = key,
+                           .klen = klen,
+                           .pol = pol,
+                           .p = pol != NULL ? NULL : p,
+                           .scope = POLICY_SCOPE_GLOBAL, /* the caller found it global */
+                           .qty = qty};
+    return decide_run(&d, &q, (int64_t)uv_hrtime(), r);
 }
 
 /* Turns a global key's peek (qty 0) into the refusal of qty: the replica
@@ -398,7 +424,8 @@ static int sl__global_decide(void *ud, const char *key, size_t klen, const struc
  * the missing units at the limit's rate (gcra, token-bucket) or the time
  * until the window has passed (windows); other nodes' traffic may make it
  * longer. */
-static void sl__global_refusal(const struct algo_params *p, int64_t qty, struct algo_result *r)
+static void commands_sl__global_refusal(const struct algo_params *p, int64_t qty,
+                                        struct algo_result *r)
 {
     r->limited = 1;
     if (qty > r->limit) {
@@ -414,9 +441,9 @@ static void sl__global_refusal(const struct algo_params *p, int64_t qty, struct 
 
 /* ---- SL.THROTTLE, SL.PEEK, SL.REFUND, SL.RESET ---- */
 
-static void sl__throttle(struct commands_sl *sl, struct server_client *c, int resp3, int cmd,
-                         size_t argc, const char **argv, const size_t *argvlen,
-                         struct resp_buf *out)
+static void commands_sl__throttle(struct commands_sl *sl, struct server_client *c, int resp3,
+                                  int cmd, size_t argc, const char **argv, const size_t *argvlen,
+                                  struct resp_buf *out)
 {
     static const char *const usage[] = {
         [SL_THROTTLE] = ("SL.THROTTLE key [POLICY name | ALGO algorithm [BURST b] RATE count "
@@ -433,29 +460,21 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
         resp_add_errorf(out, "ERR wrong number of arguments: %s", usage[cmd]);
         return;
     }
-    if (!sl__key_ok(sl, argvlen[1], out))
+    if (!commands_sl__key_ok(sl, argvlen[1], out))
         return;
     unsigned opts = cmd == SL_THROTTLE ? OPT_QTY | OPT_PEEK : OPT_QTY;
-    if (sl__parse(sl, argv[1], argvlen[1], argc, argv, argvlen, &i, opts, 0, &s, out) < 0)
+    if (commands_sl__parse(sl, argv[1], argvlen[1], argc, argv, argvlen, &i, opts, 0, &s, out) < 0)
         return;
     int64_t now = server_client_now_ns(c);
-    int global = sl__is_global(sl, &s);
+    int global = commands_sl__is_global(sl, &s);
+    struct decide d = {sl->lim, sl->cl};
     if (cmd == SL_CHARGE) {
         if (!s.has_qty) {
             resp_add_errorf(out, "ERR QTY is required: %s", usage[cmd]);
             return;
         }
-        if (global) {
-            /* The replica has no way yet to count units past the limit:
-             * refusing says so rather than dropping the charge. */
-            resp_add_error(out, "ERR SL.CHARGE is not available for global keys yet (the "
-                                "cluster cannot count a debt); use a local key");
-            return;
-        }
-        if (s.pol != NULL)
-            rc = limiter_charge_policy(sl->lim, argv[1], argvlen[1], s.pol, s.qty, now, &r);
-        else
-            rc = limiter_charge(sl->lim, argv[1], argvlen[1], s.p, s.qty, now, &r);
+        struct decide_req q = commands_sl__req(&s, argv[1], argvlen[1], s.qty, DECIDE_CHARGE);
+        rc = decide_run(&d, &q, now, &r);
     } else if (cmd == SL_REFUND) {
         if (!s.has_qty) {
             resp_add_errorf(out, "ERR QTY is required: %s", usage[cmd]);
@@ -473,18 +492,14 @@ static void sl__throttle(struct commands_sl *sl, struct server_client *c, int re
             rc = limiter_decide(sl->lim, argv[1], argvlen[1], s.p, 0, now, &r);
     } else {
         int64_t qty = cmd == SL_PEEK || s.peek ? 0 : s.qty;
-        if (global)
-            rc = cluster_decide_global(sl->cl, s.pol, argv[1], argvlen[1], s.p, qty, &r);
-        else if (s.pol != NULL)
-            rc = limiter_decide_policy(sl->lim, argv[1], argvlen[1], s.pol, qty, now, &r, NULL);
-        else
-            rc = limiter_decide(sl->lim, argv[1], argvlen[1], s.p, qty, now, &r);
+        struct decide_req q = commands_sl__req(&s, argv[1], argvlen[1], qty, DECIDE_TAKE);
+        rc = decide_run(&d, &q, now, &r);
     }
     if (rc < 0) {
-        sl__limiter_error(out, rc);
+        commands_sl__limiter_error(out, rc);
         return;
     }
-    sl__reply(out, resp3, &r, s.p->kind, s.pol, -1);
+    commands_sl__reply(out, resp3, &r, s.p->kind, s.pol, -1);
 }
 
 /* ---- SL.ACQUIRE ---- */
@@ -498,15 +513,15 @@ struct sl_wait {
     const struct policy *pol; /* valid while the waiter holds its set */
 };
 
-static void sl__acquire_done(void *ud, const struct algo_result *r, int64_t waited_ns)
+static void commands_sl__acquire_done(void *ud, const struct algo_result *r, int64_t waited_ns)
 {
     struct sl_wait *x = ud;
-    sl__reply(server_client_out(x->c), x->resp3, r, x->kind, x->pol, waited_ns);
+    commands_sl__reply(server_client_out(x->c), x->resp3, r, x->kind, x->pol, waited_ns);
     server_client_unblock(x->c);
     free(x);
 }
 
-static void sl__acquire_cancel(struct server_client *c, void *arg)
+static void commands_sl__acquire_cancel(struct server_client *c, void *arg)
 {
     struct sl_wait *x = arg;
     (void)c;
@@ -514,8 +529,9 @@ static void sl__acquire_cancel(struct server_client *c, void *arg)
     free(x);
 }
 
-static void sl__acquire(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
-                        const char **argv, const size_t *argvlen, struct resp_buf *out)
+static void commands_sl__acquire(struct commands_sl *sl, struct server_client *c, int resp3,
+                                 size_t argc, const char **argv, const size_t *argvlen,
+                                 struct resp_buf *out)
 {
     struct sl_spec s;
     size_t i = 2;
@@ -524,10 +540,10 @@ static void sl__acquire(struct commands_sl *sl, struct server_client *c, int res
                             "...] [QTY q] TIMEOUT ms");
         return;
     }
-    if (!sl__key_ok(sl, argvlen[1], out))
+    if (!commands_sl__key_ok(sl, argvlen[1], out))
         return;
-    if (sl__parse(sl, argv[1], argvlen[1], argc, argv, argvlen, &i, OPT_QTY | OPT_TIMEOUT, 0, &s,
-                  out) < 0)
+    if (commands_sl__parse(sl, argv[1], argvlen[1], argc, argv, argvlen, &i, OPT_QTY | OPT_TIMEOUT,
+                           0, &s, out) < 0)
         return;
     if (!s.has_timeout) {
         resp_add_error(out, "ERR TIMEOUT ms is required");
@@ -557,29 +573,30 @@ static void sl__acquire(struct commands_sl *sl, struct server_client *c, int res
     struct algo_result r;
     int64_t waited;
     int rc;
-    if (sl__is_global(sl, &s))
-        rc = acquire_submit_via(sl->acq, &req, sl__global_decide, sl, server_client_now_ns(c),
-                                sl__acquire_done, x, &r, &waited, &x->w);
+    if (commands_sl__is_global(sl, &s))
+        rc = acquire_submit_via(sl->acq, &req, commands_sl__global_decide, sl,
+                                server_client_now_ns(c), commands_sl__acquire_done, x, &r, &waited,
+                                &x->w);
     else
         /* A fresh reading, not the time of the last read: a due time
          * counted from a stale one would be early. */
-        rc = acquire_submit(sl->acq, &req, (int64_t)uv_hrtime(), sl__acquire_done, x, &r, &waited,
-                            &x->w);
+        rc = acquire_submit(sl->acq, &req, (int64_t)uv_hrtime(), commands_sl__acquire_done, x, &r,
+                            &waited, &x->w);
     if (rc == 1) {
         free(x);
-        sl__reply(out, resp3, &r, s.p->kind, s.pol, waited);
+        commands_sl__reply(out, resp3, &r, s.p->kind, s.pol, waited);
     } else if (rc == 0 && c == NULL) {
         acquire_cancel(sl->acq, x->w);
         free(x);
         resp_add_error(out, "ERR SL.ACQUIRE needs a connection to wait");
     } else if (rc == 0) {
-        server_client_block(c, sl__acquire_cancel, x);
+        server_client_block(c, commands_sl__acquire_cancel, x);
     } else {
         free(x);
         if (rc == -SLUICE_EFULL)
             resp_add_error(out, "ERR too many waiting requests");
         else
-            sl__limiter_error(out, rc);
+            commands_sl__limiter_error(out, rc);
     }
 }
 
@@ -593,12 +610,13 @@ static void sl__acquire(struct commands_sl *sl, struct server_client *c, int res
  * then the global ones.  Everything runs in one event-loop turn, so nothing
  * changes between the check and the charge.  Errors as limiter_multi.
  */
-static int sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
-                           const struct limiter_req *reqs, size_t n, int64_t now,
-                           struct algo_result *outs, int *allowed)
+static int commands_sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
+                                    const struct limiter_req *reqs, size_t n, int64_t now,
+                                    struct algo_result *outs, int *allowed)
 {
     struct limiter_req locals[LIMITER_MULTI_MAX];
     struct algo_result louts[LIMITER_MULTI_MAX];
+    struct decide d = {sl->lim, sl->cl};
     size_t nl = 0;
     int all = 1, rc;
     for (size_t k = 0; k < n; k++) {
@@ -610,14 +628,14 @@ static int sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
     for (size_t k = 0; k < n; k++) {
         const struct sl_spec *s = &specs[k];
         int dry = s->pol != NULL && s->pol->dry_run, fits;
-        if (sl__is_global(sl, s)) {
-            rc =
-                cluster_decide_global(sl->cl, s->pol, reqs[k].key, reqs[k].klen, s->p, 0, &outs[k]);
+        if (commands_sl__is_global(sl, s)) {
+            struct decide_req q = commands_sl__req(s, reqs[k].key, reqs[k].klen, 0, DECIDE_TAKE);
+            rc = decide_run(&d, &q, now, &outs[k]);
             if (rc < 0)
                 return rc;
             fits = dry || (!outs[k].limited && reqs[k].qty <= outs[k].remaining);
             if (!fits) {
-                sl__global_refusal(s->p, reqs[k].qty, &outs[k]);
+                commands_sl__global_refusal(s->p, reqs[k].qty, &outs[k]);
                 cluster_note_demand(sl->cl, reqs[k].key, reqs[k].klen, reqs[k].qty);
             }
         } else {
@@ -649,12 +667,13 @@ static int sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
     }
     for (size_t k = 0, l = 0; k < n; k++) {
         const struct sl_spec *s = &specs[k];
-        if (!sl__is_global(sl, s)) {
+        if (!commands_sl__is_global(sl, s)) {
             outs[k] = louts[l++];
             continue;
         }
-        rc = cluster_decide_global(sl->cl, s->pol, reqs[k].key, reqs[k].klen, s->p, reqs[k].qty,
-                                   &outs[k]);
+        struct decide_req q =
+            commands_sl__req(s, reqs[k].key, reqs[k].klen, reqs[k].qty, DECIDE_TAKE);
+        rc = decide_run(&d, &q, now, &outs[k]);
         if (rc < 0)
             return rc;
         if (outs[k].limited)
@@ -663,8 +682,9 @@ static int sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
     return 0;
 }
 
-static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
-                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+static void commands_sl__multi(struct commands_sl *sl, struct server_client *c, int resp3,
+                               size_t argc, const char **argv, const size_t *argvlen,
+                               struct resp_buf *out)
 {
     struct sl_spec specs[LIMITER_MULTI_MAX];
     struct limiter_req reqs[LIMITER_MULTI_MAX];
@@ -672,7 +692,7 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
     int64_t qty = 1;
     size_t i = 1, n = 0;
     if (i + 1 < argc && args_is(argv[i], argvlen[i], "QTY")) {
-        if (sl__int(argv[i + 1], argvlen[i + 1], &qty, out) < 0)
+        if (commands_sl__int(argv[i + 1], argvlen[i + 1], &qty, out) < 0)
             return;
         if (qty < 0) {
             resp_add_error(out, "ERR QTY must not be negative");
@@ -682,7 +702,7 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
     }
     while (i < argc) {
         if (!args_is(argv[i], argvlen[i], "KEY") || i + 1 >= argc) {
-            sl__syntax(out, argv[i], argvlen[i]);
+            commands_sl__syntax(out, argv[i], argvlen[i]);
             return;
         }
         if (n == LIMITER_MULTI_MAX) {
@@ -691,10 +711,11 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
         }
         const char *key = argv[i + 1];
         size_t klen = argvlen[i + 1];
-        if (!sl__key_ok(sl, klen, out))
+        if (!commands_sl__key_ok(sl, klen, out))
             return;
         i += 2;
-        if (sl__parse(sl, key, klen, argc, argv, argvlen, &i, OPT_QTY, 1, &specs[n], out) < 0)
+        if (commands_sl__parse(sl, key, klen, argc, argv, argvlen, &i, OPT_QTY, 1, &specs[n], out) <
+            0)
             return;
         reqs[n] = (struct limiter_req){key, klen, specs[n].pol ? NULL : specs[n].p, specs[n].pol,
                                        specs[n].has_qty ? specs[n].qty : qty};
@@ -707,9 +728,9 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
     }
     int allowed = 0, rc, nglobal = 0;
     for (size_t k = 0; k < n; k++)
-        nglobal += sl__is_global(sl, &specs[k]);
+        nglobal += commands_sl__is_global(sl, &specs[k]);
     if (nglobal > 0)
-        rc = sl__multi_mixed(sl, specs, reqs, n, server_client_now_ns(c), outs, &allowed);
+        rc = commands_sl__multi_mixed(sl, specs, reqs, n, server_client_now_ns(c), outs, &allowed);
     else
         rc = limiter_multi(sl->lim, reqs, n, server_client_now_ns(c), outs, &allowed);
     if (rc == -SLUICE_EINVAL) {
@@ -717,18 +738,18 @@ static void sl__multi(struct commands_sl *sl, struct server_client *c, int resp3
         return;
     }
     if (rc < 0) {
-        sl__limiter_error(out, rc);
+        commands_sl__limiter_error(out, rc);
         return;
     }
     resp_add_array(out, n + 1);
     resp_add_int(out, allowed ? 0 : 1);
     for (size_t k = 0; k < n; k++)
-        sl__reply(out, resp3, &outs[k], specs[k].p->kind, specs[k].pol, -1);
+        commands_sl__reply(out, resp3, &outs[k], specs[k].p->kind, specs[k].pol, -1);
 }
 
 /* ---- SL.POLICIES, SL.RELOAD ---- */
 
-static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out)
+static void commands_sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out)
 {
     struct policy_set *set = limiter_policies(sl->lim);
     size_t n = policy_set_count(set);
@@ -745,10 +766,10 @@ static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out
         resp_add_pair_str(out, "algorithm", algo_name(p->algo.kind));
         resp_add_pair_int(out, "burst", p->algo.burst);
         resp_add_pair_int(out, "count", p->algo.count);
-        resp_add_pair_int(out, "period_ms", sl__ms(p->algo.period_ns));
+        resp_add_pair_int(out, "period_ms", commands_sl__ms(p->algo.period_ns));
         resp_add_pair_int(out, "precision", p->algo.precision);
         if (wu) {
-            resp_add_pair_int(out, "warmup_ms", sl__ms(p->algo.warmup_ns));
+            resp_add_pair_int(out, "warmup_ms", commands_sl__ms(p->algo.warmup_ns));
             resp_add_pair_int(out, "cold_factor", p->algo.cold_factor);
         }
         resp_add_pair_str(out, "scope", p->scope == POLICY_SCOPE_GLOBAL ? "global" : "local");
@@ -765,8 +786,8 @@ static void sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out
 
 /* Applies a load's outcome for n requests (counted each): swaps a new set
  * in, or keeps the running one and logs why. */
-static void sl__apply(struct commands_sl *sl, int rc, struct policy_set *set, const char *err,
-                      uint64_t n)
+static void commands_sl__apply(struct commands_sl *sl, int rc, struct policy_set *set,
+                               const char *err, uint64_t n)
 {
     if (rc < 0) {
         sl->reload_failures += n;
@@ -794,14 +815,14 @@ int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen)
         return -SLUICE_EINVAL;
     }
     int rc = sl->load(sl->load_ud, &set, err, errlen);
-    sl__apply(sl, rc, rc < 0 ? NULL : set, err, 1);
+    commands_sl__apply(sl, rc, rc < 0 ? NULL : set, err, 1);
     return rc < 0 ? rc : 0;
 }
 
-static void sl__reload_run(struct commands_sl *sl);
+static void commands_sl__reload_run(struct commands_sl *sl);
 
 /* In the threadpool: the loader alone touches its state, one at a time. */
-static void sl__reload_work(uv_work_t *w)
+static void commands_sl__reload_work(uv_work_t *w)
 {
     struct commands_sl *sl = w->data;
     sl->wset = NULL;
@@ -810,14 +831,14 @@ static void sl__reload_work(uv_work_t *w)
 }
 
 /* On the loop: applies the parse and answers the requests it was for. */
-static void sl__reload_done(uv_work_t *w, int status)
+static void commands_sl__reload_done(uv_work_t *w, int status)
 {
     struct commands_sl *sl = w->data;
     (void)status; /* never cancelled */
     uint64_t n = 0;
     for (struct sl_waiter *x = sl->cur; x != NULL; x = x->next)
         n++;
-    sl__apply(sl, sl->wrc, sl->wrc < 0 ? NULL : sl->wset, sl->werr, n ? n : 1);
+    commands_sl__apply(sl, sl->wrc, sl->wrc < 0 ? NULL : sl->wset, sl->werr, n ? n : 1);
     /* Still busy while answering: an unblocked client's next SL.RELOAD
      * joins the next parse, which starts once all are answered. */
     sl->ans = sl->cur;
@@ -839,23 +860,24 @@ static void sl__reload_done(uv_work_t *w, int status)
     sl->next = NULL;
     if (sl->cur != NULL || sl->again) {
         sl->again = 0;
-        sl__reload_run(sl);
+        commands_sl__reload_run(sl);
     }
 }
 
-static void sl__reload_run(struct commands_sl *sl)
+static void commands_sl__reload_run(struct commands_sl *sl)
 {
     sl->busy = 1;
     sl->work.data = sl;
-    if (uv_queue_work(sl->loop, &sl->work, sl__reload_work, sl__reload_done) < 0) {
+    if (uv_queue_work(sl->loop, &sl->work, commands_sl__reload_work, commands_sl__reload_done) <
+        0) {
         /* Cannot happen with valid arguments; never leave a waiter hanging. */
-        sl__reload_work(&sl->work);
-        sl__reload_done(&sl->work, 0);
+        commands_sl__reload_work(&sl->work);
+        commands_sl__reload_done(&sl->work, 0);
     }
 }
 
 /* A blocked SL.RELOAD's client went away: it is answered by no one. */
-static void sl__reload_cancel(struct server_client *c, void *arg)
+static void commands_sl__reload_cancel(struct server_client *c, void *arg)
 {
     struct commands_sl *sl = arg;
     struct sl_waiter **lists[3] = {&sl->cur, &sl->next, &sl->ans};
@@ -885,71 +907,69 @@ int commands_sl_reload_start(struct commands_sl *sl, struct server_client *c)
         struct sl_waiter **list = sl->busy ? &sl->next : &sl->cur;
         x->next = *list;
         *list = x;
-        server_client_block(c, sl__reload_cancel, sl);
+        server_client_block(c, commands_sl__reload_cancel, sl);
     } else if (sl->busy) {
         sl->again = 1;
     }
     if (!sl->busy)
-        sl__reload_run(sl);
+        commands_sl__reload_run(sl);
     return 0;
 }
 
 void commands_sl_get_stats(const struct commands_sl *sl, struct commands_sl_stats *out)
 {
-    struct limiter_stats ls;
-    limiter_get_stats(sl->lim, &ls);
     memset(out, 0, sizeof(*out));
     out->policies = policy_set_count(limiter_policies(sl->lim));
     out->reloads = sl->reloads;
     out->reload_failures = sl->reload_failures;
     out->reloads_unchanged = sl->reloads_unchanged;
-    out->dry_run_would_limit = ls.dry_run_would_limit;
-    out->algorithm_changes = ls.reinitialised;
     out->waiting_acquires = sl->acq ? acquire_waiting(sl->acq) : 0;
 }
 
-void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text)
-{
-    struct commands_sl_stats st;
-    commands_sl_get_stats(sl, &st);
-    resp_add_raw(text, "# Policies\r\n", 12);
-    info_u64(text, "policies", st.policies);
-    info_u64(text, "reloads", st.reloads);
-    info_u64(text, "reload_failures", st.reload_failures);
-    info_u64(text, "reloads_unchanged", st.reloads_unchanged);
-    info_u64(text, "dry_run_would_limit", st.dry_run_would_limit);
-    info_u64(text, "algorithm_changes", st.algorithm_changes);
-    info_u64(text, "waiting_acquires", st.waiting_acquires);
-    resp_add_raw(text, "\r\n", 2);
-}
+static const struct counter_row commands_sl__rows[] = {
+    COUNTER_ROW(struct commands_sl_stats, policies, "policies", "policies", COUNTER_GAUGE,
+                "Named policies loaded."),
+    COUNTER_ROW(struct commands_sl_stats, reloads, "reloads", "reloads_total", COUNTER_TOTAL,
+                "Successful configuration reloads."),
+    COUNTER_ROW(struct commands_sl_stats, reload_failures, "reload_failures",
+                "reload_failures_total", COUNTER_TOTAL,
+                "Reloads refused (the running policies were kept)."),
+    COUNTER_ROW(struct commands_sl_stats, reloads_unchanged, "reloads_unchanged",
+                "reloads_unchanged_total", COUNTER_TOTAL,
+                "Reloads that found the configuration unchanged."),
+    COUNTER_ROW(struct commands_sl_stats, waiting_acquires, "waiting_acquires", "waiting_acquires",
+                COUNTER_GAUGE, "SL.ACQUIRE requests waiting now."),
+};
+
+const struct counter_table commands_sl_counters = COUNTER_TABLE(commands_sl__rows);
 
 /* ---- the handlers (rows of the command table in commands.c) ---- */
 
 int commands_sl_throttle(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    sl__throttle(sl, c, resp3, SL_THROTTLE, argc, argv, argvlen, out);
+    commands_sl__throttle(sl, c, resp3, SL_THROTTLE, argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }
 
 int commands_sl_peek(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                      const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    sl__throttle(sl, c, resp3, SL_PEEK, argc, argv, argvlen, out);
+    commands_sl__throttle(sl, c, resp3, SL_PEEK, argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }
 
 int commands_sl_refund(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                        const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    sl__throttle(sl, c, resp3, SL_REFUND, argc, argv, argvlen, out);
+    commands_sl__throttle(sl, c, resp3, SL_REFUND, argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }
 
 int commands_sl_charge(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                        const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    sl__throttle(sl, c, resp3, SL_CHARGE, argc, argv, argvlen, out);
+    commands_sl__throttle(sl, c, resp3, SL_CHARGE, argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }
 
@@ -975,21 +995,21 @@ int commands_sl_reset(struct commands_sl *sl, struct server_client *c, int resp3
 int commands_sl_acquire(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                         const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    sl__acquire(sl, c, resp3, argc, argv, argvlen, out);
+    commands_sl__acquire(sl, c, resp3, argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }
 
 int commands_sl_multi(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                       const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    sl__multi(sl, c, resp3, argc, argv, argvlen, out);
+    commands_sl__multi(sl, c, resp3, argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }
 
 int commands_sl_policies(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    sl__policies(sl, resp3, out);
+    commands_sl__policies(sl, resp3, out);
     return SERVER_CONTINUE;
 }
 

@@ -181,20 +181,18 @@ int commands_sl_reload_start(struct commands_sl *sl, struct server_client *c);
 /* The SL.* layer's counters, as INFO's "# Policies" section shows them
  * (the metrics endpoint reads them here rather than parsing that text). */
 struct commands_sl_stats {
-    uint64_t policies;            /* in the running set */
-    uint64_t reloads;             /* successful reloads (SIGHUP, SL.RELOAD) */
-    uint64_t reload_failures;     /* reloads refused; the running set stayed */
-    uint64_t reloads_unchanged;   /* of the reloads, those that found the source unchanged */
-    uint64_t dry_run_would_limit; /* refusals dry-run policies answered allowed */
-    uint64_t algorithm_changes;   /* keys re-initialised under another algorithm */
-    uint64_t waiting_acquires;    /* SL.ACQUIREs waiting now */
+    uint64_t policies;          /* in the running set */
+    uint64_t reloads;           /* successful reloads (SIGHUP, SL.RELOAD) */
+    uint64_t reload_failures;   /* reloads refused; the running set stayed */
+    uint64_t reloads_unchanged; /* of the reloads, those that found the source unchanged */
+    uint64_t waiting_acquires;  /* SL.ACQUIREs waiting now */
 };
 
-/* Fills *out from sl (and the limiter it runs over).  Never fails. */
+/* Fills *out from sl.  Never fails.  (Dry-run refusals and algorithm
+ * changes are the limiter's counters: limiter_counters.) */
 void commands_sl_get_stats(const struct commands_sl *sl, struct commands_sl_stats *out);
 
-/* Appends INFO's "# Policies" section (text, CRLF lines, blank line): the
- * fields of commands_sl_get_stats, in that order. */
-void commands_sl_info(const struct commands_sl *sl, struct resp_buf *text);
+/* struct commands_sl_stats' rows for INFO's "# Policies" and /metrics. */
+extern const struct counter_table commands_sl_counters;
 
 #endif

@@ -20,3 +20,9 @@ void info_str(struct resp_buf *t, const char *name, const char *v)
     if (n > 0 && (size_t)n < sizeof(line))
         resp_add_raw(t, line, (size_t)n);
 }
+
+void info_counters(struct resp_buf *t, const struct counter_table *tab, const void *stats)
+{
+    for (size_t i = 0; i < tab->n; i++)
+        info_u64(t, tab->rows[i].info, counter_value(&tab->rows[i], stats));
+}

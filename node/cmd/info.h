@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "counter.h"
 #include "resp.h"
 
 /* Append one INFO line "name:value\r\n" to t.  A line that does not fit
@@ -14,5 +15,8 @@
  * rather than cut; out-of-memory is the buffer's (see resp_add_raw). */
 void info_u64(struct resp_buf *t, const char *name, uint64_t v);
 void info_str(struct resp_buf *t, const char *name, const char *v);
+/* One line per row of a module's counter table (base/counter.h), the
+ * values read from its stats struct; /metrics renders the same rows. */
+void info_counters(struct resp_buf *t, const struct counter_table *tab, const void *stats);
 
 #endif

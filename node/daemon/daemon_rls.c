@@ -30,6 +30,7 @@
 #include "algo.h"
 #include "cluster.h"
 #include "config.h"
+#include "decide.h"
 #include "limiter.h"
 #include "log.h"
 #include "metrics.h"
@@ -71,11 +72,22 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
     rc = algo_params_init(&p, d->kind, burst, q->requests_per_unit, period_ns, 0);
     if (rc < 0)
         return (int)rc;
-    int global = q->global && cluster_is_global(d->cluster, NULL, POLICY_SCOPE_GLOBAL, p.kind);
-    /* The clock the decision is taken on: the limiter's, or the cluster's
-     * for a global key.  Its offset from the wall clock is read at each call
-     * (it moves only as NTP slews the wall clock). */
-    int64_t now = global ? cluster_now_ns(d->cluster) : (int64_t)uv_hrtime();
+    /* Every hit counts, refused ones included, as envoyproxy/ratelimit
+     * counts them: a charge, through the one decision entry. */
+    struct decide dd = {d->lim, d->cluster};
+    struct decide_req rq = {.key = q->key,
+                            .klen = q->klen,
+                            .p = &p,
+                            .scope = q->global ? POLICY_SCOPE_GLOBAL : POLICY_SCOPE_LOCAL,
+                            .qty = q->hits,
+                            .op = DECIDE_CHARGE};
+    int global = decide_is_global(&dd, &rq);
+    /* One reading; the clock the decision is taken on is the limiter's, or
+     * the cluster's for a global key, and the calendar phase is the wall
+     * clock's offset from that one (it moves only as NTP slews the wall
+     * clock). */
+    int64_t mono = (int64_t)uv_hrtime();
+    int64_t now = decide_clock(&dd, global, mono);
     int64_t phase = 0;
     if (d->calendar) {
         phase = (daemon_rls__wall() - now) % period_ns;
@@ -85,10 +97,7 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
         if (rc < 0)
             return (int)rc;
     }
-    if (global)
-        rc = cluster_decide_global(d->cluster, NULL, q->key, q->klen, &p, q->hits, &r);
-    else
-        rc = limiter_charge(d->lim, q->key, q->klen, &p, q->hits, now, &r);
+    rc = decide_run(&dd, &rq, mono, &r);
     if (rc < 0)
         return (int)rc;
     res->limited = r.limited;
@@ -103,29 +112,64 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
     return 0;
 }
 
-void daemon_rls_collect(const struct daemon_rls *d, struct metrics_snapshot *s)
+void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s)
 {
     struct rls_service_stats st;
+    memset(s, 0, sizeof(*s));
     if (d == NULL)
         return;
     rls_service_get_stats(d->svc, &st);
-    s->rls_calls = st.calls;
-    s->rls_over_limit = st.over_limit;
-    s->rls_shadowed = st.shadowed;
-    s->rls_errors = st.errors;
-    s->rls_reloads = st.reloads;
-    s->rls_reload_failures = d->reload_failures;
+    s->calls = st.calls;
+    s->over_limit = st.over_limit;
+    s->shadowed = st.shadowed;
+    s->errors = st.errors;
+    s->reloads = st.reloads;
+    s->reload_failures = d->reload_failures;
     if (d->srv != NULL) {
         struct rls_server_stats vs;
         rls_server_get_stats(d->srv, &vs);
-        s->rls_connected = vs.connected;
-        s->rls_protocol_errors = vs.protocol_errors;
-        s->rls_evictions = vs.evicted;
-        s->rls_timeouts = vs.timeouts;
-        s->rls_memory_disconnects = vs.memory_evicted;
-        s->rls_errors = vs.errors; /* the service's, and the server's own (method, framing) */
+        s->connected = vs.connected;
+        s->protocol_errors = vs.protocol_errors;
+        s->evictions = vs.evicted;
+        s->timeouts = vs.timeouts;
+        s->memory_disconnects = vs.memory_evicted;
+        s->errors = vs.errors; /* the service's, and the server's own (method, framing) */
     }
 }
+
+#define R(field, info, metric, kind, help)                                                         \
+    COUNTER_ROW(struct daemon_rls_stats, field, info, metric, kind, help)
+
+static const struct counter_row daemon_rls__rows[] = {
+    R(calls, "rls_calls", "rls_calls_total", COUNTER_TOTAL,
+      "ShouldRateLimit calls answered (Envoy's rate limit service)."),
+    R(over_limit, "rls_over_limit", "rls_over_limit_total", COUNTER_TOTAL,
+      "ShouldRateLimit answers with overall_code OVER_LIMIT."),
+    R(shadowed, "rls_shadow_mode", "rls_shadow_mode_total", COUNTER_TOTAL,
+      "Descriptors over their limit answered OK by shadow_mode."),
+    R(errors, "rls_errors", "rls_errors_total", COUNTER_TOTAL,
+      "gRPC calls answered with an error status."),
+    R(connected, "grpc_connections", "rls_connections", COUNTER_GAUGE,
+      "HTTP/2 connections open on the gRPC listener."),
+    R(protocol_errors, "grpc_protocol_errors", "rls_protocol_errors_total", COUNTER_TOTAL,
+      "gRPC connections ended with GOAWAY for malformed HTTP/2."),
+    R(evictions, "grpc_evictions", "rls_evictions_total", COUNTER_TOTAL,
+      "gRPC connections closed for a newcomer over --grpc-max-connections (silent ones first, "
+      "then the longest idle)."),
+    R(timeouts, "grpc_timeouts", "rls_timeouts_total", COUNTER_TOTAL,
+      "gRPC connections closed silent 10 s after connecting or idle past --grpc-idle-timeout."),
+    R(memory_disconnects, "grpc_memory_disconnects", "rls_memory_disconnects_total", COUNTER_TOTAL,
+      "gRPC connections closed, heaviest first, over max_client_memory (HTTP/2 streams "
+      "included)."),
+    R(reloads, "rls_reloads", "rls_reloads_total", COUNTER_TOTAL,
+      "Rate limit YAML directory reloads."),
+    R(reload_failures, "rls_reload_failures", "rls_reload_failures_total", COUNTER_TOTAL,
+      "Rate limit YAML reloads refused (the running config kept)."),
+};
+
+#undef R
+
+const struct counter_table daemon_rls_counters = COUNTER_TABLE(daemon_rls__rows);
 
 void daemon_rls_close(struct daemon_rls *d)
 {

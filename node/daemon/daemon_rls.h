@@ -8,7 +8,10 @@
 #define SLUICE_DAEMON_RLS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
+
+#include "counter.h"
 
 struct limiter;
 struct cluster;
@@ -42,9 +45,15 @@ int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *clust
  * the error with err naming file and line.  0 when there is no directory. */
 int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
 
-struct metrics_snapshot;
-/* Adds the service's counters to a metrics scrape; NULL d adds nothing. */
-void daemon_rls_collect(const struct daemon_rls *d, struct metrics_snapshot *s);
+/* The service's and its gRPC listener's counters (zero when off). */
+struct daemon_rls_stats {
+    uint64_t calls, over_limit, shadowed, errors, reloads, reload_failures;
+    uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects;
+};
+/* Fills *out (all zero for a NULL d).  Never fails. */
+void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *out);
+/* struct daemon_rls_stats' rows for INFO's "# Listeners" and /metrics. */
+extern const struct counter_table daemon_rls_counters;
 
 /* Closes the listener and connections (the loop runs the closes); NULL ok. */
 void daemon_rls_close(struct daemon_rls *d);

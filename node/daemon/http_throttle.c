@@ -7,17 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo.h"
+#include "args.h"
+#include "gcra.h"
 #include "num.h"
 #include "policy.h"
-#include "resp.h"
 #include "sluice/error.h"
 
 #define HT_MAX_KEY   512 /* as CL.THROTTLE's default bound */
 #define HT_MAX_VALUE 32  /* numbers and policy names beyond this are refused */
 
 struct http_throttle {
-    struct commands *cmds;
-    struct limiter *lim;
+    struct decide d; /* the limiter and the cluster, borrowed */
     int deny_status;
     int trust_headers; /* read X-Sluice-* (see "Trust" in the header) */
 };
@@ -77,34 +78,23 @@ static int ht__key_from_header(const struct http_request *req, char *out, size_t
     return ht__copy(v, len, out, outlen);
 }
 
-/* Reads "*5" and five integers from a RESP2 reply; 0, or -SLUICE_EPROTO
- * with the error text (without "-") in err when the reply is an error. */
-static int ht__reply(const char *p, size_t len, int64_t v[5], char *err, size_t errlen)
+static void ht__bad(struct http_throttle *t, struct http_reply *rep, const char *fmt,
+                    const char *what);
+
+/* An inline limit's number, worded as CL.THROTTLE words a bad one. */
+static int ht__number(struct http_throttle *t, struct http_reply *rep, const char *name,
+                      const char *v, int64_t *out)
 {
-    const char *end = p + len;
-    if (len > 0 && p[0] == '-') {
-        const char *nl = memchr(p, '\r', len);
-        size_t n = nl != NULL ? (size_t)(nl - p - 1) : len - 1;
-        snprintf(err, errlen, "%.*s", (int)n, p + 1);
-        return -SLUICE_EPROTO;
+    char msg[160];
+    if (args_parse_int64(v, strlen(v), out) < 0) {
+        snprintf(msg, sizeof(msg), "Couldn't parse as integer: %s", v);
+        ht__bad(t, rep, "%s\n", msg);
+        return -1;
     }
-    if (len < 4 || memcmp(p, "*5\r\n", 4) != 0) {
-        snprintf(err, errlen, "unexpected reply");
-        return -SLUICE_EPROTO;
-    }
-    p += 4;
-    for (int i = 0; i < 5; i++) {
-        if (p >= end || *p != ':') {
-            snprintf(err, errlen, "unexpected reply");
-            return -SLUICE_EPROTO;
-        }
-        char *e;
-        v[i] = strtoll(p + 1, &e, 10);
-        if (e + 2 > end || e[0] != '\r' || e[1] != '\n') {
-            snprintf(err, errlen, "unexpected reply");
-            return -SLUICE_EPROTO;
-        }
-        p = e + 2;
+    if (*out < 0) {
+        snprintf(msg, sizeof(msg), "%s must not be negative", name);
+        ht__bad(t, rep, "%s\n", msg);
+        return -1;
     }
     return 0;
 }
@@ -145,7 +135,7 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
     struct http_throttle *t = ud;
     char key[HT_MAX_KEY + 1], pol[HT_MAX_VALUE + 1], cost[HT_MAX_VALUE + 1];
     char burst[HT_MAX_VALUE + 1], count[HT_MAX_VALUE + 1], period[HT_MAX_VALUE + 1];
-    char charge[HT_MAX_VALUE + 1], period_ms[HT_MAX_VALUE + 8];
+    char charge[HT_MAX_VALUE + 1];
     int klen = ht__param(t, req, "key", "X-Sluice-Key", key, sizeof(key));
     if (klen == -SLUICE_ENOENT)
         klen = ht__key_from_header(req, key, sizeof(key));
@@ -182,103 +172,100 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
         ht__bad(t, rep, "%s\n", "cost: expected a whole number from 1");
         return;
     }
-    const char *argv[11];
-    size_t argvlen[11], argc;
-    int64_t unit_ns, window_s = 0;
+    int64_t qty = strtoll(cost, NULL, 10), window_s = 0;
     const char *name = "default";
+    const struct policy *pp = NULL;
+    struct algo_params inline_p;
+    int cell = 0; /* CL.THROTTLE's answer: redis-cell's rounding of seconds */
+    struct decide_req q = {.key = key, .klen = (size_t)klen, .scope = -1, .qty = qty};
+    q.op = ng > 0 ? DECIDE_CHARGE : DECIDE_TAKE;
     if (np > 0) {
         if (nb != -SLUICE_ENOENT || nn != -SLUICE_ENOENT || nd != -SLUICE_ENOENT) {
             ht__bad(t, rep, "%s\n", "policy and burst/count/period are exclusive");
             return;
         }
-        const struct policy *p = policy_set_find(limiter_policies(t->lim), pol, (size_t)np);
-        if (p == NULL) {
+        pp = policy_set_find(limiter_policies(t->d.lim), pol, (size_t)np);
+        if (pp == NULL) {
             ht__bad(t, rep, "unknown policy '%s'\n", pol);
             return;
         }
-        name = p->name;
-        window_s = ht__ceil_s(p->algo.period_ns, 1);
-        argv[0] = ng > 0 ? "SL.CHARGE" : "SL.THROTTLE";
-        argv[1] = key;
-        argv[2] = "POLICY";
-        argv[3] = pol;
-        argv[4] = "QTY";
-        argv[5] = cost;
-        argc = 6;
-        unit_ns = NUM_NS_PER_MS; /* SL.THROTTLE answers in milliseconds */
-    } else if (np == -SLUICE_ENOENT && nb > 0 && nn > 0 && nd > 0 && ng > 0) {
-        /* CL.THROTTLE's inline limit is the gcra key SL.* shares. */
-        snprintf(period_ms, sizeof(period_ms), "%s000", period);
-        const char *a[] = {"SL.CHARGE", key,   "ALGO",    "gcra", "BURST", burst,
-                           "RATE",      count, period_ms, "QTY",  cost};
-        memcpy(argv, a, sizeof(a));
-        argc = 11;
-        unit_ns = NUM_NS_PER_MS;
-        window_s = strtoll(period, NULL, 10);
+        name = pp->name;
+        window_s = ht__ceil_s(pp->algo.period_ns, 1);
+        q.pol = pp;
     } else if (np == -SLUICE_ENOENT && nb > 0 && nn > 0 && nd > 0) {
-        argv[0] = "CL.THROTTLE";
-        argv[1] = key;
-        argv[2] = burst;
-        argv[3] = count;
-        argv[4] = period;
-        argv[5] = cost;
-        argc = 6;
-        unit_ns = NUM_NS_PER_S;
-        window_s = strtoll(period, NULL, 10);
+        /* CL.THROTTLE's inline limit (the gcra key SL.* shares). */
+        int64_t b, c, per;
+        if (ht__number(t, rep, "max_burst", burst, &b) < 0 ||
+            ht__number(t, rep, "count per period", count, &c) < 0 ||
+            ht__number(t, rep, "period", period, &per) < 0)
+            return;
+        if (c == 0 || per == 0) {
+            ht__bad(t, rep, "%s\n", "Zero rates are not supported");
+            return;
+        }
+        q.cl_burst = b;
+        q.cl_count = c;
+        q.cl_period_s = per;
+        window_s = per;
+        cell = ng <= 0;
+        if (ng > 0) {
+            /* A charge decides under the same GCRA limit as an algo_params. */
+            if (per > INT64_MAX / NUM_NS_PER_S ||
+                algo_params_init(&inline_p, ALGO_GCRA, b, c, per * NUM_NS_PER_S, 0) < 0) {
+                ht__bad(t, rep, "%s\n", "arguments out of range");
+                return;
+            }
+            q.p = &inline_p;
+        }
     } else {
         ht__bad(t, rep, "%s\n",
                 "expected policy=NAME, or burst=B&count=C&period=SECONDS (numbers)");
         return;
     }
-    for (size_t i = 0; i < argc; i++)
-        argvlen[i] = strlen(argv[i]);
-    struct resp_buf out;
-    resp_buf_init(&out);
-    int64_t v[5];
-    char err[512];
-    int rc = commands_execute(t->cmds, argc, argv, argvlen, &out);
-    if (rc == 0)
-        rc = ht__reply(out.data, out.len, v, err, sizeof(err));
-    else
-        snprintf(err, sizeof(err), "%s", sluice_strerror(rc));
-    resp_buf_free(&out);
+    struct algo_result r;
+    int rc = decide_run(&t->d, &q, (int64_t)uv_hrtime(), &r);
     if (rc < 0) {
-        ht__bad(t, rep, "%s\n", err);
+        ht__bad(t, rep, "%s\n", sluice_strerror(rc));
         return;
     }
-    /* v: limited, limit, remaining, retry after, reset after (unit_ns). */
-    http_reply_header(rep, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld", name, (long long)v[1],
+    /* Seconds, rounded up (CL.THROTTLE's inline form: as redis-cell rounds). */
+    int64_t remaining = r.remaining > 0 ? r.remaining : 0;
+    int64_t reset_s = cell ? gcra_cell_seconds(r.reset_after_ns) : ht__ceil_s(r.reset_after_ns, 1);
+    int64_t retry_s = -1;
+    if (r.limited && r.retry_after_ns != ALGO_NEVER)
+        retry_s = cell ? gcra_cell_seconds(r.retry_after_ns) : ht__ceil_s(r.retry_after_ns, 1);
+    http_reply_header(rep, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld", name, (long long)r.limit,
                       (long long)window_s);
-    http_reply_header(rep, "RateLimit", "\"%s\";r=%lld;t=%lld", name,
-                      (long long)(v[2] > 0 ? v[2] : 0), (long long)ht__ceil_s(v[4], unit_ns));
+    http_reply_header(rep, "RateLimit", "\"%s\";r=%lld;t=%lld", name, (long long)remaining,
+                      (long long)(reset_s > 0 ? reset_s : 0));
     if (ng > 0) {
         /* The charge is made either way: 200, saying whether the key is
          * now over its limit (its next requests wait). */
-        if (v[0] != 0 && v[3] >= 0)
-            http_reply_header(rep, "Retry-After", "%lld", (long long)ht__ceil_s(v[3], unit_ns));
-        http_reply_text(rep, 200, v[0] != 0 ? "charged, over the limit\n" : "charged\n");
+        if (r.limited && retry_s >= 0)
+            http_reply_header(rep, "Retry-After", "%lld", (long long)retry_s);
+        http_reply_text(rep, 200, r.limited ? "charged, over the limit\n" : "charged\n");
         return;
     }
-    if (v[0] == 0) {
+    if (!r.limited) {
         http_reply_text(rep, 200, "allowed\n");
         return;
     }
-    if (v[3] >= 0)
-        http_reply_header(rep, "Retry-After", "%lld", (long long)ht__ceil_s(v[3], unit_ns));
+    if (retry_s >= 0)
+        http_reply_header(rep, "Retry-After", "%lld", (long long)retry_s);
     http_reply_text(rep, t->deny_status, "limited\n");
 }
 
-int http_throttle_attach(struct http_server *h, struct commands *cmds, struct limiter *lim,
+int http_throttle_attach(struct http_server *h, struct limiter *lim, struct cluster *cluster,
                          const struct http_throttle_config *cfg, struct http_throttle **out)
 {
     int deny = cfg != NULL && cfg->deny_status != 0 ? cfg->deny_status : 429;
-    if (h == NULL || cmds == NULL || lim == NULL || out == NULL || (deny != 429 && deny != 403))
+    if (h == NULL || lim == NULL || out == NULL || (deny != 429 && deny != 403))
         return -SLUICE_EINVAL;
     struct http_throttle *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return -SLUICE_ENOMEM;
-    t->cmds = cmds;
-    t->lim = lim;
+    t->d.lim = lim;
+    t->d.cl = cluster;
     t->deny_status = deny;
     t->trust_headers = cfg != NULL && cfg->trust_headers;
     int rc = http_route(h, HTTP_THROTTLE_PATH, ht__on_request, t);

@@ -25,9 +25,10 @@
  * configuration fixes.  And a cost is a whole number from 1 up: a request
  * that asks for nothing (cost 0) is refused with 400, never allowed.
  *
- * Each request runs the same command a Redis client would send (SL.THROTTLE
- * KEY POLICY NAME QTY Q, or CL.THROTTLE) through the command table, so a
- * global key is decided by the cluster exactly as it is over RESP.
+ * Each request is decided by the one decision entry (global/decide.h), as
+ * SL.THROTTLE KEY POLICY NAME QTY Q, SL.CHARGE or CL.THROTTLE would be over
+ * RESP, so a global key is decided by the cluster exactly as it is there
+ * (and the inline form rounds seconds as CL.THROTTLE does).
  *
  * Answers:
  *   200 "allowed"                 the request may pass
@@ -43,7 +44,8 @@
 #ifndef SLUICE_HTTP_THROTTLE_H
 #define SLUICE_HTTP_THROTTLE_H
 
-#include "commands.h"
+#include "cluster.h"
+#include "decide.h"
 #include "http.h"
 #include "limiter.h"
 
@@ -57,13 +59,13 @@ struct http_throttle_config {
 struct http_throttle;
 
 /*
- * Routes HTTP_THROTTLE_PATH on h to a new endpoint that decides with cmds
- * (and reads policy windows from lim); both borrowed and outliving it.
+ * Routes HTTP_THROTTLE_PATH on h to a new endpoint that decides with lim
+ * and cluster (NULL when not clustered); both borrowed and outliving it.
  * Fails with -SLUICE_EINVAL (a deny_status other than 403 or 429),
  * -SLUICE_ENOMEM or http_route's errors.  The caller frees *out with
  * http_throttle_destroy after http_destroy.
  */
-int http_throttle_attach(struct http_server *h, struct commands *cmds, struct limiter *lim,
+int http_throttle_attach(struct http_server *h, struct limiter *lim, struct cluster *cluster,
                          const struct http_throttle_config *cfg, struct http_throttle **out);
 
 /* Frees t; NULL is fine. */

@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "commands_sl.h"
 #include "config.h"
+#include "counters.h"
 #include "daemon_rls.h"
 #include "limiter.h"
 #include "gossip/gossip.h"
@@ -170,6 +171,17 @@ static int parse_size(const char *s, unsigned long long min, unsigned long long 
 #define MAINTAIN_INTERVAL_MS 100
 #define MAINTAIN_BUDGET      1024
 
+/* Every module's stats struct, read once per scrape or INFO listeners. */
+struct daemon_counters {
+    struct limiter_stats lim;
+    struct server_stats srv;
+    struct http_stats http;
+    struct daemon_rls_stats rls;
+    struct commands_sl_stats sl;
+    struct gossip_stats gossip;
+    struct replica_stats replica;
+};
+
 struct daemon {
     uv_loop_t loop;
     struct reload reload; /* the config file's policies for SL.RELOAD and SIGHUP */
@@ -188,8 +200,9 @@ struct daemon {
     /* --ratelimit-config's directory, watched: a change reloads it */
     uv_fs_event_t rls_watch;
     uv_timer_t rls_settle;
-    const char *rls_dir;     /* NULL: not watched */
-    struct readiness *ready; /* /ready and INFO cluster_state */
+    const char *rls_dir;           /* NULL: not watched */
+    struct readiness *ready;       /* /ready and INFO cluster_state */
+    struct daemon_counters scrape; /* the stats a scrape's sections point at */
 };
 
 static int collect_member(void *ud, const struct gossip_member_info *m)
@@ -200,14 +213,13 @@ static int collect_member(void *ud, const struct gossip_member_info *m)
     return 0;
 }
 
-/* The network listeners' crowd counters (the RLS ones: daemon_rls_collect). */
-static void daemon_listener_counts(struct daemon *d, struct metrics_snapshot *s)
+/* The network listeners' counters: TCP RESP, HTTP, gRPC (zero when off). */
+static void daemon_listener_stats(struct daemon *d, struct daemon_counters *x)
 {
-    struct server_stats ss;
-    server_get_stats(d->srv, &ss);
-    s->tcp_clients = ss.tcp_clients;
-    s->tcp_evictions = ss.tcp_evictions;
-    s->tcp_timeouts = ss.tcp_timeouts;
+    memset(&x->srv, 0, sizeof(x->srv));
+    memset(&x->http, 0, sizeof(x->http));
+    if (d->srv != NULL)
+        server_get_stats(d->srv, &x->srv);
     /* Both HTTP listeners' crowds together: one set of counters. */
     struct http_server *hs_list[2] = {d->http, d->dhttp};
     for (int i = 0; i < 2; i++) {
@@ -215,53 +227,44 @@ static void daemon_listener_counts(struct daemon *d, struct metrics_snapshot *s)
             continue;
         struct http_stats hs;
         http_get_stats(hs_list[i], &hs);
-        s->http_connections += hs.open_conns;
-        s->http_evictions += hs.evicted;
-        s->http_timeouts += hs.timeouts;
-        s->http_memory_disconnects += hs.mem_evicted;
+        x->http.requests += hs.requests;
+        x->http.bad_requests += hs.bad_requests;
+        x->http.too_big += hs.too_big;
+        x->http.timeouts += hs.timeouts;
+        x->http.refused += hs.refused;
+        x->http.evicted += hs.evicted;
+        x->http.mem_evicted += hs.mem_evicted;
+        x->http.open_conns += hs.open_conns;
     }
+    daemon_rls_get_stats(d->rls, &x->rls);
 }
 
-/* INFO listeners: the same counters as /metrics' tcp_*, http_* and rls_*. */
+/* INFO listeners: the same tables as /metrics' tcp_*, http_* and rls_*. */
 static void daemon_listeners_info(void *ud, struct resp_buf *t)
 {
     struct daemon *d = ud;
-    struct metrics_snapshot *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return;
-    if (d->srv != NULL)
-        daemon_listener_counts(d, s);
-    daemon_rls_collect(d->rls, s);
-    info_u64(t, "tcp_clients", s->tcp_clients);
-    info_u64(t, "tcp_evictions", s->tcp_evictions);
-    info_u64(t, "tcp_timeouts", s->tcp_timeouts);
-    info_u64(t, "http_connections", s->http_connections);
-    info_u64(t, "http_evictions", s->http_evictions);
-    info_u64(t, "http_timeouts", s->http_timeouts);
-    info_u64(t, "http_memory_disconnects", s->http_memory_disconnects);
-    info_u64(t, "grpc_connections", s->rls_connected);
-    info_u64(t, "grpc_evictions", s->rls_evictions);
-    info_u64(t, "grpc_timeouts", s->rls_timeouts);
-    info_u64(t, "grpc_memory_disconnects", s->rls_memory_disconnects);
-    free(s);
+    struct daemon_counters x;
+    daemon_listener_stats(d, &x);
+    info_counters(t, &server_tcp_counters, &x.srv);
+    info_counters(t, &http_counters, &x.http);
+    info_counters(t, &daemon_rls_counters, &x.rls);
 }
 
 /* Fills a scrape from every module's counters (metrics.c knows none). */
 static void daemon_collect(void *ud, struct metrics_snapshot *s)
 {
     struct daemon *d = ud;
-    struct limiter_stats ls;
-    limiter_get_stats(d->lim, &ls);
-    s->decisions = ls.decisions;
-    s->limited = ls.limited;
-    s->keys = ls.keys;
-    s->reclaimed = ls.reclaimed;
-    s->evicted = ls.evicted;
-    uint64_t gdenied, gallowed;
-    cluster_overflow_counts(d->cluster, &gdenied, &gallowed);
-    s->overflow_denied = ls.overflow_denied + gdenied;
-    s->overflow_allowed = ls.overflow_allowed + gallowed;
-    s->dry_run_would_limit = ls.dry_run_would_limit;
+    struct daemon_counters *x = &d->scrape;
+    daemon_listener_stats(d, x);
+    limiter_get_stats(d->lim, &x->lim);
+    commands_sl_get_stats(d->sl, &x->sl);
+    metrics_snapshot_add(s, 0, &limiter_counters, &x->lim);
+    metrics_snapshot_add(s, 0, &server_client_counters, &x->srv);
+    metrics_snapshot_add(s, 0, &server_command_counters, &x->srv);
+    metrics_snapshot_add(s, 0, &server_tcp_counters, &x->srv);
+    metrics_snapshot_add(s, 0, &http_counters, &x->http);
+    metrics_snapshot_add(s, 0, &commands_sl_counters, &x->sl);
+    metrics_snapshot_add(s, 0, &daemon_rls_counters, &x->rls);
     /* The set is retained by the limiter until the next reload, which
      * cannot happen while this scrape renders (one loop thread). */
     const struct policy_set *set = limiter_policies(d->lim);
@@ -277,26 +280,6 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->npolicy = np < METRICS_MAX_POLICIES + 1 ? np : METRICS_MAX_POLICIES + 1;
     commands_get_latency(d->cmds, &s->latency);
     server_get_loop_turns(d->srv, &s->loop_turns);
-    struct server_stats ss;
-    server_get_stats(d->srv, &ss);
-    s->connected_clients = ss.connected_clients;
-    s->connections = ss.total_connections;
-    s->rejected_connections = ss.rejected_connections;
-    s->commands = ss.total_commands;
-    s->protocol_errors = ss.protocol_errors;
-    s->output_limit_disconnects = ss.output_limit_disconnects;
-    s->client_memory = ss.client_memory;
-    s->client_memory_disconnects = ss.client_memory_disconnects;
-    s->memory_trims = ss.memory_trims;
-    s->memory_trim_ms = ss.memory_trim_ns / 1000000;
-    daemon_listener_counts(d, s);
-    struct commands_sl_stats sls;
-    commands_sl_get_stats(d->sl, &sls);
-    s->policies = sls.policies;
-    s->reloads = sls.reloads;
-    s->reload_failures = sls.reload_failures;
-    s->waiting_acquires = sls.waiting_acquires;
-    daemon_rls_collect(d->rls, s);
     s->ready = readiness_ready(d->ready);
     struct gossip_node *g = cluster_gossip(d->cluster);
     if (g != NULL) {
@@ -305,29 +288,18 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
             s->members[i].label = gossip_member_state_name((enum gossip_member_state)i);
         s->nmembers = 4;
         gossip_node_members(g, collect_member, s);
-        struct gossip_stats gs;
-        gossip_node_stats(g, &gs);
-        s->gossip_packets_sent = gs.packets_sent;
-        s->gossip_packets_received = gs.packets_received;
-        s->gossip_bytes_sent = gs.bytes_sent;
-        s->gossip_bytes_received = gs.bytes_received;
+        gossip_node_stats(g, &x->gossip);
         for (int i = 0; i < GOSSIP_DROP_MAX_ && i < METRICS_MAX_LABELS; i++) {
             s->drops[i].label = gossip_drop_name(i);
-            s->drops[i].value = gs.drops[i];
+            s->drops[i].value = x->gossip.drops[i];
             s->ndrops++;
         }
+        metrics_snapshot_add(s, 1, &counters_gossip, &x->gossip);
     }
     struct replica *r = cluster_replica(d->cluster);
     if (r != NULL) {
-        struct replica_stats rs;
-        replica_get_stats(r, &rs);
-        s->global_decisions = rs.decisions;
-        s->global_limited = rs.limited;
-        s->global_keys = rs.keys;
-        s->owned_keys = rs.owned_keys;
-        s->reports_sent = rs.report_entries_sent;
-        s->leases_sent = rs.lease_entries_sent;
-        s->replication_bytes_sent = rs.report_bytes_sent + rs.lease_bytes_sent;
+        replica_get_stats(r, &x->replica);
+        metrics_snapshot_add(s, 1, &counters_replica, &x->replica);
         s->synced = replica_synced(r) ? 1 : 0;
     }
 }
@@ -991,7 +963,7 @@ int main(int argc, char **argv)
         if (rc == 0)
             rc = http_route(d.http, "/ready", daemon_on_ready, &d);
         if (rc == 0 && strcmp(decisions, "on") == 0)
-            rc = http_throttle_attach(d.http, d.cmds, d.lim, &htcfg, &d.throttle);
+            rc = http_throttle_attach(d.http, d.lim, d.cluster, &htcfg, &d.throttle);
         if (rc == 0 && http_start(d.http) < 0) {
             log_error("%s", http_error(d.http));
             rc = -SLUICE_EIO;
@@ -1018,7 +990,7 @@ int main(int argc, char **argv)
         dcfg.budget = server_memory_budget(d.srv);
         rc = http_create(&d.loop, &dcfg, &d.dhttp);
         if (rc == 0)
-            rc = http_throttle_attach(d.dhttp, d.cmds, d.lim, &htcfg, &d.throttle);
+            rc = http_throttle_attach(d.dhttp, d.lim, d.cluster, &htcfg, &d.throttle);
         if (rc == 0 && http_start(d.dhttp) < 0) {
             log_error("%s", http_error(d.dhttp));
             rc = -SLUICE_EIO;

@@ -39,7 +39,6 @@ struct cluster {
     int failed; /* refused to run (a live node has this name) */
     int on_full_allow;
     int allow_shared_key;
-    uint64_t overflow_denied, overflow_allowed;
     uint64_t gc_since_trim, gc_seen;
     uint64_t keys_peak;    /* global + owned keys at their peak since the last trim */
     uint64_t drops_logged; /* auth/key/version drops already logged */
@@ -91,6 +90,11 @@ static int64_t realtime_ns(void)
 int64_t cluster_now_ns(const struct cluster *c)
 {
     return (int64_t)uv_hrtime() + c->clock_offset;
+}
+
+int64_t cluster_clock_ns(const struct cluster *c, int64_t mono_ns)
+{
+    return mono_ns + c->clock_offset;
 }
 
 /* ---- gossip callbacks: log membership, direct messages to the replica ---- */
@@ -188,8 +192,6 @@ static void cluster__refresh_view(struct cluster *c)
     free(v.names);
 }
 
-/* A peer with another cluster key or label sits alone and says nothing:
- * say it here, once a minute at most, with the counts since the last line. */
 /* A --join name that does not resolve leaves the node alone (or short of
  * a seed) in silence otherwise: say so, once a minute at most. */
 static void cluster__log_dns(struct cluster *c)
@@ -208,6 +210,8 @@ static void cluster__log_dns(struct cluster *c)
     }
 }
 
+/* A peer with another cluster key or label sits alone and says nothing:
+ * say it here, once a minute at most, with the counts since the last line. */
 static void cluster__log_drops(struct cluster *c)
 {
     struct gossip_stats gs;
@@ -599,49 +603,12 @@ int cluster_is_global(const struct cluster *c, const struct policy *pol, int sco
     return scope == POLICY_SCOPE_GLOBAL;
 }
 
-int cluster_decide(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
-                   const struct algo_params *p, int64_t qty, struct algo_result *out)
-{
-    if (!cluster_is_global(c, pol, -1, p->kind))
-        return 0;
-    int rc = cluster_decide_global(c, pol, key, klen, p, qty, out);
-    return rc < 0 ? rc : 1;
-}
-
 int cluster_decide_global(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
-                          const struct algo_params *p, int64_t qty, struct algo_result *out)
+                          const struct algo_params *p, int64_t qty, int64_t now_ns,
+                          struct algo_result *out)
 {
-    enum policy_partition rp = c->partition;
-    if (pol != NULL)
-        rp = pol->partition;
-    int rc = replica_throttle(c->r, key, klen, p, rp, qty, cluster_now_ns(c), out);
-    if (rc == -SLUICE_EFULL) {
-        /* --max-keys reached with --on-full deny or allow (evict makes room):
-         * the same answer a local key gets. */
-        memset(out, 0, sizeof(*out));
-        out->limit = p->limit;
-        out->retry_after_ns = ALGO_NEVER;
-        if (c->on_full_allow) {
-            c->overflow_allowed++;
-        } else {
-            out->limited = 1;
-            out->retry_after_ns = p->period_ns / (p->count > 0 ? p->count : 1);
-            c->overflow_denied++;
-        }
-        if (qty > 0)
-            policy_count(pol, out->limited);
-        return 0;
-    }
-    if (rc < 0)
-        return rc;
-    if (pol != NULL && pol->dry_run && out->limited) {
-        /* Dry run: the decision is made and counted, the answer allows. */
-        out->limited = 0;
-        out->retry_after_ns = ALGO_NEVER;
-    }
-    if (qty > 0)
-        policy_count(pol, out->limited);
-    return 0;
+    enum policy_partition rp = pol != NULL ? pol->partition : c->partition;
+    return replica_throttle(c->r, key, klen, p, rp, qty, cluster_clock_ns(c, now_ns), out);
 }
 
 void cluster_note_demand(struct cluster *c, const char *key, size_t klen, int64_t qty)
@@ -679,8 +646,7 @@ int cluster_failed(const struct cluster *c)
     return c != NULL && c->failed;
 }
 
-void cluster_overflow_counts(const struct cluster *c, uint64_t *denied, uint64_t *allowed)
+int cluster_on_full_allow(const struct cluster *c)
 {
-    *denied = c != NULL ? c->overflow_denied : 0;
-    *allowed = c != NULL ? c->overflow_allowed : 0;
+    return c != NULL && c->on_full_allow;
 }

@@ -9,10 +9,12 @@
  * says, and a single node behaves exactly like a standalone limiter.
  *
  * Clock.  Nothing of a time crosses the wire (global/replica.h): each node
- * measures durations on its own monotonic clock.  cluster_now_ns() is that
- * clock plus (realtime - monotonic) captured once at start, so that local
- * window algorithms line up with the wall clock; a host whose clock is off
- * changes only what that host admits.
+ * measures durations on its own monotonic clock.  The cluster clock is that
+ * clock plus (realtime - monotonic) captured once at start, so that the
+ * replica's window algorithms line up with the wall clock: cluster_now_ns()
+ * now, cluster_clock_ns() for a reading of the monotonic clock a decision
+ * was given (global/decide.h); a host whose clock is off changes only what
+ * that host admits.
  *
  * Lives.  Each start draws a random 64-bit life id: the epoch of this
  * node's counts in the replica and its life in libgossip.  Nothing about it
@@ -95,21 +97,6 @@ void cluster_stop(struct cluster *c, void (*on_stopped)(void *ud), void *ud);
 void cluster_destroy(struct cluster *c);
 
 /*
- * cluster_is_global, then cluster_decide_global: the one call for handlers
- * that have a key and its limit.  Decides qty units of key under limit p
- * when the key is global: its scope is pol's (when a
- * policy covers the key) or the cluster's default scope, and its algorithm
- * can be global.  A dry-run policy's refusal is answered as allowed (the
- * replica still counts it).  Returns 1 with *out filled when it decided, 0
- * when the key
- * is local (the caller decides with its local limiter; always so when c is
- * NULL), or a negative error from replica_throttle (-SLUICE_EINVAL,
- * -SLUICE_EFULL, -SLUICE_ENOMEM) with nothing changed.
- */
-int cluster_decide(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
-                   const struct algo_params *p, int64_t qty, struct algo_result *out);
-
-/*
  * Whether a decision under pol (or, for an inline limit, pol NULL) goes to
  * the replica; the one place that says whether a key is global, for every
  * command (CL.THROTTLE, SL.*, the Envoy service): the scope is pol's; for an inline limit it is
@@ -121,20 +108,24 @@ int cluster_is_global(const struct cluster *c, const struct policy *pol, int sco
                       enum algo_kind kind);
 
 /*
- * Decides qty units (0 peeks) of a key the caller found global with
- * cluster_is_global, in the replica: pol's partition policy or the
- * cluster's, a dry-run policy's refusal answered as allowed.  A new key
- * beyond --max-keys is answered as the on-full policy says (deny: limited;
- * allow: allowed without state).  c must not be NULL.  Returns 0 with *out
- * filled or a negative error from replica_throttle (-SLUICE_EINVAL,
+ * The replica's decision on qty units (0 peeks) of a key the caller found
+ * global with cluster_is_global, under pol's partition policy or the
+ * cluster's, at now_ns on the loop's monotonic clock (uv_hrtime; converted
+ * with cluster_clock_ns).  Nothing else: a dry-run policy, the on-full
+ * answer and the policy counters are the decision entry's
+ * (global/decide.h), which is the one caller.  c must not be NULL.
+ * Returns 0 with *out filled or replica_throttle's errors (-SLUICE_EINVAL,
+ * -SLUICE_EFULL when --max-keys global keys are held and none is evicted,
  * -SLUICE_ENOMEM), nothing changed then.
  */
 int cluster_decide_global(struct cluster *c, const struct policy *pol, const char *key, size_t klen,
-                          const struct algo_params *p, int64_t qty, struct algo_result *out);
+                          const struct algo_params *p, int64_t qty, int64_t now_ns,
+                          struct algo_result *out);
 
 /* A global key's request refused by a check that did not decide through
- * cluster_decide_global (SL.MULTI's all-or-nothing peek): counted as demand
- * so the key's owner leases by it.  c must not be NULL. */
+ * cluster_decide_global (SL.MULTI's all-or-nothing peek, a charge the
+ * replica could not admit): counted as demand so the key's owner leases by
+ * it.  c must not be NULL. */
 void cluster_note_demand(struct cluster *c, const char *key, size_t klen, int64_t qty);
 
 /*
@@ -146,16 +137,19 @@ void cluster_note_demand(struct cluster *c, const char *key, size_t klen, int64_
  */
 int cluster_reload_keys(struct cluster *c, char *err, size_t errlen);
 
-/* The cluster clock (see above). */
+/* The cluster clock (see above), now, or at a reading mono_ns of the
+ * loop's monotonic clock (uv_hrtime). */
 int64_t cluster_now_ns(const struct cluster *c);
+int64_t cluster_clock_ns(const struct cluster *c, int64_t mono_ns);
 
 /* 1 when the node refused to run (another live process has its name); the
  * daemon then exits with an error.  0 for NULL. */
 int cluster_failed(const struct cluster *c);
 
-/* Requests for new global keys beyond --max-keys, denied and allowed (the
- * daemon adds them to the limiter's overflow counters). */
-void cluster_overflow_counts(const struct cluster *c, uint64_t *denied, uint64_t *allowed);
+/* 1 when a new global key beyond --max-keys is allowed without state
+ * (--on-full allow), 0 when it is refused (deny; evict makes room in the
+ * replica instead).  0 for NULL. */
+int cluster_on_full_allow(const struct cluster *c);
 
 /* Borrowed views for introspection; valid until cluster_stop. */
 struct gossip_node *cluster_gossip(struct cluster *c);

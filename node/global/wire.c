@@ -1,80 +1,113 @@
-/* wire: codec of global-limit messages (see wire.h for the format). */
+/*
+ * wire: codec of global-limit messages (see wire.h for the format).
+ * Encoding is msgpack-c's packer writing into the caller's buffer;
+ * decoding walks the bytes once, bounding every count and length by the
+ * bytes left before it is trusted, and hands over entries only after the
+ * whole batch has passed (wire_decode).
+ */
 #include "wire.h"
 
+#include <msgpack.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "sluice/error.h"
 
-/* ---- encoding ------------------------------------------------------------ */
+/* ---- the field tables (from WIRE_*_FIELDS) ------------------------------------ */
 
-/* A scratch encoder over [p, end): every put checks room and sets bad. */
-struct enc {
+struct wire__field {
+    uint8_t id;   /* the map key */
+    uint8_t sign; /* WIRE_U or WIRE_I */
+    uint8_t size; /* of the member: 1 or 8 bytes */
+    size_t off;   /* of the member in its struct */
+    uint64_t max; /* WIRE_U: largest value accepted */
+};
+
+#define WIRE__REPORT_ROW(id, member, type, sign, max)                                              \
+    {id, sign, sizeof(type), offsetof(struct wire_report, member), (uint64_t)(max)},
+#define WIRE__LEASE_ROW(id, member, type, sign, max)                                               \
+    {id, sign, sizeof(type), offsetof(struct wire_lease, member), (uint64_t)(max)},
+
+static const struct wire__field wire__report_fields[] = {WIRE_REPORT_FIELDS(WIRE__REPORT_ROW)};
+static const struct wire__field wire__lease_fields[] = {WIRE_LEASE_FIELDS(WIRE__LEASE_ROW)};
+
+#define WIRE__NREPORT (sizeof(wire__report_fields) / sizeof(wire__report_fields[0]))
+#define WIRE__NLEASE  (sizeof(wire__lease_fields) / sizeof(wire__lease_fields[0]))
+/* Field ids index a 64-bit "seen" mask. */
+_Static_assert(WIRE__NREPORT < 63 && WIRE__NLEASE < 63, "field ids must stay below 64");
+
+/* A member as 64 bits (an int64 as its two's complement). */
+static uint64_t wire__get(const void *entry, const struct wire__field *f)
+{
+    const char *p = (const char *)entry + f->off;
+    if (f->size == 1)
+        return *(const uint8_t *)p;
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static void wire__set(void *entry, const struct wire__field *f, uint64_t v)
+{
+    char *p = (char *)entry + f->off;
+    if (f->size == 1)
+        *(uint8_t *)p = (uint8_t)v;
+    else
+        memcpy(p, &v, sizeof(v));
+}
+
+/* ---- encoding: msgpack-c's packer into the batch's room ------------------------ */
+
+/* Where the packer writes: [p, end); a write that does not fit sets bad. */
+struct wire__room {
     uint8_t *p, *end;
     int bad;
 };
 
-static void wire__put(struct enc *e, const void *src, size_t n)
+static int wire__write(void *data, const char *buf, size_t len)
 {
-    if (e->bad || (size_t)(e->end - e->p) < n) {
-        e->bad = 1;
-        return;
+    struct wire__room *r = data;
+    if (r->bad || (size_t)(r->end - r->p) < len) {
+        r->bad = 1;
+        return -1;
     }
-    memcpy(e->p, src, n);
-    e->p += n;
+    memcpy(r->p, buf, len);
+    r->p += len;
+    return 0;
 }
 
-static void wire__put_be(struct enc *e, uint8_t tag, uint64_t v, int n)
+/* Packs one entry (a map: the key, then every field that is not 0) after
+ * the entries already in w; commits it only if all of it fitted. */
+static int wire__add(struct wire_writer *w, const char *key, size_t klen, const void *entry,
+                     const struct wire__field *fields, size_t nfields)
 {
-    uint8_t b[9];
-    b[0] = tag;
-    for (int i = n; i >= 1; i--) {
-        b[i] = (uint8_t)v;
-        v >>= 8;
+    if (w->cap < WIRE_HEADER)
+        return -SLUICE_ETOOBIG;
+    struct wire__room room = {w->buf + w->len, w->buf + w->cap, 0};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &room, wire__write);
+    uint32_t n = 1;
+    for (size_t i = 0; i < nfields; i++)
+        n += wire__get(entry, &fields[i]) != 0;
+    msgpack_pack_map(&pk, n);
+    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_bin(&pk, klen);
+    msgpack_pack_bin_body(&pk, key, klen);
+    for (size_t i = 0; i < nfields; i++) {
+        uint64_t v = wire__get(entry, &fields[i]);
+        if (v == 0)
+            continue;
+        msgpack_pack_uint8(&pk, fields[i].id);
+        if (fields[i].sign == WIRE_I)
+            msgpack_pack_int64(&pk, (int64_t)v);
+        else
+            msgpack_pack_uint64(&pk, v);
     }
-    wire__put(e, b, (size_t)n + 1);
-}
-
-static void wire__uint(struct enc *e, uint64_t v)
-{
-    if (v <= 0x7f) {
-        uint8_t b = (uint8_t)v;
-        wire__put(e, &b, 1);
-    } else if (v <= 0xff) {
-        wire__put_be(e, 0xcc, v, 1);
-    } else if (v <= 0xffff) {
-        wire__put_be(e, 0xcd, v, 2);
-    } else if (v <= 0xffffffffu) {
-        wire__put_be(e, 0xce, v, 4);
-    } else {
-        wire__put_be(e, 0xcf, v, 8);
-    }
-}
-
-static void wire__int(struct enc *e, int64_t v)
-{
-    if (v >= 0) {
-        wire__uint(e, (uint64_t)v);
-    } else if (v >= -32) {
-        uint8_t b = (uint8_t)(int8_t)v;
-        wire__put(e, &b, 1);
-    } else if (v >= INT8_MIN) {
-        wire__put_be(e, 0xd0, (uint64_t)v, 1);
-    } else if (v >= INT16_MIN) {
-        wire__put_be(e, 0xd1, (uint64_t)v, 2);
-    } else if (v >= INT32_MIN) {
-        wire__put_be(e, 0xd2, (uint64_t)v, 4);
-    } else {
-        wire__put_be(e, 0xd3, (uint64_t)v, 8);
-    }
-}
-
-static void wire__bin(struct enc *e, const char *s, size_t n)
-{
-    if (n <= 0xff)
-        wire__put_be(e, 0xc4, n, 1);
-    else
-        wire__put_be(e, 0xc5, n, 2);
-    wire__put(e, s, n);
+    if (room.bad)
+        return -SLUICE_ETOOBIG;
+    w->len = (size_t)(room.p - w->buf);
+    w->n++;
+    return 0;
 }
 
 uint64_t wire_life_tag(uint64_t life)
@@ -95,74 +128,43 @@ void wire_writer_init(struct wire_writer *w, uint8_t *buf, size_t cap, enum wire
     w->from = from;
 }
 
-/* Commits an entry encoded into [buf + len, e.p) if it fitted. */
-static int wire__commit(struct wire_writer *w, const struct enc *e)
-{
-    if (e->bad)
-        return -SLUICE_ETOOBIG;
-    w->len = (size_t)(e->p - w->buf);
-    w->n++;
-    return 0;
-}
-
 int wire_add_report(struct wire_writer *w, const struct wire_report *r)
 {
     if (w->type != WIRE_REPORT || r->klen == 0 || r->klen > WIRE_KEY_MAX)
         return -SLUICE_EINVAL;
-    if (w->cap < WIRE_HEADER)
-        return -SLUICE_ETOOBIG;
-    struct enc e = {w->buf + w->len, w->buf + w->cap, 0};
-    uint8_t a = 0x9f; /* fixarray(15) */
-    wire__put(&e, &a, 1);
-    wire__bin(&e, r->key, r->klen);
-    wire__uint(&e, r->kind);
-    wire__uint(&e, r->policy);
-    wire__int(&e, r->burst);
-    wire__int(&e, r->count);
-    wire__int(&e, r->period_ns);
-    wire__int(&e, r->precision);
-    wire__uint(&e, r->demand_milli);
-    wire__uint(&e, r->admitted);
-    wire__uint(&e, r->frozen_share);
-    wire__uint(&e, r->period_ms);
-    wire__uint(&e, r->flags);
-    wire__uint(&e, r->tokens_milli);
-    wire__uint(&e, r->granted_milli);
-    wire__uint(&e, r->leased_by);
-    return wire__commit(w, &e);
+    return wire__add(w, r->key, r->klen, r, wire__report_fields, WIRE__NREPORT);
 }
 
 int wire_add_lease(struct wire_writer *w, const struct wire_lease *l)
 {
     if (w->type != WIRE_LEASE || l->klen == 0 || l->klen > WIRE_KEY_MAX || l->share > WIRE_ONE)
         return -SLUICE_EINVAL;
-    if (w->cap < WIRE_HEADER)
-        return -SLUICE_ETOOBIG;
-    struct enc e = {w->buf + w->len, w->buf + w->cap, 0};
-    uint8_t a = 0x98; /* fixarray(8) */
-    wire__put(&e, &a, 1);
-    wire__bin(&e, l->key, l->klen);
-    wire__uint(&e, l->share);
-    wire__uint(&e, l->flags);
-    wire__uint(&e, l->grant_milli);
-    wire__uint(&e, l->free);
-    wire__int(&e, l->level_milli);
-    wire__uint(&e, l->demand_milli);
-    wire__uint(&e, l->seen);
-    return wire__commit(w, &e);
+    return wire__add(w, l->key, l->klen, l, wire__lease_fields, WIRE__NLEASE);
 }
+
+/* The header as the picture in wire.h draws it: fixarray, version, type,
+ * two uint64s, an array32. */
+_Static_assert(WIRE_HEADER == 1 + 1 + 1 + 9 + 9 + 5, "the batch header is 26 bytes");
 
 size_t wire_writer_finish(struct wire_writer *w)
 {
     if (w->cap < WIRE_HEADER)
         return 0;
-    struct enc e = {w->buf, w->buf + WIRE_HEADER, 0};
-    uint8_t h[3] = {0x95, WIRE_VERSION, w->type};
-    wire__put(&e, h, 3);
-    wire__put_be(&e, 0xcf, w->life, 8);
-    wire__put_be(&e, 0xcf, w->from, 8);
-    wire__put_be(&e, 0xdd, w->n, 4);
-    return w->len;
+    struct wire__room room = {w->buf, w->buf + WIRE_HEADER, 0};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &room, wire__write);
+    msgpack_pack_array(&pk, 5);
+    msgpack_pack_uint8(&pk, WIRE_VERSION);
+    msgpack_pack_uint8(&pk, w->type);
+    msgpack_pack_fix_uint64(&pk, w->life);
+    msgpack_pack_fix_uint64(&pk, w->from);
+    /* The entries' array always as an array32, whatever its count, so the
+     * header's size is known before the count is (msgpack-c packs the
+     * smallest form, which would not do here). */
+    uint8_t a32[5] = {0xdd, (uint8_t)(w->n >> 24), (uint8_t)(w->n >> 16), (uint8_t)(w->n >> 8),
+                      (uint8_t)w->n};
+    wire__write(&room, (const char *)a32, sizeof(a32));
+    return room.bad ? 0 : w->len;
 }
 
 /* ---- decoding ------------------------------------------------------------ */
@@ -258,16 +260,6 @@ static int wire__u64(struct dec *d, uint64_t max, uint64_t *out)
     return 0;
 }
 
-static int wire__i64(struct dec *d, int64_t *out)
-{
-    uint64_t v;
-    int neg;
-    if (wire__intany(d, &v, &neg) != 0 || neg == 2)
-        return -SLUICE_EPROTO;
-    *out = (int64_t)v; /* two's complement either way */
-    return 0;
-}
-
 static int wire__key(struct dec *d, const char **key, size_t *klen)
 {
     const uint8_t *t = wire__take(d, 1), *p;
@@ -287,37 +279,158 @@ static int wire__key(struct dec *d, const char **key, size_t *klen)
     return 0;
 }
 
-static int wire__report(struct dec *d, struct wire_report *r)
+/* Values nested deeper than this in an unknown field are refused. */
+#define WIRE__MAX_DEPTH 8
+
+/* Skips one value of any type (an unknown field, from a newer node): every
+ * length is checked against the bytes left and nesting is bounded, so
+ * hostile input costs at most one pass over its bytes. */
+static int wire__skip(struct dec *d, int depth)
 {
-    const uint8_t *a = wire__take(d, 1);
-    uint64_t kind, pol;
-    if (a == NULL || *a != 0x9f || wire__key(d, &r->key, &r->klen) != 0 ||
-        wire__u64(d, 255, &kind) != 0 || wire__u64(d, 255, &pol) != 0 ||
-        wire__i64(d, &r->burst) != 0 || wire__i64(d, &r->count) != 0 ||
-        wire__i64(d, &r->period_ns) != 0 || wire__i64(d, &r->precision) != 0 ||
-        wire__u64(d, UINT64_MAX, &r->demand_milli) != 0 ||
-        wire__u64(d, UINT64_MAX, &r->admitted) != 0 ||
-        wire__u64(d, WIRE_ONE, &r->frozen_share) != 0 ||
-        wire__u64(d, UINT32_MAX, &r->period_ms) != 0 || wire__u64(d, 255, &r->flags) != 0 ||
-        wire__u64(d, UINT64_MAX, &r->tokens_milli) != 0 ||
-        wire__u64(d, UINT32_MAX, &r->granted_milli) != 0 ||
-        wire__u64(d, UINT32_MAX, &r->leased_by) != 0)
+    const uint8_t *t = wire__take(d, 1), *p;
+    uint64_t n = 0, items = 0;
+    if (t == NULL || depth > WIRE__MAX_DEPTH)
         return -SLUICE_EPROTO;
-    r->kind = (uint8_t)kind;
-    r->policy = (uint8_t)pol;
+    uint8_t c = *t;
+    if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3)
+        return 0;
+    if (c >= 0xa0 && c <= 0xbf)
+        n = c & 0x1fu;
+    else if (c >= 0x90 && c <= 0x9f)
+        items = c & 0x0fu;
+    else if (c >= 0x80 && c <= 0x8f)
+        items = 2u * (c & 0x0fu);
+    else {
+        switch (c) {
+        case 0xcc:
+        case 0xd0:
+        case 0xd4:
+            n = c == 0xd4 ? 2 : 1;
+            break;
+        case 0xcd:
+        case 0xd1:
+        case 0xd5:
+            n = c == 0xd5 ? 3 : 2;
+            break;
+        case 0xce:
+        case 0xd2:
+        case 0xca:
+            n = 4;
+            break;
+        case 0xcf:
+        case 0xd3:
+        case 0xcb:
+            n = 8;
+            break;
+        case 0xd6:
+            n = 5;
+            break;
+        case 0xd7:
+            n = 9;
+            break;
+        case 0xd8:
+            n = 17;
+            break;
+        case 0xc4:
+        case 0xd9:
+        case 0xc7:
+            if ((p = wire__take(d, 1)) == NULL)
+                return -SLUICE_EPROTO;
+            n = p[0] + (c == 0xc7 ? 1u : 0u);
+            break;
+        case 0xc5:
+        case 0xda:
+        case 0xc8:
+            if ((p = wire__take(d, 2)) == NULL)
+                return -SLUICE_EPROTO;
+            n = wire__be(p, 2) + (c == 0xc8 ? 1u : 0u);
+            break;
+        case 0xc6:
+        case 0xdb:
+        case 0xc9:
+            if ((p = wire__take(d, 4)) == NULL)
+                return -SLUICE_EPROTO;
+            n = wire__be(p, 4) + (c == 0xc9 ? 1u : 0u);
+            break;
+        case 0xdc:
+        case 0xde:
+            if ((p = wire__take(d, 2)) == NULL)
+                return -SLUICE_EPROTO;
+            items = wire__be(p, 2) * (c == 0xde ? 2u : 1u);
+            break;
+        case 0xdd:
+        case 0xdf:
+            if ((p = wire__take(d, 4)) == NULL)
+                return -SLUICE_EPROTO;
+            items = wire__be(p, 4) * (c == 0xdf ? 2u : 1u);
+            break;
+        default: /* 0xc1: never used */
+            return -SLUICE_EPROTO;
+        }
+    }
+    if (n > 0 && wire__take(d, (size_t)n) == NULL)
+        return -SLUICE_EPROTO;
+    /* Every item takes at least a byte: a count beyond the rest is a lie. */
+    if (items > (uint64_t)(d->end - d->p))
+        return -SLUICE_EPROTO;
+    for (uint64_t i = 0; i < items; i++)
+        if (wire__skip(d, depth + 1) != 0)
+            return -SLUICE_EPROTO;
     return 0;
 }
 
-static int wire__lease(struct dec *d, struct wire_lease *l)
+/* One entry: a map with the key (id 1) and fields by id into *entry (which
+ * starts zeroed: a missing field is 0).  Unknown ids are skipped; a field
+ * twice, a key that is not an unsigned integer, a value of the wrong sign
+ * or beyond its bound are errors. */
+static int wire__entry(struct dec *d, void *entry, const char **key, size_t *klen,
+                       const struct wire__field *fields, size_t nfields)
 {
-    const uint8_t *a = wire__take(d, 1);
-    if (a == NULL || *a != 0x98 || wire__key(d, &l->key, &l->klen) != 0 ||
-        wire__u64(d, WIRE_ONE, &l->share) != 0 || wire__u64(d, 255, &l->flags) != 0 ||
-        wire__u64(d, UINT32_MAX, &l->grant_milli) != 0 ||
-        wire__u64(d, WIRE_FREE_MAX, &l->free) != 0 || wire__i64(d, &l->level_milli) != 0 ||
-        wire__u64(d, UINT64_MAX, &l->demand_milli) != 0 || wire__u64(d, UINT32_MAX, &l->seen) != 0)
+    const uint8_t *t = wire__take(d, 1), *p;
+    uint64_t pairs, seen = 0;
+    if (t == NULL)
         return -SLUICE_EPROTO;
-    return 0;
+    if (*t >= 0x80 && *t <= 0x8f)
+        pairs = *t & 0x0fu;
+    else if (*t == 0xde && (p = wire__take(d, 2)) != NULL)
+        pairs = wire__be(p, 2);
+    else if (*t == 0xdf && (p = wire__take(d, 4)) != NULL)
+        pairs = wire__be(p, 4);
+    else
+        return -SLUICE_EPROTO;
+    if (pairs > (uint64_t)(d->end - d->p) / 2)
+        return -SLUICE_EPROTO;
+    for (uint64_t i = 0; i < pairs; i++) {
+        uint64_t id, v;
+        int neg;
+        if (wire__u64(d, UINT64_MAX, &id) != 0)
+            return -SLUICE_EPROTO;
+        if (id < 64) {
+            if (seen & ((uint64_t)1 << id))
+                return -SLUICE_EPROTO;
+            seen |= (uint64_t)1 << id;
+        }
+        if (id == 1) {
+            if (wire__key(d, key, klen) != 0)
+                return -SLUICE_EPROTO;
+            continue;
+        }
+        const struct wire__field *f = NULL;
+        for (size_t k = 0; k < nfields && f == NULL; k++)
+            if (fields[k].id == id)
+                f = &fields[k];
+        if (f == NULL) {
+            if (wire__skip(d, 0) != 0)
+                return -SLUICE_EPROTO;
+            continue;
+        }
+        if (wire__intany(d, &v, &neg) != 0)
+            return -SLUICE_EPROTO;
+        if (f->sign == WIRE_U ? (neg == 1 || v > f->max) : neg == 2)
+            return -SLUICE_EPROTO;
+        wire__set(entry, f, v);
+    }
+    return (seen & 2u) ? 0 : -SLUICE_EPROTO; /* the key is required */
 }
 
 /* One pass over the entries; delivers them when h is not NULL. */
@@ -354,13 +467,15 @@ static int wire__entries(const uint8_t *buf, size_t len, const struct wire_handl
     for (uint64_t i = 0; i < n; i++) {
         if (*type == WIRE_REPORT) {
             struct wire_report r;
-            if (wire__report(&d, &r) != 0)
+            memset(&r, 0, sizeof(r));
+            if (wire__entry(&d, &r, &r.key, &r.klen, wire__report_fields, WIRE__NREPORT) != 0)
                 return -SLUICE_EPROTO;
             if (h != NULL && h->report != NULL)
                 h->report(h->ud, *life, &r);
         } else {
             struct wire_lease l;
-            if (wire__lease(&d, &l) != 0)
+            memset(&l, 0, sizeof(l));
+            if (wire__entry(&d, &l, &l.key, &l.klen, wire__lease_fields, WIRE__NLEASE) != 0)
                 return -SLUICE_EPROTO;
             l.owner_life = from;
             if (h != NULL && h->lease != NULL)

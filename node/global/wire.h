@@ -19,29 +19,40 @@
  *
  * A message is one msgpack array with a fixed-size header (the entry count
  * is an array32 patched when the batch is finished), so a writer fills
- * entries and always knows exactly how much room is left:
+ * entries and always knows exactly how much room is left.  Each entry is a
+ * msgpack map whose keys are small integers (tarantool's SWIM does the
+ * same), packed with msgpack-c, so any msgpack reader reads a message:
  *
  *   batch  = fixarray(5) [ version:uint type:uint life:uint64 from:uint64 entries ]
  *            +------+------+------+------------+------------+-------------------+
- *            | 0x95 | 0x02 | type | 0xcf + 8 B | 0xcf + 8 B | 0xdd + 4 B count, |
+ *            | 0x95 | 0x04 | type | 0xcf + 8 B | 0xcf + 8 B | 0xdd + 4 B count, |
  *            +------+------+------+------------+------------+-------------------+
  *   life   = REPORT: the sender's life id; LEASE: the life id of the
  *            receiver the owner answers (a lease for an older life of the
  *            same name is dropped by the receiver)
  *   from   = the sender's life id (a node remembers which life of its
  *            owner leased it, see leased_by)
- *   report = fixarray(15) [ key:bin kind:uint policy:uint burst:int
- *            count:int period_ns:int precision:int demand_milli:uint
- *            admitted:uint frozen_share:uint period_ms:uint flags:uint
- *            tokens_milli:uint granted_milli:uint leased_by:uint ]
- *   lease  = fixarray(8)  [ key:bin share:uint flags:uint grant_milli:uint
- *            free:uint level_milli:int demand_milli:uint seen:uint ]
+ *   entry  = map { 1: key:bin, id: value, ... }
+ *            +------+------+---------------+----+-------+----+-------+-----
+ *            | 0x8N | 0x01 | 0xc4 len key  | id | value | id | value | ...
+ *            +------+------+---------------+----+-------+----+-------+-----
+ *   report = the fields of WIRE_REPORT_FIELDS below, by id
+ *   lease  = the fields of WIRE_LEASE_FIELDS below, by id
+ *
+ * Each field is declared once, in the lists below: its id on the wire, its
+ * member in the struct, its C type, whether it is unsigned or signed and
+ * the largest value a reader accepts.  A field whose value is 0 is left out
+ * (a reader takes a missing field as 0); a field id a reader does not know
+ * is skipped.  So a field is added with a new id and no version change: an
+ * older node ignores it, a newer one reads 0 from an older node.  The
+ * version changes only when a field's meaning does; a node drops (and
+ * counts) a message of another version (README, "Rolling upgrades").
  *
  * Shares are fixed point, WIRE_ONE (2^32) = the whole limit; units are in
  * thousandths.  Integers use msgpack's smallest encoding: a report for
- * "user:42" is about 40 bytes, a lease about 20.  Unknown versions, types
- * or extra bytes are errors (versions 1 and 2 are not spoken: a cluster is
- * upgraded all at once).
+ * "user:42" is about 50 bytes, a lease about 30.  Bad values, a map key
+ * that is not an unsigned integer, a field twice or trailing bytes are
+ * errors.
  */
 #ifndef SLUICE_WIRE_H
 #define SLUICE_WIRE_H
@@ -49,7 +60,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_VERSION  3
+#define WIRE_VERSION  4
 #define WIRE_HEADER   26
 #define WIRE_KEY_MAX  4096
 #define WIRE_ONE      ((uint64_t)1 << 32)
@@ -65,38 +76,69 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2 };
 /* Lease flags (0x01 was version 1's "cold"; grants replace it). */
 #define WIRE_L_SETTLED 0x02u /* the owner's view is complete and settled */
 
+/*
+ * The fields after the key (id 1, a bin of 1..WIRE_KEY_MAX bytes):
+ * X(id, member, C type, WIRE_U or WIRE_I, largest value accepted).  Ids
+ * are never reused; a new field takes the next one.
+ */
+#define WIRE_U 0 /* an unsigned integer, at most the bound */
+#define WIRE_I 1 /* a signed integer (an int64) */
+
+#define WIRE_REPORT_FIELDS(X)                                                                      \
+    X(2, kind, uint8_t, WIRE_U, 255)                                                               \
+    X(3, policy, uint8_t, WIRE_U, 255)                                                             \
+    X(4, burst, int64_t, WIRE_I, 0)                                                                \
+    X(5, count, int64_t, WIRE_I, 0)                                                                \
+    X(6, period_ns, int64_t, WIRE_I, 0)                                                            \
+    X(7, precision, int64_t, WIRE_I, 0)                                                            \
+    /* requested units per second x 1000 */                                                        \
+    X(8, demand_milli, uint64_t, WIRE_U, UINT64_MAX)                                               \
+    /* units this life admitted for the key */                                                     \
+    X(9, admitted, uint64_t, WIRE_U, UINT64_MAX)                                                   \
+    /* WIRE_ONE-based; 0 = none yet */                                                             \
+    X(10, frozen_share, uint64_t, WIRE_U, WIRE_ONE)                                                \
+    /* when the owner should expect the next report */                                             \
+    X(11, period_ms, uint64_t, WIRE_U, UINT32_MAX)                                                 \
+    X(12, flags, uint64_t, WIRE_U, 255)                                                            \
+    /* units left in the sender's bucket x 1000 */                                                 \
+    X(13, tokens_milli, uint64_t, WIRE_U, UINT64_MAX)                                              \
+    /* grants received for the key, running total x 1000, mod 2^32 */                              \
+    X(14, granted_milli, uint64_t, WIRE_U, UINT32_MAX)                                             \
+    /* wire_life_tag of the owner life whose settled lease the sender last                         \
+     * took for the key; 0: none yet */                                                            \
+    X(15, leased_by, uint64_t, WIRE_U, UINT32_MAX)
+
+#define WIRE_LEASE_FIELDS(X)                                                                       \
+    /* WIRE_ONE-based */                                                                           \
+    X(2, share, uint64_t, WIRE_U, WIRE_ONE)                                                        \
+    X(3, flags, uint64_t, WIRE_U, 255)                                                             \
+    /* units granted to this life for the key, running total x 1000, mod 2^32 */                   \
+    X(4, grant_milli, uint64_t, WIRE_U, UINT32_MAX)                                                \
+    /* units the receiver may admit beyond its bucket until its next lease                         \
+     * (availability first: see replica.h) */                                                      \
+    X(5, free, uint64_t, WIRE_U, WIRE_FREE_MAX)                                                    \
+    /* the cluster's bucket as the owner knows it: units left x 1000,                              \
+     * negative in debt */                                                                         \
+    X(6, level_milli, int64_t, WIRE_I, 0)                                                          \
+    /* the demand of the key's other nodes, units/s x 1000 */                                      \
+    X(7, demand_milli, uint64_t, WIRE_U, UINT64_MAX)                                               \
+    /* the receiver's admitted count in the report the level includes,                             \
+     * mod 2^32 */                                                                                 \
+    X(8, seen, uint64_t, WIRE_U, UINT32_MAX)
+
+#define WIRE_MEMBER_(id, member, type, sign, max) type member;
+
 struct wire_report {
     const char *key;
     size_t klen;
-    uint8_t kind, policy;
-    int64_t burst, count, period_ns, precision;
-    uint64_t demand_milli; /* requested units per second x 1000 */
-    uint64_t admitted;     /* units this life admitted for the key */
-    uint64_t frozen_share; /* WIRE_ONE-based; 0 = none yet */
-    uint64_t period_ms;    /* when the owner should expect the next report */
-    uint64_t flags;
-    uint64_t tokens_milli;  /* units left in the sender's bucket x 1000 */
-    uint64_t granted_milli; /* grants received for the key, running total x 1000,
-                               mod 2^32 */
-    uint64_t leased_by;     /* wire_life_tag of the owner life whose settled lease the
-                               sender last took for the key; 0: none yet */
+    WIRE_REPORT_FIELDS(WIRE_MEMBER_)
 };
 
 struct wire_lease {
     const char *key;
     size_t klen;
-    uint64_t share; /* WIRE_ONE-based, <= WIRE_ONE */
-    uint64_t flags;
-    uint64_t grant_milli;  /* units granted to this life for the key, running total x 1000,
-                              mod 2^32 */
-    uint64_t free;         /* units the receiver may admit beyond its bucket until
-                              its next lease (availability first: see replica.h) */
-    int64_t level_milli;   /* the cluster's bucket as the owner knows it: units
-                              left x 1000, negative in debt */
-    uint64_t demand_milli; /* the demand of the key's other nodes, units/s x 1000 */
-    uint64_t seen;         /* the receiver's admitted count in the report the level
-                              includes, mod 2^32 */
-    uint64_t owner_life;   /* decoding: the batch's from (the owner's life); not written */
+    WIRE_LEASE_FIELDS(WIRE_MEMBER_)
+    uint64_t owner_life; /* decoding: the batch's from (the owner's life); not written */
 };
 
 struct wire_writer {

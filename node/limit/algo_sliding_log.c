@@ -25,21 +25,21 @@ struct algo_sl_state {
     uint32_t unused_;
 };
 
-static int64_t algo_sl__at(const struct algo_sl_state *s, uint32_t i)
+static int64_t algo_sliding_log__at(const struct algo_sl_state *s, uint32_t i)
 {
     return s->ring[(s->start + i) % s->cap];
 }
 
 /* How many of the oldest entries have aged out at now (binary search: the
  * ring is sorted). */
-static uint32_t algo_sl__expired(const struct algo_params *p, const struct algo_sl_state *s,
-                                 int64_t now)
+static uint32_t algo_sliding_log__expired(const struct algo_params *p,
+                                          const struct algo_sl_state *s, int64_t now)
 {
     int64_t limit = now - p->period_ns; /* now >= 0, period > 0: fits */
     uint32_t lo = 0, hi = s->len;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (algo_sl__at(s, mid) <= limit)
+        if (algo_sliding_log__at(s, mid) <= limit)
             lo = mid + 1;
         else
             hi = mid;
@@ -47,7 +47,7 @@ static uint32_t algo_sl__expired(const struct algo_params *p, const struct algo_
     return lo;
 }
 
-static void algo_sl__drop_oldest(struct algo_sl_state *s, uint32_t n)
+static void algo_sliding_log__drop_oldest(struct algo_sl_state *s, uint32_t n)
 {
     s->start = s->cap ? (s->start + n) % s->cap : 0;
     s->len -= n;
@@ -55,7 +55,8 @@ static void algo_sl__drop_oldest(struct algo_sl_state *s, uint32_t n)
 
 /* Makes room for `need` entries (need <= count).  -SLUICE_ENOMEM leaves s
  * untouched. */
-static int algo_sl__reserve(const struct algo_params *p, struct algo_sl_state *s, uint32_t need)
+static int algo_sliding_log__reserve(const struct algo_params *p, struct algo_sl_state *s,
+                                     uint32_t need)
 {
     uint64_t ncap;
     int64_t *ring;
@@ -70,7 +71,7 @@ static int algo_sl__reserve(const struct algo_params *p, struct algo_sl_state *s
     if (ring == NULL)
         return -SLUICE_ENOMEM;
     for (uint32_t i = 0; i < s->len; i++)
-        ring[i] = algo_sl__at(s, i);
+        ring[i] = algo_sliding_log__at(s, i);
     free(s->ring);
     s->ring = ring;
     s->cap = (uint32_t)ncap;
@@ -79,14 +80,14 @@ static int algo_sl__reserve(const struct algo_params *p, struct algo_sl_state *s
 }
 
 /* Appends n entries at t (t >= newest, len + n <= cap). */
-static void algo_sl__push(struct algo_sl_state *s, int64_t t, uint32_t n)
+static void algo_sliding_log__push(struct algo_sl_state *s, int64_t t, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++)
         s->ring[(s->start + s->len + i) % s->cap] = t;
     s->len += n;
 }
 
-static int64_t algo_sl__until(int64_t t, int64_t period, int64_t now)
+static int64_t algo_sliding_log__until(int64_t t, int64_t period, int64_t now)
 {
     int64_t end;
     if (__builtin_add_overflow(t, period, &end))
@@ -110,9 +111,9 @@ static int algo_sliding_log_eval(const struct algo_params *p, void *state, int64
                                  int apply, struct algo_result *out)
 {
     struct algo_sl_state *s = state;
-    uint32_t expired = algo_sl__expired(p, s, now);
+    uint32_t expired = algo_sliding_log__expired(p, s, now);
     int64_t live = (int64_t)(s->len - expired);
-    int64_t newest = s->len ? algo_sl__at(s, s->len - 1) : 0;
+    int64_t newest = s->len ? algo_sliding_log__at(s, s->len - 1) : 0;
     out->limited = 0;
     out->limit = p->limit;
     out->retry_after_ns = ALGO_NEVER;
@@ -123,23 +124,23 @@ static int algo_sliding_log_eval(const struct algo_params *p, void *state, int64
             /* Keep the ring sorted even if the clock went back. */
             int64_t t = now > newest ? now : newest;
             if (apply) {
-                int rc = algo_sl__reserve(p, s, (uint32_t)(live + qty));
+                int rc = algo_sliding_log__reserve(p, s, (uint32_t)(live + qty));
                 if (rc < 0)
                     return rc;
-                algo_sl__drop_oldest(s, expired);
-                algo_sl__push(s, t, (uint32_t)qty);
+                algo_sliding_log__drop_oldest(s, expired);
+                algo_sliding_log__push(s, t, (uint32_t)qty);
             }
             live += qty;
             newest = t;
         } else {
             uint32_t k = (uint32_t)(live + qty - p->count); /* 1..live */
             out->limited = 1;
-            out->retry_after_ns =
-                algo_sl__until(algo_sl__at(s, expired + k - 1), p->period_ns, now);
+            out->retry_after_ns = algo_sliding_log__until(algo_sliding_log__at(s, expired + k - 1),
+                                                          p->period_ns, now);
         }
     }
     out->remaining = p->count - live;
-    out->reset_after_ns = live > 0 ? algo_sl__until(newest, p->period_ns, now) : 0;
+    out->reset_after_ns = live > 0 ? algo_sliding_log__until(newest, p->period_ns, now) : 0;
     return 0;
 }
 
@@ -148,8 +149,8 @@ static int algo_sliding_log_refund(const struct algo_params *p, void *state, int
                                    int64_t now)
 {
     struct algo_sl_state *s = state;
-    uint32_t expired = algo_sl__expired(p, s, now);
-    algo_sl__drop_oldest(s, expired);
+    uint32_t expired = algo_sliding_log__expired(p, s, now);
+    algo_sliding_log__drop_oldest(s, expired);
     s->len -= qty < (int64_t)s->len ? (uint32_t)qty : s->len;
     return 0;
 }
@@ -157,7 +158,7 @@ static int algo_sliding_log_refund(const struct algo_params *p, void *state, int
 static int algo_sliding_log_drained(const struct algo_params *p, const void *state, int64_t now)
 {
     const struct algo_sl_state *s = state;
-    return algo_sl__expired(p, s, now) == s->len;
+    return algo_sliding_log__expired(p, s, now) == s->len;
 }
 
 /*
@@ -170,19 +171,19 @@ static int algo_sliding_log_consume(const struct algo_params *p, void *state, in
                                     int64_t at)
 {
     struct algo_sl_state *s = state;
-    int64_t newest = s->len ? algo_sl__at(s, s->len - 1) : 0;
+    int64_t newest = s->len ? algo_sliding_log__at(s, s->len - 1) : 0;
     int64_t t = at > newest ? at : newest;
-    uint32_t expired = algo_sl__expired(p, s, t);
+    uint32_t expired = algo_sliding_log__expired(p, s, t);
     uint32_t n = qty < p->count ? (uint32_t)qty : (uint32_t)p->count;
     uint32_t keep = s->len - expired;
     uint32_t total = keep + n > (uint32_t)p->count ? (uint32_t)p->count : keep + n;
-    int rc = algo_sl__reserve(p, s, total);
+    int rc = algo_sliding_log__reserve(p, s, total);
     if (rc < 0)
         return rc;
-    algo_sl__drop_oldest(s, expired);
+    algo_sliding_log__drop_oldest(s, expired);
     if (keep + n > total)
-        algo_sl__drop_oldest(s, keep + n - total);
-    algo_sl__push(s, t, n);
+        algo_sliding_log__drop_oldest(s, keep + n - total);
+    algo_sliding_log__push(s, t, n);
     return 0;
 }
 

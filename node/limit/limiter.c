@@ -50,6 +50,10 @@ struct limiter {
     int64_t c_burst, c_count, c_period;
     struct gcra_params c_params;
     int c_valid;
+    /* The same for limiter_cell_params (a global key's CL.THROTTLE). */
+    int64_t a_burst, a_count, a_period;
+    struct algo_params a_params;
+    int a_valid;
     uint64_t touched_drained; /* entries deleted because a call left them drained */
     uint64_t overflow_denied, overflow_allowed, decisions, limited;
     uint64_t dry_run_would_limit, reinitialised;
@@ -282,6 +286,8 @@ static int64_t limiter__carry_across(const struct table_entry *e, const struct a
     return units < p->limit ? units : p->limit;
 }
 
+static void limiter__deny_full(const struct algo_params *p, struct algo_result *out);
+
 static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
                            const struct algo_params *p, const struct policy *pol,
                            enum limiter__op op, int64_t qty, int64_t now, int64_t at,
@@ -395,12 +401,9 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
             if (rc == -SLUICE_EFULL && decides && lim->cfg.overflow == LIMITER_OVERFLOW_ALLOW) {
                 lim->overflow_allowed++;
             } else if (rc == -SLUICE_EFULL && decides) {
-                /* Fail closed: limited, retry after one unit's share of
-                 * the period. */
+                /* Fail closed (limiter__deny_full). */
                 lim->overflow_denied++;
-                out->limited = 1;
-                out->remaining = 0;
-                out->retry_after_ns = p->period_ns / p->count > 0 ? p->period_ns / p->count : 1;
+                limiter__deny_full(p, out);
             } else if (rc != -SLUICE_EFULL) {
                 return rc;
             }
@@ -439,8 +442,17 @@ static int limiter__run_policy(struct limiter *lim, const char *key, size_t klen
     int rc = limiter__run(lim, key, klen, &pol->algo, pol, op, qty, now_ns, out, NULL);
     if (rc < 0)
         return rc;
+    limiter_settle_policy(lim, pol, qty, out, would_limit);
+    return 0;
+}
+
+void limiter_settle_policy(struct limiter *lim, const struct policy *pol, int64_t qty,
+                           struct algo_result *out, int *would_limit)
+{
     if (would_limit != NULL)
         *would_limit = out->limited;
+    if (pol == NULL)
+        return;
     if (out->limited && pol->dry_run) {
         lim->dry_run_would_limit++;
         out->limited = 0;
@@ -448,6 +460,36 @@ static int limiter__run_policy(struct limiter *lim, const char *key, size_t klen
     }
     if (qty > 0)
         policy_count(pol, out->limited);
+}
+
+/* What a refused new key is told when its table is full under
+ * --on-full deny: limited, nothing remaining, retry after one unit's share
+ * of the period. */
+static void limiter__deny_full(const struct algo_params *p, struct algo_result *out)
+{
+    out->limited = 1;
+    out->remaining = 0;
+    out->retry_after_ns = p->period_ns / p->count > 0 ? p->period_ns / p->count : 1;
+}
+
+int limiter_overflow_answer(struct limiter *lim, const struct algo_params *p, int64_t qty,
+                            int allow, int64_t now_ns, struct algo_result *out)
+{
+    int64_t tmp[LIMITER_TMP_WORDS];
+    size_t ssz = algo_state_size(p);
+    if (qty < 0 || ssz == 0 || ssz > sizeof(tmp))
+        return -SLUICE_EINVAL;
+    algo_init(p, tmp);
+    int rc = algo_decide(p, tmp, qty, now_ns, out);
+    algo_free(p, tmp);
+    if (rc < 0)
+        return rc;
+    if (qty > 0 && allow) {
+        lim->overflow_allowed++;
+    } else if (qty > 0) {
+        lim->overflow_denied++;
+        limiter__deny_full(p, out);
+    }
     return 0;
 }
 
@@ -666,9 +708,9 @@ struct policy_set *limiter_policies(const struct limiter *lim)
 
 /* CL.THROTTLE on a key a policy covers: the policy decides, the reply keeps
  * redis-cell's shape and rounding. */
-int limiter_throttle_policy(struct limiter *lim, const char *key, size_t klen,
-                            const struct policy *pol, int64_t quantity, int64_t now_ns,
-                            struct limiter_throttle_result *out)
+static int limiter__throttle_policy(struct limiter *lim, const char *key, size_t klen,
+                                    const struct policy *pol, int64_t quantity, int64_t now_ns,
+                                    struct limiter_throttle_result *out)
 {
     struct algo_result r;
     int rc = limiter_decide_policy(lim, key, klen, pol, quantity, now_ns, &r, NULL);
@@ -684,17 +726,16 @@ int limiter_throttle_policy(struct limiter *lim, const char *key, size_t klen,
 }
 
 /* CL.THROTTLE's inline GCRA limit, after the argument checks: the body of
- * both limiter_throttle and limiter_throttle_inline, inlined into each so
+ * both limiter_throttle and limiter_decide_cell, inlined into each so
  * that the hot path is one call. */
 static inline __attribute__((always_inline)) int
 limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
                        int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
-                       struct limiter_throttle_result *out)
+                       struct gcra_result *out)
 {
     const struct gcra_params *p;
     struct table_entry *e;
     struct gcra_result r;
-    struct gcra_cell_reply cell;
     int64_t tat;
     int rc;
 
@@ -759,13 +800,19 @@ limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_
     lim->decisions++;
     if (r.limited)
         lim->limited++;
-    gcra_to_cell(&r, &cell);
+    *out = r;
+    return 0;
+}
+
+static void limiter__cell(const struct gcra_result *r, struct limiter_throttle_result *out)
+{
+    struct gcra_cell_reply cell;
+    gcra_to_cell(r, &cell);
     out->limited = (int)cell.limited;
     out->limit = cell.limit;
     out->remaining = cell.remaining;
     out->retry_after_s = cell.retry_after_s;
     out->reset_after_s = cell.reset_after_s;
-    return 0;
 }
 
 int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
@@ -779,22 +826,58 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
     if (lim->has_match) {
         const struct policy *pol = policy_set_match(lim->policies, key, klen);
         if (pol != NULL)
-            return limiter_throttle_policy(lim, key, klen, pol, quantity, now_ns, out);
+            return limiter__throttle_policy(lim, key, klen, pol, quantity, now_ns, out);
     }
-    return limiter__throttle_gcra(lim, key, klen, max_burst, count, period_s, quantity, now_ns,
-                                  out);
+    struct gcra_result r;
+    int rc =
+        limiter__throttle_gcra(lim, key, klen, max_burst, count, period_s, quantity, now_ns, &r);
+    if (rc == 0)
+        limiter__cell(&r, out);
+    return rc;
 }
 
-int limiter_throttle_inline(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
-                            int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
-                            struct limiter_throttle_result *out)
+int limiter_cell_params(struct limiter *lim, int64_t burst, int64_t count, int64_t period_s,
+                        const struct algo_params **out)
+{
+    if (!lim->a_valid || lim->a_burst != burst || lim->a_count != count ||
+        lim->a_period != period_s) {
+        int64_t period_ns;
+        lim->a_valid = 0;
+        if (count <= 0 || period_s <= 0 || burst < 0)
+            return -SLUICE_EINVAL;
+        if (__builtin_mul_overflow(period_s, GCRA_NS_PER_SEC, &period_ns))
+            return -SLUICE_ERANGE;
+        int rc = algo_params_init(&lim->a_params, ALGO_GCRA, burst, count, period_ns, 0);
+        if (rc < 0)
+            return rc;
+        lim->a_burst = burst;
+        lim->a_count = count;
+        lim->a_period = period_s;
+        lim->a_valid = 1;
+    }
+    *out = &lim->a_params;
+    return 0;
+}
+
+int limiter_decide_cell(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
+                        int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
+                        struct algo_result *out)
 {
     if (quantity < 0)
         return -SLUICE_EINVAL;
     if (klen > TABLE_MAX_KEY)
         return -SLUICE_ETOOBIG;
-    return limiter__throttle_gcra(lim, key, klen, max_burst, count, period_s, quantity, now_ns,
-                                  out);
+    struct gcra_result r;
+    int rc =
+        limiter__throttle_gcra(lim, key, klen, max_burst, count, period_s, quantity, now_ns, &r);
+    if (rc < 0)
+        return rc;
+    out->limited = r.limited;
+    out->limit = r.limit;
+    out->remaining = r.remaining;
+    out->retry_after_ns = r.retry_after_ns;
+    out->reset_after_ns = r.reset_after_ns;
+    return 0;
 }
 
 size_t limiter_maintain(struct limiter *lim, int64_t now_ns, size_t budget)
@@ -838,3 +921,30 @@ void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out)
     out->dry_run_would_limit = lim->dry_run_would_limit;
     out->reinitialised = lim->reinitialised;
 }
+
+static const struct counter_row limiter__rows[] = {
+    COUNTER_ROW(struct limiter_stats, decisions, "decisions", "decisions_total", COUNTER_TOTAL,
+                "Rate-limit decisions answered on local keys."),
+    COUNTER_ROW(struct limiter_stats, limited, "limited", "limited_total", COUNTER_TOTAL,
+                "Decisions on local keys that refused the request."),
+    COUNTER_ROW(struct limiter_stats, keys, "keys", "keys", COUNTER_GAUGE, "Keys held in memory."),
+    COUNTER_ROW(struct limiter_stats, reclaimed, "reclaimed", "keys_reclaimed_total", COUNTER_TOTAL,
+                "Drained keys freed."),
+    COUNTER_ROW(struct limiter_stats, evicted, "evicted", "keys_evicted_total", COUNTER_TOTAL,
+                "Still-limiting keys evicted because the table was full."),
+    COUNTER_ROW(struct limiter_stats, overflow_denied, "overflow_denied", "overflow_denied_total",
+                COUNTER_TOTAL,
+                "Requests refused because the key table (local or global) was full (on_full "
+                "deny)."),
+    COUNTER_ROW(struct limiter_stats, overflow_allowed, "overflow_allowed",
+                "overflow_allowed_total", COUNTER_TOTAL,
+                "Requests allowed without state because the key table (local or global) was "
+                "full (on_full allow)."),
+    COUNTER_ROW(struct limiter_stats, dry_run_would_limit, "dry_run_would_limit",
+                "dry_run_would_limit_total", COUNTER_TOTAL,
+                "Refusals by dry-run policies (local and global keys), answered as allowed."),
+    COUNTER_ROW(struct limiter_stats, reinitialised, "algorithm_changes", "algorithm_changes_total",
+                COUNTER_TOTAL, "Keys re-initialised under another algorithm or window shape."),
+};
+
+const struct counter_table limiter_counters = COUNTER_TABLE(limiter__rows);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "algo.h"
+#include "counter.h"
 
 struct policy;
 struct policy_set;
@@ -83,17 +84,21 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
                      int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
                      struct limiter_throttle_result *out);
 
-/* limiter_throttle's two halves, for a caller that has already matched the
- * key against the policies (CL.THROTTLE when clustered, which must know the
- * policy to tell a global key from a local one): under pol, whatever the
- * inline limit says; or the inline GCRA limit, without matching.  They fail
- * as limiter_throttle does. */
-int limiter_throttle_policy(struct limiter *lim, const char *key, size_t klen,
-                            const struct policy *pol, int64_t quantity, int64_t now_ns,
-                            struct limiter_throttle_result *out);
-int limiter_throttle_inline(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
-                            int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
-                            struct limiter_throttle_result *out);
+/* CL.THROTTLE's inline GCRA limit (no policy matched) answered in
+ * nanoseconds (struct algo_result), for a caller that words the reply itself
+ * (the decision entry, global/decide.h): limiter_throttle's fast path, its
+ * errors. */
+int limiter_decide_cell(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,
+                        int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
+                        struct algo_result *out);
+
+/* CL.THROTTLE's inline limit as algo_params (GCRA; period in seconds),
+ * for a key decided elsewhere (a global key's replica).  *out points into
+ * the limiter, valid until the next call: most traffic repeats the last
+ * limit, which saves building it.  Fails with -SLUICE_EINVAL or
+ * -SLUICE_ERANGE as limiter_throttle does. */
+int limiter_cell_params(struct limiter *lim, int64_t burst, int64_t count, int64_t period_s,
+                        const struct algo_params **out);
 
 /*
  * Frees keys that have drained without being touched again: visits `budget`
@@ -119,6 +124,9 @@ uint64_t limiter_scan(struct limiter *lim, uint64_t cursor, size_t count, limite
                       void *ud);
 
 void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out);
+
+/* struct limiter_stats' rows for INFO's "# Limiter" and /metrics. */
+extern const struct counter_table limiter_counters;
 
 /*
  * ---- every algorithm (SL.* commands) ----
@@ -161,6 +169,28 @@ int limiter_decide(struct limiter *lim, const char *key, size_t klen, const stru
 int limiter_decide_policy(struct limiter *lim, const char *key, size_t klen,
                           const struct policy *pol, int64_t qty, int64_t now_ns,
                           struct algo_result *out, int *would_limit);
+
+/*
+ * The last step of every decision under a policy, local or global (the
+ * replica's, by the decision entry): a dry-run policy answers a refusal as
+ * allowed (limited 0, retry ALGO_NEVER) and counts it in
+ * dry_run_would_limit, and the policy's counters see every decision that
+ * asked for units (qty > 0).  *would_limit (may be NULL) gets the refusal
+ * before dry-run.  pol NULL: only *would_limit.  Never fails.
+ */
+void limiter_settle_policy(struct limiter *lim, const struct policy *pol, int64_t qty,
+                           struct algo_result *out, int *would_limit);
+
+/*
+ * The answer for a new key that its table (the limiter's, or the replica's
+ * for a global key) has no room for: qty decided on a fresh state of p, as
+ * it is under --on-full allow (counted in overflow_allowed), or refused
+ * under deny (limited, remaining 0, retry after one unit's share of the
+ * period; overflow_denied): the answer a local key gets.  qty 0 only looks.
+ * Fails with -SLUICE_EINVAL (bad p or qty).
+ */
+int limiter_overflow_answer(struct limiter *lim, const struct algo_params *p, int64_t qty,
+                            int allow, int64_t now_ns, struct algo_result *out);
 
 /*
  * A post-paid charge: counts qty units of key under p whatever the key

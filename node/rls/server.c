@@ -852,11 +852,6 @@ const char *rls_server_error(const struct rls_server *srv)
     return srv->err;
 }
 
-int rls_server_port(const struct rls_server *srv)
-{
-    return srv->port;
-}
-
 void rls_server_close(struct rls_server *srv)
 {
     if (srv == NULL || srv->closed)

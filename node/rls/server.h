@@ -67,8 +67,6 @@ int rls_server_create(uv_loop_t *loop, const struct rls_server_config *cfg, stru
  * reason is rls_server_error(). */
 int rls_server_start(struct rls_server *srv);
 const char *rls_server_error(const struct rls_server *srv);
-/* The bound port (after start). */
-int rls_server_port(const struct rls_server *srv);
 void rls_server_close(struct rls_server *srv);
 void rls_server_destroy(struct rls_server *srv);
 void rls_server_get_stats(const struct rls_server *srv, struct rls_server_stats *out);

@@ -858,3 +858,21 @@ void http_destroy(struct http_server *m)
     free(m->bind);
     free(m);
 }
+
+static const struct counter_row http__rows[] = {
+    COUNTER_ROW(struct http_stats, open_conns, "http_connections", "http_connections",
+                COUNTER_GAUGE, "Connections open on the HTTP listener."),
+    COUNTER_ROW(struct http_stats, evicted, "http_evictions", "http_evictions_total", COUNTER_TOTAL,
+                "HTTP connections closed for a newcomer over --http-max-connections (the "
+                "longest stalled first)."),
+    COUNTER_ROW(struct http_stats, timeouts, "http_timeouts", "http_timeouts_total", COUNTER_TOTAL,
+                "HTTP connections closed past --http-idle-timeout."),
+    COUNTER_ROW(struct http_stats, mem_evicted, "http_memory_disconnects",
+                "http_memory_disconnects_total", COUNTER_TOTAL,
+                "HTTP connections closed, heaviest first, over max_client_memory."),
+    COUNTER_ROW(struct http_stats, requests, "http_requests", "http_requests_total", COUNTER_TOTAL,
+                "HTTP requests answered, errors included."),
+    COUNTER_ROW(struct http_stats, bad_requests, "http_bad_requests", "http_bad_requests_total",
+                COUNTER_TOTAL, "HTTP requests answered 400 (malformed)."),
+};
+const struct counter_table http_counters = COUNTER_TABLE(http__rows);

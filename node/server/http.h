@@ -36,6 +36,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "counter.h"
+
 /* Largest request head accepted (request line + headers + blank line). */
 #define HTTP_MAX_REQUEST       8192
 #define HTTP_MAX_HEADERS       32
@@ -165,5 +167,8 @@ struct http_stats {
     uint64_t open_conns;
 };
 void http_get_stats(const struct http_server *h, struct http_stats *out);
+
+/* struct http_stats' rows for INFO's "# Listeners" and /metrics. */
+extern const struct counter_table http_counters;
 
 #endif

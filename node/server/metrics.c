@@ -64,129 +64,14 @@ static void buf_u64(struct metrics_buf *b, uint64_t v)
 
 enum fam_type { FAM_COUNTER, FAM_GAUGE };
 
-struct family {
-    const char *name;
-    const char *help;
-    enum fam_type type;
-    size_t off; /* offset of a uint64_t in struct metrics_snapshot */
-};
-
-#define F(name, help, type, field)                                                                 \
-    {                                                                                              \
-        "sluice_" name, help, type, offsetof(struct metrics_snapshot, field)                       \
-    }
-
-/* The daemon's families, in exposition order. */
-static const struct family families[] = {
-    F("decisions_total", "Rate-limit decisions answered on local keys.", FAM_COUNTER, decisions),
-    F("limited_total", "Decisions on local keys that refused the request.", FAM_COUNTER, limited),
-    F("keys", "Keys held in memory.", FAM_GAUGE, keys),
-    F("keys_reclaimed_total", "Drained keys freed.", FAM_COUNTER, reclaimed),
-    F("keys_evicted_total", "Still-limiting keys evicted because the table was full.", FAM_COUNTER,
-      evicted),
-    F("overflow_denied_total", "Requests refused because the key table was full (on_full deny).",
-      FAM_COUNTER, overflow_denied),
-    F("overflow_allowed_total",
-      "Requests allowed without state because the key table was full (on_full allow).", FAM_COUNTER,
-      overflow_allowed),
-    F("dry_run_would_limit_total", "Refusals by dry-run policies, answered as allowed.",
-      FAM_COUNTER, dry_run_would_limit),
-    F("connected_clients", "Client connections open on the socket.", FAM_GAUGE, connected_clients),
-    F("connections_total", "Client connections accepted, refused ones included.", FAM_COUNTER,
-      connections),
-    F("rejected_connections_total", "Client connections refused over max_clients.", FAM_COUNTER,
-      rejected_connections),
-    F("commands_total", "Commands executed.", FAM_COUNTER, commands),
-    F("protocol_errors_total", "Connections closed for malformed or oversized requests.",
-      FAM_COUNTER, protocol_errors),
-    F("output_limit_disconnects_total",
-      "Clients disconnected for not reading their replies (output hard limit).", FAM_COUNTER,
-      output_limit_disconnects),
-    F("client_memory_bytes", "Bytes held by client connections' buffers.", FAM_GAUGE,
-      client_memory),
-    F("client_memory_disconnects_total",
-      "Clients disconnected, heaviest first, because client memory was over "
-      "max_client_memory.",
-      FAM_COUNTER, client_memory_disconnects),
-    F("memory_trims_total",
-      "Times freed client memory was returned to the system (malloc_trim, on the event loop, "
-      "at most 0.1% of its time).",
-      FAM_COUNTER, memory_trims),
-    F("memory_trim_milliseconds_total", "The time those returns held the event loop.", FAM_COUNTER,
-      memory_trim_ms),
-    F("tcp_clients", "RESP clients connected over TCP (--listen).", FAM_GAUGE, tcp_clients),
-    F("tcp_evictions_total",
-      "TCP clients closed for a newcomer over --max-tcp-clients (unauthenticated first, then "
-      "the longest idle).",
-      FAM_COUNTER, tcp_evictions),
-    F("tcp_timeouts_total",
-      "TCP clients closed without AUTH in 10 s or idle past "
-      "--tcp-idle-timeout.",
-      FAM_COUNTER, tcp_timeouts),
-    F("http_connections", "Connections open on the HTTP listener.", FAM_GAUGE, http_connections),
-    F("http_evictions_total",
-      "HTTP connections closed for a newcomer over --http-max-connections (the longest "
-      "stalled first).",
-      FAM_COUNTER, http_evictions),
-    F("http_timeouts_total", "HTTP connections closed past --http-idle-timeout.", FAM_COUNTER,
-      http_timeouts),
-    F("http_memory_disconnects_total",
-      "HTTP connections closed, heaviest first, over max_client_memory.", FAM_COUNTER,
-      http_memory_disconnects),
-    F("policies", "Named policies loaded.", FAM_GAUGE, policies),
-    F("reloads_total", "Successful configuration reloads.", FAM_COUNTER, reloads),
-    F("reload_failures_total", "Reloads refused (the running policies were kept).", FAM_COUNTER,
-      reload_failures),
-    F("rls_calls_total", "ShouldRateLimit calls answered (Envoy's rate limit service).",
-      FAM_COUNTER, rls_calls),
-    F("rls_over_limit_total", "ShouldRateLimit answers with overall_code OVER_LIMIT.", FAM_COUNTER,
-      rls_over_limit),
-    F("rls_shadow_mode_total", "Descriptors over their limit answered OK by shadow_mode.",
-      FAM_COUNTER, rls_shadowed),
-    F("rls_errors_total", "gRPC calls answered with an error status.", FAM_COUNTER, rls_errors),
-    F("rls_connections", "HTTP/2 connections open on the gRPC listener.", FAM_GAUGE, rls_connected),
-    F("rls_protocol_errors_total", "gRPC connections ended with GOAWAY for malformed HTTP/2.",
-      FAM_COUNTER, rls_protocol_errors),
-    F("rls_evictions_total",
-      "gRPC connections closed for a newcomer over --grpc-max-connections (silent ones first, "
-      "then the longest idle).",
-      FAM_COUNTER, rls_evictions),
-    F("rls_timeouts_total",
-      "gRPC connections closed silent 10 s after connecting or idle past --grpc-idle-timeout.",
-      FAM_COUNTER, rls_timeouts),
-    F("rls_memory_disconnects_total",
-      "gRPC connections closed, heaviest first, over max_client_memory (HTTP/2 streams "
-      "included).",
-      FAM_COUNTER, rls_memory_disconnects),
-    F("rls_reloads_total", "Rate limit YAML directory reloads.", FAM_COUNTER, rls_reloads),
-    F("rls_reload_failures_total", "Rate limit YAML reloads refused (the running config kept).",
-      FAM_COUNTER, rls_reload_failures),
-    F("waiting_acquires", "SL.ACQUIRE requests waiting now.", FAM_GAUGE, waiting_acquires),
-};
-
-/* Cluster families without labels, after the labelled member gauge. */
-static const struct family cluster_families[] = {
-    F("gossip_packets_sent_total", "Gossip packets sent.", FAM_COUNTER, gossip_packets_sent),
-    F("gossip_packets_received_total", "Gossip packets received.", FAM_COUNTER,
-      gossip_packets_received),
-    F("gossip_bytes_sent_total", "Gossip bytes sent.", FAM_COUNTER, gossip_bytes_sent),
-    F("gossip_bytes_received_total", "Gossip bytes received.", FAM_COUNTER, gossip_bytes_received),
-};
-
-static const struct family replica_families[] = {
-    F("global_decisions_total", "Rate-limit decisions answered on global keys.", FAM_COUNTER,
-      global_decisions),
-    F("global_limited_total", "Decisions on global keys that refused the request.", FAM_COUNTER,
-      global_limited),
-    F("global_keys", "Global keys this node serves.", FAM_GAUGE, global_keys),
-    F("owned_keys", "Global keys this node aggregates as their owner.", FAM_GAUGE, owned_keys),
-    F("reports_sent_total", "Key reports sent to owners.", FAM_COUNTER, reports_sent),
-    F("leases_sent_total", "Key leases sent by this node as owner.", FAM_COUNTER, leases_sent),
-    F("replication_bytes_sent_total", "Bytes of reports and leases sent.", FAM_COUNTER,
-      replication_bytes_sent),
-};
-
-#undef F
+void metrics_snapshot_add(struct metrics_snapshot *s, int cluster, const struct counter_table *t,
+                          const void *stats)
+{
+    struct metrics_section *sec = cluster ? s->cluster : s->sections;
+    size_t *n = cluster ? &s->ncluster : &s->nsections;
+    if (*n < METRICS_MAX_SECTIONS)
+        sec[(*n)++] = (struct metrics_section){t, stats};
+}
 
 static void head(struct metrics_buf *b, const char *name, const char *help, enum fam_type t)
 {
@@ -240,14 +125,26 @@ static void labelled(struct metrics_buf *b, const char *name, const char *help, 
     }
 }
 
-static void table(struct metrics_buf *b, const struct metrics_snapshot *s, const struct family *f,
-                  size_t n)
+/* Every row of every section: HELP (with the INFO field that shows the
+ * same value), TYPE, one sample. */
+static void sections(struct metrics_buf *b, const struct metrics_section *sec, size_t n)
 {
+    char name[128];
     for (size_t i = 0; i < n; i++) {
-        uint64_t v;
-        memcpy(&v, (const char *)s + f[i].off, sizeof(v));
-        head(b, f[i].name, f[i].help, f[i].type);
-        sample(b, f[i].name, v);
+        for (size_t k = 0; k < sec[i].t->n; k++) {
+            const struct counter_row *r = &sec[i].t->rows[k];
+            snprintf(name, sizeof(name), "sluice_%s", r->metric);
+            buf_str(b, "# HELP ");
+            buf_str(b, name);
+            buf_add(b, " ", 1);
+            buf_str(b, r->help);
+            buf_str(b, " (INFO ");
+            buf_str(b, r->info);
+            buf_str(b, ")\n# TYPE ");
+            buf_str(b, name);
+            buf_str(b, r->kind == COUNTER_TOTAL ? " counter\n" : " gauge\n");
+            sample(b, name, counter_value(r, sec[i].stats));
+        }
     }
 }
 
@@ -310,7 +207,7 @@ static void histogram(struct metrics_buf *b, const char *name, const char *help,
 
 int metrics_render(const struct metrics_snapshot *s, struct metrics_buf *out)
 {
-    table(out, s, families, sizeof(families) / sizeof(families[0]));
+    sections(out, s->sections, s->nsections);
     head(out, "sluice_ready",
          "1 when this node is ready (GET /ready answers 200; INFO cluster_state:ok), 0 when it "
          "is alone, partitioned from a majority, refused by its peers or not synced.",
@@ -328,10 +225,10 @@ int metrics_render(const struct metrics_snapshot *s, struct metrics_buf *out)
     if (s->clustered) {
         labelled(out, "sluice_cluster_members", "Cluster members known, by state.", FAM_GAUGE,
                  "state", s->members, s->nmembers);
-        table(out, s, cluster_families, sizeof(cluster_families) / sizeof(cluster_families[0]));
-        labelled(out, "sluice_gossip_drops_total", "Gossip packets dropped, by reason.",
-                 FAM_COUNTER, "reason", s->drops, s->ndrops);
-        table(out, s, replica_families, sizeof(replica_families) / sizeof(replica_families[0]));
+        labelled(out, "sluice_gossip_drops_total",
+                 "Gossip packets dropped, by reason (INFO gossip_drops_REASON).", FAM_COUNTER,
+                 "reason", s->drops, s->ndrops);
+        sections(out, s->cluster, s->ncluster);
         head(out, "sluice_synced",
              "1 once this node has recovered the cluster's state for global keys.", FAM_GAUGE);
         sample(out, "sluice_synced", s->synced ? 1 : 0);

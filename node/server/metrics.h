@@ -7,9 +7,10 @@
  *
  * Layers.  metrics.c knows nothing of the limiter, the server or gossip: on
  * each scrape it calls the daemon's collect callback, which fills a plain
- * struct metrics_snapshot, and renders that.  So the exposition text (names,
- * help, types) lives in one place and is tested byte for byte without a
- * daemon.
+ * struct metrics_snapshot with each module's counter table and stats
+ * (base/counter.h, the same tables INFO renders) and a few labelled and
+ * histogram series, and renders that.  So the exposition is tested byte for
+ * byte without a daemon.
  *
  * Everything runs on the loop thread.  Functions return 0 or a negative
  * enum sluice_err.
@@ -20,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "counter.h"
 #include "http.h"
 
 /* Labelled series per family in a snapshot (member states, drop reasons). */
@@ -51,24 +53,18 @@ struct metrics_label_value {
     uint64_t value;
 };
 
+/* One module's counters in a scrape: its table and its stats struct
+ * (borrowed from the collector until render ends). */
+struct metrics_section {
+    const struct counter_table *t;
+    const void *stats;
+};
+#define METRICS_MAX_SECTIONS 16
+
 struct metrics_snapshot {
-    /* limiter */
-    uint64_t decisions, limited, keys, reclaimed, evicted;
-    uint64_t overflow_denied, overflow_allowed, dry_run_would_limit;
-    /* RESP server */
-    uint64_t connected_clients, connections, rejected_connections, commands;
-    uint64_t protocol_errors, output_limit_disconnects;
-    uint64_t client_memory, client_memory_disconnects;
-    uint64_t memory_trims, memory_trim_ms; /* malloc_trim calls and their time */
-    /* the network listeners' crowds: TCP RESP, HTTP, gRPC (zero when off) */
-    uint64_t tcp_clients, tcp_evictions, tcp_timeouts;
-    uint64_t http_connections, http_evictions, http_timeouts, http_memory_disconnects;
-    uint64_t rls_evictions, rls_timeouts, rls_memory_disconnects;
-    /* policies and the waiting acquire */
-    uint64_t policies, reloads, reload_failures, waiting_acquires;
-    /* Envoy's rate limit service (zero when off) */
-    uint64_t rls_calls, rls_over_limit, rls_shadowed, rls_errors;
-    uint64_t rls_connected, rls_protocol_errors, rls_reloads, rls_reload_failures;
+    /* every module's counter table (base/counter.h), in exposition order */
+    struct metrics_section sections[METRICS_MAX_SECTIONS];
+    size_t nsections;
     /* decisions by policy (local and global) and their latency */
     struct metrics_policy_value by_policy[METRICS_MAX_POLICIES + 1];
     size_t npolicy;
@@ -79,14 +75,17 @@ struct metrics_snapshot {
     int clustered;
     struct metrics_label_value members[METRICS_MAX_LABELS]; /* by state */
     size_t nmembers;
-    uint64_t gossip_packets_sent, gossip_packets_received;
-    uint64_t gossip_bytes_sent, gossip_bytes_received;
     struct metrics_label_value drops[METRICS_MAX_LABELS]; /* by reason */
     size_t ndrops;
-    uint64_t global_decisions, global_limited;
-    uint64_t global_keys, owned_keys, reports_sent, leases_sent, replication_bytes_sent;
+    struct metrics_section cluster[METRICS_MAX_SECTIONS]; /* gossip, replica */
+    size_t ncluster;
     int synced; /* 0 or 1 */
 };
+
+/* Adds a section to s (cluster: to the families rendered only when
+ * clustered).  Beyond METRICS_MAX_SECTIONS a section is left out. */
+void metrics_snapshot_add(struct metrics_snapshot *s, int cluster, const struct counter_table *t,
+                          const void *stats);
 
 /* Fills *out (zeroed by the caller) with the counters now.  Must not fail. */
 typedef void (*metrics_collect_fn)(void *ud, struct metrics_snapshot *out);
@@ -106,6 +105,8 @@ void metrics_buf_free(struct metrics_buf *b);
 /*
  * Appends the whole exposition of s to out: for every family a "# HELP" and
  * a "# TYPE" line, then its samples, each "name{label=\"v\"} value\n".
+ * A counter table's family is "sluice_" + its row's metric, and its help
+ * ends with "(INFO field)", the INFO line that shows the same value.
  * Cluster families appear only when s->clustered.  Fails with
  * -SLUICE_ENOMEM (out->oom set; out holds a prefix).
  */

@@ -211,6 +211,8 @@ void server_get_stats(const struct server *s, struct server_stats *out)
     out->client_memory = clientmem_total(&s->budget);
     out->loop_turns = s->loop_stat.turns;
     out->loop_max_turn_ns = s->loop_stat.max_turn_ns;
+    out->loop_max_turn_us = s->loop_stat.max_turn_ns / 1000u;
+    out->memory_trim_ms = s->stats.memory_trim_ns / 1000000u;
 }
 
 void server_get_loop_turns(const struct server *s, struct metrics_histogram *out)
@@ -1193,3 +1195,57 @@ void server_destroy(struct server *s)
     free(s->tcp_bind);
     free(s);
 }
+
+static const struct counter_row server__client_rows[] = {
+    COUNTER_ROW(struct server_stats, connected_clients, "connected_clients", "connected_clients",
+                COUNTER_GAUGE, "Client connections open on the socket."),
+    COUNTER_ROW(struct server_stats, client_memory, "client_memory", "client_memory_bytes",
+                COUNTER_GAUGE, "Bytes held by client connections' buffers."),
+};
+const struct counter_table server_client_counters = COUNTER_TABLE(server__client_rows);
+
+static const struct counter_row server__command_rows[] = {
+    COUNTER_ROW(struct server_stats, total_connections, "total_connections_received",
+                "connections_total", COUNTER_TOTAL,
+                "Client connections accepted, refused ones included."),
+    COUNTER_ROW(struct server_stats, total_commands, "total_commands_processed", "commands_total",
+                COUNTER_TOTAL, "Commands executed."),
+    COUNTER_ROW(struct server_stats, rejected_connections, "rejected_connections",
+                "rejected_connections_total", COUNTER_TOTAL,
+                "Client connections refused over max_clients."),
+    COUNTER_ROW(struct server_stats, protocol_errors, "protocol_errors", "protocol_errors_total",
+                COUNTER_TOTAL, "Connections closed for malformed or oversized requests."),
+    COUNTER_ROW(struct server_stats, output_limit_disconnects, "output_limit_disconnects",
+                "output_limit_disconnects_total", COUNTER_TOTAL,
+                "Clients disconnected for not reading their replies (output hard limit)."),
+    COUNTER_ROW(struct server_stats, client_memory_disconnects, "client_memory_disconnects",
+                "client_memory_disconnects_total", COUNTER_TOTAL,
+                "Clients disconnected, heaviest first, because client memory was over "
+                "max_client_memory."),
+    COUNTER_ROW(struct server_stats, memory_trims, "memory_trims", "memory_trims_total",
+                COUNTER_TOTAL,
+                "Times freed client memory was returned to the system (malloc_trim, on the event "
+                "loop, at most 1% of its time)."),
+    COUNTER_ROW(struct server_stats, memory_trim_ms, "memory_trim_ms",
+                "memory_trim_milliseconds_total", COUNTER_TOTAL,
+                "The time those returns held the event loop, in ms."),
+    COUNTER_ROW(struct server_stats, loop_turns, "loop_turns", "loop_turns_total", COUNTER_TOTAL,
+                "Event loop turns measured (sluice_loop_turn_seconds has their work)."),
+    COUNTER_ROW(struct server_stats, loop_max_turn_us, "loop_max_turn_us",
+                "loop_max_turn_microseconds", COUNTER_GAUGE,
+                "The longest event loop turn's work since start or CONFIG RESETSTAT, in us."),
+};
+const struct counter_table server_command_counters = COUNTER_TABLE(server__command_rows);
+
+static const struct counter_row server__tcp_rows[] = {
+    COUNTER_ROW(struct server_stats, tcp_clients, "tcp_clients", "tcp_clients", COUNTER_GAUGE,
+                "RESP clients connected over TCP (--listen)."),
+    COUNTER_ROW(struct server_stats, tcp_evictions, "tcp_evictions", "tcp_evictions_total",
+                COUNTER_TOTAL,
+                "TCP clients closed for a newcomer over --max-tcp-clients (unauthenticated "
+                "first, then the longest idle)."),
+    COUNTER_ROW(struct server_stats, tcp_timeouts, "tcp_timeouts", "tcp_timeouts_total",
+                COUNTER_TOTAL,
+                "TCP clients closed without AUTH in 10 s or idle past --tcp-idle-timeout."),
+};
+const struct counter_table server_tcp_counters = COUNTER_TABLE(server__tcp_rows);

@@ -64,6 +64,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "counter.h"
 #include "metrics.h"
 #include "resp.h"
 
@@ -140,12 +141,20 @@ struct server_stats {
     uint64_t client_memory_disconnects; /* heaviest clients closed over the budget */
     uint64_t memory_trims;              /* malloc_trim calls */
     uint64_t memory_trim_ns;            /* the time they took, in all */
+    uint64_t memory_trim_ms;            /* the same in ms (server_get_stats) */
     uint64_t tcp_clients;               /* TCP clients connected now (gauge) */
     uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
     uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
     uint64_t loop_turns;                /* event loop turns measured (loopstat.h) */
+    uint64_t loop_max_turn_us;          /* the longest turn's work, in us */
     uint64_t loop_max_turn_ns;          /* the longest, since start or CONFIG RESETSTAT */
 };
+
+/* struct server_stats' rows: INFO's "# Clients", "# Stats" and the TCP
+ * listener's part of "# Listeners", and /metrics. */
+extern const struct counter_table server_client_counters;
+extern const struct counter_table server_command_counters;
+extern const struct counter_table server_tcp_counters;
 
 /* Creates a server (nothing is bound yet).  Fails with -SLUICE_EINVAL (no
  * path, or a path too long for a Unix socket) or -SLUICE_ENOMEM. */

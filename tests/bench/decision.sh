@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Cost of one in-process decision on a warm table (10k keys).  Prints
 #   - instructions per decision from callgrind: (Ir(2N) - Ir(N)) / N, so the
-#     identical setup cancels out, for a local key and for a global key (the
-#     replica of a lone clustered node), and their ratio;
+#     identical setup cancels out, for a local key and for a global key (a
+#     lone clustered node), both through the decision entry as CL.THROTTLE
+#     calls it (global/decide.h), and their ratio;
 #   - ns per decision from a timed loop of 20N decisions (no valgrind).
 # Targets: <= 100 ns per decision; a global decision <= 2x a local one.
 #   tests/bench/decision.sh [BUILD_DIR] [N]     (defaults: build, 200000)

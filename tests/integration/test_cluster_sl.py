@@ -12,7 +12,11 @@ Three nodes gossip on 127.0.0.1 and load one config file.  Checked:
      global one cluster-wide, the local one on this node only);
   4. inline limits: SCOPE global is shared, SCOPE local is not, and
      sliding-log cannot be global; SL.REFUND and SL.RESET refuse global keys;
-  5. RESP3 (HELLO 3) belongs to the connection that asked for it.
+  5. RESP3 (HELLO 3) belongs to the connection that asked for it;
+  6. SL.CHARGE on a global key is counted cluster-wide: after a charge on
+     one node another node's requests wait (the key's bucket is spent);
+  7. a dry-run global policy answers allowed and counts its refusals in
+     dry_run_would_limit, as a local one does.
 
 Every wait is bounded; every process is stopped at the end, even on failure.
 """
@@ -61,6 +65,21 @@ burst = 0
 rate = 1 per 1h
 scope = global
 match = gm:
+
+[policy ch]
+algorithm = gcra
+burst = 4
+rate = 5 per 1h
+scope = global
+match = ch:
+
+[policy dr]
+algorithm = gcra
+burst = 0
+rate = 1 per 1h
+scope = global
+dry_run = true
+match = dr:
 
 [policy lm]
 algorithm = fixed-window
@@ -374,6 +393,47 @@ def test_resp3_per_connection(c):
     print("ok: RESP3 stays with the connection that asked for it")
 
 
+def test_global_charge(c):
+    key = "ch:1"
+    hold(c, key)
+    with c.client(0) as r:
+        # A post-paid charge of the whole limit (5) on node 0.
+        rep = until_allowed(r, "SL.CHARGE", key, "QTY", 5)
+        assert rep[0] == 0, "the charge was not counted: %s" % rep
+    wait_owner_knows(c, key, {0: 5}, holder=0)
+    with c.client(1) as r:
+        # Node 1's next lease carries the cluster's level: nothing left.
+        sluicetest.wait_until(lambda: r.execute_command("SL.PEEK", key)[2] == 0, SETTLE_S,
+                              "node 1 to see the charge made on node 0", interval=0.05)
+        reps = []
+        for _ in range(10):
+            reps.append(r.execute_command("SL.THROTTLE", key))
+            time.sleep(0.2)
+    admitted = sum(allowed(rep) for rep in reps)
+    print("after a charge of 5 on node 0, node 1 admitted %d of 10 over 2 s: %s"
+          % (admitted, [rep[:4] for rep in reps]))
+    # Without the charge the key's 5 units were there to take.  With it,
+    # node 1 admits at most what its own bucket held (the bound's per-node
+    # term), then waits: 5 per hour, one unit every 12 minutes.
+    assert admitted <= 1, reps
+    assert all(rep[0] == 1 for rep in reps[-5:]), reps
+    print("ok: a charge on a global key is seen by the other nodes")
+
+
+def test_global_dry_run_counted(c):
+    def would_limit(i):
+        with c.client(i) as r:
+            return int(r.info("limiter")["dry_run_would_limit"])
+    before = would_limit(2)
+    with c.client(2) as r:
+        reps = [r.execute_command("SL.THROTTLE", "dr:1") for _ in range(4)]
+    assert all(rep[0] == 0 for rep in reps), reps  # dry run: always allowed
+    after = would_limit(2)
+    # 1 per hour, burst 0: at least the last three were refusals.
+    assert after - before >= 3, (before, after)
+    print("ok: a dry-run global policy's refusals are counted (%d)" % (after - before))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="sluice-clsl-")
     c = Nodes(tmp)
@@ -387,6 +447,8 @@ def main():
         test_multi_mixed(c)
         test_inline_scope_and_errors(c)
         test_resp3_per_connection(c)
+        test_global_charge(c)
+        test_global_dry_run_counted(c)
         failed = False
     finally:
         bad = c.stop()

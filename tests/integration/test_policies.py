@@ -60,7 +60,7 @@ def write(path, text):
 
 
 def info_field(r, name):
-    return int(r.info("policies")[name])
+    return int(r.info()[name])
 
 
 class PolicyDaemon(Daemon):

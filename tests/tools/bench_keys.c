@@ -5,7 +5,9 @@
  *   bench_keys keys N        insert N limited keys "user:%d" through
  *                            limiter_throttle and print RSS bytes per key
  *   bench_keys decide N [K]  warm a table with K keys (default 10000), then
- *                            make N decisions over them and print ns per
+ *                            make N decisions over them as CL.THROTTLE
+ *                            does (the decision entry, global/decide.h, and
+ *                            redis-cell's rounding) and print ns per
  *                            decision; setup is identical for any N, so two
  *                            runs under callgrind give instructions per
  *                            decision as (Ir(2N) - Ir(N)) / N
@@ -15,9 +17,14 @@
  *                            it so every key has its owner record, and
  *                            print RSS bytes per key
  *   bench_keys global-decide N [K]
- *                            as decide, through the replica (a global
- *                            decision in-process)
+ *                            as decide, for a global key of a lone
+ *                            clustered node: the decision entry, the
+ *                            cluster and its replica (a global decision
+ *                            in-process)
  */
+#include "cluster.h"
+#include "decide.h"
+#include "gcra.h"
 #include "limiter.h"
 #include "replica.h"
 #include "sluice/error.h"
@@ -78,10 +85,32 @@ static int bench_keys(long n)
     return st.keys == (uint64_t)n ? 0 : 1;
 }
 
+/* One decision as CL.THROTTLE makes it: the entry, then redis-cell's
+ * seconds. */
+static int entry_throttle(const struct decide *d, const char *key, size_t klen, int64_t now,
+                          struct gcra_cell_reply *cell)
+{
+    struct decide_req q = {.key = key,
+                           .klen = klen,
+                           .cl_burst = 1000,
+                           .cl_count = 100,
+                           .cl_period_s = 60,
+                           .scope = -1,
+                           .qty = 1};
+    struct algo_result a;
+    int rc = decide_run(d, &q, now, &a);
+    cell->limited = a.limited;
+    cell->limit = a.limit;
+    cell->remaining = a.remaining > 0 ? a.remaining : 0;
+    cell->retry_after_s = a.limited ? gcra_cell_seconds(a.retry_after_ns) : -1;
+    cell->reset_after_s = gcra_cell_seconds(a.reset_after_ns);
+    return rc;
+}
+
 static int bench_decide(long n, long nkeys)
 {
     struct limiter *lim;
-    struct limiter_throttle_result r;
+    struct gcra_cell_reply r;
     char(*keys)[24] = calloc((size_t)nkeys, sizeof(*keys));
     size_t *lens = calloc((size_t)nkeys, sizeof(*lens));
     int64_t now = 1000000000LL, t0, t1;
@@ -89,15 +118,16 @@ static int bench_decide(long n, long nkeys)
 
     if (keys == NULL || lens == NULL || limiter_create(&lim, NULL) < 0)
         return 1;
+    struct decide d = {lim, NULL};
     for (long i = 0; i < nkeys; i++) {
         lens[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "user:%ld", i);
-        limiter_throttle(lim, keys[i], lens[i], 1000, 100, 60, 1, now, &r);
+        entry_throttle(&d, keys[i], lens[i], now, &r);
     }
     t0 = mono_ns();
     for (long i = 0; i < n; i++) {
         long j = i % nkeys;
         now += 1000;
-        limiter_throttle(lim, keys[j], lens[j], 1000, 100, 60, 1, now, &r);
+        entry_throttle(&d, keys[j], lens[j], now, &r);
         limited += r.limited;
     }
     t1 = mono_ns();
@@ -166,31 +196,44 @@ static int bench_global_keys(long n)
 static int bench_global_decide(long n, long nkeys)
 {
     int64_t now = 1000000000LL, t0, t1;
-    struct replica *r = lone_replica(0, now);
-    struct algo_params p;
-    struct algo_result res;
+    struct gcra_cell_reply r;
     char(*keys)[24] = calloc((size_t)nkeys, sizeof(*keys));
     size_t *lens = calloc((size_t)nkeys, sizeof(*lens));
     long limited = 0;
+    uv_loop_t loop;
+    struct cluster_options o;
+    struct cluster *c = NULL;
+    struct limiter *lim;
+    char err[256];
 
-    if (r == NULL || keys == NULL || lens == NULL ||
-        algo_params_init(&p, ALGO_GCRA, 1000, 100, 60000000000LL, 0) < 0)
+    /* A lone first node (no seeds): synced at once, every key its own. */
+    cluster_options_init(&o);
+    o.gossip_bind = "127.0.0.1:0";
+    o.insecure = 1;
+    o.node_name = "bench";
+    if (keys == NULL || lens == NULL || uv_loop_init(&loop) != 0 ||
+        cluster_start(&loop, &o, &c, err, sizeof(err)) < 0 || limiter_create(&lim, NULL) < 0)
         return 1;
+    struct decide d = {lim, c};
     for (long i = 0; i < nkeys; i++) {
         lens[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "user:%ld", i);
-        replica_throttle(r, keys[i], lens[i], &p, POLICY_PARTITION_SHARE, 1, now, &res);
+        entry_throttle(&d, keys[i], lens[i], now, &r);
     }
     t0 = mono_ns();
     for (long i = 0; i < n; i++) {
         long j = i % nkeys;
         now += 1000;
-        replica_throttle(r, keys[j], lens[j], &p, POLICY_PARTITION_SHARE, 1, now, &res);
-        limited += res.limited;
+        entry_throttle(&d, keys[j], lens[j], now, &r);
+        limited += r.limited;
     }
     t1 = mono_ns();
     printf("decisions %ld\nkeys %ld\nlimited %ld\nns_per_decision %.1f\n", n, nkeys, limited,
            (double)(t1 - t0) / (double)n);
-    replica_destroy(r);
+    cluster_stop(c, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    cluster_destroy(c);
+    uv_loop_close(&loop);
+    limiter_destroy(lim);
     free(keys);
     free(lens);
     return 0;

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "decide.h"
+#include "limiter.h"
 #include "cluster_flags.h"
 #include "config.h"
 #include "policy.h"
@@ -148,44 +150,71 @@ static void test_scope_routing(void **state)
     assert_int_equal(algo_params_init(&gcra, ALGO_GCRA, 2, 10, 1000000000, 0), 0);
     assert_int_equal(algo_params_init(&log, ALGO_SLIDING_LOG, 0, 10, 1000000000, 0), 0);
     struct algo_result r;
+    struct limiter *lim;
+    assert_int_equal(limiter_create(&lim, NULL), 0);
+    struct decide d = {lim, c};
+    struct limiter_stats ls;
+    int64_t now = (int64_t)uv_hrtime();
+#define REQ(k, pol_, p_, qty_)                                                                     \
+    (&(struct decide_req){                                                                         \
+        .key = k, .klen = strlen(k), .pol = pol_, .p = p_, .scope = -1, .qty = qty_})
 
     /* Inline keys of a clustered node are global: the replica answers
      * (a lone first node, no seeds, is synced at once). */
-    assert_int_equal(cluster_decide(c, NULL, "k", 1, &gcra, 1, &r), 1);
+    assert_int_equal(decide_is_global(&d, REQ("k", NULL, &gcra, 1)), 1);
+    assert_int_equal(decide_run(&d, REQ("k", NULL, &gcra, 1), now, &r), 0);
     assert_int_equal(r.limited, 0);
     assert_int_equal(r.limit, 3);
-    /* ... and the replica now holds the key. */
-    assert_int_equal(cluster_decide(c, NULL, "k", 1, &gcra, 0, &r), 1);
+    limiter_get_stats(lim, &ls);
+    assert_int_equal(ls.keys, 0); /* ... the replica holds the key, not the limiter */
 
-    /* A sliding log cannot be global: the caller decides it locally. */
-    assert_int_equal(cluster_decide(c, NULL, "l", 1, &log, 1, &r), 0);
+    /* A sliding log cannot be global: the limiter decides it. */
+    assert_int_equal(decide_is_global(&d, REQ("l", NULL, &log, 1)), 0);
+    assert_int_equal(decide_run(&d, REQ("l", NULL, &log, 1), now, &r), 0);
+    limiter_get_stats(lim, &ls);
+    assert_int_equal(ls.keys, 1);
 
     /* A policy's scope wins over the default. */
     struct policy local = {.name = "p", .algo = gcra, .scope = POLICY_SCOPE_LOCAL};
-    assert_int_equal(cluster_decide(c, &local, "k2", 2, &gcra, 1, &r), 0);
+    assert_int_equal(decide_is_global(&d, REQ("k2", &local, NULL, 1)), 0);
+    struct policy_counts dry_counts = {0}, real_counts = {0};
     struct policy dry = {.name = "d",
                          .algo = gcra,
                          .scope = POLICY_SCOPE_GLOBAL,
                          .partition = POLICY_PARTITION_SHARE,
-                         .dry_run = 1};
+                         .dry_run = 1,
+                         .counts = &dry_counts};
     int limited_seen = 0;
     for (int i = 0; i < 10; i++) {
-        assert_int_equal(cluster_decide(c, &dry, "d", 1, &gcra, 1, &r), 1);
+        assert_int_equal(decide_run(&d, REQ("d", &dry, NULL, 1), now, &r), 0);
         limited_seen |= r.limited;
     }
     assert_int_equal(limited_seen, 0); /* dry run: always answered allowed */
+    /* ...and its refusals are counted as a local key's are (7 of 10 beyond
+     * burst + 1). */
+    limiter_get_stats(lim, &ls);
+    assert_int_equal(ls.dry_run_would_limit, 7);
+    assert_int_equal(dry_counts.decisions, 10);
+    assert_int_equal(dry_counts.limited, 0);
 
     /* The same limit without dry run refuses beyond burst + 1. */
     struct policy real = dry;
     real.dry_run = 0;
+    real.counts = &real_counts;
     for (int i = 0; i < 10; i++) {
-        assert_int_equal(cluster_decide(c, &real, "e", 1, &gcra, 1, &r), 1);
+        assert_int_equal(decide_run(&d, REQ("e", &real, NULL, 1), now, &r), 0);
         limited_seen |= r.limited;
     }
     assert_int_equal(limited_seen, 1);
+    assert_int_equal(real_counts.limited, 7);
+    limiter_get_stats(lim, &ls);
+    assert_int_equal(ls.dry_run_would_limit, 7);
 
     /* No cluster: everything is local. */
-    assert_int_equal(cluster_decide(NULL, NULL, "k", 1, &gcra, 1, &r), 0);
+    struct decide alone = {lim, NULL};
+    assert_int_equal(decide_is_global(&alone, REQ("k", NULL, &gcra, 1)), 0);
+#undef REQ
+    limiter_destroy(lim);
     finish(&loop, c);
     assert_int_equal(uv_loop_close(&loop), 0);
 }

@@ -177,7 +177,7 @@ static void test_connection_commands(void **state)
     const char *info = run(f, "INFO", NULL);
     assert_non_null(strstr(info, "# Server\r\nredis_version:"));
     assert_non_null(strstr(info, "connected_clients:"));
-    assert_non_null(strstr(info, "# Limiter\r\nkeys:"));
+    assert_non_null(strstr(info, "# Limiter\r\ndecisions:"));
     info = run(f, "INFO limiter", NULL);
     assert_null(strstr(info, "# Server"));
     assert_non_null(strstr(info, "decisions:"));

@@ -19,7 +19,17 @@
 
 #include <cmocka.h>
 
+#include "commands_sl.h"
+#include "counters.h"
+#include "daemon_rls.h"
+#include "gossip/gossip.h"
+#include "http.h"
+#include "info.h"
+#include "limiter.h"
 #include "metrics.h"
+#include "replica.h"
+#include "resp.h"
+#include "server.h"
 #include "sluice/error.h"
 #include "testutil.h"
 
@@ -176,22 +186,29 @@ static void test_parse_noise(void **state)
 
 /* ---- exposition ---- */
 
+static struct limiter_stats fixed_lim;
+static struct server_stats fixed_srv;
+static struct commands_sl_stats fixed_sl;
+static struct gossip_stats fixed_gossip;
+
 static struct metrics_snapshot fixed_snapshot(int clustered)
 {
     struct metrics_snapshot s;
     memset(&s, 0, sizeof(s));
-    s.decisions = 42;
-    s.limited = 7;
-    s.keys = 3;
-    s.connected_clients = 2;
-    s.waiting_acquires = 1;
+    fixed_lim = (struct limiter_stats){.decisions = 42, .limited = 7, .keys = 3};
+    fixed_srv = (struct server_stats){.connected_clients = 2};
+    fixed_sl = (struct commands_sl_stats){.waiting_acquires = 1};
+    fixed_gossip = (struct gossip_stats){.bytes_sent = 18446744073709551615ull};
+    metrics_snapshot_add(&s, 0, &limiter_counters, &fixed_lim);
+    metrics_snapshot_add(&s, 0, &server_client_counters, &fixed_srv);
+    metrics_snapshot_add(&s, 0, &commands_sl_counters, &fixed_sl);
+    metrics_snapshot_add(&s, 1, &counters_gossip, &fixed_gossip);
     s.clustered = clustered;
     s.members[0] = (struct metrics_label_value){"alive", 3};
     s.members[1] = (struct metrics_label_value){"sus\"p\\e\nct", 1};
     s.nmembers = 2;
     s.drops[0] = (struct metrics_label_value){"auth", 5};
     s.ndrops = 1;
-    s.gossip_bytes_sent = 18446744073709551615ull;
     s.synced = 1;
     s.by_policy[0] = (struct metrics_policy_value){"api", 10, 4};
     s.by_policy[1] = (struct metrics_policy_value){"_other", 2, 0};
@@ -215,19 +232,21 @@ static void test_render_exact(void **state)
     struct metrics_buf b = {0};
     assert_int_equal(metrics_render(&s, &b), 0);
     const char *first =
-        "# HELP sluice_decisions_total Rate-limit decisions answered on local keys.\n"
+        "# HELP sluice_decisions_total Rate-limit decisions answered on local keys. (INFO "
+        "decisions)\n"
         "# TYPE sluice_decisions_total counter\n"
         "sluice_decisions_total 42\n"
         "# HELP sluice_limited_total Decisions on local keys that refused the "
-        "request.\n"
+        "request. (INFO limited)\n"
         "# TYPE sluice_limited_total counter\n"
         "sluice_limited_total 7\n"
-        "# HELP sluice_keys Keys held in memory.\n"
+        "# HELP sluice_keys Keys held in memory. (INFO keys)\n"
         "# TYPE sluice_keys gauge\n"
         "sluice_keys 3\n";
     assert_true(b.len > strlen(first));
     assert_memory_equal(b.data, first, strlen(first));
-    const char *waiting = "# HELP sluice_waiting_acquires SL.ACQUIRE requests waiting now.\n"
+    const char *waiting = "# HELP sluice_waiting_acquires SL.ACQUIRE requests waiting now. "
+                          "(INFO waiting_acquires)\n"
                           "# TYPE sluice_waiting_acquires gauge\n"
                           "sluice_waiting_acquires 1\n";
     assert_non_null(strstr(b.data, waiting));
@@ -344,16 +363,95 @@ static void test_render_grammar(void **state)
     metrics_buf_free(&b);
 }
 
+/* Every counter table the daemon renders (sluiced.c), each with a stats
+ * struct big enough for any of them. */
+static const struct counter_table *const all_tables[] = {
+    &limiter_counters,    &server_client_counters, &server_command_counters,
+    &server_tcp_counters, &http_counters,          &commands_sl_counters,
+    &daemon_rls_counters, &counters_gossip,        &counters_replica,
+};
+#define NTABLES (sizeof(all_tables) / sizeof(all_tables[0]))
+
+/* The value of "name:" in INFO text, or -1. */
+static long long info_value(const char *text, const char *name)
+{
+    char key[160];
+    snprintf(key, sizeof(key), "\n%s:", name);
+    const char *p = strstr(text, key);
+    return p != NULL ? strtoll(p + strlen(key), NULL, 10) : -1;
+}
+
+/* INFO and /metrics agree for every counter: each row of every table is
+ * one INFO line and one family whose HELP names that INFO line, with the
+ * same value, and no two rows share a name on either side. */
+static void test_info_and_metrics_agree(void **state)
+{
+    (void)state;
+    static uint64_t stats[NTABLES][64];
+    struct metrics_snapshot s;
+    memset(&s, 0, sizeof(s));
+    s.clustered = 1;
+    struct resp_buf info;
+    resp_buf_init(&info);
+    resp_add_raw(&info, "\n", 1);
+    uint64_t next = 1000;
+    size_t rows = 0;
+    for (size_t t = 0; t < NTABLES; t++) {
+        for (size_t k = 0; k < 64; k++)
+            stats[t][k] = next++; /* every field its own value */
+        assert_true(all_tables[t]->n > 0);
+        for (size_t k = 0; k < all_tables[t]->n; k++)
+            assert_true(all_tables[t]->rows[k].off + 8 <= sizeof(stats[t]));
+        metrics_snapshot_add(&s, t >= NTABLES - 2, all_tables[t], stats[t]);
+        info_counters(&info, all_tables[t], stats[t]);
+        rows += all_tables[t]->n;
+    }
+    resp_add_raw(&info, "\0", 1);
+    struct metrics_buf b = {0};
+    assert_int_equal(metrics_render(&s, &b), 0);
+    size_t paired = 0;
+    for (size_t t = 0; t < NTABLES; t++) {
+        for (size_t k = 0; k < all_tables[t]->n; k++) {
+            const struct counter_row *r = &all_tables[t]->rows[k];
+            char help[200], sample[200];
+            /* The family's HELP names the INFO field... */
+            snprintf(help, sizeof(help), "# HELP sluice_%s ", r->metric);
+            const char *h = strstr(b.data, help);
+            assert_non_null(h);
+            assert_null(strstr(h + 1, help)); /* one family per name */
+            snprintf(help, sizeof(help), "(INFO %s)\n", r->info);
+            const char *eol = strchr(h, '\n');
+            assert_true(strstr(h, help) != NULL && strstr(h, help) + strlen(help) - 1 == eol);
+            /* ...whose value is the sample's. */
+            long long iv = info_value(info.data, r->info);
+            assert_int_equal(iv, (long long)counter_value(r, stats[t]));
+            snprintf(sample, sizeof(sample), "\nsluice_%s %lld\n", r->metric, iv);
+            assert_non_null(strstr(b.data, sample));
+            /* No other row has this INFO name. */
+            char key[160];
+            snprintf(key, sizeof(key), "\n%s:", r->info);
+            assert_null(strstr(strstr(info.data, key) + 1, key));
+            paired++;
+        }
+    }
+    assert_int_equal(paired, rows);
+    metrics_buf_free(&b);
+    resp_buf_free(&info);
+}
+
 /* ---- the server over loopback ---- */
 
 static uv_loop_t loop;
 static int collects;
 
+static struct limiter_stats collected;
+
 static void collect(void *ud, struct metrics_snapshot *out)
 {
     (void)ud;
     collects++;
-    out->decisions = 1000 + (uint64_t)collects;
+    collected.decisions = 1000 + (uint64_t)collects;
+    metrics_snapshot_add(out, 0, &limiter_counters, &collected);
 }
 
 /* The metrics routes of the listener start() made. */
@@ -655,6 +753,7 @@ static void test_bad_bind(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_info_and_metrics_agree),
         cmocka_unit_test(test_parse_get_every_split),
         cmocka_unit_test(test_parse_variants),
         cmocka_unit_test(test_parse_malformed),
