@@ -59,8 +59,11 @@ for t in "${tests[@]}"; do
       cut=1
       break
     fi
-    if ! out=$(SLUICE_SEED=$s timeout "$RUN_S" "$BIN/$t" 2>&1); then
+    out=$(SLUICE_SEED=$s timeout "$RUN_S" "$BIN/$t" 2>&1)
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
       echo "$out" | grep -E '^\[  (FAILED|ERROR) |LINE|Timeout|ERROR' | head -8 | sed 's/^/     /'
+      [ "$rc" -eq 124 ] && echo "     (no result after ${RUN_S} s: killed)"
       echo "FAIL $t seed $s: replay with SLUICE_SEED=$s $BIN/$t"
       nf=$((nf + 1))
     fi
