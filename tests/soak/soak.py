@@ -60,7 +60,7 @@ What it asserts (and prints):
   - membership: every sample, each node that has been up, unfrozen and
     unpartitioned for GRACE_S reads its SL.MEMBERS and INFO cluster; any
     other such node it sees dead, left or not at all (a split, a false
-    death) fails the run, as does cluster_state other than ready while the
+    death) fails the run, as does cluster_state other than ok while the
     whole cluster is quiet; suspect entries are counted and printed;
   - the worst WINDOW_S of admissions of "hot" against what the limit
     allows in that time (burst + 1 + rate x WINDOW_S) stays within 1.25x
@@ -448,10 +448,10 @@ class Soak:
                 elif st != "alive":
                     self.split_obs.append((round(t, 1), nd.name, other.name, st))
             if isinstance(info, bytes):
-                for ln in info.decode().splitlines():
-                    if ln.startswith("cluster_state:") and ln != "cluster_state:ready":
-                        if all(self.quiet(o, t) for o in self.nodes):
-                            self.not_ready.append((round(t, 1), nd.name, ln))
+                f = dict(ln.split(":", 1) for ln in info.decode().splitlines() if ":" in ln)
+                if f.get("cluster_state") != "ok" and all(self.quiet(o, t) for o in self.nodes):
+                    self.not_ready.append((round(t, 1), nd.name, f.get("cluster_state"),
+                                           f.get("cluster_state_reason")))
 
     def write_config(self, good, rate=20):
         with open(self.config + ".tmp", "w") as f:
