@@ -61,7 +61,9 @@ What it asserts (and prints):
     unpartitioned for GRACE_S reads its SL.MEMBERS and INFO cluster; any
     other such node it sees dead, left or not at all (a split, a false
     death) fails the run, as does cluster_state other than ok while the
-    whole cluster is quiet; suspect entries are counted and printed;
+    whole cluster is quiet; suspect entries are counted and printed; and
+    every death a daemon logged must be of a member frozen or killed in the
+    5 s before, or on the other side of a partition (else a false death);
   - the worst WINDOW_S of admissions of "hot" against what the limit
     allows in that time (burst + 1 + rate x WINDOW_S) stays within 1.25x
     outside partitions (inside one, each side admits the whole limit:
@@ -72,7 +74,9 @@ What it asserts (and prints):
     within 2% (tests/bench/cluster.sh).
 """
 import argparse
+import calendar
 import os
+import re
 import random
 import shutil
 import signal
@@ -325,6 +329,8 @@ class Soak:
         self.suspect_obs = []  # (t, viewer, subject) suspect in a quiet time: printed
         self.views = 0  # membership views judged
         self.not_ready = []  # (t, node, cluster_state) in a quiet time
+        self.down = {}  # node name -> [(from, to)] soak times it was frozen or killed
+        self.wall0 = time.time()
         self.lock = threading.Lock()
         self.stop = False
         self.max_requests = int(seconds * 6000)
@@ -413,6 +419,41 @@ class Soak:
         return "partition %s | %s for %.0f s, healed, all alive in every view: %s" % (
             ",".join(nd.name for nd in self.nodes[:N - 2]), ",".join(nd.name for nd in cut),
             PART_S, "yes" if not bad else "NO")
+
+    def false_deaths(self):
+        """Deaths the daemons logged ("member X (...) is dead") of a member
+        that was neither frozen nor killed in the 5 s before, by a viewer on
+        its side of any partition: a member declared dead by a node that
+        could reach it.  Returns (all deaths logged, those, the ones whose
+        viewer was itself frozen or restarted then).  Log times have a
+        resolution of one second."""
+        side = {nd.name: nd.i >= N - 2 for nd in self.nodes}
+        pat = re.compile(r"^(\S+)Z \w+\s+cluster: member (\S+) \(.*\) is dead")
+        out, woke, total = [], [], 0
+        for nd in self.nodes:
+            for life in range(1, nd.lives + 1):
+                path = os.path.join(self.tmp, "%s-life%d.log" % (nd.name, life))
+                try:
+                    lines = open(path, errors="replace").read().splitlines()
+                except OSError:
+                    continue
+                for ln in lines:
+                    m = pat.match(ln)
+                    if not m or m.group(2) not in side:
+                        continue
+                    total += 1
+                    wall = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+                    t, subj = wall - self.wall0, m.group(2)
+                    if any(a - 1 <= t + 1 and t - 5 <= b for a, b in self.down.get(subj, [])):
+                        continue
+                    if side[nd.name] != side[subj] and any(
+                            a - 1 <= t + 1 and t - 5 <= b for a, b in self.partitions):
+                        continue
+                    if any(a - 1 <= t + 1 and t - 5 <= b for a, b in self.down.get(nd.name, [])):
+                        woke.append((round(t), nd.name, subj))
+                        continue
+                    out.append((round(t), nd.name, subj))
+        return total, out, woke
 
     def quiet(self, nd, t):
         """Whether nd has been up, unfrozen and unpartitioned for GRACE_S."""
@@ -758,6 +799,7 @@ class Soak:
             os.kill(nd.pid(), signal.SIGSTOP)
             time.sleep(FREEZE_S)
             os.kill(nd.pid(), signal.SIGCONT)
+            self.down.setdefault(nd.name, []).append((t, self.now()))
             nd.state = "up"
             nd.gen += 1
             nd.changed = time.monotonic()
@@ -777,12 +819,14 @@ class Soak:
             nd.d.proc.wait()
             time.sleep(1.0)
             nd.start()
+            self.down.setdefault(nd.name, []).append((t, self.now()))
             self.events.append((round(t, 1), "kill -9 %s, restarted after 1 s" % nd.name))
 
     def run(self):
         for nd in self.nodes:
             nd.start()
         self.t0 = time.monotonic()
+        self.wall0 = time.time()
         rng = random.Random(self.seed)
         threads = []
         for nd in self.nodes:
@@ -948,6 +992,14 @@ def report(s, fails):
             s.views, len(s.split_obs), len(s.suspect_obs), len(s.not_ready)))
     if s.suspect_obs:
         log("  suspect (first 10): %s" % s.suspect_obs[:10])
+    dead_lines, false_dead, woke = s.false_deaths()
+    log("deaths logged by the daemons: %d; of a member up, unfrozen and reachable from the "
+        "viewer (false deaths): %d %s; by a viewer itself frozen or restarted in the 5 s "
+        "before (printed, not judged): %d %s" % (dead_lines, len(false_dead), false_dead[:10],
+                                                 len(woke), woke[:10]))
+    if false_dead:
+        fails.append("members declared dead by nodes that could reach them (t, viewer, "
+                     "subject): %s" % false_dead[:10])
     if s.split_obs:
         fails.append("healthy members seen not alive (t, viewer, subject, state): %s" %
                      s.split_obs[:10])
