@@ -32,6 +32,7 @@ struct member {
     struct gossip_addr addr;
     int64_t state_since;
     int64_t last_heard;
+    int64_t probe_failed; /* when our last probe of it failed (0: never) */
     /* suspicion (state == SUSPECT) */
     int64_t susp_start, susp_deadline;
     int susp_k, susp_confirmations;

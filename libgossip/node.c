@@ -699,8 +699,21 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
     emit(n, GOSSIP_EVENT_SUSPECT, m);
 }
 
+/* Whether our own latest evidence about m agrees that it is unreachable:
+ * our last probe of it failed and nothing came from it since.  A member
+ * that really failed is soon in this state at every node that probes it
+ * (suspects are probed first); a member that some other node cannot reach
+ * but we hear from is not. */
+static int unreachable_here(const struct member *m)
+{
+    return m->probe_failed != 0 && m->probe_failed >= m->last_heard;
+}
+
+/* A death (left = 0) or leave (left = 1) of `name` at incarnation inc.
+ * `from` names the member that declared the death when the news came by
+ * gossip (NULL for our own suspicion timing out, and for a leave). */
 static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_t inc,
-                    uint64_t life, int left)
+                    uint64_t life, int left, const char *from, size_t from_len)
 {
     struct member *m = member_find(&n->t, name, len);
     if (m == NULL || m->reaped || inc < m->incarnation)
@@ -709,6 +722,21 @@ static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_
      * duplicate's graceful leave) leaves the life we know untouched. */
     if (!m->is_self && other_life_news(n, m, life))
         return;
+    /* Someone else's verdict against a member our own evidence does not
+     * find unreachable is taken as a suspicion (its author counted as an
+     * accuser): the member learns of it and refutes, and if it is really
+     * gone our own probe of it fails (suspects are probed first) and our
+     * timer, or the next verdict we hear, declares it dead.  Taken as final,
+     * the verdicts each side of a healed partition made about the other
+     * kill members that everyone who can reach them sees alive, until they
+     * refute. */
+    if (!left && from != NULL && !m->is_self &&
+        (m->state == GOSSIP_MEMBER_ALIVE || m->state == GOSSIP_MEMBER_SUSPECT) &&
+        !unreachable_here(m)) {
+        n->st.deaths_doubted++;
+        on_suspect(n, name, len, inc, life, from, from_len);
+        return;
+    }
     if (m->state == GOSSIP_MEMBER_DEAD || m->state == GOSSIP_MEMBER_LEFT) {
         /* A leave outranks a death at the same incarnation (graceful).  A
          * death reported of a member we know left: say so again. */
@@ -757,8 +785,10 @@ static void probe_finish(struct gossip_node *n)
      * runs to its maximum timeout, since nobody else ever accuses. */
     struct member *m = member_find(&n->t, p->target, p->target_len);
     if (m != NULL && !m->reaped &&
-        (m->state == GOSSIP_MEMBER_ALIVE || m->state == GOSSIP_MEMBER_SUSPECT))
+        (m->state == GOSSIP_MEMBER_ALIVE || m->state == GOSSIP_MEMBER_SUSPECT)) {
+        m->probe_failed = n->now;
         on_suspect(n, m->name, m->name_len, m->incarnation, m->life, n->name, n->name_len);
+    }
 }
 
 static struct member *next_probe_target(struct gossip_node *n)
@@ -1336,10 +1366,11 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
                 on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->life, m->from.ptr,
                            m->from.len);
             else
-                on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 0);
+                on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 0, m->from.ptr,
+                        m->from.len);
             break;
         case PROTO_LEFT:
-            on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 1);
+            on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 1, NULL, 0);
             break;
         case PROTO_APP:
             on_app(n, m);
@@ -1510,7 +1541,8 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
     for (size_t i = 0; i < n->sn;) {
         struct member *m = n->sus[i];
         if (now >= m->susp_deadline) {
-            on_dead(n, m->name, m->name_len, m->incarnation, m->life, 0); /* removes m from sus */
+            /* removes m from sus */
+            on_dead(n, m->name, m->name_len, m->incarnation, m->life, 0, NULL, 0);
             if (i < n->sn && n->sus[i] == m)
                 sus_remove(n, m); /* never leave an expired deadline behind */
             continue;

@@ -279,6 +279,9 @@ struct gossip_stats {
     uint64_t direct_sent, direct_bytes_sent, direct_packets_sent;
     uint64_t direct_received, direct_bytes_received, direct_dropped;
     uint64_t conflicts;
+    /* Deaths others declared of a member we heard from lately, taken as
+     * suspicions instead (after a partition heals, say). */
+    uint64_t deaths_doubted;
 };
 
 /* Copies the counters.  Never fails. */

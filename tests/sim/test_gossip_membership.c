@@ -151,6 +151,68 @@ static void test_partition_heals(void **state)
     gossip_sim_destroy(s);
 }
 
+/* Deaths each node declares, and the simulated time of the last one, by
+ * side of a partition (node i's side is i >= n / 2); recorded only while
+ * `heal_watch` is set. */
+#define HEAL_N 10
+static int heal_watch;
+static int heal_same_side, heal_other_side;
+
+static void heal_event(void *ud, enum gossip_event ev, const struct gossip_member_info *m)
+{
+    int viewer = (int)(intptr_t)ud, subject = atoi(m->name + 5); /* "node-007" */
+    if (!heal_watch || ev != GOSSIP_EVENT_DEAD)
+        return;
+    if ((viewer >= HEAL_N / 2) == (subject >= HEAL_N / 2))
+        heal_same_side++;
+    else
+        heal_other_side++;
+}
+
+static void heal_tweak(struct gossip_config *cfg, int i)
+{
+    cfg->cb.ud = (void *)(intptr_t)i;
+    cfg->cb.on_event = heal_event;
+}
+
+/* When a partition heals, each side's verdicts about the other (dead at the
+ * incarnation it had) reach members that can reach the accused: a node
+ * whose own last probe of a member did not fail only suspects it on such
+ * news, so the member refutes, and nobody on its side declares it dead.
+ * (A suspicion of the other side still running at the heal may expire
+ * before the refutation arrives: the detector judging what it saw, printed
+ * and not asserted.) */
+static void test_partition_heal_no_false_deaths(void **state)
+{
+    (void)state;
+    const int n = HEAL_N;
+    struct gossip_sim *s = new_sim(0);
+    heal_watch = 0;
+    heal_same_side = heal_other_side = 0;
+    sim_cluster(s, n, NULL, heal_tweak);
+    assert_true(sim_converge(s, n, 100 * MSEC, 60 * SEC) >= 0);
+    for (int i = n / 2; i < n; i++)
+        gossip_sim_set_group(s, i, 1);
+    /* Long enough for each side to declare most of the other dead, short
+     * enough that the verdicts still ride on every packet at the heal. */
+    gossip_sim_run(s, 15 * SEC);
+    heal_watch = 1;
+    for (int i = 0; i < n; i++)
+        gossip_sim_set_group(s, i, 0);
+    int64_t t = sim_converge(s, n, 100 * MSEC, 10 * 60 * SEC);
+    gossip_sim_run(s, 30 * SEC);
+    fprintf(stderr,
+            "  partition healed: whole after %.1f s; deaths declared after the heal: %d of a "
+            "member on the same side, %d across\n",
+            (double)t / SEC, heal_same_side, heal_other_side);
+    assert_true(t >= 0);
+    assert_int_equal(heal_same_side, 0);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(sim_view(s, i).alive, n);
+    heal_watch = 0;
+    gossip_sim_destroy(s);
+}
+
 /* A one-way link failure (5 cannot reach 3, 3 still reaches 5): probes
  * between them fail directly but succeed through others, so nobody dies. */
 static void test_one_way_link(void **state)
@@ -335,6 +397,7 @@ int main(void)
         cmocka_unit_test(test_killed_node_declared_dead),
         cmocka_unit_test(test_no_false_deaths_under_loss),
         cmocka_unit_test(test_partition_heals),
+        cmocka_unit_test(test_partition_heal_no_false_deaths),
         cmocka_unit_test(test_one_way_link),
         cmocka_unit_test(test_slow_node_lifeguard),
         cmocka_unit_test(test_left_node_not_resurrected),
