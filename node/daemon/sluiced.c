@@ -28,6 +28,8 @@
 #include "log.h"
 #include "file.h"
 #include "http.h"
+#include "commands_lease.h"
+#include "http_lease.h"
 #include "http_throttle.h"
 #include "info.h"
 #include "metrics.h"
@@ -178,6 +180,7 @@ struct daemon {
     struct http_server *http;       /* NULL when --http is off */
     struct metrics *metrics;        /* its /metrics and /health */
     struct http_throttle *throttle; /* its /v1/throttle */
+    struct http_lease *lease;       /* its /v1/lease */
     struct daemon_rls *rls;         /* NULL when neither --grpc nor --ratelimit-config */
     struct readiness *ready;        /* /ready and INFO cluster_state */
 };
@@ -279,6 +282,17 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->reloads = sls.reloads;
     s->reload_failures = sls.reload_failures;
     s->waiting_acquires = sls.waiting_acquires;
+    struct commands_lease_stats lst;
+    commands_lease_get_stats(commands_sl_leases(d->sl), &lst);
+    s->leases.keys = lst.keys;
+    s->leases.leases = lst.leases;
+    s->leases.held = lst.held;
+    s->leases.waiting = lst.waiting;
+    s->leases.granted = lst.granted;
+    s->leases.refused = lst.refused;
+    s->leases.released = lst.released;
+    s->leases.expired = lst.expired;
+    s->leases.disconnect = lst.disconnect;
     daemon_rls_collect(d->rls, s);
     s->ready = readiness_ready(d->ready);
     struct gossip_node *g = cluster_gossip(d->cluster);
@@ -912,6 +926,8 @@ int main(int argc, char **argv)
             rc = http_route(d.http, "/ready", daemon_on_ready, &d);
         if (rc == 0)
             rc = http_throttle_attach(d.http, d.cmds, d.lim, &htcfg, &d.throttle);
+        if (rc == 0)
+            rc = http_lease_attach(d.http, d.cmds, &d.lease);
         if (rc == 0 && http_start(d.http) < 0) {
             log_error("%s", http_error(d.http));
             rc = -SLUICE_EIO;
@@ -1002,6 +1018,7 @@ out_server:
     http_destroy(d.http);
     metrics_destroy(d.metrics);
     http_throttle_destroy(d.throttle);
+    http_lease_destroy(d.lease);
     server_destroy(d.srv);
 out_cmds:
     commands_destroy(d.cmds);

@@ -34,6 +34,7 @@ struct conc_lease {
     uint64_t id;
     int64_t qty;
     int64_t expires;
+    int64_t ttl; /* as granted (a renew without a TTL reuses it) */
     size_t heap_i;
     struct conc_key *k;
     struct conc_lease *kprev, *knext;
@@ -304,6 +305,7 @@ int conc_acquire(struct conc *c, const char *key, size_t klen, int64_t cap, int6
     memcpy(table_entry_value(e), &l, sizeof(l));
     l->qty = qty;
     l->expires = now + ttl_ns;
+    l->ttl = ttl_ns;
     l->k = k;
     l->knext = k->leases;
     if (k->leases != NULL)
@@ -338,6 +340,12 @@ int64_t conc_held(struct conc *c, const char *key, size_t klen)
     return k != NULL ? k->held : 0;
 }
 
+int64_t conc_earliest(struct conc *c, const char *key, size_t klen)
+{
+    struct conc_key *k = conc__find(c, key, klen);
+    return k != NULL ? conc__earliest(k) : INT64_MAX;
+}
+
 int conc_release(struct conc *c, const char *key, size_t klen, uint64_t id, conc_freed_fn freed,
                  void *ud)
 {
@@ -353,11 +361,15 @@ int conc_renew(struct conc *c, const char *key, size_t klen, uint64_t id, int64_
                int64_t now, int64_t *expires_ns)
 {
     struct conc_lease *l;
-    if (ttl_ns < 1 || ttl_ns > CONC_MAX_TTL_NS || now < 0 || now > INT64_MAX - ttl_ns)
+    if (ttl_ns < 0 || ttl_ns > CONC_MAX_TTL_NS || now < 0)
         return -SLUICE_EINVAL;
     l = conc__lease(c, key, klen, id);
     if (l == NULL)
         return -SLUICE_ENOENT;
+    if (ttl_ns == 0)
+        ttl_ns = l->ttl;
+    if (now > INT64_MAX - ttl_ns)
+        return -SLUICE_EINVAL;
     l->expires = now + ttl_ns;
     conc__heap_up(c, l->heap_i);
     conc__heap_down(c, l->heap_i);

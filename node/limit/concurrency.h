@@ -98,6 +98,9 @@ int conc_acquire(struct conc *c, const char *key, size_t klen, int64_t cap, int6
  * still count until conc_expire runs. */
 int64_t conc_held(struct conc *c, const char *key, size_t klen);
 
+/* The earliest expiry of key's leases, INT64_MAX when it holds none. */
+int64_t conc_earliest(struct conc *c, const char *key, size_t klen);
+
 /*
  * Ends lease id of key.  Returns 0 and calls freed(ud, key) (NULL: no
  * call), or -SLUICE_ENOENT when key has no such lease (never made, already
@@ -106,8 +109,9 @@ int64_t conc_held(struct conc *c, const char *key, size_t klen);
 int conc_release(struct conc *c, const char *key, size_t klen, uint64_t id, conc_freed_fn freed,
                  void *ud);
 
-/* Moves lease id of key to expire at now + ttl_ns; *expires_ns the new
- * expiry.  -SLUICE_ENOENT as conc_release; -SLUICE_EINVAL for a bad ttl. */
+/* Moves lease id of key to expire at now + ttl_ns (0: the TTL it was
+ * granted with); *expires_ns the new expiry.  -SLUICE_ENOENT as
+ * conc_release; -SLUICE_EINVAL for a bad ttl. */
 int conc_renew(struct conc *c, const char *key, size_t klen, uint64_t id, int64_t ttl_ns,
                int64_t now, int64_t *expires_ns);
 

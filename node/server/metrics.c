@@ -156,6 +156,17 @@ static const struct family families[] = {
     F("rls_reload_failures_total", "Rate limit YAML reloads refused (the running config kept).",
       FAM_COUNTER, rls_reload_failures),
     F("waiting_acquires", "SL.ACQUIRE requests waiting now.", FAM_GAUGE, waiting_acquires),
+    F("lease_keys", "Keys with concurrency leases held on this node.", FAM_GAUGE, leases.keys),
+    F("leases", "Concurrency leases alive on this node.", FAM_GAUGE, leases.leases),
+    F("leases_held", "Units held by concurrency leases on this node.", FAM_GAUGE, leases.held),
+    F("leases_waiting", "SL.LEASE requests waiting for a unit.", FAM_GAUGE, leases.waiting),
+    F("leases_granted_total", "Concurrency leases granted.", FAM_COUNTER, leases.granted),
+    F("leases_refused_total", "SL.LEASE requests answered limited.", FAM_COUNTER, leases.refused),
+    F("leases_released_total", "Leases ended by SL.RELEASE or DELETE /v1/lease.", FAM_COUNTER,
+      leases.released),
+    F("leases_expired_total", "Leases ended by their TTL.", FAM_COUNTER, leases.expired),
+    F("leases_released_by_disconnect_total",
+      "Leases ended because the connection that took them closed.", FAM_COUNTER, leases.disconnect),
 };
 
 /* Cluster families without labels, after the labelled member gauge. */

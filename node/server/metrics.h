@@ -65,6 +65,10 @@ struct metrics_snapshot {
     uint64_t rls_evictions, rls_timeouts, rls_memory_disconnects;
     /* policies and the waiting acquire */
     uint64_t policies, reloads, reload_failures, waiting_acquires;
+    /* concurrency leases (commands_lease.h's counters, by the same names) */
+    struct {
+        uint64_t keys, leases, held, waiting, granted, refused, released, expired, disconnect;
+    } leases;
     /* Envoy's rate limit service (zero when off) */
     uint64_t rls_calls, rls_over_limit, rls_shadowed, rls_errors;
     uint64_t rls_connected, rls_protocol_errors, rls_reloads, rls_reload_failures;

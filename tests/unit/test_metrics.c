@@ -79,8 +79,15 @@ static void test_parse_variants(void **state)
     const char *post = "POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello";
     size_t ph = strlen(post) - 5;
     parse_ok(post, strlen(post), ph, &r);
-    assert_int_equal(r.method, HTTP_REQ_OTHER);
+    assert_int_equal(r.method, HTTP_REQ_POST);
     assert_int_equal(r.has_body, 1);
+
+    const char *del = "DELETE /v1/lease/7?key=k HTTP/1.1\r\n\r\n";
+    parse_ok(del, strlen(del), strlen(del), &r);
+    assert_int_equal(r.method, HTTP_REQ_DELETE);
+    const char *put = "PUT /x HTTP/1.1\r\n\r\n";
+    parse_ok(put, strlen(put), strlen(put), &r);
+    assert_int_equal(r.method, HTTP_REQ_OTHER);
 
     const char *zero = "GET /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
     parse_ok(zero, strlen(zero), strlen(zero), &r);
