@@ -686,6 +686,12 @@ static int acquire__submit(struct acquire *a, const struct acquire_req *req,
     return 0;
 }
 
+int64_t acquire_queued(struct acquire *a, const char *key, size_t klen)
+{
+    struct acquire_queue *q = acquire__find(a, key, klen);
+    return q != NULL ? q->qty_sum : 0;
+}
+
 void acquire_wake(struct acquire *a, const char *key, size_t klen)
 {
     struct acquire_queue *q = acquire__find(a, key, klen);

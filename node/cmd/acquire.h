@@ -130,6 +130,9 @@ void acquire_wake(struct acquire *a, const char *key, size_t klen);
  * Waiters behind it move up.  Never fails. */
 void acquire_cancel(struct acquire *a, struct acquire_waiter *w);
 
+/* Units the requests waiting for key ask for together (0: none wait). */
+int64_t acquire_queued(struct acquire *a, const char *key, size_t klen);
+
 /* Requests waiting now (all keys). */
 size_t acquire_waiting(const struct acquire *a);
 

@@ -25,6 +25,7 @@
 #include "info.h"
 #include "num.h"
 #include "policy.h"
+#include "slots.h"
 #include "sluice/error.h"
 
 struct commands_lease {
@@ -62,6 +63,8 @@ struct lease_req {
 };
 
 static void lease__on_timer(uv_timer_t *t);
+static void lease__on_slots(void *ud, const char *key, size_t klen);
+static void lease__load(void *ud, const char *key, size_t klen, int64_t *held, int64_t *waiting);
 
 int commands_lease_create(uv_loop_t *loop, struct limiter *lim, struct acquire *acq, size_t max_key,
                           struct commands_lease **out)
@@ -100,8 +103,11 @@ int commands_lease_create(uv_loop_t *loop, struct limiter *lim, struct acquire *
 
 void commands_lease_set_cluster(struct commands_lease *l, struct cluster *cl)
 {
-    if (l != NULL)
-        l->cl = cl;
+    if (l == NULL)
+        return;
+    l->cl = cl;
+    if (cluster_slots(cl) != NULL)
+        slots_set_client(cluster_slots(cl), lease__on_slots, lease__load, l);
 }
 
 void commands_lease_close(struct commands_lease *l)
@@ -128,11 +134,9 @@ static int64_t lease__ms(int64_t ns)
     return ns / NUM_NS_PER_MS + (ns % NUM_NS_PER_MS != 0);
 }
 
-/* Global leases are not served yet: every key is local. */
-static void *lease__slots(struct commands_lease *l)
+static struct slots *lease__slots(struct commands_lease *l)
 {
-    (void)l;
-    return NULL;
+    return l->cl != NULL ? cluster_slots(l->cl) : NULL;
 }
 
 /* Arms the expiry timer for the earliest lease, if sooner than armed. */
@@ -155,7 +159,25 @@ static void lease__arm(struct commands_lease *l)
 static void lease__freed(void *ud, const char *key, size_t klen)
 {
     struct commands_lease *l = ud;
+    struct slots *s = lease__slots(l);
+    if (s != NULL)
+        slots_note_held(s, key, klen, conc_held(l->conc, key, klen), cluster_now_ns(l->cl));
     acquire_wake(l->acq, key, klen);
+}
+
+/* Slots of a global key arrived: its waiters may fit now. */
+static void lease__on_slots(void *ud, const char *key, size_t klen)
+{
+    struct commands_lease *l = ud;
+    acquire_wake(l->acq, key, klen);
+}
+
+/* What this node holds of a global key and what waits for it. */
+static void lease__load(void *ud, const char *key, size_t klen, int64_t *held, int64_t *waiting)
+{
+    struct commands_lease *l = ud;
+    *held = conc_held(l->conc, key, klen);
+    *waiting = acquire_queued(l->acq, key, klen);
 }
 
 static void lease__on_timer(uv_timer_t *t)
@@ -207,9 +229,13 @@ static int lease__decide(void *ud, const char *key, size_t klen, const struct al
     struct commands_lease *l = q->l;
     int64_t now = (int64_t)uv_hrtime();
     int64_t cap = q->limit;
+    struct slots *s = q->global ? lease__slots(l) : NULL;
     int rc;
     (void)p;
     (void)pol;
+    if (s != NULL)
+        cap = slots_cap(s, key, klen, q->limit, q->ttl_ns, conc_held(l->conc, key, klen), qty,
+                        cluster_now_ns(l->cl));
     rc = conc_acquire(l->conc, key, klen, cap, qty, q->ttl_ns, q->owner, now, &q->res);
     if (rc < 0)
         return rc;
@@ -506,6 +532,15 @@ int commands_lease_renew(struct commands_sl *sl, struct server_client *c, int re
         return SERVER_CONTINUE;
     }
     int64_t now = (int64_t)uv_hrtime();
+    struct slots *s = lease__slots(l);
+    /* A global key's lease is renewed only while this node's slots are
+     * current: a node cut off from the key's owner lets its leases run
+     * out, so the owner can count their slots free after a TTL. */
+    if (s != NULL && slots_uses(s, argv[1], argvlen[1]) &&
+        !slots_may_renew(s, argv[1], argvlen[1], cluster_now_ns(l->cl))) {
+        resp_add_int(out, -2);
+        return SERVER_CONTINUE;
+    }
     int rc = conc_renew(l->conc, argv[1], argvlen[1], id, ttl_ms * NUM_NS_PER_MS, now, &expires);
     if (rc == -SLUICE_ENOENT) {
         resp_add_int(out, -2);
