@@ -151,9 +151,10 @@ static void hl__take(struct http_lease *t, const struct http_request *req, const
         http_reply_text(rep, 200, body);
         return;
     }
-    if (v[3] >= 0)
-        http_reply_header(rep, "Retry-After", "%lld",
-                          (long long)(v[3] / 1000 + (v[3] % 1000 != 0)));
+    if (v[3] >= 0) {
+        long long secs = (long long)(v[3] / 1000) + (v[3] % 1000 != 0);
+        http_reply_header(rep, "Retry-After", "%lld", secs);
+    }
     snprintf(body, sizeof(body),
              "{\"limited\":true,\"limit\":%lld,\"remaining\":%lld,\"retry_after_ms\":%lld}\n",
              (long long)v[1], (long long)v[2], (long long)v[3]);
@@ -165,7 +166,7 @@ static void hl__on_request(void *ud, const struct http_request *req, struct http
     struct http_lease *t = ud;
     char key[1024], id[32], ttl[32], err[512], body[64];
     const char *argv[6];
-    int64_t v;
+    int64_t v = 0;
     size_t plen = strlen(HTTP_LEASE_PATH);
     int kn = http_query_get(req->query, req->query_len, "key", key, sizeof(key));
     if (kn <= 0) {

@@ -267,7 +267,7 @@ static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, const struc
         e |= msgpack_pack_uint64(&pk, r->gseq);
         e |= msgpack_pack_uint64(&pk, r->rseq);
         e |= msgpack_pack_uint64(&pk, r->served_by);
-    } else {
+    } else if (g != NULL) {
         e |= msgpack_pack_array(&pk, 7);
         e |= msgpack_pack_uint8(&pk, 2);
         e |= msgpack_pack_bin(&pk, g->klen);
@@ -277,6 +277,8 @@ static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, const struc
         e |= msgpack_pack_uint64(&pk, g->gseq);
         e |= msgpack_pack_uint64(&pk, g->ack_rseq);
         e |= msgpack_pack_uint64(&pk, g->flags);
+    } else {
+        e = -1;
     }
     return e == 0 ? b.len : 0;
 }
@@ -286,9 +288,53 @@ int slots_is_message(const uint8_t *buf, size_t len)
     return len >= 3 && buf[0] == 0x94 && buf[1] == WIRE_VERSION && buf[2] == WIRE_SLOTS;
 }
 
-/* Counts and sizes are bounded before msgpack-c allocates by them: the
- * whole message is at most SLOTS_MSG_MAX bytes, so a lying count cannot
- * make the zone grow beyond a few times that. */
+/*
+ * Walks one msgpack object of buf[*pos..len) without allocating, admitting
+ * only what a slots message holds (fixarrays, unsigned integers, bins) and
+ * checking every length against the bytes left, so msgpack-c, which sizes
+ * its allocations from the counts it reads, never sees a lying count.
+ * 0, or -1 for anything else.
+ */
+static int slots__walk(const uint8_t *buf, size_t len, size_t *pos, int depth)
+{
+    static const uint8_t uint_bytes[4] = {1, 2, 4, 8};
+    if (*pos >= len || depth > 3)
+        return -1;
+    uint8_t b = buf[(*pos)++];
+    size_t n;
+    if (b <= 0x7f)
+        return 0; /* positive fixint */
+    if (b >= 0x90 && b <= 0x9f) {
+        n = b & 0x0fu;
+        for (size_t i = 0; i < n; i++)
+            if (slots__walk(buf, len, pos, depth + 1) < 0)
+                return -1;
+        return 0;
+    }
+    if (b >= 0xcc && b <= 0xcf) { /* uint 8/16/32/64 */
+        n = uint_bytes[b - 0xcc];
+        if (len - *pos < n)
+            return -1;
+        *pos += n;
+        return 0;
+    }
+    if (b >= 0xc4 && b <= 0xc6) { /* bin 8/16/32 */
+        size_t w = (size_t)1 << (b - 0xc4);
+        if (len - *pos < w)
+            return -1;
+        n = 0;
+        for (size_t i = 0; i < w; i++)
+            n = n << 8 | buf[*pos + i];
+        *pos += w;
+        if (len - *pos < n)
+            return -1;
+        *pos += n;
+        return 0;
+    }
+    return -1;
+}
+
+/* A field's unsigned value, at most max. */
 static int slots__u(const msgpack_object *o, uint64_t max, uint64_t *v)
 {
     if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > max)
@@ -309,6 +355,9 @@ static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct 
     uint64_t v, kind;
     if (!slots_is_message(buf, len) || len > SLOTS_MSG_MAX)
         return -SLUICE_EINVAL;
+    if (slots__walk(buf, len, &off, 0) < 0 || off != len)
+        return -SLUICE_EPROTO;
+    off = 0;
     if (!msgpack_zone_init(&zone, 2048))
         return -SLUICE_ENOMEM;
     if (msgpack_unpack((const char *)buf, len, &off, &zone, &root) != MSGPACK_UNPACK_SUCCESS ||

@@ -281,6 +281,8 @@ const struct policy_lease *policy_set_lease_match(const struct policy_set *set, 
     const struct policy_lease *best = NULL;
     if (set == NULL || (key == NULL && klen > 0))
         return NULL;
+    if (key == NULL)
+        key = ""; /* memcmp must not see NULL, even for zero bytes */
     for (size_t i = 0; i < set->nleases; i++) {
         const struct policy_lease *q = &set->leases[i];
         if (q->match != NULL && q->match_len <= klen && memcmp(q->match, key, q->match_len) == 0 &&
