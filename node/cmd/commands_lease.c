@@ -242,10 +242,11 @@ static int lease__decide(void *ud, const char *key, size_t klen, const struct al
     if (q->res.granted) {
         lease__arm(l);
     } else if (q->global && qty <= q->limit) {
-        /* The slots this node holds may grow (the owner lends more): the
-         * wait is open-ended, not "never". */
+        /* The slots this node holds may grow (the owner lends more, about
+         * a gossip interval and a round trip after it asks): the wait is
+         * open-ended, not "never". */
         if (q->res.retry_after_ns < 0)
-            q->res.retry_after_ns = cap > 0 ? q->ttl_ns : NUM_NS_PER_S;
+            q->res.retry_after_ns = NUM_NS_PER_S / 5;
     }
     memset(r, 0, sizeof(*r));
     r->limited = !q->res.granted;
