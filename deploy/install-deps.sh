@@ -4,7 +4,9 @@
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-# With --build-only, just what building the two programs needs (containers).
+# With --build-only, just what building the two programs needs (containers);
+# with --run, that and redis-cli, to run a node and try it (quickstart.sh).
+# Without either, everything the tests need too.
 BUILD_PACKAGES=(
   build-essential cmake pkg-config
   libuv1-dev libmsgpack-dev libsodium-dev libinih-dev
@@ -18,10 +20,14 @@ TEST_PACKAGES=(
   python3-grpcio python3-grpc-tools nghttp2-client nginx-light caddy php-cli php-redis
   libguava-java default-jdk-headless
 )
+RUN_PACKAGES=(redis-tools)
 BUILD_ONLY=0
-[ "${1:-}" = "--build-only" ] && BUILD_ONLY=1
-PACKAGES=("${BUILD_PACKAGES[@]}")
-[ $BUILD_ONLY -eq 1 ] || PACKAGES+=("${TEST_PACKAGES[@]}")
+case "${1:-}" in
+  --build-only) BUILD_ONLY=1; PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  --run) BUILD_ONLY=1; PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}") ;;
+  "") PACKAGES=("${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  *) echo "usage: $0 [--build-only | --run]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

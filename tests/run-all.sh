@@ -42,7 +42,8 @@ cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
 
 run_suite() {
   local dir=$1; shift
-  cmake -S "$ROOT" -B "$dir" -DSLUICE_WERROR=ON "$@" >/dev/null
+  # SLUICE_TESTS=ON: a build/ that quickstart.sh configured without them
+  cmake -S "$ROOT" -B "$dir" -DSLUICE_WERROR=ON -DSLUICE_TESTS=ON "$@" >/dev/null
   cmake --build "$dir" -j "$JOBS"
   # Every failing test's output is printed as it fails; a JUnit file is kept
   # ($dir/junit.xml) and the names of the failed tests are repeated last, so

@@ -567,6 +567,8 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         info_u64(&t, "protocol_errors", ss.protocol_errors);
         info_u64(&t, "output_limit_disconnects", ss.output_limit_disconnects);
         info_u64(&t, "client_memory_disconnects", ss.client_memory_disconnects);
+        info_u64(&t, "loop_turns", ss.loop_turns);
+        info_u64(&t, "loop_max_turn_us", ss.loop_max_turn_ns / 1000u);
         resp_add_raw(&t, "\r\n", 2);
     }
     if (cmds->listeners_info != NULL && section_wanted(argc, argv, argvlen, "listeners")) {
@@ -648,7 +650,16 @@ static int cmd_config(struct commands *cmds, struct server_client *c, size_t arg
         }
         return SERVER_CONTINUE;
     }
-    resp_add_error(out, "ERR CONFIG supports only GET in sluice");
+    /* Redis's RESETSTAT zeroes its statistics; sluice's counters are
+     * totals a scrape takes differences of, so it forgets only the one
+     * maximum INFO shows: the longest loop turn. */
+    if (argc == 2 && args_is(argv[1], argvlen[1], "RESETSTAT")) {
+        if (c != NULL)
+            server_reset_loop_max(server_client_server(c));
+        resp_add_simple(out, "OK");
+        return SERVER_CONTINUE;
+    }
+    resp_add_error(out, "ERR CONFIG supports only GET and RESETSTAT in sluice");
     return SERVER_CONTINUE;
 }
 

@@ -563,6 +563,11 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
             cfg->admin_off = 1;
         else
             BAD("admin_commands: expected on or off, got '%s'", v);
+    } else if (strcmp(k, "http_decisions") == 0) {
+        if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0 && config__hostport(v) < 0)
+            BAD("http_decisions: expected on, off or host:port, got '%s'", v);
+        else if (config__set_str(&cfg->http_decisions, v) < 0)
+            NOMEM();
     } else if (strcmp(k, "http_trust_headers") == 0) {
         if (strcmp(v, "on") == 0)
             cfg->http_trust_headers = 1;
@@ -950,6 +955,7 @@ void config_free(struct config *cfg)
         return;
     free(cfg->socket);
     free(cfg->metrics);
+    free(cfg->http_decisions);
     free(cfg->listen);
     free(cfg->requirepass);
     free(cfg->grpc);

@@ -49,6 +49,7 @@ struct config {
     int http_deny_status;   /* 0 (429), 429 or 403: a refused /v1/throttle */
     int admin_off;          /* admin_commands = off: SL.RELOAD refused */
     int http_trust_headers; /* http_trust_headers = on: /v1/throttle reads X-Sluice-* */
+    char *http_decisions;   /* http_decisions = on | off | host:port; NULL: not set (on) */
     char *listen;           /* "host:port" of the RESP TCP listener, or NULL (off) */
     char *requirepass;      /* the password TCP clients must AUTH with, or NULL */
     /* Envoy's rate limit service (see README "Envoy rate limit service") */

@@ -112,6 +112,11 @@ static void usage(FILE *f)
             "                           when it changed, so repeated ones cost a stat\n"
             "  --http-deny-status N     status of a refused /v1/throttle: 429 (default) or\n"
             "                           403 (nginx auth_request treats others as errors)\n"
+            "  --http-decisions on|off|HOST:PORT  where /v1/throttle is served: on the\n"
+            "                           --http listener (on, the default), nowhere (off),\n"
+            "                           or on a listener of its own, so /metrics and\n"
+            "                           /health can be exposed without letting their\n"
+            "                           readers spend keys\n"
             "  --http-trust-headers on|off  on: /v1/throttle also reads its parameters\n"
             "                           from X-Sluice-* request headers; off (default)\n"
             "                           ignores them, since a proxy forwards its client's\n"
@@ -179,10 +184,15 @@ struct daemon {
     struct cluster *cluster;        /* NULL when not clustered */
     struct http_server *http;       /* NULL when --http is off */
     struct metrics *metrics;        /* its /metrics and /health */
-    struct http_throttle *throttle; /* its /v1/throttle */
-    struct http_lease *lease;       /* its /v1/lease */
+    struct http_server *dhttp;      /* --http-decisions HOST:PORT, else NULL */
+    struct http_throttle *throttle; /* /v1/throttle, on http or dhttp (NULL: off) */
+    struct http_lease *lease;       /* /v1/lease, beside /v1/throttle */
     struct daemon_rls *rls;         /* NULL when neither --grpc nor --ratelimit-config */
-    struct readiness *ready;        /* /ready and INFO cluster_state */
+    /* --ratelimit-config's directory, watched: a change reloads it */
+    uv_fs_event_t rls_watch;
+    uv_timer_t rls_settle;
+    const char *rls_dir;     /* NULL: not watched */
+    struct readiness *ready; /* /ready and INFO cluster_state */
 };
 
 static int collect_member(void *ud, const struct gossip_member_info *m)
@@ -201,13 +211,17 @@ static void daemon_listener_counts(struct daemon *d, struct metrics_snapshot *s)
     s->tcp_clients = ss.tcp_clients;
     s->tcp_evictions = ss.tcp_evictions;
     s->tcp_timeouts = ss.tcp_timeouts;
-    if (d->http != NULL) {
+    /* Both HTTP listeners' crowds together: one set of counters. */
+    struct http_server *hs_list[2] = {d->http, d->dhttp};
+    for (int i = 0; i < 2; i++) {
+        if (hs_list[i] == NULL)
+            continue;
         struct http_stats hs;
-        http_get_stats(d->http, &hs);
-        s->http_connections = hs.open_conns;
-        s->http_evictions = hs.evicted;
-        s->http_timeouts = hs.timeouts;
-        s->http_memory_disconnects = hs.mem_evicted;
+        http_get_stats(hs_list[i], &hs);
+        s->http_connections += hs.open_conns;
+        s->http_evictions += hs.evicted;
+        s->http_timeouts += hs.timeouts;
+        s->http_memory_disconnects += hs.mem_evicted;
     }
 }
 
@@ -265,6 +279,7 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     }
     s->npolicy = np < METRICS_MAX_POLICIES + 1 ? np : METRICS_MAX_POLICIES + 1;
     commands_get_latency(d->cmds, &s->latency);
+    server_get_loop_turns(d->srv, &s->loop_turns);
     struct server_stats ss;
     server_get_stats(d->srv, &ss);
     s->connected_clients = ss.connected_clients;
@@ -275,6 +290,8 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->output_limit_disconnects = ss.output_limit_disconnects;
     s->client_memory = ss.client_memory;
     s->client_memory_disconnects = ss.client_memory_disconnects;
+    s->memory_trims = ss.memory_trims;
+    s->memory_trim_ms = ss.memory_trim_ns / 1000000;
     daemon_listener_counts(d, s);
     struct commands_sl_stats sls;
     commands_sl_get_stats(d->sl, &sls);
@@ -378,9 +395,14 @@ static void daemon_shutdown(struct daemon *d)
 {
     server_close(d->srv);
     http_close(d->http);
+    http_close(d->dhttp);
     daemon_rls_close(d->rls);
     commands_sl_close(d->sl); /* after server_close has cancelled the waiters' clients */
     uv_close((uv_handle_t *)&d->sighup, NULL);
+    if (d->rls_dir != NULL) {
+        uv_close((uv_handle_t *)&d->rls_watch, NULL);
+        uv_close((uv_handle_t *)&d->rls_settle, NULL);
+    }
     cluster_stop(d->cluster, NULL, NULL);
     uv_close((uv_handle_t *)&d->maintain, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
@@ -410,6 +432,48 @@ static void on_sighup(uv_signal_t *h, int signum)
     /* Key rotation: a bad key file keeps the keys in use. */
     if (cluster_reload_keys(d->cluster, err, sizeof(err)) < 0)
         log_error("cluster: key file not reloaded, keeping the keys in use: %s", err);
+}
+
+/*
+ * envoyproxy/ratelimit reloads its YAML files when their directory changes
+ * (a file added, changed or removed; a Kubernetes ConfigMap update swaps a
+ * symlink there), without a signal; so does sluiced.  Changes come in
+ * bursts (an editor's temporary file, then a rename), so the reload waits
+ * until the directory has been quiet for RLS_WATCH_SETTLE_MS.  A bad file
+ * keeps the config in use, as on SIGHUP.
+ */
+#define RLS_WATCH_SETTLE_MS 300
+
+static void on_rls_settled(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    char err[512];
+    log_info("ratelimit: %s changed, reloading", d->rls_dir);
+    if (daemon_rls_reload(d->rls, err, sizeof(err)) < 0)
+        log_error("ratelimit: config not reloaded, keeping the one in use: %s", err);
+}
+
+static void on_rls_dir_event(uv_fs_event_t *h, const char *name, int events, int status)
+{
+    struct daemon *d = h->data;
+    (void)name;
+    (void)events;
+    if (status < 0)
+        return;
+    uv_timer_start(&d->rls_settle, on_rls_settled, RLS_WATCH_SETTLE_MS, 0);
+}
+
+/* Starts watching dir; a failure (no inotify, too many watches) is logged
+ * and leaves SIGHUP as the way to reload. */
+static void daemon_watch_rls_dir(struct daemon *d, const char *dir)
+{
+    uv_fs_event_init(&d->loop, &d->rls_watch);
+    uv_timer_init(&d->loop, &d->rls_settle);
+    d->rls_watch.data = d->rls_settle.data = d;
+    d->rls_dir = dir;
+    int rc = uv_fs_event_start(&d->rls_watch, on_rls_dir_event, dir, 0);
+    if (rc < 0)
+        log_warn("ratelimit: cannot watch %s (%s): reload it with SIGHUP", dir, uv_strerror(rc));
 }
 
 /* Finds --config FILE / --config=FILE before the other flags are parsed,
@@ -447,6 +511,7 @@ enum {
     OPT_METRICS,
     OPT_HTTP_DENY,
     OPT_HTTP_TRUST,
+    OPT_HTTP_DECISIONS,
     OPT_ADMIN,
     OPT_LISTEN,
     OPT_MAX_TCP_CLIENTS,
@@ -516,6 +581,7 @@ int main(int argc, char **argv)
         {"metrics", required_argument, NULL, OPT_METRICS},
         {"http-deny-status", required_argument, NULL, OPT_HTTP_DENY},
         {"http-trust-headers", required_argument, NULL, OPT_HTTP_TRUST},
+        {"http-decisions", required_argument, NULL, OPT_HTTP_DECISIONS},
         {"admin-commands", required_argument, NULL, OPT_ADMIN},
         {"listen", required_argument, NULL, OPT_LISTEN},
         {"max-tcp-clients", required_argument, NULL, OPT_MAX_TCP_CLIENTS},
@@ -540,6 +606,8 @@ int main(int argc, char **argv)
     struct limiter_config lcfg = {.max_keys = 0, .overflow = LIMITER_OVERFLOW_EVICT};
     const char *socket_path = NULL;
     const char *metrics_addr = NULL; /* --http; NULL: off */
+    /* --http-decisions: "on" (on the --http listener), "off", or an address */
+    const char *decisions = "on";
     struct http_throttle_config htcfg = {0};
     struct daemon_rls_options rlsopt = {0};
     struct http_config hcfg = {0};
@@ -576,6 +644,8 @@ int main(int argc, char **argv)
         metrics_addr = file_cfg.metrics;
         htcfg.deny_status = file_cfg.http_deny_status;
         htcfg.trust_headers = file_cfg.http_trust_headers;
+        if (file_cfg.http_decisions != NULL)
+            decisions = file_cfg.http_decisions;
         ccfg.admin_off = file_cfg.admin_off;
         scfg.listen = file_cfg.listen;
         ccfg.requirepass = file_cfg.requirepass;
@@ -795,6 +865,16 @@ int main(int argc, char **argv)
             }
             htcfg.trust_headers = strcmp(optarg, "on") == 0;
             break;
+        case OPT_HTTP_DECISIONS:
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0 &&
+                strchr(optarg, ':') == NULL) {
+                fprintf(stderr,
+                        "sluiced: --http-decisions: expected on, off or HOST:PORT, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            decisions = optarg;
+            break;
         case OPT_GRPC:
             rlsopt.grpc = strcmp(optarg, "off") == 0 ? NULL : optarg;
             break;
@@ -924,9 +1004,10 @@ int main(int argc, char **argv)
             rc = metrics_attach(d.http, daemon_collect, &d, &d.metrics);
         if (rc == 0)
             rc = http_route(d.http, "/ready", daemon_on_ready, &d);
-        if (rc == 0)
+        if (rc == 0 && strcmp(decisions, "on") == 0)
             rc = http_throttle_attach(d.http, d.cmds, d.lim, &htcfg, &d.throttle);
-        if (rc == 0)
+        /* Leases spend slots: they go where the decisions go. */
+        if (rc == 0 && strcmp(decisions, "on") == 0)
             rc = http_lease_attach(d.http, d.cmds, &d.lease);
         if (rc == 0 && http_start(d.http) < 0) {
             log_error("%s", http_error(d.http));
@@ -941,8 +1022,37 @@ int main(int argc, char **argv)
             uv_run(&d.loop, UV_RUN_DEFAULT);
             goto out_server;
         }
-        log_info("HTTP on http://%s (/metrics, /health, /ready, %s)", metrics_addr,
-                 HTTP_THROTTLE_PATH);
+        log_info("HTTP on http://%s (/metrics, /health, /ready%s%s)", metrics_addr,
+                 strcmp(decisions, "on") == 0 ? ", " : "",
+                 strcmp(decisions, "on") == 0 ? HTTP_THROTTLE_PATH ", " HTTP_LEASE_PATH : "");
+    }
+    if (strcmp(decisions, "on") != 0 && strcmp(decisions, "off") != 0) {
+        /* The decision endpoint alone on a listener of its own: whoever may
+         * read the metrics need not be able to spend keys.  Same caps,
+         * timeouts and memory budget as the --http listener. */
+        struct http_config dcfg = hcfg;
+        dcfg.bind = decisions;
+        dcfg.budget = server_memory_budget(d.srv);
+        rc = http_create(&d.loop, &dcfg, &d.dhttp);
+        if (rc == 0)
+            rc = http_throttle_attach(d.dhttp, d.cmds, d.lim, &htcfg, &d.throttle);
+        if (rc == 0)
+            rc = http_lease_attach(d.dhttp, d.cmds, &d.lease);
+        if (rc == 0 && http_start(d.dhttp) < 0) {
+            log_error("%s", http_error(d.dhttp));
+            rc = -SLUICE_EIO;
+        } else if (rc < 0) {
+            log_error("cannot create the decision listener: %s", sluice_strerror(rc));
+        }
+        if (rc < 0) {
+            http_close(d.dhttp);
+            http_close(d.http);
+            server_close(d.srv);
+            cluster_stop(d.cluster, NULL, NULL);
+            uv_run(&d.loop, UV_RUN_DEFAULT);
+            goto out_server;
+        }
+        log_info("HTTP decisions on http://%s (%s)", decisions, HTTP_THROTTLE_PATH);
     }
     if (rlsopt.grpc != NULL || rlsopt.config_dir != NULL) {
         char rerr[512];
@@ -951,12 +1061,15 @@ int main(int argc, char **argv)
         if (rc < 0) {
             log_error("ratelimit: %s", rerr);
             http_close(d.http);
+            http_close(d.dhttp);
             server_close(d.srv);
             cluster_stop(d.cluster, NULL, NULL);
             uv_run(&d.loop, UV_RUN_DEFAULT);
             status = rc == -SLUICE_ECONFIG ? 2 : 1;
             goto out_server;
         }
+        if (rlsopt.config_dir != NULL)
+            daemon_watch_rls_dir(&d, rlsopt.config_dir);
     }
     /* Signals before the socket exists: a client or supervisor that sees it
      * may stop us at once (libuv holds the signal until the loop runs). */
@@ -979,6 +1092,7 @@ int main(int argc, char **argv)
              : 0) +
         (metrics_addr != NULL ? 2 * (hcfg.max_conns ? hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS)
                               : 0) +
+        (d.dhttp != NULL ? 2 * (hcfg.max_conns ? hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS) : 0) +
         (rlsopt.grpc != NULL
              ? 2 * (rlsopt.max_connections ? rlsopt.max_connections : RLS_DEFAULT_MAX_CONNECTIONS)
              : 0));
@@ -1016,6 +1130,7 @@ int main(int argc, char **argv)
 out_server:
     daemon_rls_destroy(d.rls);
     http_destroy(d.http);
+    http_destroy(d.dhttp);
     metrics_destroy(d.metrics);
     http_throttle_destroy(d.throttle);
     http_lease_destroy(d.lease);

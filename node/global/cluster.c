@@ -31,9 +31,9 @@ struct cluster {
     struct gossip_keyring *kr;
     struct gossip_uv *g;
     struct replica *r;
-    struct slots *sl; /* global concurrency limits */
-    int sl_known;     /* slots told whether a past life existed */
-    uv_timer_t tick, leave;
+    struct slots *sl;              /* global concurrency limits */
+    int sl_known;                  /* slots told whether a past life existed */
+    uv_timer_t tick, leave, slice; /* slice: the rest of a replica pass (replica_tick) */
     int tick_open, leave_open;
     int64_t clock_offset; /* realtime - monotonic at start */
     uint64_t life;        /* this process's life id (random) */
@@ -43,7 +43,8 @@ struct cluster {
     int on_full_allow;
     int allow_shared_key;
     uint64_t overflow_denied, overflow_allowed;
-    uint64_t gc_since_trim;
+    uint64_t gc_since_trim, gc_seen;
+    uint64_t keys_peak;    /* global + owned keys at their peak since the last trim */
     uint64_t drops_logged; /* auth/key/version drops already logged */
     int64_t drops_logged_at;
     uint64_t dns_logged; /* --join lookups failed, already logged */
@@ -251,6 +252,27 @@ static void cluster__log_drops(struct cluster *c)
     }
 }
 
+static void on_slice(uv_timer_t *t);
+
+/* One bounded slice of the replica's pass; while the pass is unfinished
+ * the next slice runs at the loop's next turn, after the I/O it polls, so
+ * answers are never kept waiting behind the replication's walk. */
+static void cluster__run_replica(struct cluster *c)
+{
+    replica_tick(c->r, cluster_now_ns(c));
+    gossip_node_flush(gossip_uv_node(c->g)); /* the reports and leases go out together */
+    if (replica_next_deadline(c->r) <= cluster_now_ns(c))
+        uv_timer_start(&c->slice, on_slice, 0, 0);
+}
+
+static void on_slice(uv_timer_t *t)
+{
+    struct cluster *c = t->data;
+    if (c->g == NULL || c->stopping)
+        return;
+    cluster__run_replica(c);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct cluster *c = t->data;
@@ -269,9 +291,6 @@ static void on_tick(uv_timer_t *t)
     }
     cluster__log_drops(c);
     cluster__log_dns(c);
-    struct replica_stats before, after;
-    replica_get_stats(c->r, &before);
-    replica_tick(c->r, cluster_now_ns(c));
     if (!c->sl_known) {
         int prior = 0;
         if (gossip_node_joined(gossip_uv_node(c->g), &prior)) {
@@ -279,15 +298,27 @@ static void on_tick(uv_timer_t *t)
             c->sl_known = 1;
         }
     }
-    slots_tick(c->sl, cluster_now_ns(c));
-    gossip_node_flush(gossip_uv_node(c->g)); /* the reports and leases go out together */
-    replica_get_stats(c->r, &after);
-    c->gc_since_trim += after.gc_keys - before.gc_keys;
+    slots_tick(c->sl, cluster_now_ns(c)); /* its messages go out with the replica's flush */
+    cluster__run_replica(c);
+    struct replica_stats st;
+    replica_get_stats(c->r, &st);
+    c->gc_since_trim += st.gc_keys - c->gc_seen;
+    c->gc_seen = st.gc_keys;
     int64_t now = cluster_now_ns(c);
-    if (c->gc_since_trim >= TRIM_AFTER_GC && now - c->trimmed_at >= NUM_NS_PER_S) {
-        malloc_trim(0); /* drained keys were dropped: give the memory back (at most 1/s) */
+    /* Drained keys were dropped: give their memory back once the keys held
+     * fell to half their peak (at most once a second).  malloc_trim walks
+     * the whole heap and stops the loop for as long (seconds over a
+     * million keys on a loaded host): under steady churn the memory is
+     * reused by new keys instead, so it only runs after a real fall. */
+    uint64_t held = st.keys + st.owned_keys;
+    if (held > c->keys_peak)
+        c->keys_peak = held;
+    if (c->gc_since_trim >= TRIM_AFTER_GC && held <= c->keys_peak / 2 &&
+        now - c->trimmed_at >= NUM_NS_PER_S) {
+        malloc_trim(0);
         c->gc_since_trim = 0;
         c->trimmed_at = now;
+        c->keys_peak = held;
     }
 }
 
@@ -513,6 +544,8 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     uv_timer_init(loop, &c->leave);
     c->leave.data = c;
     c->leave_open = 1;
+    uv_timer_init(loop, &c->slice);
+    c->slice.data = c;
     log_info("cluster: node %s gossiping on %s (advertised %s), life %016llx, %s, default scope "
              "%s, partition policy %s",
              c->name, o->gossip_bind, c->addr, (unsigned long long)c->life,
@@ -541,13 +574,14 @@ static void cluster__gossip_closed(void *ud)
 
 static void cluster__finish(struct cluster *c)
 {
-    c->pending = 3;
+    c->pending = 4;
     struct gossip_uv *g = c->g;
     c->g = NULL;
     gossip_uv_stop(g, cluster__gossip_closed, c);
     c->tick_open = c->leave_open = 0;
     uv_close((uv_handle_t *)&c->tick, cluster__handle_closed);
     uv_close((uv_handle_t *)&c->leave, cluster__handle_closed);
+    uv_close((uv_handle_t *)&c->slice, cluster__handle_closed);
 }
 
 static void on_leave(uv_timer_t *t)
@@ -563,6 +597,7 @@ void cluster_stop(struct cluster *c, void (*on_stopped)(void *ud), void *ud)
     c->on_stopped = on_stopped;
     c->stopped_ud = ud;
     uv_timer_stop(&c->tick);
+    uv_timer_stop(&c->slice);
     if (gossip_node_leave(gossip_uv_node(c->g)) == 0) {
         log_info("cluster: leaving");
         uv_timer_start(&c->leave, on_leave, (uint64_t)(2 * c->interval_ms + 50), 0);

@@ -24,6 +24,14 @@
 #define FIRST_TOUCH_RATE    32.0  /* ... and per second */
 #define FREE_TTL            8     /* intervals a lease's free units stay valid */
 #define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
+/* Bounded work per replica_tick call (see "A pass" at replica_tick): key
+ * visits per call, and background visits per interval beyond the keys
+ * with news (every key is visited every interval up to SWEEP_MAX keys,
+ * every n / SWEEP_MAX intervals beyond). */
+#define TURN_VISITS  1024
+#define SWEEP_MAX    16384
+#define REPORT_COST  2 /* a report built, in key visits */
+#define COMPUTE_COST 4 /* an owner's computation, in key visits */
 
 /* A limit as the replica keeps it: the fields of struct algo_params it
  * needs (32 bytes instead of 96; a node may hold one per key twice), with
@@ -89,6 +97,7 @@ struct member {
 #define NK_LEASED   0x08u /* a lease arrived at least once */
 #define NK_DEGRADED 0x10u /* owner silent: the node keeps its last lease */
 #define NK_GROWN    0x20u /* past its first second: demand is an EWMA */
+#define NK_HOT      0x40u /* queued for a visit in this pass or the next (r->hot) */
 
 /* Local state of a window algorithm under a lease: its own params with the
  * node's share of the count, then the algorithm's state. */
@@ -118,6 +127,7 @@ struct nkey {
     float level;        /* the cluster's level at the last lease (units), less
                            what this node admitted since */
     float others;       /* the other nodes' demand at the last lease, units/s */
+    uint32_t visited;   /* ms (replica__ms) of the last visit: demand's time step */
     struct wloc *w;     /* window kinds only */
 };
 
@@ -137,6 +147,10 @@ static int64_t replica__since(uint32_t then_ms, int64_t now)
 #define REP_YOUNG 0x01u
 #define REP_IDLE  0x02u
 #define REP_FRESH 0x04u /* reported since the last lease computation */
+
+/* Owner-side key flags (okey.p.flags). */
+#define OK_FRESH  0x01u /* reported on since its last computation */
+#define OK_QUEUED 0x02u /* queued for a computation (r->ohot) */
 
 /* 56 bytes: owner records are many (one per key and reporting node). */
 struct orep {
@@ -199,10 +213,26 @@ struct replica {
     struct table_entry **ok;
     size_t nok, capok;
 
-    int64_t now, born, next_tick, last_tick;
+    int64_t now, born, next_tick;
     int synced;
-    size_t tick_budget; /* report bytes per tick */
-    double ft_tokens;   /* first touches on credit (replica__first_touch) */
+    size_t tick_budget; /* report bytes per pass */
+    /* The pass in progress (replica_tick): keys with news are queued in
+     * hot (node side) and ohot (owner side) as indexes into nk and ok, a
+     * pass takes them over as work and owork; a sweep visits the others a
+     * slice per pass. */
+    struct replica__idxv {
+        uint32_t *v;
+        size_t n, cap;
+    } hot, urgent, work, ohot, owork; /* urgent: due keys the last pass's byte
+                                          budget left unreported, first in the next */
+    size_t wpos, owpos;               /* next entry of work / owork */
+    size_t sweep, sweep_left;         /* node sweep: cursor into nk, visits left this pass */
+    size_t osweep, osweep_left;       /* owner sweep: cursor into ok, visits left */
+    int in_pass, sweep_all;           /* sweep_all: the view changed, visit every key soon */
+    size_t budget;                    /* report bytes left in this pass */
+    int64_t every, oevery;            /* report and refresh periods of quiet keys */
+    uint64_t nreps;                   /* owner records held (sum of okey.n) */
+    double ft_tokens;                 /* first touches on credit (replica__first_touch) */
     int64_t ft_last;
     struct replica_stats st;
 };
@@ -411,6 +441,9 @@ static double replica__default_share(const struct replica *r, int64_t now);
 static uint32_t replica__owner(struct replica *r, struct nkey *k, const char *key, size_t klen)
 {
     if (k->view_gen != r->view_gen) {
+        /* Keys still waiting for their first lease hold 1/N of the new N. */
+        if (!(k->p.flags & NK_LEASED))
+            replica__set_share(k, replica__default_share(r, r->now), r->now);
         uint32_t old = k->owner;
         size_t i = hrw_pick(hrw_hash(key, klen), r->live_hash, r->nlive);
         k->owner = (uint16_t)r->live[i];
@@ -474,19 +507,60 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
     r->live_hash = hs;
     r->nlive = nl;
     r->complete = complete != 0;
-    if (changed) {
-        /* Keys still waiting for their first lease hold 1/N of the new N. */
-        double d = replica__default_share(r, now_ns);
-        for (size_t i = 0; i < r->nnk; i++) {
-            struct nkey *k = nkey_of(r->nk[i]);
-            if (!(k->p.flags & NK_LEASED))
-                replica__set_share(k, d, now_ns);
-        }
-    }
+    /* Every key finds its owner anew at its next visit (replica__owner);
+     * the next passes visit them all, a slice per call. */
+    if (changed)
+        r->sweep_all = 1;
     return 0;
 }
 
 /* ---- key tables ---------------------------------------------------------------- */
+
+/* Appends i to v.  On allocation failure the index is lost: the key is
+ * then visited by the sweep instead (its flag is cleared by the caller's
+ * return value). */
+static int replica__idx_push(struct replica__idxv *v, uint32_t i)
+{
+    if (v->n == v->cap) {
+        size_t nc = v->cap ? v->cap * 2 : 256;
+        uint32_t *a = realloc(v->v, nc * sizeof(*a));
+        if (a == NULL)
+            return -SLUICE_ENOMEM;
+        v->v = a;
+        v->cap = nc;
+    }
+    v->v[v->n++] = i;
+    return 0;
+}
+
+/* Queues node key k for a visit in the next pass (or in this one, if the
+ * pass has not reached it yet).  Every key flagged NK_HOT has an entry in
+ * hot or work holding its current index (replica__nk_free keeps that true
+ * when a key moves). */
+static void replica__queue_on(struct replica *r, struct nkey *k, struct replica__idxv *v)
+{
+    if (!(k->p.flags & NK_HOT) && replica__idx_push(v, k->idx) == 0)
+        k->p.flags |= NK_HOT;
+}
+
+static void replica__queue(struct replica *r, struct nkey *k)
+{
+    replica__queue_on(r, k, &r->hot);
+}
+
+/* Queues owner key o for a computation. */
+static void replica__oqueue(struct replica *r, struct okey *o)
+{
+    if (!(o->p.flags & OK_QUEUED) && replica__idx_push(&r->ohot, o->idx) == 0)
+        o->p.flags |= OK_QUEUED;
+}
+
+/* After a request or a lease: a key with news is visited at the next pass. */
+static void replica__touch(struct replica *r, struct nkey *k)
+{
+    if ((k->p.flags & NK_DIRTY) || k->acc > 0.0F)
+        replica__queue(r, k);
+}
 
 static int64_t replica__nk_drain(void *ud, const struct table_entry *e)
 {
@@ -523,8 +597,15 @@ static void replica__nk_free(void *ud, struct table_entry *e)
     uint32_t i = k->idx;
     if (i < r->nnk && r->nk[i] == e) {
         r->nk[i] = r->nk[--r->nnk];
-        if (i < r->nnk)
-            nkey_of(r->nk[i])->idx = i;
+        if (i < r->nnk) {
+            struct nkey *m = nkey_of(r->nk[i]);
+            m->idx = i;
+            /* Its queued entry names its old index: queue it anew. */
+            if (m->p.flags & NK_HOT) {
+                m->p.flags &= (uint8_t)~NK_HOT;
+                replica__queue(r, m);
+            }
+        }
     }
 }
 
@@ -539,13 +620,20 @@ static void replica__ok_free(void *ud, struct table_entry *e)
 {
     struct replica *r = ud;
     struct okey *o = okey_of(e);
+    r->nreps -= o->n;
     free(o->reps);
     o->reps = NULL;
     uint32_t i = o->idx;
     if (i < r->nok && r->ok[i] == e) {
         r->ok[i] = r->ok[--r->nok];
-        if (i < r->nok)
-            okey_of(r->ok[i])->idx = i;
+        if (i < r->nok) {
+            struct okey *m = okey_of(r->ok[i]);
+            m->idx = i;
+            if (m->p.flags & OK_QUEUED) {
+                m->p.flags &= (uint8_t)~OK_QUEUED;
+                replica__oqueue(r, m);
+            }
+        }
     }
 }
 
@@ -584,8 +672,9 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->default_policy = cfg->default_policy;
     r->send = cfg->send;
     r->send_ud = cfg->send_ud;
-    r->now = r->born = r->last_tick = now_ns;
+    r->now = r->born = now_ns;
     r->next_tick = now_ns;
+    r->every = r->oevery = ACTIVE_EVERY * r->interval;
     r->synced = r->young == 0;
     r->ft_tokens = FIRST_TOUCH_BURST;
     r->ft_last = now_ns;
@@ -636,6 +725,11 @@ void replica_destroy(struct replica *r)
     free(r->live_hash);
     free(r->nk);
     free(r->ok);
+    free(r->hot.v);
+    free(r->urgent.v);
+    free(r->work.v);
+    free(r->ohot.v);
+    free(r->owork.v);
     free(r);
 }
 
@@ -693,7 +787,7 @@ static void replica__key_init(struct replica *r, struct nkey *k, const char *key
     k->last_ns = k->last_lease = now;
     k->last_report = replica__ms(now);
     k->last_req = now;
-    k->born = replica__ms(now);
+    k->born = k->visited = replica__ms(now);
     /* The fractional part is spread by a hash of (key, node): were every
      * node to start at the same fraction, all would wait for their first
      * whole unit together and the cluster would lose N/2 units of rate. */
@@ -870,8 +964,10 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
         int none = (k->p.flags & NK_LEASED) && qty > 0 &&
                    floor((double)k->share * (double)k->p.count) < 1.0;
         int rc = algo_decide(&k->w->p, k->w->state, none ? 0 : qty, now_ns, out);
-        if (rc != 0)
+        if (rc != 0) {
+            replica__touch(r, k);
             return rc;
+        }
         if (none) {
             out->limited = 1;
             if (out->retry_after_ns == ALGO_NEVER)
@@ -895,6 +991,7 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
         double lv = replica__level(k, now_ns);
         out->remaining = lv >= 1.0 ? (int64_t)floor(lv) : 0;
     }
+    replica__touch(r, k);
     if (out->limited && qty > 0) {
         r->st.limited++;
         if (k->p.flags & NK_YOUNG)
@@ -916,6 +1013,7 @@ void replica_note_demand(struct replica *r, const char *key, size_t klen, int64_
     k->last_req = now_ns > k->last_req ? now_ns : k->last_req;
     if (k->p.flags & NK_IDLE)
         k->p.flags = (uint8_t)((k->p.flags & ~NK_IDLE) | NK_DIRTY);
+    replica__touch(r, k);
 }
 
 /* ---- owner side -------------------------------------------------------------- */
@@ -985,9 +1083,12 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
                                                            : POLICY_PARTITION_SHARE;
     struct orep *rp = replica__rep(o, from);
     if (e->flags & WIRE_R_GONE) {
-        if (rp != NULL)
+        if (rp != NULL) {
             *rp = o->reps[--o->n];
-        o->p.flags = 1;
+            r->nreps--;
+        }
+        o->p.flags |= OK_FRESH;
+        replica__oqueue(r, o);
         return;
     }
     if (rp == NULL) {
@@ -1000,6 +1101,7 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
             o->cap = nc;
         }
         rp = &o->reps[o->n++];
+        r->nreps++;
         memset(rp, 0, sizeof(*rp));
         rp->member = (uint16_t)from;
         rp->sent_share = -1.0;
@@ -1066,7 +1168,8 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
     rp->last_at = r->now;
     rp->flags = (uint8_t)(REP_FRESH | ((e->flags & WIRE_R_YOUNG) ? REP_YOUNG : 0) |
                           ((e->flags & WIRE_R_IDLE) ? REP_IDLE : 0));
-    o->p.flags = 1;
+    o->p.flags |= OK_FRESH;
+    replica__oqueue(r, o);
     /* A node out of units and free units asks: answer now, not at this
      * owner's next tick (the lease goes out with this receive's batch). */
     if ((e->flags & WIRE_R_NEED) && from != r->self)
@@ -1339,6 +1442,7 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
             if (!gone && o->p.bucket && o->p.policy == POLICY_PARTITION_SHARE && rp->tokens > 0.0F)
                 replica__pour(o, ceil(rp->tokens), now);
             *rp = o->reps[--o->n];
+            r->nreps--;
             continue;
         }
         if (live) {
@@ -1350,7 +1454,7 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         }
         i++;
     }
-    o->p.flags = 0;
+    o->p.flags &= (uint8_t)~OK_FRESH;
     o->computed_at = now;
     if (nlive == 0)
         return;
@@ -1559,6 +1663,7 @@ static void replica__rx_lease(void *ud, uint64_t life, const struct wire_lease *
         return;
     }
     replica__apply_lease(r, k, l, r->now);
+    replica__touch(r, k);
 }
 
 int replica_receive(struct replica *r, const char *from, const uint8_t *buf, size_t len,
@@ -1592,11 +1697,12 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
  * request left out (the key was made by it; the time before it is
  * unknown): far steadier than one interval's count, whose Poisson noise
  * would hand a quiet node a large share and waste it.  Then an EWMA over
- * DEMAND_TAU_S, one step per tick (dt: since the previous tick). */
+ * DEMAND_TAU_S, one step per visit (dt: since the key's previous visit). */
 static void replica__demand(struct replica *r, struct nkey *k, int64_t now)
 {
     double age = (double)replica__since(k->born, now) / (double)NUM_NS_PER_S;
     if (!(k->p.flags & NK_GROWN)) {
+        k->visited = replica__ms(now);
         if (age <= 0.0)
             return;
         double avg = ((double)k->acc - 1.0) / age;
@@ -1607,7 +1713,8 @@ static void replica__demand(struct replica *r, struct nkey *k, int64_t now)
         }
         return;
     }
-    int64_t dt = now - r->last_tick;
+    int64_t dt = replica__since(k->visited, now);
+    k->visited = replica__ms(now);
     if (dt <= 0)
         return;
     double sec = (double)dt / (double)NUM_NS_PER_S;
@@ -1687,7 +1794,7 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
         .demand_milli = (uint64_t)(k->demand * 1000.0 + 0.5),
         .admitted = k->admitted,
         .frozen_share = (uint64_t)(k->fshare * (double)WIRE_ONE),
-        .period_ms = (uint64_t)((contested ? r->interval : ACTIVE_EVERY * r->interval) / 1000000LL),
+        .period_ms = (uint64_t)((contested ? r->interval : r->every) / 1000000LL),
         .flags = (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) |
                             (idle ? WIRE_R_IDLE : 0) | (replica__needs(k) ? WIRE_R_NEED : 0)),
         .tokens_milli = k->tokens > 0.0 ? (uint64_t)(k->tokens * 1000.0) : 0,
@@ -1719,10 +1826,147 @@ static int replica__due(const struct replica *r, const struct nkey *k, int64_t n
         return 1;
     if (replica__idle(r, k, now))
         return !(k->p.flags & NK_IDLE); /* one idle report, then silence */
-    int64_t every = replica__contested(k) ? r->interval : ACTIVE_EVERY * r->interval;
+    int64_t every = replica__contested(k) ? r->interval : r->every;
     return replica__since(k->last_report, now) >= every - NUM_NS_PER_MS; /* ms-rounded */
 }
 
+/* Visits node key i: demand, refill, owner, degradation; reports it when
+ * dirty (always) or due (within the pass's byte budget); keeps it queued
+ * while contested; drops it once drained.  Returns VISIT_DROPPED if it was
+ * dropped (another key now sits at i), VISIT_REPORTED if a report was
+ * built, else 0. */
+#define VISIT_REPORTED 1
+#define VISIT_DROPPED  2
+static int replica__visit(struct replica *r, size_t i, int64_t now)
+{
+    int rc = 0;
+    struct table_entry *e = r->nk[i];
+    struct nkey *k = nkey_of(e);
+    k->p.flags &= (uint8_t)~NK_HOT;
+    replica__demand(r, k, now);
+    replica__refill(k, now);
+    uint32_t owner = replica__owner(r, k, table_entry_key(e), e->klen);
+    /* Asked, no answer for two silence windows: shown as degraded (the
+     * node keeps its last lease until the key moves to a live owner). */
+    if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence)
+        k->p.flags |= NK_DEGRADED;
+    int starved = 0;
+    if (k->p.flags & NK_DIRTY) {
+        rc = VISIT_REPORTED;
+    } else if (replica__due(r, k, now)) {
+        rc = r->budget > 0 ? VISIT_REPORTED : 0;
+        starved = r->budget == 0;
+    }
+    if (rc == VISIT_REPORTED) {
+        size_t b = replica__report(r, e, now);
+        r->budget = b > r->budget ? 0 : r->budget - b;
+    }
+    if (replica__nk_drain(r, e) <= now) {
+        r->st.gc_keys++;
+        table_delete(r->nodes, e); /* moves the last key to i */
+        return VISIT_DROPPED;
+    }
+    /* A due key the budget could not take goes first in the next pass (a
+     * fair rotation: those reported queue up behind it); a contested one
+     * is checked every interval. */
+    if (starved)
+        replica__queue_on(r, k, &r->urgent);
+    else if (replica__contested(k))
+        replica__queue(r, k);
+    return rc;
+}
+
+/* The visits a node visit's outcome costs. */
+static size_t replica__cost(int v, size_t left)
+{
+    size_t c = v == VISIT_REPORTED ? 1 + REPORT_COST : 1;
+    return left > c ? left - c : 0;
+}
+
+/* Computes owner key i if it is due (reported on, or not refreshed for
+ * oevery); drops it when no reporter is left.  Returns OV_DROPPED if it
+ * was dropped (another key now sits at i), OV_COMPUTED if it was computed
+ * and kept, 0 if it was only looked at. */
+#define OV_COMPUTED 1
+#define OV_DROPPED  2
+static int replica__ovisit(struct replica *r, size_t i, int64_t now)
+{
+    struct table_entry *te = r->ok[i];
+    struct okey *o = okey_of(te);
+    o->p.flags &= (uint8_t)~OK_QUEUED;
+    if (!(o->p.flags & OK_FRESH) && now - o->computed_at < r->oevery && o->n > 0)
+        return 0;
+    replica__compute(r, te, now);
+    if (o->n == 0) { /* every reporter idle, gone or silent for long */
+        r->st.owned_gc++;
+        table_delete(r->owned, te); /* moves the last key to i */
+        return OV_DROPPED;
+    }
+    return OV_COMPUTED;
+}
+
+/* The visits an owner visit's outcome costs. */
+static size_t replica__ocost(int ov, size_t left)
+{
+    size_t c = ov ? COMPUTE_COST : 1;
+    return left > c ? left - c : 0;
+}
+
+/* A pass's sweep slice of n keys: all of them up to SWEEP_MAX (every key
+ * is then visited every pass), SWEEP_MAX beyond; *every is the period at
+ * which a quiet key is reported (or an owner key refreshed): ACTIVE_EVERY
+ * intervals, or the sweep's period if longer. */
+static size_t replica__slice(size_t n, int64_t *every, int64_t interval)
+{
+    size_t per = n < SWEEP_MAX ? n : SWEEP_MAX;
+    size_t passes = per > 0 ? (n + per - 1) / per : 1;
+    if (passes < ACTIVE_EVERY)
+        passes = ACTIVE_EVERY;
+    *every = (int64_t)passes * interval;
+    return per;
+}
+
+/* Starts a pass: the keys queued so far become its work. */
+static void replica__pass_start(struct replica *r, int64_t now)
+{
+    /* The work: the keys the last pass starved of budget, then the rest. */
+    struct replica__idxv t = r->work;
+    r->work = r->urgent;
+    r->urgent = t;
+    r->urgent.n = 0;
+    for (size_t i = 0; i < r->hot.n; i++)
+        if (replica__idx_push(&r->work, r->hot.v[i]) != 0 && r->hot.v[i] < r->nnk)
+            nkey_of(r->nk[r->hot.v[i]])->p.flags &= (uint8_t)~NK_HOT; /* the sweep finds it */
+    r->hot.n = 0;
+    r->wpos = 0;
+    t = r->owork;
+    r->owork = r->ohot;
+    r->ohot = t;
+    r->ohot.n = 0;
+    r->owpos = 0;
+    r->sweep_left = replica__slice(r->nnk, &r->every, r->interval);
+    r->osweep_left = replica__slice(r->nok, &r->oevery, r->interval);
+    if (r->sweep_all) {
+        r->sweep_left = r->nnk;
+        r->sweep = 0;
+        r->sweep_all = 0;
+    }
+    r->budget = r->tick_budget;
+    r->in_pass = 1;
+    r->next_tick = now + r->interval;
+}
+
+/* A pass.  Every interval a pass visits the node keys with news (a
+ * request, a lease, a report to send: queued in hot as they happen), the
+ * keys still contested at their last visit, and a slice of the others
+ * (all of them up to SWEEP_MAX keys, so each key is visited every
+ * interval; each every n / SWEEP_MAX intervals beyond); then the
+ * owner keys reported on, and a slice of the others for their refresh.
+ * Work is proportional to what changed, not to the keys held.  One call
+ * does at most TURN_VISITS visits (an answer is never kept waiting behind
+ * a walk over a million keys, as Redis's active expire cycle bounds its
+ * own) and the pass goes on at the next call: replica_next_deadline says
+ * "now" until it is done. */
 void replica_tick(struct replica *r, int64_t now_ns)
 {
     if (now_ns > r->now)
@@ -1730,66 +1974,55 @@ void replica_tick(struct replica *r, int64_t now_ns)
     int64_t now = r->now;
     if (!r->synced && now - r->born >= r->young)
         r->synced = 1;
-    /* Node side: demand, degradation, reports (urgent first, then a fair
-     * rotation within the byte budget). */
-    size_t budget = r->tick_budget;
-    for (size_t i = 0; i < r->nnk; i++) {
-        struct table_entry *e = r->nk[i];
-        struct nkey *k = nkey_of(e);
-        replica__demand(r, k, now);
-        replica__refill(k, now);
-        uint32_t owner = replica__owner(r, k, table_entry_key(e), e->klen);
-        /* Asked, no answer for two silence windows: shown as degraded (the
-         * node keeps its last lease until the key moves to a live owner). */
-        if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence)
-            k->p.flags |= NK_DEGRADED;
-        if (k->p.flags & NK_DIRTY) {
-            size_t b = replica__report(r, e, now);
-            budget = b > budget ? 0 : budget - b;
-        }
+    if (!r->in_pass) {
+        if (now < r->next_tick)
+            return;
+        replica__pass_start(r, now);
     }
-    size_t n = r->nnk, start = n > 0 ? r->cursor % n : 0;
-    for (size_t j = 0; j < n && budget > 0; j++) {
-        size_t i = (start + j) % n;
-        struct nkey *k = nkey_of(r->nk[i]);
-        if (!replica__due(r, k, now))
-            continue;
-        size_t b = replica__report(r, r->nk[i], now);
-        budget = b > budget ? 0 : budget - b;
-        r->cursor = i + 1; /* the next tick resumes after the last one sent */
+    size_t left = TURN_VISITS;
+    while (left > 0 && r->wpos < r->work.n) {
+        uint32_t i = r->work.v[r->wpos++];
+        /* An entry whose key left, or was visited already (see
+         * replica__queue), is skipped. */
+        if (i < r->nnk && (nkey_of(r->nk[i])->p.flags & NK_HOT))
+            left = replica__cost(replica__visit(r, i, now), left);
     }
-    /* Owner side: leases for keys reported on, refreshes for the rest. */
-    for (size_t i = 0; i < r->nok;) {
-        struct table_entry *te = r->ok[i];
-        struct okey *o = okey_of(te);
-        if (o->p.flags || now - o->computed_at >= ACTIVE_EVERY * r->interval)
-            replica__compute(r, te, now);
-        if (o->n == 0) { /* every reporter idle, gone or silent for long */
-            r->st.owned_gc++;
-            table_delete(r->owned, te); /* swaps the last record into i */
-            continue;
-        }
-        i++;
+    while (left > 0 && r->sweep_left > 0 && r->nnk > 0) {
+        if (r->sweep >= r->nnk)
+            r->sweep = 0;
+        r->sweep_left--;
+        int v = 0;
+        if (!(nkey_of(r->nk[r->sweep])->p.flags & NK_HOT)) /* else its own visit comes */
+            v = replica__visit(r, r->sweep, now);
+        left = replica__cost(v, left);
+        if (v != VISIT_DROPPED)
+            r->sweep++;
+    }
+    while (left > 0 && r->owpos < r->owork.n) {
+        uint32_t i = r->owork.v[r->owpos++];
+        if (i < r->nok && (okey_of(r->ok[i])->p.flags & OK_QUEUED))
+            left = replica__ocost(replica__ovisit(r, i, now), left);
+    }
+    while (left > 0 && r->osweep_left > 0 && r->nok > 0) {
+        if (r->osweep >= r->nok)
+            r->osweep = 0;
+        r->osweep_left--;
+        int ov = 0;
+        if (!(okey_of(r->ok[r->osweep])->p.flags & OK_QUEUED))
+            ov = replica__ovisit(r, r->osweep, now);
+        left = replica__ocost(ov, left);
+        if (ov != OV_DROPPED)
+            r->osweep++;
     }
     replica__flush(r);
-    /* Drop idle keys. */
-    size_t before = r->nnk;
-    for (size_t i = 0; i < r->nnk;) {
-        struct table_entry *e = r->nk[i];
-        if (replica__nk_drain(r, e) <= now) {
-            table_delete(r->nodes, e);
-            continue;
-        }
-        i++;
-    }
-    r->st.gc_keys += before - r->nnk;
-    r->last_tick = now;
-    r->next_tick = now + r->interval;
+    if (r->wpos >= r->work.n && (r->sweep_left == 0 || r->nnk == 0) && r->owpos >= r->owork.n &&
+        (r->osweep_left == 0 || r->nok == 0))
+        r->in_pass = 0;
 }
 
 int64_t replica_next_deadline(const struct replica *r)
 {
-    return r->next_tick;
+    return r->in_pass ? r->now : r->next_tick;
 }
 
 void replica_mark_synced(struct replica *r)
@@ -1885,10 +2118,7 @@ void replica_get_stats(const struct replica *r, struct replica_stats *out)
     *out = r->st;
     out->keys = r->nnk;
     out->owned_keys = r->nok;
-    uint64_t reps = 0;
-    for (size_t i = 0; i < r->nok; i++)
-        reps += okey_of(r->ok[i])->n;
-    out->owned_reporters = reps;
+    out->owned_reporters = r->nreps;
 }
 
 size_t replica_key_bytes(void)

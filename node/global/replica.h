@@ -203,11 +203,15 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
 void replica_note_demand(struct replica *r, const char *key, size_t klen, int64_t qty,
                          int64_t now_ns);
 
-/* Sends due reports and leases, updates demand, drops idle keys.  Call every
- * interval (more often is harmless).  Never fails. */
+/* Sends due reports and leases, updates demand, drops idle keys: a slice
+ * of at most a few thousand key visits of the current pass (a pass starts
+ * every interval and visits the keys with news plus a slice of the rest).
+ * Call it at replica_next_deadline: every interval, and again at once while
+ * a pass is unfinished (more often is harmless).  Never fails. */
 void replica_tick(struct replica *r, int64_t now_ns);
 
-/* Next time replica_tick has work. */
+/* Next time replica_tick has work: the replica's latest clock reading
+ * while a pass is unfinished, else the start of the next pass. */
 int64_t replica_next_deadline(const struct replica *r);
 
 /*

@@ -21,11 +21,20 @@
 #define TABLE_MIN_BUCKETS 16u
 #define SAMPLE_ENTRIES    16u /* entries examined when full */
 #define SAMPLE_BUCKETS    64u /* bound on buckets walked for that sample */
+/* Buckets of the old array moved per insert or delete while a resize is
+ * in progress: a growth moves n buckets over the n inserts that fill the
+ * new array, a shrink over the n/16 deletes before the next one. */
+#define REHASH_STEP 16u
 
 struct table {
     struct table_entry **buckets;
     uint64_t mask; /* nbuckets - 1 */
-    size_t count;  /* entries */
+    /* A resize in progress (Redis's incremental rehash): the old array,
+     * whose buckets below rehash_idx have moved to buckets already.  NULL
+     * when none. */
+    struct table_entry **old;
+    uint64_t omask, rehash_idx;
+    size_t count; /* entries */
     uint64_t reclaim_cursor;
     uint64_t rng;    /* splitmix state for eviction sampling */
     uint64_t k0, k1; /* SipHash key */
@@ -170,42 +179,77 @@ static void table__free_entry(struct table *t, struct table_entry *e)
     free(e);
 }
 
-void table_destroy(struct table *t)
+static void table__free_chains(struct table *t, struct table_entry **b, uint64_t from,
+                               uint64_t mask)
 {
-    if (t == NULL)
-        return;
-    for (uint64_t i = 0; i <= t->mask; i++) {
-        struct table_entry *e = t->buckets[i], *next;
+    for (uint64_t i = from; b != NULL && i <= mask; i++) {
+        struct table_entry *e = b[i], *next;
         for (; e != NULL; e = next) {
             next = e->next;
             table__free_entry(t, e);
         }
     }
+}
+
+void table_destroy(struct table *t)
+{
+    if (t == NULL)
+        return;
+    table__free_chains(t, t->buckets, 0, t->mask);
+    table__free_chains(t, t->old, t->rehash_idx, t->omask);
     free(t->buckets);
+    free(t->old);
     free(t);
 }
 
-/* Rehashes into nbuckets (a power of two).  On allocation failure the table
- * simply stays at its current size: chains get longer, nothing breaks. */
-static void table__resize(struct table *t, uint64_t nbuckets)
+/* Moves up to n buckets of the old array (a resize in progress) into the
+ * current one; frees the old array when the last has moved. */
+static void table__rehash_step(struct table *t, uint64_t n)
 {
-    struct table_entry **nb = calloc(nbuckets, sizeof(*nb));
-    uint64_t nmask = nbuckets - 1;
-
-    if (nb == NULL)
-        return;
-    for (uint64_t i = 0; i <= t->mask; i++) {
-        struct table_entry *e = t->buckets[i], *next;
+    for (; t->old != NULL && n > 0; n--) {
+        struct table_entry *e = t->old[t->rehash_idx], *next;
         for (; e != NULL; e = next) {
             next = e->next;
-            e->next = nb[e->hash & nmask];
-            nb[e->hash & nmask] = e;
+            e->next = t->buckets[e->hash & t->mask];
+            t->buckets[e->hash & t->mask] = e;
+        }
+        t->old[t->rehash_idx] = NULL;
+        if (t->rehash_idx++ == t->omask) {
+            free(t->old);
+            t->old = NULL;
         }
     }
-    free(t->buckets);
+}
+
+/* The old array's chain an entry of hash h may still sit in (a resize in
+ * progress, its bucket not moved yet), else NULL.  Entries inserted since
+ * the resize began are in the current array whatever their old bucket. */
+static struct table_entry **table__old_head(struct table *t, uint32_t h)
+{
+    if (t->old != NULL && (h & t->omask) >= t->rehash_idx)
+        return &t->old[h & t->omask];
+    return NULL;
+}
+
+/* Starts a resize to nbuckets (a power of two): a new array now, the
+ * entries moved REHASH_STEP buckets per insert or delete, so no call
+ * stalls on a rehash of millions (a turn of the event loop stays short).
+ * A resize still in progress is finished first (a rare, short walk: the
+ * steps finish a growth before it fills the new array).  On allocation
+ * failure the table simply stays at its current size: chains get longer,
+ * nothing breaks. */
+static void table__resize(struct table *t, uint64_t nbuckets)
+{
+    table__rehash_step(t, UINT64_MAX);
+    struct table_entry **nb = calloc(nbuckets, sizeof(*nb));
+    if (nb == NULL)
+        return;
+    t->old = t->buckets;
+    t->omask = t->mask;
+    t->rehash_idx = 0;
     t->buckets = nb;
-    t->mask = nmask;
-    t->reclaim_cursor &= nmask;
+    t->mask = nbuckets - 1;
+    t->reclaim_cursor &= t->mask;
 }
 
 /* Keeps the load factor between 1/4 and 1 (grow above 1, shrink below 1/8 to
@@ -231,6 +275,11 @@ struct table_entry *table_find(struct table *t, const char *key, size_t klen)
         if (e->hash == h && e->klen == klen && memcmp(table_entry_key(e), key, klen) == 0)
             return e;
     }
+    struct table_entry **old = table__old_head(t, h);
+    for (e = old != NULL ? *old : NULL; e != NULL; e = e->next) {
+        if (e->hash == h && e->klen == klen && memcmp(table_entry_key(e), key, klen) == 0)
+            return e;
+    }
     return NULL;
 }
 
@@ -238,8 +287,15 @@ struct table_entry *table_find(struct table *t, const char *key, size_t klen)
 static void table__unlink(struct table *t, struct table_entry *e)
 {
     struct table_entry **pp = &t->buckets[e->hash & t->mask];
-    while (*pp != e)
+    while (*pp != NULL && *pp != e)
         pp = &(*pp)->next;
+    if (*pp == NULL) { /* not moved yet: in the old array */
+        pp = table__old_head(t, e->hash);
+        while (pp != NULL && *pp != NULL && *pp != e)
+            pp = &(*pp)->next;
+        if (pp == NULL || *pp == NULL)
+            return; /* not in this table: the caller's bug, nothing to unlink */
+    }
     *pp = e->next;
     t->count--;
 }
@@ -248,6 +304,7 @@ void table_delete(struct table *t, struct table_entry *e)
 {
     table__unlink(t, e);
     table__free_entry(t, e);
+    table__rehash_step(t, REHASH_STEP);
     table__maybe_shrink(t);
 }
 
@@ -289,6 +346,7 @@ size_t table_reclaim_step(struct table *t, int64_t now, size_t buckets)
 
     if (t->cfg.drain == NULL || t->count == 0)
         return 0;
+    table__rehash_step(t, buckets); /* entries not moved yet are reclaimed once they are */
     for (size_t n = 0; n < buckets; n++) {
         freed += table__reclaim_bucket(t, t->reclaim_cursor, now);
         t->reclaim_cursor = (t->reclaim_cursor + 1) & t->mask;
@@ -308,11 +366,19 @@ static int table__make_room(struct table *t, int64_t now)
 {
     struct table_entry *best = NULL;
     int64_t best_at = INT64_MAX, at;
-    uint64_t i = table__rand(t) & t->mask;
+    /* During a resize most entries may still be in the old array: sample
+     * there, among the buckets not moved yet. */
+    struct table_entry **arr = t->buckets;
+    uint64_t mask = t->mask, i = table__rand(t) & t->mask;
+    if (t->old != NULL) {
+        arr = t->old;
+        mask = t->omask;
+        i = t->rehash_idx + table__rand(t) % (t->omask + 1 - t->rehash_idx);
+    }
     size_t seen = 0, freed = 0;
 
     for (size_t nb = 0; nb < SAMPLE_BUCKETS && seen < SAMPLE_ENTRIES; nb++) {
-        struct table_entry **pp = &t->buckets[i];
+        struct table_entry **pp = &arr[i];
         while (*pp != NULL) {
             struct table_entry *e = *pp;
             seen++;
@@ -329,7 +395,7 @@ static int table__make_room(struct table *t, int64_t now)
             }
             pp = &e->next;
         }
-        i = (i + 1) & t->mask;
+        i = (i + 1) & mask;
     }
     if (freed > 0) {
         t->reclaimed += freed;
@@ -372,9 +438,10 @@ int table_insert(struct table *t, const char *key, size_t klen, size_t vsize, ui
     if (klen > 0)
         memcpy((char *)(e + 1), key, klen);
     memset((char *)(e + 1) + klen, 0, kpad - klen + vsize);
+    table__rehash_step(t, REHASH_STEP);
     if (t->count + 1 > t->mask + 1)
         table__resize(t, (t->mask + 1) * 2);
-    e->next = t->buckets[h & t->mask];
+    e->next = t->buckets[h & t->mask]; /* new entries go to the current array */
     t->buckets[h & t->mask] = e;
     t->count++;
     *out = e;
@@ -400,16 +467,50 @@ uint64_t table_scan(const struct table *t, uint64_t cursor, size_t count, table_
     /* Reverse-binary increment: the high bits of the bucket index advance
      * first, so a bucket already visited at one table size maps to buckets
      * already visited at any other size (see Redis dictScan). */
+    if (t->old == NULL) {
+        do {
+            const struct table_entry *e;
+            for (e = t->buckets[v & t->mask]; e != NULL; e = e->next) {
+                fn(ud, e);
+                emitted++;
+            }
+            v |= ~t->mask;
+            v = rev64(v);
+            v++;
+            v = rev64(v);
+        } while (v != 0 && emitted < count);
+        return v;
+    }
+    /* A resize in progress: each step visits bucket v of the smaller
+     * array and every bucket of the larger one that it expands to (their
+     * low bits are v's); advancing through those carries into the low
+     * bits, the smaller array's next bucket.  So the guarantee holds
+     * whichever array an entry sits in (Redis's dictScan does the same). */
+    struct table_entry *const *small = t->buckets, *const *large = t->old;
+    uint64_t m0 = t->mask, m1 = t->omask;
+    if (m0 > m1) {
+        small = t->old;
+        large = t->buckets;
+        m0 = t->omask;
+        m1 = t->mask;
+    }
     do {
         const struct table_entry *e;
-        for (e = t->buckets[v & t->mask]; e != NULL; e = e->next) {
+        for (e = small[v & m0]; e != NULL; e = e->next) {
             fn(ud, e);
             emitted++;
         }
-        v |= ~t->mask;
-        v = rev64(v);
-        v++;
-        v = rev64(v);
+        do {
+            for (e = large[v & m1]; e != NULL; e = e->next) {
+                fn(ud, e);
+                emitted++;
+            }
+            /* The next larger bucket with the same low bits (reverse binary). */
+            v |= ~m1;
+            v = rev64(v);
+            v++;
+            v = rev64(v);
+        } while (v & (m0 ^ m1)); /* wrapped: the carry advanced v's low bits */
     } while (v != 0 && emitted < count);
     return v;
 }

@@ -24,9 +24,10 @@
  * bytes per key.
  *
  * Complexity: find/insert/delete O(1) expected (keyed SipHash-1-3, so clients
- * cannot aim at a chain); growth and shrink rehash the whole table at once
- * (O(n), rare, amortized O(1)); reclaim steps and scans cost O(entries
- * visited).
+ * cannot aim at a chain); growth and shrink move the entries to the new
+ * bucket array a few buckets per insert or delete (Redis's incremental
+ * rehash), so no call stalls on a million-key rehash; reclaim steps and
+ * scans cost O(entries visited).
  *
  * Reclaim: an entry is reclaimable at `now` when drain_at(entry) <= now and
  * it is not TABLE_F_PINNED.  table_reclaim_step() visits a few buckets per

@@ -61,6 +61,7 @@ struct rls_domain {
 struct rls_config {
     struct rls_domain *domains;
     size_t ndomains, cap;
+    int merge; /* rls_config_set_merge */
 };
 
 /* ---- units ---- */
@@ -143,6 +144,24 @@ int rls_config_create(struct rls_config **out)
 {
     *out = calloc(1, sizeof(**out));
     return *out == NULL ? -SLUICE_ENOMEM : 0;
+}
+
+void rls_config_set_merge(struct rls_config *cfg, int on)
+{
+    if (cfg != NULL)
+        cfg->merge = on != 0;
+}
+
+/* envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG, read as Go's strconv.ParseBool
+ * reads a true value. */
+static int rls_config__merge_from_env(void)
+{
+    const char *v = getenv("MERGE_DOMAIN_CONFIG");
+    static const char *const yes[] = {"1", "t", "T", "true", "TRUE", "True"};
+    for (size_t i = 0; v != NULL && i < sizeof(yes) / sizeof(yes[0]); i++)
+        if (strcmp(v, yes[i]) == 0)
+            return 1;
+    return 0;
 }
 
 size_t rls_config_domains(const struct rls_config *cfg)
@@ -515,11 +534,16 @@ static int rls_config__document(struct rls_config *cfg, struct rls_load *ld)
         return ld->rc;
     if (*domain == '\0')
         return rls_config__fail(ld, -SLUICE_ECONFIG, root, "config file cannot have empty domain");
-    for (size_t i = 0; i < cfg->ndomains; i++)
-        if (strcmp(cfg->domains[i].name, domain) == 0)
+    struct rls_domain *dom = NULL;
+    for (size_t i = 0; i < cfg->ndomains; i++) {
+        if (strcmp(cfg->domains[i].name, domain) != 0)
+            continue;
+        if (!cfg->merge)
             return rls_config__fail(ld, -SLUICE_ECONFIG, rls_config__field(ld, root, "domain"),
                                     "duplicate domain '%s' in config file", domain);
-    if (cfg->ndomains == cfg->cap) {
+        dom = &cfg->domains[i]; /* merged: its descriptors join the domain's */
+    }
+    if (dom == NULL && cfg->ndomains == cfg->cap) {
         size_t cap = cfg->cap ? cfg->cap * 2 : 4;
         struct rls_domain *d = realloc(cfg->domains, cap * sizeof(*d));
         if (d == NULL)
@@ -527,11 +551,13 @@ static int rls_config__document(struct rls_config *cfg, struct rls_load *ld)
         cfg->domains = d;
         cfg->cap = cap;
     }
-    struct rls_domain *dom = &cfg->domains[cfg->ndomains++];
-    memset(dom, 0, sizeof(*dom));
-    dom->name = strdup(domain);
-    if (dom->name == NULL)
-        return rls_config__nomem(ld);
+    if (dom == NULL) {
+        dom = &cfg->domains[cfg->ndomains++];
+        memset(dom, 0, sizeof(*dom));
+        dom->name = strdup(domain);
+        if (dom->name == NULL)
+            return rls_config__nomem(ld);
+    }
     size_t plen = strlen(domain) + 2;
     char *prefix = malloc(plen);
     if (prefix == NULL)
@@ -628,6 +654,8 @@ int rls_config_load_dir(const char *dir, struct rls_config **out, char *err, siz
     struct rls_config *cfg = NULL;
     if (rc == 0)
         rc = rls_config_create(&cfg);
+    if (rc == 0)
+        rls_config_set_merge(cfg, rls_config__merge_from_env());
     qsort(names, n, sizeof(char *), rls_config__name_cmp);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         size_t plen = strlen(dir) + strlen(names[i]) + 2;

@@ -108,6 +108,12 @@ static const struct family families[] = {
       "Clients disconnected, heaviest first, because client memory was over "
       "max_client_memory.",
       FAM_COUNTER, client_memory_disconnects),
+    F("memory_trims_total",
+      "Times freed client memory was returned to the system (malloc_trim, on the event loop, "
+      "at most 0.1% of its time).",
+      FAM_COUNTER, memory_trims),
+    F("memory_trim_milliseconds_total", "The time those returns held the event loop.", FAM_COUNTER,
+      memory_trim_ms),
     F("tcp_clients", "RESP clients connected over TCP (--listen).", FAM_GAUGE, tcp_clients),
     F("tcp_evictions_total",
       "TCP clients closed for a newcomer over --max-tcp-clients (unauthenticated first, then "
@@ -322,6 +328,10 @@ int metrics_render(const struct metrics_snapshot *s, struct metrics_buf *out)
          FAM_GAUGE);
     sample(out, "sluice_ready", s->ready ? 1 : 0);
     policies(out, s);
+    histogram(out, "sluice_loop_turn_seconds",
+              "Work of each event loop turn (timers, I/O callbacks, the replication's slices), "
+              "waiting for I/O left out: a long turn delays every answer behind it.",
+              &s->loop_turns);
     histogram(out, "sluice_decision_duration_seconds",
               "Time to decide one command (CL.THROTTLE, SL.*), in the event loop; one command "
               "in 16 is timed.",

@@ -59,6 +59,7 @@ struct metrics_snapshot {
     uint64_t connected_clients, connections, rejected_connections, commands;
     uint64_t protocol_errors, output_limit_disconnects;
     uint64_t client_memory, client_memory_disconnects;
+    uint64_t memory_trims, memory_trim_ms; /* malloc_trim calls and their time */
     /* the network listeners' crowds: TCP RESP, HTTP, gRPC (zero when off) */
     uint64_t tcp_clients, tcp_evictions, tcp_timeouts;
     uint64_t http_connections, http_evictions, http_timeouts, http_memory_disconnects;
@@ -76,7 +77,8 @@ struct metrics_snapshot {
     struct metrics_policy_value by_policy[METRICS_MAX_POLICIES + 1];
     size_t npolicy;
     struct metrics_histogram latency;
-    int ready; /* 1 when /ready says ready (always rendered) */
+    struct metrics_histogram loop_turns; /* the event loop's turns' work (loopstat.h) */
+    int ready;                           /* 1 when /ready says ready (always rendered) */
     /* cluster: only rendered when clustered is nonzero */
     int clustered;
     struct metrics_label_value members[METRICS_MAX_LABELS]; /* by state */

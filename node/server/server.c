@@ -15,6 +15,7 @@
 
 #include "clientmem.h"
 #include "log.h"
+#include "loopstat.h"
 #include "tcp.h"
 #include "sluice/error.h"
 
@@ -25,9 +26,16 @@
 /* An input buffer past this, mostly consumed, is shrunk to its tail. */
 #define IN_KEEP_CAP (2 * READ_CHUNK)
 /* malloc_trim once this much client memory was freed, at most once per
- * TRIM_INTERVAL_MS (a wave of disconnects gives back its pages at once). */
+ * TRIM_INTERVAL_MS (a wave of disconnects gives back its pages at once),
+ * and at most TRIM_COST_SHARE of the loop's time: a trim runs on the loop
+ * and stalls every client while it lasts, which is long on a fragmented
+ * heap (glibc madvises every free page range, each a TLB shootdown that
+ * waits for the other CPUs: 36 to 440 ms under the hostile soak, once a
+ * second, made its p99 latency), so after a trim of d ms the next waits
+ * d / TRIM_COST_SHARE.  The memory is reused meanwhile, only not returned. */
 #define TRIM_MIN_BYTES   (1024 * 1024)
 #define TRIM_INTERVAL_MS 1000
+#define TRIM_COST_SHARE  0.01
 /* One log line per this many ms about clients closed over the budget. */
 #define MEM_LOG_INTERVAL_MS 10000
 /* The parser's arrays, per argument slot (struct resp_parser). */
@@ -92,10 +100,12 @@ struct server {
      * too) and this server's pool in it: the sum of its clients' mem. */
     struct clientmem_budget budget;
     struct clientmem_pool pool;
-    size_t trim_bytes;    /* client memory freed since the last malloc_trim */
-    unsigned depth;       /* clients executing commands now (nested unblocks) */
-    int enforcing;        /* inside server_enforce_budget */
-    uv_timer_t housekeep; /* trims and the budget's log line */
+    size_t trim_bytes;         /* client memory freed since the last malloc_trim */
+    uint64_t trim_next_ms;     /* uv_now before which no trim runs (TRIM_COST_SHARE) */
+    unsigned depth;            /* clients executing commands now (nested unblocks) */
+    int enforcing;             /* inside server_enforce_budget */
+    uv_timer_t housekeep;      /* trims and the budget's log line */
+    struct loopstat loop_stat; /* the loop's turn durations, from server_start */
     int housekeep_init;
     uint64_t mem_logged_at; /* uv_now of the last budget log line */
     int mem_logged;
@@ -201,6 +211,18 @@ void server_get_stats(const struct server *s, struct server_stats *out)
 {
     *out = s->stats;
     out->client_memory = clientmem_total(&s->budget);
+    out->loop_turns = s->loop_stat.turns;
+    out->loop_max_turn_ns = s->loop_stat.max_turn_ns;
+}
+
+void server_get_loop_turns(const struct server *s, struct metrics_histogram *out)
+{
+    *out = s->loop_stat.hist;
+}
+
+void server_reset_loop_max(struct server *s)
+{
+    loopstat_reset_max(&s->loop_stat);
 }
 
 struct clientmem_budget *server_memory_budget(struct server *s)
@@ -251,8 +273,13 @@ void *server_client_ctx(const struct server_client *c)
 
 void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(void *ctx))
 {
-    if (c == NULL)
+    if (c == NULL) {
+        /* No connection to own it (a command run without one): ownership
+         * still passes, so the context is freed now rather than leaked. */
+        if (ctx_free != NULL)
+            ctx_free(ctx);
         return;
+    }
     if (c->ctx_free != NULL && c->ctx != ctx)
         c->ctx_free(c->ctx);
     if (c->ctx != ctx)
@@ -352,8 +379,11 @@ static void server_housekeep_within(struct server *s, uint64_t delay_ms)
 static void server_freed(struct server *s, size_t bytes)
 {
     s->trim_bytes += bytes;
-    if (s->trim_bytes >= TRIM_MIN_BYTES)
-        server_housekeep_within(s, TRIM_INTERVAL_MS);
+    if (s->trim_bytes >= TRIM_MIN_BYTES) {
+        uint64_t now = uv_now(s->loop);
+        uint64_t wait = s->trim_next_ms > now ? s->trim_next_ms - now : 0;
+        server_housekeep_within(s, wait > TRIM_INTERVAL_MS ? wait : TRIM_INTERVAL_MS);
+    }
 }
 
 /* Brings c's share of the client memory up to date. */
@@ -425,12 +455,20 @@ static void server_log_budget(struct server *s)
 static void on_housekeep(uv_timer_t *t)
 {
     struct server *s = t->data;
-    if (s->trim_bytes >= TRIM_MIN_BYTES) {
+    uv_update_time(s->loop);
+    uint64_t now = uv_now(s->loop);
+    if (s->trim_bytes >= TRIM_MIN_BYTES && now < s->trim_next_ms) {
+        server_housekeep_within(s, s->trim_next_ms - now); /* its share of time is spent */
+    } else if (s->trim_bytes >= TRIM_MIN_BYTES) {
         s->trim_bytes = 0;
         s->stats.memory_trims++;
+        uint64_t t0 = uv_hrtime();
 #if defined(__GLIBC__)
         malloc_trim(0);
 #endif
+        uint64_t took_ns = uv_hrtime() - t0;
+        s->stats.memory_trim_ns += took_ns;
+        s->trim_next_ms = now + (uint64_t)((double)took_ns / 1e6 / TRIM_COST_SHARE);
     }
     server_log_budget(s);
 }
@@ -1115,6 +1153,9 @@ int server_start(struct server *s)
             uv_unref((uv_handle_t *)&s->tcp_sweep);
         }
     }
+    /* A measure that cannot start is no reason to refuse clients. */
+    if (loopstat_start(&s->loop_stat, s->loop) < 0)
+        log_warn("cannot measure the event loop's turns (loop_max_turn_us stays 0)");
     return 0;
 }
 
@@ -1153,6 +1194,7 @@ void server_close(struct server *s)
         client_close(s->clients);
     if (s->housekeep_init)
         uv_close((uv_handle_t *)&s->housekeep, NULL);
+    loopstat_stop(&s->loop_stat);
     if (s->tcp_sweep_init)
         uv_close((uv_handle_t *)&s->tcp_sweep, NULL);
     if (s->listening)

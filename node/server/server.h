@@ -64,6 +64,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "metrics.h"
 #include "resp.h"
 
 struct server;
@@ -138,9 +139,12 @@ struct server_stats {
     uint64_t client_memory;             /* bytes held by clients now (gauge) */
     uint64_t client_memory_disconnects; /* heaviest clients closed over the budget */
     uint64_t memory_trims;              /* malloc_trim calls */
+    uint64_t memory_trim_ns;            /* the time they took, in all */
     uint64_t tcp_clients;               /* TCP clients connected now (gauge) */
     uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
     uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
+    uint64_t loop_turns;                /* event loop turns measured (loopstat.h) */
+    uint64_t loop_max_turn_ns;          /* the longest, since start or CONFIG RESETSTAT */
 };
 
 /* Creates a server (nothing is bound yet).  Fails with -SLUICE_EINVAL (no
@@ -163,6 +167,10 @@ void server_close(struct server *s);
 void server_destroy(struct server *s);
 
 void server_get_stats(const struct server *s, struct server_stats *out);
+/* The event loop's turn durations as a histogram (loopstat.h). */
+void server_get_loop_turns(const struct server *s, struct metrics_histogram *out);
+/* Forgets the longest loop turn (CONFIG RESETSTAT). */
+void server_reset_loop_max(struct server *s);
 
 /* The one client memory budget (max_client_memory) that the HTTP and gRPC
  * listeners join with their own pools (clientmem.h); owned by s, so they
@@ -204,7 +212,8 @@ void server_client_set_proto(struct server_client *c, int proto);
 struct resp_buf *server_client_out(struct server_client *c);
 /* Per-connection state of the command layer (MULTI's queue): owned by the
  * connection once set, freed with ctx_free when it closes or is replaced.
- * NULL c: NULL / no-op. */
+ * NULL c: server_client_ctx answers NULL; set_ctx frees ctx at once (the
+ * caller gave it away either way). */
 void *server_client_ctx(const struct server_client *c);
 void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(void *ctx));
 /*

@@ -4,7 +4,9 @@ dashboard shape (unique panel ids, a Prometheus query per target, the
 $datasource and $instance variables it uses defined), and every metric a
 query names exists in the exposition of a clustered node with the HTTP
 listener on.  So a renamed or removed metric breaks this check, not a
-dashboard nobody looks at.  Prints SKIP (exit 0) when sluiced is not built."""
+dashboard nobody looks at.  A standalone node serves no cluster series:
+a query that combines them with the local ones must guard each with
+`or vector(0)`, or the panel is empty on such a node.  Prints SKIP (exit 0) when sluiced is not built."""
 import json
 import os
 import re
@@ -56,15 +58,16 @@ def check_shape(dash):
     return names
 
 
-def scrape_names():
+def scrape_names(clustered=True):
     """Metric family names (and histogram series names) of a live node."""
     http, udp = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_DGRAM)
     with tempfile.TemporaryDirectory(prefix="sluice-dash-") as tmp:
-        proc = subprocess.Popen(
-            [os.path.join(BIN, "sluiced"), "--socket", os.path.join(tmp, "s.sock"),
-             "--http", "127.0.0.1:%d" % http, "--gossip-bind", "127.0.0.1:%d" % udp,
-             "--insecure-no-encryption", "--node-name", "dash"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = [os.path.join(BIN, "sluiced"), "--socket", os.path.join(tmp, "s.sock"),
+                "--http", "127.0.0.1:%d" % http]
+        if clustered:
+            args += ["--gossip-bind", "127.0.0.1:%d" % udp, "--insecure-no-encryption",
+                     "--node-name", "dash"]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 20
             while True:
@@ -100,6 +103,23 @@ def main():
     served = scrape_names()
     missing = sorted(n for n in used if n not in served)
     assert not missing, "the dashboard queries metrics sluiced does not serve: %s" % missing
+    # A standalone node: a query mixing its series with absent cluster ones
+    # answers nothing unless each absent one is guarded.
+    alone = scrape_names(clustered=False)
+    empty = []
+    for p in dash["panels"]:
+        for t in p["targets"]:
+            found = set(re.findall(r"\bsluice_[a-z_]+", t["expr"]))
+            absent = {n for n in found if n not in alone}
+            if not absent or absent == found:
+                continue  # all there, or a cluster-only panel
+            for n in absent:
+                guarded = re.search(r"\(sum\(rate\(%s\{[^}]*\}\[[^\]]*\]\)\) or vector\(0\)\)"
+                                    % n, t["expr"])
+                if not guarded:
+                    empty.append("%s (%s)" % (p["title"], n))
+    assert not empty, ("panels empty on a standalone node (guard the cluster series with "
+                       "`or vector(0)`): %s" % empty)
     unused = sorted(n for n in served if n not in used and not HISTOGRAM_SUFFIX.search(n))
     print("ok: %d panels, %d metrics queried, all served (not on the dashboard: %s)"
           % (len(dash["panels"]), len(used), ", ".join(unused) or "none"))

@@ -23,6 +23,8 @@ static const char *const seeds[] = {
     "*3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$2\r\nab\r\nCOMMAND DOCS\r\nSELECT 1\r\n",
     "CL.THROTTLE k 9223372036854775807 9223372036854775807 1 9223372036854775807\r\n",
     "SCAN 0 MATCH k* COUNT 5\r\nSCAN 18446744073709551615\r\nAUTH default x\r\n",
+    /* MULTI without a connection: its queue must not leak */
+    "multi\r\nMULTI\r\nCL.THROTTLE k 1 1 1\r\nEXEC\r\nDISCARD\r\n",
     NULL,
 };
 const char *const *fuzz_seed_inputs(size_t **lens)

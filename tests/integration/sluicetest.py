@@ -85,9 +85,12 @@ def free_tcp_port():
 class Daemon:
     """A sluiced process on a private socket; use as a context manager."""
 
-    def __init__(self, *args, socket_path=None, tmpdir=None, prefix=None):
+    def __init__(self, *args, socket_path=None, tmpdir=None, prefix=None, env=None,
+                 binary=None):
         self.own_tmp = tmpdir is None
         self.prefix = list(prefix or [])  # e.g. ["faketime", "-f", "+1h"]
+        self.env = env          # the environment (None: ours)
+        self.binary = binary or SLUICED
         self.tmpdir = tmpdir or tempfile.mkdtemp(prefix="sluice-it-")
         self.path = socket_path or os.path.join(self.tmpdir, "sluice.sock")
         self.logpath = os.path.join(self.tmpdir, "sluiced-%d.log" % id(self))
@@ -99,9 +102,9 @@ class Daemon:
         # A session of its own, so that signals reach sluiced through a
         # prefix that forks (faketime runs it as a child): stop() and kill()
         # signal the whole group, and nothing outlives the test.
-        self.proc = subprocess.Popen(self.prefix + [SLUICED, "--socket", self.path] + self.args,
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(self.prefix + [self.binary, "--socket", self.path]
+                                     + self.args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=self.env, start_new_session=True)
         if wait:
             try:
                 wait_for_socket(self.path, self.proc)
@@ -171,6 +174,18 @@ class Daemon:
         s.settimeout(timeout)
         s.connect(self.path)
         return s
+
+
+def rss_kb(pid):
+    """The resident set of process pid in kB (None once it is gone)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def recv_until(sock, want, limit=1 << 20):

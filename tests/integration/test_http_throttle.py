@@ -177,6 +177,27 @@ class HttpThrottle(unittest.TestCase):
         with Daemon("--config", self.conf, "--metrics", "127.0.0.1:%d" % self.port):
             self.assertEqual(get(self.port, "/v1/throttle?key=m&policy=api")[0], 200)
 
+    def test_decisions_apart_from_the_metrics(self):
+        """--http-decisions HOST:PORT serves /v1/throttle there and not on
+        the --http listener, which keeps /metrics and /health; off serves it
+        nowhere (a pod that may scrape the metrics cannot spend keys)."""
+        dport = free_tcp_port()
+        with self.daemon("--http-decisions", "127.0.0.1:%d" % dport):
+            self.assertEqual(get(self.port, "/v1/throttle?key=d&policy=api")[0], 404)
+            self.assertEqual(get(self.port, "/health")[:3:2], (200, "ok\n"))
+            self.assertEqual(get(self.port, "/metrics")[0], 200)
+            self.assertEqual(get(dport, "/v1/throttle?key=d&policy=api")[:3:2],
+                             (200, "allowed\n"))
+            self.assertEqual(get(dport, "/metrics")[0], 404)
+        with self.daemon("--http-decisions", "off"):
+            self.assertEqual(get(self.port, "/v1/throttle?key=d&policy=api")[0], 404)
+            self.assertEqual(get(self.port, "/metrics")[0], 200)
+        with open(self.conf, "a") as f:
+            f.write("[sluiced]\nhttp_decisions = 127.0.0.1:%d\n" % dport)
+        with self.daemon():
+            self.assertEqual(get(self.port, "/v1/throttle?key=e&policy=api")[0], 404)
+            self.assertEqual(get(dport, "/v1/throttle?key=e&policy=api")[0], 200)
+
     def test_config_file_keys(self):
         with open(self.conf, "a") as f:
             f.write("[sluiced]\nhttp = 127.0.0.1:%d\nhttp_deny_status = 403\n" % self.port)

@@ -20,7 +20,6 @@ import re
 import shutil
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,24 +27,10 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicetest import ROOT, Daemon, free_tcp_port, recv_until, resp_command  # noqa: E402
+from sluicetest import Daemon, free_tcp_port, recv_until, resp_command  # noqa: E402
 
-PROTO_DIR = os.path.join(ROOT, "node", "rls", "proto")
-PROTOS = ["envoy/service/ratelimit/v3/rls.proto",
-          "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
-          "envoy/type/v3/ratelimit_unit.proto",
-          "envoy/config/core/v3/base.proto"]
-METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-
-try:
-    import grpc  # Debian python3-grpcio
-    import grpc_tools  # noqa: F401  Debian python3-grpc-tools
-    HAVE_GRPC = True
-except ImportError:
-    HAVE_GRPC = False
-
-GEN = None
-rls_pb2 = None
+import rlsclient  # noqa: E402  (the generated gRPC client)
+from rlsclient import HAVE_GRPC, METHOD  # noqa: E402
 
 YAML = """\
 domain: app
@@ -58,20 +43,11 @@ descriptors:
 
 
 def setUpModule():
-    global GEN, rls_pb2
-    if not HAVE_GRPC:
-        return
-    GEN = tempfile.mkdtemp(prefix="sluice-crowd-gen-")
-    subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I", PROTO_DIR,
-                    "--python_out", GEN, "--grpc_python_out", GEN] + PROTOS, check=True)
-    sys.path.insert(0, GEN)
-    from envoy.service.ratelimit.v3 import rls_pb2 as m  # noqa: E402
-    rls_pb2 = m
+    rlsclient.setup()
 
 
 def tearDownModule():
-    if GEN is not None:
-        shutil.rmtree(GEN, ignore_errors=True)
+    rlsclient.teardown()
 
 
 def info(d, section="listeners"):
@@ -108,17 +84,7 @@ def metric(port, name):
 
 def rls_call(port, timeout=5.0):
     """One ShouldRateLimit on a fresh channel; returns overall_code."""
-    chan = grpc.insecure_channel("127.0.0.1:%d" % port)
-    try:
-        call = chan.unary_unary(METHOD,
-                                request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
-                                response_deserializer=rls_pb2.RateLimitResponse.FromString)
-        r = rls_pb2.RateLimitRequest(domain="app", hits_addend=1)
-        e = r.descriptors.add().entries.add()
-        e.key, e.value = "user", "u1"
-        return call(r, timeout=timeout).overall_code
-    finally:
-        chan.close()
+    return rlsclient.call_once(port, timeout=timeout)
 
 
 def h2_frame(ftype, flags, stream, payload):
@@ -172,13 +138,13 @@ class GrpcCrowdTest(unittest.TestCase):
     def test_silent_connections_do_not_lock_envoy_out(self):
         cap = 1024  # the default
         with self.daemon("") as d:
-            self.assertEqual(rls_call(self.port), rls_pb2.RateLimitResponse.OK)
+            self.assertEqual(rls_call(self.port), rlsclient.pb().RateLimitResponse.OK)
             for _ in range(cap + 40):
                 self.socks.append(socket.create_connection(("127.0.0.1", self.port), timeout=5))
             # Every slot is held by a silent connection: a real client's
             # connection must displace one, not be closed.
             for _ in range(5):
-                self.assertEqual(rls_call(self.port), rls_pb2.RateLimitResponse.OK)
+                self.assertEqual(rls_call(self.port), rlsclient.pb().RateLimitResponse.OK)
             i = info(d)
             self.assertGreaterEqual(i["grpc_evictions"], 40)
             self.assertLessEqual(i["grpc_connections"], cap)
@@ -200,7 +166,7 @@ class GrpcCrowdTest(unittest.TestCase):
         with self.daemon("grpc_max_connections = 8\n") as d:
             for _ in range(20):
                 self.socks.append(socket.create_connection(("127.0.0.1", self.port), timeout=5))
-            self.assertEqual(rls_call(self.port), rls_pb2.RateLimitResponse.OK)
+            self.assertEqual(rls_call(self.port), rlsclient.pb().RateLimitResponse.OK)
             wait = time.time() + 5
             while info(d)["grpc_evictions"] < 12 and time.time() < wait:
                 time.sleep(0.1)
@@ -223,7 +189,7 @@ class GrpcCrowdTest(unittest.TestCase):
             self.assertGreater(i["grpc_memory_disconnects"], 0, i)
             self.assertEqual(metric(self.hport, "rls_memory_disconnects_total"),
                              i["grpc_memory_disconnects"])
-            self.assertEqual(rls_call(self.port), rls_pb2.RateLimitResponse.OK)
+            self.assertEqual(rls_call(self.port), rlsclient.pb().RateLimitResponse.OK)
             print("ok: 120 unfinished 60 KB streams: client_memory %d within %d, "
                   "%d gRPC connections closed, heaviest first"
                   % (mem, budget, i["grpc_memory_disconnects"]))

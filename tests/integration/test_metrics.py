@@ -104,6 +104,24 @@ class MetricsTest(unittest.TestCase):
             _, body = scrape(self.port, "/health")
             self.assertEqual(body, "ok\n")
 
+    def test_loop_turns(self):
+        """The event loop's turns are measured: INFO's loop_turns and
+        loop_max_turn_us, the histogram on /metrics counting the same turns,
+        and CONFIG RESETSTAT forgetting the longest turn."""
+        with self.daemon() as d:
+            r = redis.Redis(unix_socket_path=d.path, socket_timeout=10)
+            for i in range(50):
+                r.execute_command("CL.THROTTLE", "turns:%d" % i, 5, 10, 1)
+            info = r.info("stats")
+            self.assertGreater(info["loop_turns"], 0)
+            self.assertGreaterEqual(info["loop_max_turn_us"], 0)
+            fams = parse_exposition(scrape(self.port)[1])
+            self.assertGreaterEqual(fams["sluice_loop_turn_seconds_count"], info["loop_turns"])
+            self.assertEqual(r.execute_command("CONFIG", "RESETSTAT"), b"OK")
+            after = r.info("stats")
+            self.assertGreater(after["loop_turns"], info["loop_turns"])
+            r.close()
+
     def test_bad_requests_and_keeps_answering(self):
         with self.daemon() as d:
             out = raw(self.port, b"\x00\x01garbage that is not http\r\n\r\n")

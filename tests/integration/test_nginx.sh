@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # A real nginx (Debian's nginx-light) in front of a small upstream, asking
 # sluiced's /v1/throttle with auth_request before every request, driven
-# with curl: allowed until the policy's limit, then 403 with Retry-After and
-# the RateLimit fields passed back to the client.  The nginx config is the
+# with curl: allowed until the policy's limit, then 429 (sluice's 403, which
+# auth_request needs, mapped) with Retry-After and the RateLimit fields
+# passed back to the client; with sluiced stopped, the snippet fails closed
+# (500) and its fail-open variant (the #fail-open: lines) lets requests
+# through.  Caddy's answers carry the RateLimit fields, 200s included.  The nginx config is the
 # README's snippet (deploy/proxy/nginx-sluice.conf), so the snippet is
 # what is tested.  A hostile end user then sends X-Sluice-Cost: 0 and
 # X-Sluice-Key: <victim> through nginx and through a real Caddy running the
@@ -55,6 +58,9 @@ SPID=$!
 # The README's location blocks, with this test's ports.
 sed -e "s/127.0.0.1:9464/127.0.0.1:$SLUICE_HTTP/" -e "s/127.0.0.1:8080/127.0.0.1:$BACK/" \
   "$HERE/../../deploy/proxy/nginx-sluice.conf" >"$TMP/sluice-locations.conf"
+# The fail-open variant: the same with its commented lines on.
+FRONT_OPEN=$(free_port)
+sed -e 's/#fail-open: //' "$TMP/sluice-locations.conf" >"$TMP/sluice-locations-open.conf"
 mkdir -p "$TMP/tmp"
 cat >"$TMP/nginx.conf" <<EOF
 daemon on;
@@ -72,6 +78,10 @@ http {
   server {
     listen 127.0.0.1:$FRONT;
     include $TMP/sluice-locations.conf;
+  }
+  server {
+    listen 127.0.0.1:$FRONT_OPEN;
+    include $TMP/sluice-locations-open.conf;
   }
   server {
     listen 127.0.0.1:$BACK;
@@ -104,10 +114,12 @@ for i in 1 2 3 4 5; do
 done
 out=$(curl -s -D "$TMP/h6" "http://127.0.0.1:$FRONT/api/items")
 code=$(head -1 "$TMP/h6" | awk '{print $2}')
-[ "$code" = "403" ] || fail "request 6: status $code, expected 403"
+[ "$code" = "429" ] || fail "request 6: status $code, expected 429"
+[ "$out" = "limited" ] || fail "request 6: body '$out'"
 grep -qi '^Retry-After: [0-9]' "$TMP/h6" || fail "request 6: no Retry-After"
 grep -qi '^RateLimit: "api";r=0' "$TMP/h6" || fail "request 6: RateLimit does not say r=0"
-echo "ok: nginx auth_request: 5 allowed, the 6th 403 with Retry-After $(grep -i '^Retry-After' "$TMP/h6" | tr -d '\r' | cut -d' ' -f2)"
+grep -qi '^RateLimit-Policy: "api";q=5' "$TMP/h6" || fail "request 6: no RateLimit-Policy"
+echo "ok: nginx auth_request: 5 allowed, the 6th 429 with Retry-After $(grep -i '^Retry-After' "$TMP/h6" | tr -d '\r' | cut -d' ' -f2)"
 
 # A hostile end user behind nginx: its own X-Sluice-* headers must not reach
 # sluice.  The key (127.0.0.1) is exhausted: cost 0, another key, another
@@ -163,6 +175,13 @@ if command -v caddy >/dev/null; then
     [ "$code" = "403" ] || { kill $CPID; cat "$TMP/caddy.log" >&2; fail "caddy: status $code, expected 403"; }
   done
   n=$(cost_probe "$CADDY_FRONT" 127.0.0.3)
+  # An allowed request's answer carries the RateLimit fields too.
+  out=$(curl -s -D "$TMP/hc" --interface 127.0.0.4 "http://127.0.0.1:$CADDY_FRONT/api/items" || true)
+  [ "$out" = "upstream" ] || { kill $CPID; fail "caddy: a fresh client got '$out'"; }
+  grep -qi '^RateLimit: "api";r=4' "$TMP/hc" \
+    || { kill $CPID; fail "caddy: no RateLimit field on a 200: $(cat "$TMP/hc")"; }
+  grep -qi '^RateLimit-Policy: "api";q=5' "$TMP/hc" \
+    || { kill $CPID; fail "caddy: no RateLimit-Policy field on a 200"; }
   kill $CPID 2>/dev/null || true
   wait $CPID 2>/dev/null || true
   [ "$n" = "5" ] || fail "caddy: a client's X-Sluice-Cost: 3 reached sluice ($n of 6 allowed, not 5)"
@@ -170,7 +189,7 @@ if command -v caddy >/dev/null; then
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$SLUICE_HTTP/v1/throttle?policy=api&key=victim")
   [ "$code" = "200" ] || fail "caddy: the victim's key was spent by a hostile X-Sluice-Key ($code)"
   echo "ok: Caddy forward_auth: 0 of 20 hostile requests passed (all 403); the victim's key untouched;"
-  echo "    a client's X-Sluice-Cost is stripped (5 of 6 allowed)"
+  echo "    a client's X-Sluice-Cost is stripped (5 of 6 allowed); a 200 carries RateLimit"
 else
   echo "note: caddy not installed, Caddy snippet not checked"
 fi
@@ -187,3 +206,14 @@ assert not fa.get("trustForwardHeader", False), fa
 PY
   echo "ok: Traefik snippet loads"
 fi
+
+# sluiced stopped: the snippet fails closed, its fail-open variant passes.
+kill "$SPID"
+wait "$SPID" 2>/dev/null || true
+SPID=""
+code=$(curl -s -o /dev/null -w '%{http_code}' --interface 127.0.0.5 "http://127.0.0.1:$FRONT/api/items")
+[ "$code" = "500" ] || fail "nginx with sluice down: status $code, expected 500 (fail closed)"
+code=$(curl -s -o "$TMP/open.body" -w '%{http_code}' --interface 127.0.0.5 "http://127.0.0.1:$FRONT_OPEN/api/items")
+out=$(cat "$TMP/open.body")
+[ "$code $out" = "200 upstream" ] || fail "nginx fail-open with sluice down: $code '$out', expected the upstream's 200"
+echo "ok: nginx with sluice down: 500 (fail closed); the fail-open variant passes to the upstream"

@@ -19,42 +19,25 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicetest import ROOT, SLUICED, Daemon, free_tcp_port  # noqa: E402
+from sluicetest import SLUICED, Daemon, free_tcp_port  # noqa: E402
 
-PROTO_DIR = os.path.join(ROOT, "node", "rls", "proto")
-PROTOS = ["envoy/service/ratelimit/v3/rls.proto",
-          "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
-          "envoy/type/v3/ratelimit_unit.proto",
-          "envoy/config/core/v3/base.proto"]
-METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+import rlsclient  # noqa: E402  (the generated gRPC client)
+from rlsclient import HAVE_GRPC, METHOD  # noqa: E402
 
-try:
-    import grpc  # Debian python3-grpcio
-    import grpc_tools  # noqa: F401  Debian python3-grpc-tools
-    HAVE_GRPC = True
-except ImportError:
-    HAVE_GRPC = False
+if HAVE_GRPC:
+    import grpc  # noqa: E402
 
-GEN = None
 rls_pb2 = None
 
 
 def setUpModule():
-    global GEN, rls_pb2
-    if not HAVE_GRPC:
-        return
-    GEN = tempfile.mkdtemp(prefix="sluice-rls-gen-")
-    subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I", PROTO_DIR,
-                    "--python_out", GEN, "--grpc_python_out", GEN] + PROTOS,
-                   check=True)
-    sys.path.insert(0, GEN)
-    from envoy.service.ratelimit.v3 import rls_pb2 as m  # noqa: E402
-    rls_pb2 = m
+    global rls_pb2
+    if rlsclient.setup():
+        rls_pb2 = rlsclient.pb()
 
 
 def tearDownModule():
-    if GEN is not None:
-        shutil.rmtree(GEN, ignore_errors=True)
+    rlsclient.teardown()
 
 
 CONFIG = """\
@@ -136,11 +119,7 @@ class RlsTest(unittest.TestCase):
                        "--ratelimit-headers", "--metrics", "127.0.0.1:%d" % cls.metrics_port,
                        tmpdir=cls.tmp)
         cls.d.start()
-        cls.chan = grpc.insecure_channel("127.0.0.1:%d" % cls.port)
-        grpc.channel_ready_future(cls.chan).result(timeout=10)
-        cls.call = cls.chan.unary_unary(
-            METHOD, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
-            response_deserializer=rls_pb2.RateLimitResponse.FromString)
+        cls.chan, cls.call = rlsclient.connect(cls.port)
         cls.raw = cls.chan.unary_unary(METHOD)  # bytes in, bytes out
 
     @classmethod
@@ -156,19 +135,7 @@ class RlsTest(unittest.TestCase):
         wait_past_hour_boundary()
 
     def req(self, *descs, domain="app", hits=0):
-        r = rls_pb2.RateLimitRequest(domain=domain, hits_addend=hits)
-        for d in descs:
-            pb = r.descriptors.add()
-            entries = d["entries"] if isinstance(d, dict) else d
-            for k, v in entries:
-                e = pb.entries.add()
-                e.key, e.value = k, v
-            if isinstance(d, dict):
-                if "limit" in d:
-                    pb.limit.requests_per_unit, pb.limit.unit = d["limit"]
-                if "hits" in d:
-                    pb.hits_addend.value = d["hits"]
-        return self.call(r, timeout=5)
+        return self.call(rlsclient.request(domain, *descs, hits=hits), timeout=5)
 
     def test_single_descriptor_until_over_limit(self):
         R = rls_pb2.RateLimitResponse
@@ -413,11 +380,7 @@ class RlsReloadTest(unittest.TestCase):
         port = free_tcp_port()
         with Daemon("--grpc", "127.0.0.1:%d" % port, "--ratelimit-config", cfgdir,
                     tmpdir=tmp) as d:
-            chan = grpc.insecure_channel("127.0.0.1:%d" % port)
-            grpc.channel_ready_future(chan).result(timeout=10)
-            call = chan.unary_unary(
-                METHOD, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
-                response_deserializer=rls_pb2.RateLimitResponse.FromString)
+            chan, call = rlsclient.connect(port)
 
             def limit_of(value):
                 r = rls_pb2.RateLimitRequest(domain="d")
@@ -461,11 +424,7 @@ class RlsReloadTest(unittest.TestCase):
                         "ratelimit_algorithm = gcra\nratelimit_headers = on\n"
                         % (port, os.path.join(tmp, "rl")))
             with Daemon("--config", conf, tmpdir=tmp):
-                chan = grpc.insecure_channel("127.0.0.1:%d" % port)
-                grpc.channel_ready_future(chan).result(timeout=10)
-                call = chan.unary_unary(
-                    METHOD, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
-                    response_deserializer=rls_pb2.RateLimitResponse.FromString)
+                chan, call = rlsclient.connect(port)
                 r = rls_pb2.RateLimitRequest(domain="d")
                 e = r.descriptors.add().entries.add()
                 e.key, e.value = "k", "v"
@@ -522,12 +481,9 @@ class RlsClusterTest(unittest.TestCase):
             c.wait_members(["node1", "node2", "node3"])
             calls = []
             for p in ports:
-                ch = grpc.insecure_channel("127.0.0.1:%d" % p)
-                grpc.channel_ready_future(ch).result(timeout=10)
+                ch, call = rlsclient.connect(p)
                 chans.append(ch)
-                calls.append(ch.unary_unary(
-                    METHOD, request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
-                    response_deserializer=rls_pb2.RateLimitResponse.FromString))
+                calls.append(call)
             req = rls_pb2.RateLimitRequest(domain="g")
             e = req.descriptors.add().entries.add()
             e.key, e.value = "tenant", "acme"

@@ -12,6 +12,10 @@ rate limit service (gRPC, python3-grpcio), with that project's own fixtures
                        examples/envoy/proxy.yaml turned into the descriptors
                        Envoy would send (ROUTES below); replaces.sh is read
                        and replayed line by line.
+  config/merge_*      TestDomainMerge, TestDuplicateKeyDomainMerge, with
+                       MERGE_DOMAIN_CONFIG=true in sluiced's environment as
+                       upstream reads it (the same file twice is two names
+                       in one directory here).
 
 Not applicable here, and why (the rest of upstream's cases):
   - Backends and transports: the Redis, Redis Cluster, Sentinel, TLS, auth,
@@ -26,11 +30,10 @@ Not applicable here, and why (the rest of upstream's cases):
     value-included-in-stats-key-when-unspecified.sh): sluice exports no
     per-descriptor series.  The decisions of those cases are replayed.
 Not done (features sluice lacks; see the README's RLS section):
-  - MERGE_DOMAIN_CONFIG (TestDomainMerge, TestDuplicateKeyDomainMerge).
   - quota_mode and dynamic metadata in answers (TestMetadata, quota.sh,
     token-quota.sh, multiservice-tokenquota.sh).
-  - Reload by watching the directory: testConfigReload is replayed with
-    SIGHUP, which is how sluiced is told to reload.
+testConfigReload runs as upstream's (the directory is watched) and once
+more with a SIGHUP after each change.
 
 Minute and hour windows are calendar windows: a case that needs one window
 first waits out the last seconds of the current one (bounded)."""
@@ -45,29 +48,19 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_rls  # noqa: E402  (the generated gRPC client)
+import rlsclient  # noqa: E402  (the generated gRPC client)
+from rlsclient import HAVE_GRPC, pb  # noqa: E402
 from sluicetest import ROOT, SLUICED, Daemon, free_tcp_port  # noqa: E402
 
 ANCHORS = os.path.join(ROOT, "tests", "anchors", "envoyproxy")
-METHOD = test_rls.METHOD
-
-try:
-    import grpc  # noqa: F401
-    HAVE_GRPC = test_rls.HAVE_GRPC
-except ImportError:
-    HAVE_GRPC = False
 
 
 def setUpModule():
-    test_rls.setUpModule()
+    rlsclient.setup()
 
 
 def tearDownModule():
-    test_rls.tearDownModule()
-
-
-def pb():
-    return test_rls.rls_pb2
+    rlsclient.teardown()
 
 
 def wait_for_window(unit_s, need_s):
@@ -81,7 +74,7 @@ def wait_for_window(unit_s, need_s):
 class RlsDaemon:
     """sluiced serving ShouldRateLimit from a directory of fixture files."""
 
-    def __init__(self, files):
+    def __init__(self, files, env=None):
         self.tmp = tempfile.mkdtemp(prefix="sluice-envoyproxy-")
         self.cfgdir = os.path.join(self.tmp, "config")
         os.mkdir(self.cfgdir)
@@ -89,15 +82,11 @@ class RlsDaemon:
             shutil.copy(os.path.join(ANCHORS, f), self.cfgdir)
         self.port = free_tcp_port()
         self.d = Daemon("--grpc", "127.0.0.1:%d" % self.port, "--ratelimit-config", self.cfgdir,
-                        tmpdir=self.tmp)
+                        tmpdir=self.tmp, env=dict(os.environ, **(env or {})))
 
     def __enter__(self):
         self.d.start()
-        self.chan = grpc.insecure_channel("127.0.0.1:%d" % self.port)
-        grpc.channel_ready_future(self.chan).result(timeout=10)
-        self.call = self.chan.unary_unary(
-            METHOD, request_serializer=pb().RateLimitRequest.SerializeToString,
-            response_deserializer=pb().RateLimitResponse.FromString)
+        self.chan, self.call = rlsclient.connect(self.port)
         return self
 
     def __exit__(self, *exc):
@@ -110,16 +99,7 @@ class RlsDaemon:
 
     def req(self, domain, *descs, hits=1):
         """descs: lists of (key, value), or dicts {"entries", "limit"}."""
-        r = pb().RateLimitRequest(domain=domain, hits_addend=hits)
-        for d in descs:
-            p = r.descriptors.add()
-            entries = d["entries"] if isinstance(d, dict) else d
-            for k, v in entries:
-                e = p.entries.add()
-                e.key, e.value = k, v
-            if isinstance(d, dict) and "limit" in d:
-                p.limit.requests_per_unit, p.limit.unit = d["limit"]
-        return self.call(r, timeout=5)
+        return self.call(rlsclient.request(domain, *descs, hits=hits), timeout=5)
 
     def limit(self, domain, entries, **kw):
         """GetLimit as a call: (requests_per_unit, unit) or None."""
@@ -159,14 +139,17 @@ class ConfigTest(unittest.TestCase):
         "unlimited_with_unit.yaml": "should not specify rate limit unit when unlimited",
     }
 
-    def refused(self, *files):
+    def refused(self, *files, env=None):
+        """files: names in config/, or (name, name in the directory)."""
         tmp = tempfile.mkdtemp(prefix="sluice-envoyproxy-bad-")
         try:
             for f in files:
-                shutil.copy(os.path.join(ANCHORS, "config", f), tmp)
+                src, dst = f if isinstance(f, tuple) else (f, f)
+                shutil.copy(os.path.join(ANCHORS, "config", src), os.path.join(tmp, dst))
             p = subprocess.run([SLUICED, "--socket", os.path.join(tmp, "s.sock"), "--grpc",
                                 "127.0.0.1:0", "--ratelimit-config", tmp],
-                               capture_output=True, text=True, timeout=10)
+                               capture_output=True, text=True, timeout=10,
+                               env=dict(os.environ, **(env or {})))
             return p.returncode, p.stdout + p.stderr
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -182,6 +165,30 @@ class ConfigTest(unittest.TestCase):
         rc, out = self.refused("basic_config.yaml", "duplicate_domain.yaml")
         self.assertNotEqual(rc, 0, out)
         self.assertIn("duplicate domain 'test-domain' in config file", out)
+
+    def test_domain_merge(self):
+        """TestDomainMerge: with MERGE_DOMAIN_CONFIG, two files of one domain
+        are one domain (without it, a duplicate domain)."""
+        R = pb().RateLimitResponse.RateLimit
+        files = ["config/merge_domain_key1.yaml", "config/merge_domain_key2.yaml"]
+        with RlsDaemon(files, env={"MERGE_DOMAIN_CONFIG": "true"}) as s:
+            self.assertIsNone(s.limit("foo_domain", []))
+            self.assertIsNone(s.limit("test-domain", []))
+            self.assertEqual(s.limit("test-domain", [("key1", "value1")]), (10, R.MINUTE))
+            self.assertEqual(s.limit("test-domain", [("key2", "value2")]), (20, R.MINUTE))
+        rc, out = self.refused("merge_domain_key1.yaml", "merge_domain_key2.yaml")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("duplicate domain 'test-domain' in config file", out)
+
+    def test_duplicate_key_domain_merge(self):
+        """TestDuplicateKeyDomainMerge: one file twice, merged: the second's
+        descriptor is a duplicate composite key."""
+        rc, out = self.refused("merge_domain_key1.yaml",
+                               ("merge_domain_key1.yaml", "merge_domain_key1_again.yaml"),
+                               env={"MERGE_DOMAIN_CONFIG": "true"})
+        self.assertNotEqual(rc, 0, out)
+        self.assertRegex(out, r"merge_domain_key1_again\.yaml(:\d+)?: duplicate descriptor "
+                         r"composite key 'test-domain\.key1_value1'")
 
     def test_basic_config(self):
         R = pb().RateLimitResponse.RateLimit
@@ -352,13 +359,23 @@ class IntegrationTest(unittest.TestCase):
             self.assertLess(r2.seconds, r1.seconds)
 
     def test_config_reload(self):
+        """testConfigReload as upstream runs it: the file is added to and
+        removed from the directory, and nothing else is done."""
+        self.config_reload(hup=False)
+
+    def test_config_reload_sighup(self):
+        """The same, with a SIGHUP after each change (sluice's own way)."""
+        self.config_reload(hup=True)
+
+    def config_reload(self, hup):
         R = pb().RateLimitResponse
         U = R.RateLimit
         with RlsDaemon(self.RUNTIME) as s:
             resp = s.req("reload", [("block", "foo")])
             self.assertEqual(got(resp), [(R.OK, 0, 0, 0)])
             shutil.copy(os.path.join(ANCHORS, "runtime", "reload.yaml"), s.cfgdir)
-            s.d.proc.send_signal(signal.SIGHUP)
+            if hup:
+                s.d.proc.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 resp = s.req("reload", [("key1", "foo")])
@@ -369,7 +386,8 @@ class IntegrationTest(unittest.TestCase):
             # block is 0 per second
             self.assertEqual(s.req("reload", [("block", "foo")]).overall_code, R.OVER_LIMIT)
             os.remove(os.path.join(s.cfgdir, "reload.yaml"))
-            s.d.proc.send_signal(signal.SIGHUP)
+            if hup:
+                s.d.proc.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 if not s.req("reload", [("key1", "foo")]).statuses[0].HasField("current_limit"):

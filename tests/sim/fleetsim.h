@@ -525,7 +525,12 @@ static inline void fs_run(struct fleetsim *s)
         /* ticks */
         for (int i = 0; i < s->c.n; i++)
             if (s->nd[i].up && s->now >= s->nd[i].next_tick) {
-                replica_tick(s->nd[i].r, s->now + s->nd[i].offset);
+                /* A pass and its further slices at once, as the daemon's
+                 * loop runs them turn after turn. */
+                int64_t t = s->now + s->nd[i].offset;
+                replica_tick(s->nd[i].r, t);
+                for (int k = 0; k < 100000 && replica_next_deadline(s->nd[i].r) <= t; k++)
+                    replica_tick(s->nd[i].r, t);
                 s->nd[i].next_tick += s->c.interval_ns;
             }
         s->now += FS_MSEC;

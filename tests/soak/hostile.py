@@ -4,10 +4,13 @@ in a 256 MiB memory limit, while real clients are measured.
 
     /usr/bin/python3 tests/soak/hostile.py --sluiced build/bin/sluiced --duration 1200
 
-The daemon runs in `systemd-run --scope -p MemoryMax=256M` when systemd can
-make one, else under an address-space limit (prlimit --as, i.e. ulimit -v,
-with MALLOC_ARENA_MAX=2 so glibc's per-thread arenas do not spend it on
-reservations); the report says which.  It holds 10,000 keys, listens on its
+The daemon runs in a memory cgroup of its own with that limit when this
+process may make one (root: cgroup v2's memory.max, else v1's
+memory.limit_in_bytes; the report then has the cgroup's peak usage and
+its OOM kills, which must be 0), else in `systemd-run --scope -p
+MemoryMax=256M` when systemd can make one, else under an address-space
+limit (prlimit --as, i.e. ulimit -v, with MALLOC_ARENA_MAX=2 so glibc's
+per-thread arenas do not spend it on reservations); the report says which.  It holds 10,000 keys, listens on its
 Unix socket, TCP with a password, HTTP and gRPC, and reloads a changing
 config file.  Hostile workers (separate processes, until the deadline):
 
@@ -35,7 +38,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -46,6 +48,10 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+import rlsclient  # noqa: E402  (the generated gRPC client)
+import sluicetest  # noqa: E402  (starting and stopping the daemon)
+from sluicetest import rss_kb  # noqa: E402
 METHOD = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 PASSWORD = "soak-password-1234"
 
@@ -93,7 +99,7 @@ def w_flood(a, deadline):
     while time.time() < deadline:
         socks = []
         try:
-            for _ in range(50):
+            for _ in range(a["flood_clients"]):
                 s = socket.socket(socket.AF_UNIX)
                 s.settimeout(2)
                 s.connect(a["sock"])
@@ -231,37 +237,98 @@ WORKERS = {
 
 # ---- the daemon ----
 
+class Cgroup:
+    """A memory cgroup of its own (v2, else v1), limited to `limit` bytes."""
+
+    def __init__(self, limit):
+        self.path = None
+        v2 = "/sys/fs/cgroup"
+        v1 = "/sys/fs/cgroup/memory"
+        name = "sluice-hostile-%d" % os.getpid()
+        try:
+            with open(os.path.join(v2, "cgroup.controllers")) as f:
+                if "memory" in f.read().split():
+                    self.v2 = True
+                    self.path = os.path.join(v2, name)
+                    os.mkdir(self.path)
+                    self.write("memory.max", limit)
+                    self.write("memory.swap.max", 0)
+                    return
+        except OSError:
+            self.remove()
+        try:
+            self.v2 = False
+            self.path = os.path.join(v1, name)
+            os.mkdir(self.path)
+            self.write("memory.limit_in_bytes", limit)
+            try:
+                self.write("memory.memsw.limit_in_bytes", limit)  # no swap either
+            except OSError:
+                pass
+        except OSError:
+            self.remove()
+
+    def write(self, name, value):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write("%d\n" % value)
+
+    def read(self, name):
+        with open(os.path.join(self.path, name)) as f:
+            return f.read()
+
+    def prefix(self):
+        # the shell joins the cgroup, then becomes sluiced
+        return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', self.path]
+
+    def figures(self):
+        """Peak usage and OOM kills (they must be 0: the daemon disconnects
+        clients instead of growing past its limit)."""
+        fig = {}
+        try:
+            if self.v2:
+                fig["cgroup_peak_bytes"] = int(self.read("memory.peak"))
+                events = self.read("memory.events")
+            else:
+                fig["cgroup_peak_bytes"] = int(self.read("memory.max_usage_in_bytes"))
+                fig["cgroup_limit_hits"] = int(self.read("memory.failcnt"))
+                events = self.read("memory.oom_control")
+            for line in events.splitlines():
+                k, _, v = line.partition(" ")
+                if k in ("oom", "oom_kill"):
+                    fig["cgroup_" + k] = int(v)
+        except (OSError, ValueError):
+            pass
+        return fig
+
+    def remove(self):
+        if self.path is not None:
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+            self.path = None
+
+
 def limit_prefix(mem):
-    """The command prefix that puts the daemon in a memory limit, and what it is."""
+    """The command prefix that puts the daemon in a memory limit, what it is,
+    and the cgroup when there is one."""
+    cg = Cgroup(parse_size(mem)) if os.geteuid() == 0 else None
+    if cg is not None and cg.path is not None:
+        return cg.prefix(), "memory cgroup %s, limit %s (%s)" % (
+            "v2" if cg.v2 else "v1", mem, cg.path), cg
     if shutil.which("systemd-run"):
         probe = subprocess.run(["systemd-run", "--scope", "--quiet", "-p", "MemoryMax=%s" % mem,
                                 "true"], capture_output=True)
         if probe.returncode == 0:
             return ["systemd-run", "--scope", "--quiet", "-p", "MemoryMax=%s" % mem], \
-                "systemd scope MemoryMax=%s" % mem
+                "systemd scope MemoryMax=%s" % mem, None
     return ["prlimit", "--as=%d" % parse_size(mem)], \
-        "address-space limit (prlimit --as, ulimit -v) %s, MALLOC_ARENA_MAX=2" % mem
+        "address-space limit (prlimit --as, ulimit -v) %s, MALLOC_ARENA_MAX=2" % mem, None
 
 
 def parse_size(s):
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
-
-
-def rss_kb(pid):
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def find_pid(sock_path, proc):
-    """The sluiced process (systemd-run --scope execs it; prlimit too)."""
-    return proc.pid
 
 
 def pct(sorted_vals, p):
@@ -280,12 +347,17 @@ def main():
     ap.add_argument("--workers", default=",".join(WORKERS),
                     help="hostile workers to run (default: all)")
     ap.add_argument("--json", help="write the figures there too")
+    ap.add_argument("--flood-clients", type=int, default=50,
+                    help="RESP clients of the flood worker at once (default 50; 400 pass the "
+                    "default client memory budget)")
+    ap.add_argument("--max-client-memory", default=None,
+                    help="the daemon's --max-client-memory (default: its own)")
     o = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="sluice-hostile-")
     sock = os.path.join(tmp, "sluice.sock")
     a = {"sock": sock, "tcp": free_port(), "http": free_port(), "grpc": free_port(),
-         "conf": os.path.join(tmp, "sluice.conf")}
+         "conf": os.path.join(tmp, "sluice.conf"), "flood_clients": o.flood_clients}
     passfile = os.path.join(tmp, "pass")
     with open(passfile, "w") as f:
         f.write(PASSWORD + "\n")
@@ -298,27 +370,23 @@ def main():
     a["conf_head"] = "[sluiced]\nlog_level = warn\n"
     with open(a["conf"], "w") as f:
         f.write(a["conf_head"] + policies(2048, 5))
-    prefix, how = limit_prefix(o.memory)
-    env = dict(os.environ, MALLOC_ARENA_MAX="2")
-    logpath = os.path.join(tmp, "sluiced.log")
-    log = open(logpath, "wb")
-    proc = subprocess.Popen(prefix + [o.sluiced, "--config", a["conf"], "--socket", sock,
-                                      "--listen", "127.0.0.1:%d" % a["tcp"],
-                                      "--requirepass-file", passfile,
-                                      "--http", "127.0.0.1:%d" % a["http"],
-                                      "--grpc", "127.0.0.1:%d" % a["grpc"],
-                                      "--ratelimit-config", rldir],
-                            stdout=log, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    prefix, how, cgroup = limit_prefix(o.memory)
+    # The prefix execs sluiced (sh's exec, systemd-run --scope, prlimit):
+    # the process started is the daemon.
+    d = sluicetest.Daemon("--config", a["conf"], "--listen", "127.0.0.1:%d" % a["tcp"],
+                          "--requirepass-file", passfile,
+                          "--http", "127.0.0.1:%d" % a["http"],
+                          "--grpc", "127.0.0.1:%d" % a["grpc"], "--ratelimit-config", rldir,
+                          *(["--max-client-memory", o.max_client_memory]
+                            if o.max_client_memory else []),
+                          socket_path=sock, tmpdir=tmp, prefix=prefix, binary=o.sluiced,
+                          env=dict(os.environ, MALLOC_ARENA_MAX="2"))
     workers = []
     ok = False
     try:
-        t0 = time.time()
-        while not os.path.exists(sock):
-            if proc.poll() is not None or time.time() - t0 > 20:
-                raise SystemExit("sluiced did not start:\n" + open(logpath).read())
-            time.sleep(0.05)
-        pid = find_pid(sock, proc)
+        d.start()  # raises, with the log printed, if it does not come up
+        proc = d.proc
+        pid = proc.pid
         # 10,000 keys held (for the SCANs), pipelined.
         c = socket.socket(socket.AF_UNIX)
         c.settimeout(30)
@@ -336,15 +404,7 @@ def main():
             p.start()
             workers.append(p)
 
-        grpc_call = None
-        try:
-            sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
-            import grpc  # noqa: F401
-            from test_listener_crowds import setUpModule, rls_call
-            setUpModule()
-            grpc_call = rls_call
-        except Exception:
-            pass
+        grpc_call = rlsclient.call_once if rlsclient.setup() else None
 
         lat, health_fail, health_n, grpc_fail, grpc_n, rss = [], 0, 0, 0, 0, []
         next_health = next_rss = next_grpc = time.time()
@@ -409,6 +469,17 @@ def main():
             "rss_end_kb": rss_end,
         }
         try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % a["http"],
+                                        timeout=5) as r:
+                for line in r.read().decode().splitlines():
+                    for k in ("memory_trims_total", "memory_trim_milliseconds_total"):
+                        if line.startswith("sluice_" + k + " "):
+                            fig[k] = int(float(line.split()[1]))
+        except OSError:
+            pass
+        if cgroup is not None:
+            fig.update(cgroup.figures())
+        try:
             s = socket.socket(socket.AF_UNIX)
             s.settimeout(5)
             s.connect(sock)
@@ -429,21 +500,23 @@ def main():
         if o.json:
             with open(o.json, "w") as f:
                 json.dump(fig, f, indent=1)
-        ok = alive and health_fail == 0 and len(lat) > 0
+        ok = alive and health_fail == 0 and len(lat) > 0 and not fig.get("cgroup_oom_kill")
         if o.max_p99_ms is not None and fig["p99_ms"] > o.max_p99_ms:
             ok = False
         if not ok:
-            print(open(logpath, errors="replace").read()[-4000:])
+            print(d.logtext()[-4000:])
     finally:
         for p in workers:
             if p.is_alive():
                 p.terminate()
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+            d.stop()
+        except subprocess.TimeoutExpired:
+            pass  # stop() killed it
+        d.close()
+        rlsclient.teardown()
+        if cgroup is not None:
+            cgroup.remove()
         shutil.rmtree(tmp, ignore_errors=True)
     sys.exit(0 if ok else 1)
 

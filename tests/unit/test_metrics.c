@@ -208,6 +208,10 @@ static struct metrics_snapshot fixed_snapshot(int clustered)
     s.latency.buckets[11] = 1; /* > 5 ms */
     s.latency.count = 7;
     s.latency.sum_ns = 6000000;
+    s.loop_turns.buckets[6] = 3;  /* <= 100 us */
+    s.loop_turns.buckets[11] = 1; /* > 5 ms: a stall shows */
+    s.loop_turns.count = 4;
+    s.loop_turns.sum_ns = 40000000;
     return s;
 }
 
@@ -258,6 +262,11 @@ static void test_render_exact(void **state)
     assert_true(b.len >= strlen(last));
     assert_string_equal(b.data + b.len - strlen(last), last);
     assert_non_null(strstr(b.data, "\nsluice_connected_clients 2\n"));
+    assert_non_null(strstr(b.data, "sluice_loop_turn_seconds_bucket{le=\"0.001\"} 3\n"
+                                   "sluice_loop_turn_seconds_bucket{le=\"0.005\"} 3\n"
+                                   "sluice_loop_turn_seconds_bucket{le=\"+Inf\"} 4\n"
+                                   "sluice_loop_turn_seconds_sum 0.040000000\n"
+                                   "sluice_loop_turn_seconds_count 4\n"));
     assert_non_null(strstr(b.data, "# TYPE sluice_ready gauge\nsluice_ready 0\n"));
     assert_null(strstr(b.data, "gossip"));
     assert_null(strstr(b.data, "sluice_synced"));

@@ -1,0 +1,55 @@
+/* loopstat: the event loop's turn durations (see loopstat.h). */
+#include "loopstat.h"
+
+#include "sluice/error.h"
+
+static void loopstat__on_prepare(uv_prepare_t *h)
+{
+    struct loopstat *ls = h->data;
+    uint64_t now = uv_hrtime();
+    uint64_t idle = uv_metrics_idle_time(h->loop);
+    if (ls->last_ns != 0) {
+        uint64_t span = now - ls->last_ns, waited = idle - ls->last_idle_ns;
+        uint64_t work = span > waited ? span - waited : 0;
+        ls->turns++;
+        if (work > ls->max_turn_ns)
+            ls->max_turn_ns = work;
+        int b = 0;
+        while (b < METRICS_LATENCY_BUCKETS && (int64_t)work > metrics_latency_bounds_ns[b])
+            b++;
+        ls->hist.buckets[b]++;
+        ls->hist.count++;
+        ls->hist.sum_ns += work;
+    }
+    ls->last_ns = now;
+    ls->last_idle_ns = idle;
+}
+
+int loopstat_start(struct loopstat *ls, uv_loop_t *loop)
+{
+    if (uv_loop_configure(loop, UV_METRICS_IDLE_TIME) != 0 ||
+        uv_prepare_init(loop, &ls->prepare) != 0)
+        return -SLUICE_EIO;
+    ls->prepare.data = ls;
+    ls->started = 1;
+    if (uv_prepare_start(&ls->prepare, loopstat__on_prepare) != 0) {
+        loopstat_stop(ls);
+        return -SLUICE_EIO;
+    }
+    /* The measure must not keep the loop alive on its own. */
+    uv_unref((uv_handle_t *)&ls->prepare);
+    return 0;
+}
+
+void loopstat_stop(struct loopstat *ls)
+{
+    if (!ls->started)
+        return;
+    ls->started = 0;
+    uv_close((uv_handle_t *)&ls->prepare, NULL);
+}
+
+void loopstat_reset_max(struct loopstat *ls)
+{
+    ls->max_turn_ns = 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * loopstat: how long each turn of the event loop works, so a stall (a long
+ * walk over keys, a slow reload) shows as a number instead of as a client's
+ * timeout: INFO's loop_max_turn_us and /metrics' sluice_loop_turn_seconds.
+ *
+ * A turn's work is the time between two of its prepare phases less the time
+ * it spent waiting in the poll (libuv's idle-time metric): the timers, the
+ * I/O callbacks and everything else the loop ran in one iteration.  Two
+ * clock reads per turn.
+ */
+#ifndef SLUICE_LOOPSTAT_H
+#define SLUICE_LOOPSTAT_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "metrics.h"
+
+struct loopstat {
+    uv_prepare_t prepare;
+    int started;
+    uint64_t last_ns, last_idle_ns;
+    uint64_t turns, max_turn_ns;
+    struct metrics_histogram hist; /* metrics_latency_bounds_ns buckets */
+};
+
+/* Starts measuring loop's turns into ls (zeroed by the caller; owned by the
+ * caller, who must call loopstat_stop and let the loop close the handle
+ * before freeing it).  Turns on libuv's idle-time metric for the loop.
+ * Returns 0 or -SLUICE_EIO. */
+int loopstat_start(struct loopstat *ls, uv_loop_t *loop);
+
+/* Stops measuring and closes the handle (closed at the loop's next turn). */
+void loopstat_stop(struct loopstat *ls);
+
+/* Forgets the longest turn (CONFIG RESETSTAT), so a benchmark can measure
+ * its own window. */
+void loopstat_reset_max(struct loopstat *ls);
+
+#endif

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# A clustered node beside a standalone one, in one run: node 1 of a 3-node
+# cluster on 127.0.0.1 (owning about a third of the keys, so the owner's
+# work is included) and a standalone sluiced, both driven by redis-benchmark
+# over their Unix sockets with CL.THROTTLE on random keys from 1k, 100k and
+# 1M key spaces, unpipelined and at -P 16, in turn.  Prints ops/s, p99 and
+# the worst latency of each, their ratios, and the longest loop turn each
+# daemon measured while it ran (INFO loop_max_turn_us, reset before each
+# round with CONFIG RESETSTAT).
+#   tests/bench/clustered.sh [BUILD_DIR]       (default build)
+# Environment: BENCH_SCALE multiplies the request counts (default 1:
+# 300,000 per round, about 2 minutes on 2 cores; 0.02 gives the smoke run);
+# CLUSTERED_SPACES (default "1000 100000 1000000").
+# This is a benchmark, not a test: it prints figures and exits 0.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+build=${1:-build}
+BIN=$(cd "$build/bin" && pwd)
+SCALE=${BENCH_SCALE:-1}
+SPACES=${CLUSTERED_SPACES:-"1000 100000 1000000"}
+command -v redis-benchmark >/dev/null || { echo "clustered: redis-benchmark not found" >&2; exit 1; }
+
+TMP=$(mktemp -d /tmp/sluice-clustered.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+wait_sock() { # path: bounded wait for a socket that answers PING
+  for _ in $(seq 1 200); do
+    redis-cli -s "$1" PING >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "clustered: $1 did not come up" >&2; exit 1
+}
+
+# Three free UDP ports on 127.0.0.1.
+read -r P1 P2 P3 < <(/usr/bin/python3 - <<'PY'
+import socket
+ss = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])
+PY
+)
+"$BIN/sluicectl" keygen -o "$TMP/cluster.key" >/dev/null
+JOIN="127.0.0.1:$P1,127.0.0.1:$P2,127.0.0.1:$P3"
+i=0
+for p in $P1 $P2 $P3; do
+  i=$((i + 1))
+  "$BIN/sluiced" --socket "$TMP/n$i.sock" --node-name "n$i" --gossip-bind "127.0.0.1:$p" \
+    --join "$JOIN" --cluster-key-file "$TMP/cluster.key" --log-level warn 2>>"$TMP/nodes.log" &
+  PIDS+=($!)
+done
+"$BIN/sluiced" --socket "$TMP/alone.sock" --log-level warn &
+PIDS+=($!)
+for s in n1 n2 n3 alone; do wait_sock "$TMP/$s.sock"; done
+# Until node 1 sees all three (its global keys then spread over owners).
+for _ in $(seq 1 200); do
+  redis-cli -s "$TMP/n1.sock" INFO cluster | grep -q '^members_alive:3' && break
+  sleep 0.1
+done
+
+# round SOCK PIPE SPACE -> "ops_per_s p99_ms max_ms loop_max_turn_us"
+round() {
+  local sock=$1 pipe=$2 space=$3 n out
+  n=$(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }')
+  redis-cli -s "$sock" CONFIG RESETSTAT >/dev/null
+  out=$(redis-benchmark -s "$sock" -c 50 -P "$pipe" -n "$n" -r "$space" --csv \
+    CL.THROTTLE 'key:__rand_int__' 15 30 60 1 2>/dev/null |
+    awk -F'","' 'NR==2 { gsub(/"/, "", $2); gsub(/"/, "", $7); gsub(/"/, "", $8); print $2, $7, $8 }')
+  echo "$out $(redis-cli -s "$sock" INFO stats | tr -d '\r' | awk -F: '$1 == "loop_max_turn_us" { print $2 }')"
+}
+
+echo "clustered node (node 1 of 3, owns about a third of its keys) vs standalone, same run"
+echo "redis-benchmark -c 50 -n $(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }') CL.THROTTLE key:__rand_int__ 15 30 60 1"
+printf '%-9s %-4s %11s %11s %8s %8s %8s %8s %9s %9s  %s\n' keys pipe clustered standalone p99_cl p99_st max_cl max_st turn_cl_us turn_st_us ratio
+for pipe in 1 16; do
+  for space in $SPACES; do
+    read -r ca cp cm ct < <(round "$TMP/n1.sock" "$pipe" "$space")
+    read -r sa sp sm st < <(round "$TMP/alone.sock" "$pipe" "$space")
+    printf '%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9s %9s  ratio ops %.2f p99 %.2f\n' \
+      "$space" "$pipe" "$ca" "$sa" "$cp" "$sp" "$cm" "$sm" "$ct" "$st" \
+      "$(awk -v a="$ca" -v b="$sa" 'BEGIN { print a / b }')" \
+      "$(awk -v a="$cp" -v b="$sp" 'BEGIN { print (b > 0 ? a / b : 0) }')"
+  done
+done
+redis-cli -s "$TMP/n1.sock" INFO cluster | tr -d '\r' | grep -E '^(global_keys|owned_keys|reports_sent|leases_sent):' | tr '\n' ' '
+echo
