@@ -50,6 +50,7 @@ struct acquire_waiter {
     acquire_decide_fn decide;
     void *decide_ud;
     int64_t next_try_ns;
+    int wake_only; /* acquire_submit_woken */
     int dry_run;
     int64_t qty;
     int64_t start_ns, deadline_ns;
@@ -356,6 +357,11 @@ static struct acquire_waiter *acquire__process(struct acquire_queue *q, int64_t 
             w->waited_ns = now - w->start_ns;
             *tail = w;
             tail = &w->next;
+            /* What freed this one's units may have freed more: the next
+             * waiter of a wake-only key is asked now (and stops the round
+             * if they do not fit: one waiter woken at a time). */
+            if (!w->r.limited && q->head != NULL && q->head->wake_only)
+                q->head->next_try_ns = now;
             continue;
         }
         /* Served at the time it was due when it fit then (the timer wakes
@@ -532,16 +538,38 @@ static int acquire__take_now(struct acquire *a, const struct acquire_req *req,
     return rc < 0 ? rc : 1;
 }
 
+static int acquire__submit(struct acquire *a, const struct acquire_req *req,
+                           acquire_decide_fn decide, void *decide_ud, int wake_only, int64_t now_ns,
+                           acquire_done_fn done, void *ud, struct algo_result *r,
+                           int64_t *waited_ns, struct acquire_waiter **wout);
+
 int acquire_submit(struct acquire *a, const struct acquire_req *req, int64_t now_ns,
                    acquire_done_fn done, void *ud, struct algo_result *r, int64_t *waited_ns,
                    struct acquire_waiter **wout)
 {
-    return acquire_submit_via(a, req, NULL, NULL, now_ns, done, ud, r, waited_ns, wout);
+    return acquire__submit(a, req, NULL, NULL, 0, now_ns, done, ud, r, waited_ns, wout);
 }
 
 int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire_decide_fn decide,
                        void *decide_ud, int64_t now_ns, acquire_done_fn done, void *ud,
                        struct algo_result *r, int64_t *waited_ns, struct acquire_waiter **wout)
+{
+    return acquire__submit(a, req, decide, decide_ud, 0, now_ns, done, ud, r, waited_ns, wout);
+}
+
+int acquire_submit_woken(struct acquire *a, const struct acquire_req *req, acquire_decide_fn decide,
+                         void *decide_ud, int64_t now_ns, acquire_done_fn done, void *ud,
+                         struct algo_result *r, int64_t *waited_ns, struct acquire_waiter **wout)
+{
+    if (decide == NULL)
+        return -SLUICE_EINVAL;
+    return acquire__submit(a, req, decide, decide_ud, 1, now_ns, done, ud, r, waited_ns, wout);
+}
+
+static int acquire__submit(struct acquire *a, const struct acquire_req *req,
+                           acquire_decide_fn decide, void *decide_ud, int wake_only, int64_t now_ns,
+                           acquire_done_fn done, void *ud, struct algo_result *r,
+                           int64_t *waited_ns, struct acquire_waiter **wout)
 {
     int64_t next_try = now_ns;
     const struct algo_params *p;
@@ -565,14 +593,21 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
 
     if (decide != NULL && q == NULL) {
         /* Remote-decided, nobody waiting: take it now if it fits; wait only
-         * if the refusal says it may fit before the deadline.  Dry-run
-         * policies are answered allowed by the decider. */
+         * if the refusal says it may fit before the deadline (wake-only:
+         * unless it can never fit).  Dry-run policies are answered allowed
+         * by the decider. */
         rc = decide(decide_ud, req->key, req->klen, p, req->pol, req->qty, r);
         if (rc < 0)
             return rc;
-        if (!r->limited || r->retry_after_ns == ALGO_NEVER || r->retry_after_ns > req->timeout_ns)
+        if (!r->limited || req->timeout_ns == 0)
             return 1;
-        next_try = num_add_sat(now_ns, r->retry_after_ns > 0 ? r->retry_after_ns : 1);
+        if (wake_only ? req->qty > r->limit
+                      : r->retry_after_ns == ALGO_NEVER || r->retry_after_ns > req->timeout_ns)
+            return 1;
+        if (r->retry_after_ns == ALGO_NEVER)
+            next_try = INT64_MAX;
+        else
+            next_try = num_add_sat(now_ns, r->retry_after_ns > 0 ? r->retry_after_ns : 1);
     } else if (decide != NULL) {
         /* Behind the waiters (FIFO): asked when it reaches the head. */
         memset(r, 0, sizeof(*r));
@@ -629,6 +664,7 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
     w->decide = decide;
     w->decide_ud = decide_ud;
     w->next_try_ns = next_try;
+    w->wake_only = wake_only;
     w->qty = req->qty;
     w->start_ns = now_ns;
     w->deadline_ns = num_add_sat(now_ns, req->timeout_ns);
@@ -648,6 +684,23 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
     acquire__rearm(q, now_ns);
     *wout = w;
     return 0;
+}
+
+int64_t acquire_queued(struct acquire *a, const char *key, size_t klen)
+{
+    struct acquire_queue *q = acquire__find(a, key, klen);
+    return q != NULL ? q->qty_sum : 0;
+}
+
+void acquire_wake(struct acquire *a, const char *key, size_t klen)
+{
+    struct acquire_queue *q = acquire__find(a, key, klen);
+    if (q == NULL || q->head == NULL || q->head->decide == NULL)
+        return;
+    q->head->next_try_ns = 0;
+    /* Served on the next loop turn, not inside the caller's handler: an
+     * answer unblocks a client, whose next commands must not run there. */
+    uv_timer_start(&q->timer, acquire__on_timer, 0, 0);
 }
 
 void acquire_cancel(struct acquire *a, struct acquire_waiter *w)

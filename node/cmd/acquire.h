@@ -105,9 +105,33 @@ int acquire_submit_via(struct acquire *a, const struct acquire_req *req, acquire
                        void *decide_ud, int64_t now_ns, acquire_done_fn done, void *ud,
                        struct algo_result *r, int64_t *waited_ns, struct acquire_waiter **w);
 
+/*
+ * acquire_submit_via for a decider that cannot say when units free (a
+ * lease ends when its holder says so): a refusal waits for acquire_wake or
+ * the deadline, and the retry_after of the decider's refusal says only when
+ * to ask again (ALGO_NEVER: on a wake only).  A request is answered at once
+ * only when it fits, when qty exceeds the refusal's limit (it can never
+ * fit), or when its timeout is 0.  Returns and fails as acquire_submit_via.
+ */
+int acquire_submit_woken(struct acquire *a, const struct acquire_req *req, acquire_decide_fn decide,
+                         void *decide_ud, int64_t now_ns, acquire_done_fn done, void *ud,
+                         struct algo_result *r, int64_t *waited_ns, struct acquire_waiter **w);
+
+/*
+ * Units of key may have freed (a lease ended, slots arrived): the head of
+ * key's queue, if it is remote-decided, is asked again on the next loop
+ * turn, and, while the decider grants, the waiters behind it in order; the
+ * first refusal ends the round, so one release wakes one waiter per freed
+ * unit rather than the whole queue.  No queue: nothing.  Never fails.
+ */
+void acquire_wake(struct acquire *a, const char *key, size_t klen);
+
 /* Withdraws a waiting request without answering it (its client left).
  * Waiters behind it move up.  Never fails. */
 void acquire_cancel(struct acquire *a, struct acquire_waiter *w);
+
+/* Units the requests waiting for key ask for together (0: none wait). */
+int64_t acquire_queued(struct acquire *a, const char *key, size_t klen);
 
 /* Requests waiting now (all keys). */
 size_t acquire_waiting(const struct acquire *a);

@@ -17,6 +17,7 @@
 #include "limiter.h"
 #include "info.h"
 #include "metrics.h"
+#include "commands_lease.h"
 #include "commands_sl.h"
 #include "sluice/error.h"
 #include "version.h"
@@ -594,6 +595,8 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         info_counters(&t, &commands_sl_counters, &sls);
         resp_add_raw(&t, "\r\n", 2);
     }
+    if (commands_sl_leases(cmds->sl) != NULL && section_wanted(argc, argv, argvlen, "leases"))
+        commands_lease_info(commands_sl_leases(cmds->sl), &t);
     /* Redis ends the text without the last blank line. */
     if (t.len >= 2)
         t.len -= 2;
@@ -722,6 +725,9 @@ static const struct commands_row command_table[] = {
     {"sl.multi", 0, CMD_F_DECIDE, NULL, commands_sl_multi},
     {"sl.policies", 0, 0, NULL, commands_sl_policies},
     {"sl.reload", 0, CMD_F_ADMIN | CMD_F_BLOCKS, NULL, commands_sl_reload_cmd},
+    {"sl.lease", 0, CMD_F_BLOCKS | CMD_F_DECIDE, NULL, commands_lease_lease},
+    {"sl.release", 0, 0, NULL, commands_lease_release},
+    {"sl.renew", 0, 0, NULL, commands_lease_renew},
 };
 
 static size_t command_count(void)

@@ -7,6 +7,7 @@
 
 #include "acquire.h"
 #include "cluster.h"
+#include "commands_lease.h"
 #include "args.h"
 #include "decide.h"
 #include "info.h"
@@ -22,8 +23,9 @@
 
 struct commands_sl {
     struct limiter *lim;
-    struct cluster *cl;  /* borrowed; NULL: a node running alone */
-    struct acquire *acq; /* NULL without a loop */
+    struct cluster *cl;            /* borrowed; NULL: a node running alone */
+    struct acquire *acq;           /* NULL without a loop */
+    struct commands_lease *leases; /* SL.LEASE & co; NULL without a loop */
     size_t max_key;
     commands_sl_load_fn load; /* NULL: no policy source */
     void *load_ud;
@@ -64,6 +66,9 @@ int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg
     }
     if (cfg && cfg->loop != NULL) {
         int rc = acquire_create(cfg->loop, lim, cfg->max_waiters, &sl->acq);
+        if (rc == 0 &&
+            (rc = commands_lease_create(cfg->loop, lim, sl->acq, sl->max_key, &sl->leases)) < 0)
+            acquire_destroy(sl->acq);
         if (rc < 0) {
             free(sl);
             return rc;
@@ -75,14 +80,23 @@ int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg
 
 void commands_sl_set_cluster(struct commands_sl *sl, struct cluster *cl)
 {
-    if (sl != NULL)
+    if (sl != NULL) {
         sl->cl = cl;
+        commands_lease_set_cluster(sl->leases, cl);
+    }
+}
+
+struct commands_lease *commands_sl_leases(struct commands_sl *sl)
+{
+    return sl != NULL ? sl->leases : NULL;
 }
 
 void commands_sl_close(struct commands_sl *sl)
 {
-    if (sl != NULL)
+    if (sl != NULL) {
         acquire_close(sl->acq);
+        commands_lease_close(sl->leases);
+    }
 }
 
 void commands_sl_destroy(struct commands_sl *sl)
@@ -90,6 +104,7 @@ void commands_sl_destroy(struct commands_sl *sl)
     if (sl == NULL)
         return;
     acquire_destroy(sl->acq);
+    commands_lease_destroy(sl->leases);
     free(sl);
 }
 

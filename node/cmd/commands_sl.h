@@ -119,6 +119,11 @@ int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg
 struct cluster;
 void commands_sl_set_cluster(struct commands_sl *sl, struct cluster *cl);
 
+/* The lease layer behind SL.LEASE, SL.RELEASE, SL.RENEW (commands_lease.h),
+ * made with the acquire layer; NULL without a loop. */
+struct commands_lease;
+struct commands_lease *commands_sl_leases(struct commands_sl *sl);
+
 /* Drops waiting SL.ACQUIREs without answering and closes their timers:
  * call after server_close (which cancels blocked clients), then run the
  * loop, then commands_sl_destroy.  Idempotent. */

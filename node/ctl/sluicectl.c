@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "gossip/keyring.h"
@@ -57,6 +58,13 @@ static void usage(FILE *f)
                "  refund KEY [SPEC] QTY q  gives back up to q units\n"
                "  charge KEY [SPEC] QTY q  counts q units after the work (may go into debt)\n"
                "  reset KEY      forgets the key\n"
+               "  lease KEY [CONCURRENCY n | POLICY name] [QTY q] [TTL ms] [TIMEOUT ms]\n"
+               "                 takes a concurrency lease (always DETACH: it outlives\n"
+               "                 sluicectl; its TTL or release ends it); prints its id,\n"
+               "                 exits 0 granted, 1 limited\n"
+               "  release KEY ID ends lease ID; exits 0 released, 1 no such lease\n"
+               "  renew KEY ID [TTL ms]\n"
+               "                 extends lease ID; exits 0 renewed, 1 no such lease\n"
                "  policies       the loaded policies\n"
                "  reload         reloads the daemon's config file (as SIGHUP)\n"
                "  path           prints the socket path sluicectl would use\n"
@@ -346,7 +354,8 @@ static const char *sl_command(const char *word)
         {"sl", "SL.THROTTLE"},   {"throttle-ex", "SL.THROTTLE"}, {"acquire", "SL.ACQUIRE"},
         {"multi", "SL.MULTI"},   {"refund", "SL.REFUND"},        {"reset", "SL.RESET"},
         {"peek", "SL.PEEK"},     {"policies", "SL.POLICIES"},    {"reload", "SL.RELOAD"},
-        {"charge", "SL.CHARGE"},
+        {"charge", "SL.CHARGE"}, {"lease", "SL.LEASE"},          {"release", "SL.RELEASE"},
+        {"renew", "SL.RENEW"},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
         if (strcmp(word, map[i][0]) == 0)
@@ -379,22 +388,68 @@ static int print_decision(const struct sluice_reply *r, const char *indent)
 /* The SL.* subcommands: sends the command with the user's arguments and
  * prints decisions in words.  Exit status: 0 allowed (or done), 1 limited,
  * 2 error. */
+/* SL.LEASE's reply [limited, limit, remaining, retry_ms, id, ttl_ms,
+ * waited_ms] in words; returns its limited flag, or -1 if r is not one. */
+static int print_lease(const struct sluice_reply *r)
+{
+    int64_t v[7];
+    if (r->type != SLUICE_REPLY_ARRAY || r->nelem != 7)
+        return -1;
+    for (size_t i = 0; i < 7; i++) {
+        if (r->elements[i]->type != SLUICE_REPLY_INTEGER)
+            return -1;
+        v[i] = r->elements[i]->integer;
+    }
+    if (v[0] == 0)
+        printf("granted  id=%lld ttl=%lldms limit=%lld remaining=%lld waited=%lldms\n",
+               (long long)v[4], (long long)v[5], (long long)v[1], (long long)v[2], (long long)v[6]);
+    else
+        printf("limited  limit=%lld remaining=%lld retry_after=%lldms waited=%lldms\n",
+               (long long)v[1], (long long)v[2], (long long)v[3], (long long)v[6]);
+    return v[0] != 0;
+}
+
 static int cmd_sl(struct sluice_client *c, const char *slcmd, int argc, char **argv)
 {
-    const char **a = calloc((size_t)argc, sizeof(*a));
+    /* A lease taken here would end with sluicectl's connection: DETACH. */
+    int detach = strcmp(slcmd, "SL.LEASE") == 0;
+    const char **a = calloc((size_t)argc + 1, sizeof(*a));
     if (a == NULL)
         return EXIT_ERR;
     a[0] = slcmd;
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         a[i] = argv[i];
+        if (strcasecmp(argv[i], "DETACH") == 0)
+            detach = 0;
+    }
+    if (detach)
+        a[argc] = "DETACH";
     struct sluice_reply *r;
-    int rc = run(c, argc, a, &r);
+    int rc = run(c, argc + detach, a, &r);
     free(a);
     if (rc < 0)
         return EXIT_ERR;
     int status = 0;
-    if (strcmp(slcmd, "SL.MULTI") == 0 && r->type == SLUICE_REPLY_ARRAY && r->nelem >= 1 &&
-        r->elements[0]->type == SLUICE_REPLY_INTEGER) {
+    if (strcmp(slcmd, "SL.LEASE") == 0) {
+        int limited = print_lease(r);
+        if (limited < 0) {
+            fprintf(stderr, "sluicectl: unexpected reply to %s\n", slcmd);
+            status = EXIT_ERR;
+        } else {
+            status = limited ? EXIT_LIMITED : 0;
+        }
+    } else if ((strcmp(slcmd, "SL.RELEASE") == 0 || strcmp(slcmd, "SL.RENEW") == 0) &&
+               r->type == SLUICE_REPLY_INTEGER) {
+        int ok = strcmp(slcmd, "SL.RELEASE") == 0 ? r->integer == 1 : r->integer >= 0;
+        if (!ok)
+            printf("no such lease\n");
+        else if (strcmp(slcmd, "SL.RELEASE") == 0)
+            printf("released\n");
+        else
+            printf("renewed  ttl=%lldms\n", (long long)r->integer);
+        status = ok ? 0 : EXIT_LIMITED;
+    } else if (strcmp(slcmd, "SL.MULTI") == 0 && r->type == SLUICE_REPLY_ARRAY && r->nelem >= 1 &&
+               r->elements[0]->type == SLUICE_REPLY_INTEGER) {
         status = r->elements[0]->integer ? EXIT_LIMITED : 0;
         printf("%s\n", status ? "limited (nothing taken)" : "allowed");
         for (size_t i = 1; i < r->nelem; i++)

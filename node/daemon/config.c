@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "file.h"
+#include "concurrency.h"
 #include "limiter.h"
 #include "server.h"
 #include "sluice/error.h"
@@ -34,7 +35,9 @@ enum config_section { SEC_NONE, SEC_SLUICED, SEC_CLUSTER, SEC_POLICY };
 /* Per-policy parse bookkeeping: the line of each key (0 = not given). */
 struct config_pol_lines {
     int algorithm, burst, rate, scope, partition, match, precision, dry_run, warmup, cold;
+    int concurrency, limit, ttl; /* algorithm = concurrency, and its keys */
     enum algo_kind kind;
+    int64_t limit_v, ttl_v;
     int64_t burst_v, count, period_ns, precision_v, warmup_ns, cold_v;
 };
 
@@ -696,11 +699,25 @@ static int config__policy_key(struct config_parser *ps, const char *k, const cha
     uint64_t u;
     int rc;
     if (strcmp(k, "algorithm") == 0) {
-        if (algo_from_name(v, &pl->kind) < 0)
-            BAD("algorithm: expected gcra, token-bucket, fixed-window, sliding-window or "
-                "sliding-log, got '%s'",
+        if (strcmp(v, "concurrency") == 0)
+            pl->concurrency = ps->line;
+        else if (algo_from_name(v, &pl->kind) < 0)
+            BAD("algorithm: expected gcra, token-bucket, fixed-window, sliding-window, "
+                "sliding-log, warmup or concurrency, got '%s'",
                 v);
         pl->algorithm = ps->line;
+    } else if (strcmp(k, "limit") == 0) {
+        rc = config__uint(v, 10, (uint64_t)INT64_MAX, &u);
+        if (rc < 0 || u == 0)
+            BAD("limit: expected a whole number >= 1 (units held at once), got '%s'", v);
+        pl->limit_v = (int64_t)u;
+        pl->limit = ps->line;
+    } else if (strcmp(k, "ttl") == 0) {
+        int64_t ns;
+        if (config_parse_duration(v, &ns) < 0 || ns < 1000000 || ns > CONC_MAX_TTL_NS)
+            BAD("ttl: expected a duration from 1ms to 24h such as 30s, got '%s'", v);
+        pl->ttl_v = ns;
+        pl->ttl = ps->line;
     } else if (strcmp(k, "burst") == 0) {
         rc = config__uint(v, 10, (uint64_t)INT64_MAX - 1, &u);
         if (rc < 0)
@@ -783,6 +800,25 @@ static int config__handler(void *user, const char *section, const char *name, co
     }
 }
 
+/* Refuses policy i's match prefix when an earlier policy of the same kind
+ * (rate or concurrency) has it: a rate limit and a concurrency limit may
+ * cover the same keys. */
+static void config__match_unique(struct config_parser *ps, size_t i)
+{
+    struct config *cfg = ps->cfg;
+    struct policy_spec *pol = &cfg->policies[i];
+    int conc = ps->pl[i].concurrency != 0;
+    for (size_t j = 0; j < i && pol->match != NULL; j++) {
+        if (cfg->policies[j].match != NULL && (ps->pl[j].concurrency != 0) == conc &&
+            strcmp(cfg->policies[j].match, pol->match) == 0) {
+            config__fail(ps, ps->pl[i].match, -SLUICE_ECONFIG,
+                         "policy '%s': match prefix '%s' already used by policy '%s'", pol->name,
+                         pol->match, cfg->policies[j].name);
+            return;
+        }
+    }
+}
+
 /* Cross-field checks once the whole file is read. */
 static void config__finish(struct config_parser *ps)
 {
@@ -792,6 +828,42 @@ static void config__finish(struct config_parser *ps)
         struct config_pol_lines *pl = &ps->pl[i];
         int windowed = !algo_has_burst(pl->kind);
         int rc;
+        if (pl->concurrency) {
+            int stray = pl->rate        ? pl->rate
+                        : pl->burst     ? pl->burst
+                        : pl->precision ? pl->precision
+                        : pl->warmup    ? pl->warmup
+                        : pl->cold      ? pl->cold
+                        : pl->dry_run   ? pl->dry_run
+                                        : pl->partition;
+            if (stray) {
+                config__fail(ps, stray, -SLUICE_ECONFIG,
+                             "policy '%s': a concurrency limit takes limit, ttl, scope and match "
+                             "only",
+                             pol->name);
+                break;
+            }
+            if (!pl->limit) {
+                config__fail(ps, pol->line, -SLUICE_ECONFIG,
+                             "policy '%s': missing required key 'limit' (e.g. limit = 50)",
+                             pol->name);
+                break;
+            }
+            pol->concurrency = 1;
+            pol->lease_limit = pl->limit_v;
+            pol->lease_ttl_ns = pl->ttl ? pl->ttl_v : CONFIG_DEFAULT_LEASE_TTL_NS;
+            if (!pl->scope)
+                pol->scope = cfg->default_scope;
+        } else if (pl->limit || pl->ttl) {
+            config__fail(ps, pl->limit ? pl->limit : pl->ttl, -SLUICE_ECONFIG,
+                         "policy '%s': %s applies to algorithm = concurrency only", pol->name,
+                         pl->limit ? "limit" : "ttl");
+            break;
+        }
+        if (pl->concurrency) {
+            config__match_unique(ps, i);
+            continue;
+        }
         if (pl->rate == 0) {
             config__fail(ps, pol->line, -SLUICE_ECONFIG,
                          "policy '%s': missing required key 'rate' (e.g. rate = 30 per 60s)",
@@ -850,14 +922,7 @@ static void config__finish(struct config_parser *ps)
                          pol->name, algo_name(pl->kind), sluice_strerror(rc));
             break;
         }
-        for (size_t j = 0; j < i && pol->match != NULL; j++) {
-            if (cfg->policies[j].match != NULL && strcmp(cfg->policies[j].match, pol->match) == 0) {
-                config__fail(ps, pl->match, -SLUICE_ECONFIG,
-                             "policy '%s': match prefix '%s' already used by policy '%s'",
-                             pol->name, pol->match, cfg->policies[j].name);
-                break;
-            }
-        }
+        config__match_unique(ps, i);
     }
 }
 

@@ -35,6 +35,8 @@ enum config_log_level {
 #define CONFIG_MAX_JOIN     64
 #define CONFIG_MAX_NAME     64  /* policy and node names */
 #define CONFIG_MAX_PREFIX   512 /* match prefixes */
+/* A concurrency policy's lease TTL when the file gives none. */
+#define CONFIG_DEFAULT_LEASE_TTL_NS ((int64_t)30 * 1000000000)
 
 struct config {
     /* [sluiced] */

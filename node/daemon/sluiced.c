@@ -29,6 +29,8 @@
 #include "log.h"
 #include "file.h"
 #include "http.h"
+#include "commands_lease.h"
+#include "http_lease.h"
 #include "http_throttle.h"
 #include "info.h"
 #include "metrics.h"
@@ -177,6 +179,7 @@ struct daemon_counters {
     struct server_stats srv;
     struct http_stats http;
     struct daemon_rls_stats rls;
+    struct commands_lease_stats lease_st;
     struct commands_sl_stats sl;
     struct gossip_stats gossip;
     struct replica_stats replica;
@@ -196,6 +199,7 @@ struct daemon {
     struct metrics *metrics;        /* its /metrics and /health */
     struct http_server *dhttp;      /* --http-decisions HOST:PORT, else NULL */
     struct http_throttle *throttle; /* /v1/throttle, on http or dhttp (NULL: off) */
+    struct http_lease *lease;       /* /v1/lease, beside /v1/throttle */
     struct daemon_rls *rls;         /* NULL when neither --grpc nor --ratelimit-config */
     /* --ratelimit-config's directory, watched: a change reloads it */
     uv_fs_event_t rls_watch;
@@ -280,6 +284,10 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     s->npolicy = np < METRICS_MAX_POLICIES + 1 ? np : METRICS_MAX_POLICIES + 1;
     commands_get_latency(d->cmds, &s->latency);
     server_get_loop_turns(d->srv, &s->loop_turns);
+    x->lease_st = (struct commands_lease_stats){0};
+    if (commands_sl_leases(d->sl) != NULL)
+        commands_lease_get_stats(commands_sl_leases(d->sl), &x->lease_st);
+    metrics_snapshot_add(s, 0, &commands_lease_counters, &x->lease_st);
     s->ready = readiness_ready(d->ready);
     struct gossip_node *g = cluster_gossip(d->cluster);
     if (g != NULL) {
@@ -964,6 +972,9 @@ int main(int argc, char **argv)
             rc = http_route(d.http, "/ready", daemon_on_ready, &d);
         if (rc == 0 && strcmp(decisions, "on") == 0)
             rc = http_throttle_attach(d.http, d.lim, d.cluster, &htcfg, &d.throttle);
+        /* Leases spend slots: they go where the decisions go. */
+        if (rc == 0 && strcmp(decisions, "on") == 0)
+            rc = http_lease_attach(d.http, d.cmds, &d.lease);
         if (rc == 0 && http_start(d.http) < 0) {
             log_error("%s", http_error(d.http));
             rc = -SLUICE_EIO;
@@ -979,7 +990,7 @@ int main(int argc, char **argv)
         }
         log_info("HTTP on http://%s (/metrics, /health, /ready%s%s)", metrics_addr,
                  strcmp(decisions, "on") == 0 ? ", " : "",
-                 strcmp(decisions, "on") == 0 ? HTTP_THROTTLE_PATH : "");
+                 strcmp(decisions, "on") == 0 ? HTTP_THROTTLE_PATH ", " HTTP_LEASE_PATH : "");
     }
     if (strcmp(decisions, "on") != 0 && strcmp(decisions, "off") != 0) {
         /* The decision endpoint alone on a listener of its own: whoever may
@@ -991,6 +1002,8 @@ int main(int argc, char **argv)
         rc = http_create(&d.loop, &dcfg, &d.dhttp);
         if (rc == 0)
             rc = http_throttle_attach(d.dhttp, d.lim, d.cluster, &htcfg, &d.throttle);
+        if (rc == 0)
+            rc = http_lease_attach(d.dhttp, d.cmds, &d.lease);
         if (rc == 0 && http_start(d.dhttp) < 0) {
             log_error("%s", http_error(d.dhttp));
             rc = -SLUICE_EIO;
@@ -1086,6 +1099,7 @@ out_server:
     http_destroy(d.dhttp);
     metrics_destroy(d.metrics);
     http_throttle_destroy(d.throttle);
+    http_lease_destroy(d.lease);
     server_destroy(d.srv);
 out_cmds:
     commands_destroy(d.cmds);

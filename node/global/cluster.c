@@ -17,6 +17,7 @@
 #include "gossip/uv.h"
 #include "log.h"
 #include "replica.h"
+#include "slots.h"
 #include "sluice/error.h"
 #include "num.h"
 
@@ -30,6 +31,8 @@ struct cluster {
     struct gossip_keyring *kr;
     struct gossip_uv *g;
     struct replica *r;
+    struct slots *sl;              /* global concurrency limits */
+    int sl_known;                  /* slots told whether a past life existed */
     uv_timer_t tick, leave, slice; /* slice: the rest of a replica pass (replica_tick) */
     int tick_open, leave_open;
     int64_t clock_offset; /* realtime - monotonic at start */
@@ -138,7 +141,10 @@ static void cluster__on_event(void *ud, enum gossip_event ev, const struct gossi
 static void cluster__on_direct(void *ud, const char *from, const uint8_t *msg, size_t len)
 {
     struct cluster *c = ud;
-    (void)replica_receive(c->r, from, msg, len, cluster_now_ns(c)); /* bad ones are counted */
+    if (slots_is_message(msg, len))
+        (void)slots_receive(c->sl, from, msg, len, cluster_now_ns(c)); /* bad ones counted */
+    else
+        (void)replica_receive(c->r, from, msg, len, cluster_now_ns(c)); /* bad ones are counted */
 }
 
 static int cluster__send(void *ud, const char *to, const uint8_t *buf, size_t len)
@@ -173,6 +179,22 @@ static int cluster__view_one(void *ud, const struct gossip_member_info *mi)
     return 0;
 }
 
+/* The slots' view: the live names, and every member not gone. */
+static int cluster__slots_view(struct cluster *c, const struct cluster__view *v)
+{
+    const char **live = calloc(v->n ? v->n : 1, sizeof(*live));
+    size_t nl = 0;
+    int rc;
+    if (live == NULL)
+        return -SLUICE_ENOMEM;
+    for (size_t i = 0; i < v->n; i++)
+        if (v->m[i].live)
+            live[nl++] = v->m[i].name;
+    rc = slots_set_view(c->sl, live, nl, v->n, cluster_now_ns(c));
+    free(live);
+    return rc;
+}
+
 static void cluster__refresh_view(struct cluster *c)
 {
     struct gossip_node *g = gossip_uv_node(c->g);
@@ -183,7 +205,8 @@ static void cluster__refresh_view(struct cluster *c)
     struct cluster__view v = {calloc(cap, sizeof(*v.m)), calloc(cap, sizeof(*v.names)), 0, cap, 1};
     if (v.m != NULL && v.names != NULL) {
         gossip_node_members(g, cluster__view_one, &v);
-        if (replica_set_view(c->r, v.m, v.n, v.complete, cluster_now_ns(c)) == 0) {
+        if (replica_set_view(c->r, v.m, v.n, v.complete, cluster_now_ns(c)) == 0 &&
+            cluster__slots_view(c, &v) == 0) {
             c->view_version = ver;
             c->view_dirty = 0;
         }
@@ -272,6 +295,14 @@ static void on_tick(uv_timer_t *t)
     }
     cluster__log_drops(c);
     cluster__log_dns(c);
+    if (!c->sl_known) {
+        int prior = 0;
+        if (gossip_node_joined(gossip_uv_node(c->g), &prior)) {
+            slots_set_restarted(c->sl, prior);
+            c->sl_known = 1;
+        }
+    }
+    slots_tick(c->sl, cluster_now_ns(c)); /* its messages go out with the replica's flush */
     cluster__run_replica(c);
     struct replica_stats st;
     replica_get_stats(c->r, &st);
@@ -432,6 +463,20 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     else
         rc_cfg.young_ns = o->sync_timeout_ms < 0 ? -1 : o->sync_timeout_ms * 1000000;
     rc = replica_create(&c->r, &rc_cfg, cluster_now_ns(c));
+    if (rc == 0) {
+        struct slots_config sc;
+        memset(&sc, 0, sizeof(sc));
+        sc.node_name = c->name;
+        sc.life = c->life;
+        sc.send = cluster__send;
+        sc.send_ud = c;
+        /* A lone first node (no seeds) has no past life to fear. */
+        sc.restarted_known = o->join == NULL;
+        c->sl_known = sc.restarted_known;
+        rc = slots_create(&sc, cluster_now_ns(c), &c->sl);
+        if (rc < 0)
+            replica_destroy(c->r);
+    }
     if (rc < 0) {
         errf(err, errlen, "cannot create the replica: %s", sluice_strerror(rc));
         gossip_keyring_destroy(c->kr);
@@ -467,6 +512,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
         else
             errf(err, errlen, "cannot start gossip on %s: %s", o->gossip_bind, gossip_strerror(rc));
         replica_destroy(c->r);
+        slots_destroy(c->sl);
         gossip_keyring_destroy(c->kr);
         free(c->key_file);
         free(c->join);
@@ -487,6 +533,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
             c->g = NULL;
             uv_run(loop, UV_RUN_NOWAIT); /* let the adapter's handles close */
             replica_destroy(c->r);
+            slots_destroy(c->sl);
             gossip_keyring_destroy(c->kr);
             free(c->key_file);
             free(c->join);
@@ -568,6 +615,7 @@ void cluster_destroy(struct cluster *c)
     if (c == NULL)
         return;
     replica_destroy(c->r);
+    slots_destroy(c->sl);
     gossip_keyring_destroy(c->kr);
     free(c->key_file);
     free(c->join);
@@ -624,6 +672,11 @@ struct gossip_node *cluster_gossip(struct cluster *c)
 struct replica *cluster_replica(struct cluster *c)
 {
     return c != NULL ? c->r : NULL;
+}
+
+struct slots *cluster_slots(struct cluster *c)
+{
+    return c != NULL ? c->sl : NULL;
 }
 
 const char *cluster_node_name(const struct cluster *c)

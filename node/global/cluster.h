@@ -154,6 +154,8 @@ int cluster_on_full_allow(const struct cluster *c);
 /* Borrowed views for introspection; valid until cluster_stop. */
 struct gossip_node *cluster_gossip(struct cluster *c);
 struct replica *cluster_replica(struct cluster *c);
+/* The global concurrency limits (global/slots.h); NULL for NULL c. */
+struct slots *cluster_slots(struct cluster *c);
 const char *cluster_node_name(const struct cluster *c);
 /* The advertised gossip address, "IP:PORT". */
 const char *cluster_address(const struct cluster *c);

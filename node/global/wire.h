@@ -66,7 +66,7 @@
 #define WIRE_ONE      ((uint64_t)1 << 32)
 #define WIRE_FREE_MAX 65535 /* a lease's free units */
 
-enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2 };
+enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots.h */ };
 
 /* Report flags. */
 #define WIRE_R_YOUNG 0x01u /* the sender started recently: it has no past */

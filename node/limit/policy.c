@@ -29,6 +29,8 @@ struct policy_set {
     struct policy_group *groups; /* longest prefix length first */
     size_t ngroups;
     const struct policy **group_mem; /* storage of every group's array */
+    struct policy_lease *leases;     /* the concurrency limits, file order */
+    size_t nleases;
 };
 
 static int policy__cmp_name(const void *a, const void *b)
@@ -54,6 +56,11 @@ static void policy__free(struct policy_set *set)
         free((char *)(uintptr_t)set->pol[i].name);
         free((char *)(uintptr_t)set->pol[i].match);
     }
+    for (size_t i = 0; i < set->nleases; i++) {
+        free((char *)(uintptr_t)set->leases[i].name);
+        free((char *)(uintptr_t)set->leases[i].match);
+    }
+    free(set->leases);
     free(set->pol);
     free(set->counts);
     free(set->by_name);
@@ -81,18 +88,47 @@ int policy_set_build(const struct policy_spec *specs, size_t n, struct policy_se
     if (set == NULL)
         return -SLUICE_ENOMEM;
     set->refs = 1;
-    set->n = n;
+    for (size_t i = 0; i < n; i++)
+        set->nleases += specs[i].concurrency != 0;
+    set->n = n - set->nleases;
+    set->leases = calloc(set->nleases ? set->nleases : 1, sizeof(*set->leases));
     set->pol = calloc(set->n ? set->n : 1, sizeof(*set->pol));
     set->counts = calloc(set->n ? set->n : 1, sizeof(*set->counts));
     set->by_name = calloc(set->n ? set->n : 1, sizeof(*set->by_name));
     set->group_mem = calloc(set->n ? set->n : 1, sizeof(*set->group_mem));
     set->groups = calloc(set->n ? set->n : 1, sizeof(*set->groups));
     if (set->pol == NULL || set->counts == NULL || set->by_name == NULL || set->group_mem == NULL ||
-        set->groups == NULL)
+        set->groups == NULL || set->leases == NULL)
         goto nomem;
-    for (size_t i = 0; i < set->n; i++) {
+    for (size_t i = 0, nl = 0; i < n; i++) {
         const struct policy_spec *c = &specs[i];
-        struct policy *p = &set->pol[i];
+        struct policy_lease *q;
+        if (!c->concurrency)
+            continue;
+        q = &set->leases[nl++];
+        q->limit = c->lease_limit;
+        q->ttl_ns = c->lease_ttl_ns;
+        q->scope = c->scope;
+        q->name = policy__dup(c->name);
+        if (q->name == NULL)
+            goto nomem;
+        if (c->match != NULL) {
+            q->match = policy__dup(c->match);
+            if (q->match == NULL)
+                goto nomem;
+            q->match_len = strlen(c->match);
+        }
+        for (size_t j = 0; j + 1 < nl; j++)
+            if (strcmp(set->leases[j].name, q->name) == 0 ||
+                (q->match != NULL && set->leases[j].match != NULL &&
+                 strcmp(set->leases[j].match, q->match) == 0))
+                goto exists;
+    }
+    for (size_t i = 0, j = 0; i < n; i++) {
+        const struct policy_spec *c = &specs[i];
+        if (c->concurrency)
+            continue;
+        struct policy *p = &set->pol[j];
         p->name = policy__dup(c->name);
         if (p->name == NULL)
             goto nomem;
@@ -107,9 +143,10 @@ int policy_set_build(const struct policy_spec *specs, size_t n, struct policy_se
         p->scope = c->scope;
         p->partition = c->partition;
         p->dry_run = c->dry_run;
-        p->index = (uint32_t)i;
-        p->counts = &set->counts[i];
-        set->by_name[i] = p;
+        p->index = (uint32_t)j;
+        p->counts = &set->counts[j];
+        set->by_name[j] = p;
+        j++;
     }
     qsort(set->by_name, set->n, sizeof(*set->by_name), policy__cmp_name);
     for (size_t i = 1; i < set->n; i++)
@@ -225,4 +262,42 @@ const struct policy *policy_set_match(const struct policy_set *set, const char *
         }
     }
     return NULL;
+}
+
+const struct policy_lease *policy_set_lease_find(const struct policy_set *set, const char *name,
+                                                 size_t len)
+{
+    if (set == NULL || name == NULL)
+        return NULL;
+    for (size_t i = 0; i < set->nleases; i++)
+        if (strlen(set->leases[i].name) == len && memcmp(set->leases[i].name, name, len) == 0)
+            return &set->leases[i];
+    return NULL;
+}
+
+const struct policy_lease *policy_set_lease_match(const struct policy_set *set, const char *key,
+                                                  size_t klen)
+{
+    const struct policy_lease *best = NULL;
+    if (set == NULL || (key == NULL && klen > 0))
+        return NULL;
+    if (key == NULL)
+        key = ""; /* memcmp must not see NULL, even for zero bytes */
+    for (size_t i = 0; i < set->nleases; i++) {
+        const struct policy_lease *q = &set->leases[i];
+        if (q->match != NULL && q->match_len <= klen && memcmp(q->match, key, q->match_len) == 0 &&
+            (best == NULL || q->match_len > best->match_len))
+            best = q;
+    }
+    return best;
+}
+
+size_t policy_set_lease_count(const struct policy_set *set)
+{
+    return set ? set->nleases : 0;
+}
+
+const struct policy_lease *policy_set_lease_at(const struct policy_set *set, size_t i)
+{
+    return set && i < set->nleases ? &set->leases[i] : NULL;
 }

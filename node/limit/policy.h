@@ -36,6 +36,23 @@ struct policy_spec {
     char *match;                     /* key prefix, or NULL */
     int dry_run;                     /* 1: decide and count, but always allow */
     int line;                        /* where the source defined it (messages); 0 if none */
+    /* A concurrency limit (algorithm = concurrency) instead of a rate: at
+     * most lease_limit units held at once, each lease for lease_ttl_ns
+     * unless the request says otherwise; algo, partition and dry_run are
+     * then unused.  It lives apart in the set (policy_set_lease_*): a
+     * throttle never finds it, a lease finds nothing else. */
+    int concurrency;
+    int64_t lease_limit, lease_ttl_ns;
+};
+
+/* A named concurrency limit (SL.LEASE ... POLICY name, or by match). */
+struct policy_lease {
+    const char *name; /* NUL-terminated, owned by the set */
+    int64_t limit;    /* units held at once */
+    int64_t ttl_ns;   /* a lease's default TTL */
+    enum policy_scope scope;
+    const char *match; /* key prefix, or NULL */
+    size_t match_len;
 };
 
 /* Decisions made under a policy, for the per-policy metrics.  Counted by
@@ -77,9 +94,9 @@ struct policy_set;
 
 /*
  * Builds a set from n specs (which it copies; they may be freed
- * afterwards).  Fails with -SLUICE_ENOMEM, or -SLUICE_EEXIST for a duplicate
- * name or match prefix (config_load already refuses those).  The new set has
- * one reference, owned by the caller.
+ * afterwards); concurrency specs become the set's concurrency limits.  Fails with -SLUICE_ENOMEM,
+ * or -SLUICE_EEXIST for a duplicate name or match prefix (config_load already refuses those).  The
+ * new set has one reference, owned by the caller.
  */
 int policy_set_build(const struct policy_spec *specs, size_t n, struct policy_set **out);
 
@@ -107,5 +124,15 @@ const struct policy *policy_set_find(const struct policy_set *set, const char *n
  * O(d log n) comparisons of at most klen bytes, d = number of distinct
  * prefix lengths. */
 const struct policy *policy_set_match(const struct policy_set *set, const char *key, size_t klen);
+
+/* The concurrency limits of a set, apart from its rate limits: by exact
+ * name, by longest match prefix (NULL when none), and in file order.
+ * Lookups are linear in the set's concurrency limits. */
+const struct policy_lease *policy_set_lease_find(const struct policy_set *set, const char *name,
+                                                 size_t len);
+const struct policy_lease *policy_set_lease_match(const struct policy_set *set, const char *key,
+                                                  size_t klen);
+size_t policy_set_lease_count(const struct policy_set *set);
+const struct policy_lease *policy_set_lease_at(const struct policy_set *set, size_t i);
 
 #endif

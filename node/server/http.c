@@ -167,6 +167,10 @@ int http_parse_request(const char *buf, size_t len, size_t max, struct http_requ
         out->method = HTTP_REQ_GET;
     else if (p.method == HTTP_HEAD)
         out->method = HTTP_REQ_HEAD;
+    else if (p.method == HTTP_POST)
+        out->method = HTTP_REQ_POST;
+    else if (p.method == HTTP_DELETE)
+        out->method = HTTP_REQ_DELETE;
     else
         out->method = HTTP_REQ_OTHER;
     out->keep_alive = http_should_keep_alive(&p) ? 1 : 0;
@@ -335,6 +339,8 @@ struct http_route {
     size_t len;
     http_handler_fn fn;
     void *ud;
+    unsigned methods; /* HTTP_M_* it answers */
+    int subpaths;     /* 1: also "path/..." (http_route_methods) */
 };
 
 struct http_server {
@@ -385,7 +391,16 @@ int http_create(uv_loop_t *loop, const struct http_config *cfg, struct http_serv
 
 int http_route(struct http_server *h, const char *path, http_handler_fn fn, void *ud)
 {
-    if (h == NULL || path == NULL || fn == NULL)
+    int rc = http_route_methods(h, path, HTTP_M_GET | HTTP_M_HEAD, fn, ud);
+    if (rc == 0)
+        h->routes[h->nroutes - 1].subpaths = 0;
+    return rc;
+}
+
+int http_route_methods(struct http_server *h, const char *path, unsigned methods,
+                       http_handler_fn fn, void *ud)
+{
+    if (h == NULL || path == NULL || fn == NULL || methods == 0)
         return -SLUICE_EINVAL;
     size_t len = strlen(path);
     for (size_t i = 0; i < h->nroutes; i++)
@@ -393,7 +408,8 @@ int http_route(struct http_server *h, const char *path, http_handler_fn fn, void
             return -SLUICE_EEXIST;
     if (h->nroutes == HTTP_MAX_ROUTES)
         return -SLUICE_EFULL;
-    h->routes[h->nroutes++] = (struct http_route){.path = path, .len = len, .fn = fn, .ud = ud};
+    h->routes[h->nroutes++] = (struct http_route){
+        .path = path, .len = len, .fn = fn, .ud = ud, .methods = methods, .subpaths = 1};
     return 0;
 }
 
@@ -654,17 +670,31 @@ static void conn_request(struct conn *c, const struct http_request *req)
     if (req->method == HTTP_REQ_OTHER) {
         c->close_after = 1;
         http_reply_text(&r, 405, "method not allowed\n");
-        http_reply_header(&r, "Allow", "GET, HEAD");
+        http_reply_header(&r, "Allow", "GET, HEAD, POST, DELETE");
     } else {
         const struct http_route *route = NULL;
-        for (size_t i = 0; i < m->nroutes && route == NULL; i++)
-            if (m->routes[i].len == req->path_len &&
-                memcmp(m->routes[i].path, req->path, req->path_len) == 0)
-                route = &m->routes[i];
-        if (route == NULL)
+        for (size_t i = 0; i < m->nroutes && route == NULL; i++) {
+            const struct http_route *ro = &m->routes[i];
+            if ((ro->len == req->path_len && memcmp(ro->path, req->path, req->path_len) == 0) ||
+                (ro->subpaths && req->path_len > ro->len && req->path[ro->len] == '/' &&
+                 memcmp(ro->path, req->path, ro->len) == 0))
+                route = ro;
+        }
+        if (route == NULL) {
             http_reply_text(&r, 404, "not found\n");
-        else
+        } else if (!(route->methods & (1u << req->method))) {
+            c->close_after = 1;
+            http_reply_text(&r, 405, "method not allowed\n");
+            char allow[64];
+            int n = snprintf(allow, sizeof(allow), "%s%s%s%s",
+                             route->methods & HTTP_M_GET ? "GET, " : "",
+                             route->methods & HTTP_M_HEAD ? "HEAD, " : "",
+                             route->methods & HTTP_M_POST ? "POST, " : "",
+                             route->methods & HTTP_M_DELETE ? "DELETE, " : "");
+            http_reply_header(&r, "Allow", "%.*s", n > 2 ? n - 2 : 0, allow);
+        } else {
             route->fn(route->ud, req, &r);
+        }
         if (r.oom) {
             http__reply_free(&r);
             http__reply_init(&r);

@@ -50,7 +50,18 @@
 
 /* ---- the request parser (pure; exposed for tests) ---- */
 
-enum http_req_method { HTTP_REQ_GET = 0, HTTP_REQ_HEAD = 1, HTTP_REQ_OTHER = 2 };
+enum http_req_method {
+    HTTP_REQ_GET = 0,
+    HTTP_REQ_HEAD = 1,
+    HTTP_REQ_OTHER = 2,
+    HTTP_REQ_POST = 3,
+    HTTP_REQ_DELETE = 4,
+};
+/* Method masks for http_route_methods. */
+#define HTTP_M_GET    (1u << HTTP_REQ_GET)
+#define HTTP_M_HEAD   (1u << HTTP_REQ_HEAD)
+#define HTTP_M_POST   (1u << HTTP_REQ_POST)
+#define HTTP_M_DELETE (1u << HTTP_REQ_DELETE)
 
 struct http_header {
     const char *name; /* into the input buffer; not NUL-terminated */
@@ -142,6 +153,13 @@ int http_create(uv_loop_t *loop, const struct http_config *cfg, struct http_serv
  * server) to fn with ud.  -SLUICE_EFULL beyond HTTP_MAX_ROUTES,
  * -SLUICE_EEXIST for a path already routed. */
 int http_route(struct http_server *h, const char *path, http_handler_fn fn, void *ud);
+/* A route for the methods in the mask (HTTP_M_*; others are answered 405
+ * with Allow) at path and every path below it ("path/..."), as a REST
+ * resource with ids.  A request's body is not read (parameters come in
+ * the query string), and a connection that sent one is closed after the
+ * answer.  Errors as http_route. */
+int http_route_methods(struct http_server *h, const char *path, unsigned methods,
+                       http_handler_fn fn, void *ud);
 
 /* Resolves the address and listens.  Fails with -SLUICE_EINVAL (an address
  * that does not parse or resolve) or -SLUICE_EIO (bind/listen failed);

@@ -75,6 +75,8 @@ struct server_client {
     int proto;        /* 2 or 3 (HELLO 3); 0 is read as 2 */
     void *ctx;        /* the command layer's per-connection state (server_client_set_ctx) */
     void (*ctx_free)(void *ctx);
+    server_close_fn on_close; /* server_client_set_close_hook */
+    void *on_close_arg;
     uint64_t born_ms, last_ms; /* uv_now at accept, at the last read */
     unsigned tcp : 1;          /* came through the TCP listener */
     unsigned authed : 1;       /* AUTH passed (server_client_set_authed) */
@@ -286,6 +288,19 @@ void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(
         c->ctx_bytes = 0;
     c->ctx = ctx;
     c->ctx_free = ctx_free;
+}
+
+void server_client_set_close_hook(struct server_client *c, server_close_fn fn, void *arg)
+{
+    if (c == NULL)
+        return;
+    c->on_close = fn;
+    c->on_close_arg = arg;
+}
+
+void *server_client_close_arg(const struct server_client *c)
+{
+    return c != NULL && c->on_close != NULL ? c->on_close_arg : NULL;
 }
 
 void server_client_set_ctx_bytes(struct server_client *c, size_t bytes)
@@ -822,6 +837,11 @@ static void client_close(struct server_client *c)
         c->blocked = 0;
         if (c->cancel != NULL)
             c->cancel(c, c->cancel_arg);
+    }
+    if (c->on_close != NULL) {
+        server_close_fn fn = c->on_close;
+        c->on_close = NULL;
+        fn(c, c->on_close_arg);
     }
     struct server *s = c->srv;
     if (c->prev)

@@ -225,6 +225,16 @@ struct resp_buf *server_client_out(struct server_client *c);
  * caller gave it away either way). */
 void *server_client_ctx(const struct server_client *c);
 void server_client_set_ctx(struct server_client *c, void *ctx, void (*ctx_free)(void *ctx));
+/*
+ * A hook called once when c closes (after a blocked client's cancel, before
+ * the client is freed), for what the command layer ties to the connection
+ * rather than to a command: the leases SL.LEASE took on it.  One hook per
+ * client; setting another replaces it (NULL fn removes it).  NULL c: no-op.
+ */
+typedef void (*server_close_fn)(struct server_client *c, void *arg);
+void server_client_set_close_hook(struct server_client *c, server_close_fn fn, void *arg);
+/* The close hook's argument (NULL: none set, or NULL c). */
+void *server_client_close_arg(const struct server_client *c);
 /* The bytes the ctx holds now, counted in the client's memory (0 when it
  * holds none or is freed).  NULL c: no-op. */
 void server_client_set_ctx_bytes(struct server_client *c, size_t bytes);

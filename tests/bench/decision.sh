@@ -5,7 +5,8 @@
 #     lone clustered node), both through the decision entry as CL.THROTTLE
 #     calls it (global/decide.h), and their ratio;
 #   - ns per decision from a timed loop of 20N decisions (no valgrind).
-# Targets: <= 100 ns per decision; a global decision <= 2x a local one.
+# Targets: <= 100 ns per decision; a global decision <= 2x a local one; a
+# concurrency lease (SL.LEASE's decision plus its release) <= 2x a local one.
 #   tests/bench/decision.sh [BUILD_DIR] [N]     (defaults: build, 200000)
 set -euo pipefail
 build=${1:-build}
@@ -25,6 +26,10 @@ if command -v valgrind >/dev/null; then
     echo "instructions_per_decision $local_ir"
     echo "instructions_per_global_decision $global_ir"
     awk -v g="$global_ir" -v l="$local_ir" 'BEGIN { printf "global_over_local %.2f\n", g / l }'
+    # a concurrency lease: its decision and its release, against a throttle
+    lease_ir=$(( ($(ir lease $((2 * n))) - $(ir lease "$n")) / n ))
+    echo "instructions_per_lease_and_release $lease_ir"
+    awk -v g="$lease_ir" -v l="$local_ir" 'BEGIN { printf "lease_over_local %.2f\n", g / l }'
 else
     echo "valgrind not installed: skipping instruction count"
 fi

@@ -21,8 +21,13 @@
  *                            clustered node: the decision entry, the
  *                            cluster and its replica (a global decision
  *                            in-process)
+ *   bench_keys lease N [K]   as decide, for concurrency leases: K keys of
+ *                            limit 4 each holding 2 leases, then N lease
+ *                            decisions (conc_acquire), each released at
+ *                            once (conc_release), so the table stays warm
  */
 #include "cluster.h"
+#include "concurrency.h"
 #include "decide.h"
 #include "gcra.h"
 #include "limiter.h"
@@ -139,6 +144,40 @@ static int bench_decide(long n, long nkeys)
     return 0;
 }
 
+static int bench_lease(long n, long nkeys)
+{
+    struct conc *c;
+    struct conc_result r;
+    char(*keys)[24] = calloc((size_t)nkeys, sizeof(*keys));
+    size_t *lens = calloc((size_t)nkeys, sizeof(*lens));
+    int64_t now = 1000000000LL, t0, t1, ttl = 30000000000LL;
+    long granted = 0;
+
+    if (keys == NULL || lens == NULL || conc_create(NULL, &c) < 0)
+        return 1;
+    for (long i = 0; i < nkeys; i++) {
+        lens[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "user:%ld", i);
+        conc_acquire(c, keys[i], lens[i], 4, 1, ttl, NULL, now, &r);
+        conc_acquire(c, keys[i], lens[i], 4, 1, ttl, NULL, now, &r);
+    }
+    t0 = mono_ns();
+    for (long i = 0; i < n; i++) {
+        long j = i % nkeys;
+        now += 1000;
+        conc_acquire(c, keys[j], lens[j], 4, 1, ttl, NULL, now, &r);
+        granted += r.granted;
+        if (r.granted)
+            conc_release(c, keys[j], lens[j], r.id, NULL, NULL);
+    }
+    t1 = mono_ns();
+    printf("leases %ld\nkeys %ld\ngranted %ld\nns_per_decision %.1f\n", n, nkeys, granted,
+           (double)(t1 - t0) / (double)n);
+    conc_destroy(c);
+    free(keys);
+    free(lens);
+    return 0;
+}
+
 static int nosend(void *ud, const char *to, const uint8_t *buf, size_t len)
 {
     (void)ud;
@@ -245,11 +284,15 @@ int main(int argc, char **argv)
         return bench_keys(atol(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "decide") == 0)
         return bench_decide(atol(argv[2]), argc >= 4 ? atol(argv[3]) : 10000);
+    if (argc >= 3 && strcmp(argv[1], "lease") == 0)
+        return bench_lease(atol(argv[2]), argc >= 4 ? atol(argv[3]) : 10000);
     if (argc >= 3 && strcmp(argv[1], "global-keys") == 0)
         return bench_global_keys(atol(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "global-decide") == 0)
         return bench_global_decide(atol(argv[2]), argc >= 4 ? atol(argv[3]) : 10000);
-    fprintf(stderr, "usage: %s keys N | decide N [KEYS] | global-keys N | global-decide N [KEYS]\n",
+    fprintf(stderr,
+            "usage: %s keys N | decide N [KEYS] | global-keys N | global-decide N [KEYS] | lease N "
+            "[KEYS]\n",
             argv[0]);
     return 2;
 }

@@ -53,7 +53,10 @@ static void test_example_loads(void **unused)
     assert_string_equal(cfg.cluster_label, "prod");
     assert_int_equal(cfg.default_scope, POLICY_SCOPE_GLOBAL);
     assert_int_equal(cfg.gossip_interval_ms, 100);
-    assert_int_equal(cfg.npolicies, 4);
+    assert_int_equal(cfg.npolicies, 5);
+    assert_true(cfg.policies[4].concurrency);
+    assert_int_equal(cfg.policies[4].lease_limit, 50);
+    assert_int_equal(cfg.policies[4].lease_ttl_ns, 30 * S);
     struct policy_spec *p = &cfg.policies[0];
     assert_string_equal(p->name, "reply");
     assert_int_equal(p->algo.kind, ALGO_GCRA);
@@ -129,6 +132,15 @@ struct bad {
 };
 
 static const struct bad bads[] = {
+    {"[policy c]\nalgorithm = concurrency\nttl = 5s\n", 1, "missing required key 'limit'"},
+    {"[policy c]\nalgorithm = concurrency\nlimit = 0\n", 3, "limit"},
+    {"[policy c]\nalgorithm = concurrency\nlimit = 2\nrate = 1 per 1s\n", 4,
+     "concurrency limit takes"},
+    {"[policy c]\nalgorithm = concurrency\nlimit = 2\nttl = 25h\n", 4, "ttl"},
+    {"[policy c]\nrate = 1 per 1s\nlimit = 3\n", 3, "limit applies to algorithm = concurrency"},
+    {"[policy a]\nalgorithm = concurrency\nlimit = 2\nmatch = x\n"
+     "[policy b]\nalgorithm = concurrency\nlimit = 2\nmatch = x\n",
+     8, "already used"},
     {"[sluiced]\nsocket_mode = 0990\n", 2, "socket_mode"},
     {"[sluiced]\nmax_keys = 12x\n", 2, "max_keys"},
     {"[sluiced]\nmax_keys = 99999999999999999999999\n", 2, "max_keys"},
@@ -196,6 +208,41 @@ static void test_warmup_policy(void **unused)
     assert_int_equal(cfg.policies[0].algo.limit, 6);
     assert_int_equal(cfg.policies[1].algo.warmup_ns, 2000000000LL); /* one period */
     assert_int_equal(cfg.policies[1].algo.cold_factor, 3);
+    config_free(&cfg);
+}
+
+static void test_concurrency_policy(void **unused)
+{
+    const char *text = "[policy exports]\nalgorithm = concurrency\nlimit = 50\nttl = 2m\n"
+                       "match = export:\nscope = global\n"
+                       "[policy gpu]\nalgorithm = concurrency\nlimit = 8\n"
+                       "[policy rate]\nrate = 10 per 1s\nmatch = export:\n";
+    char err[512];
+    struct config cfg;
+    struct policy_set *set;
+    assert_int_equal(config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.npolicies, 3);
+    assert_true(cfg.policies[0].concurrency);
+    assert_int_equal(cfg.policies[0].lease_limit, 50);
+    assert_int_equal(cfg.policies[0].lease_ttl_ns, 120000000000LL);
+    assert_int_equal(cfg.policies[1].lease_ttl_ns, CONFIG_DEFAULT_LEASE_TTL_NS);
+    assert_false(cfg.policies[2].concurrency);
+    assert_int_equal(policy_set_build(cfg.policies, cfg.npolicies, &set), 0);
+    /* two namespaces: a throttle finds only the rate, a lease only the
+     * concurrency limits, by name and by the same match prefix */
+    assert_int_equal(policy_set_count(set), 1);
+    assert_int_equal(policy_set_lease_count(set), 2);
+    assert_null(policy_set_find(set, "exports", 7));
+    assert_string_equal(policy_set_match(set, "export:1", 8)->name, "rate");
+    const struct policy_lease *pl = policy_set_lease_match(set, "export:1", 8);
+    assert_non_null(pl);
+    assert_string_equal(pl->name, "exports");
+    assert_int_equal(pl->limit, 50);
+    assert_int_equal(pl->scope, POLICY_SCOPE_GLOBAL);
+    assert_int_equal(policy_set_lease_find(set, "gpu", 3)->limit, 8);
+    assert_null(policy_set_lease_find(set, "rate", 4));
+    assert_null(policy_set_lease_match(set, "other", 5));
+    policy_set_release(set);
     config_free(&cfg);
 }
 
@@ -357,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_errors_name_their_line), cmocka_unit_test(test_warmup_policy),
         cmocka_unit_test(test_lines_nul_and_size),     cmocka_unit_test(test_rate_and_duration),
         cmocka_unit_test(test_listener_crowd_keys),    cmocka_unit_test(test_policy_set),
+        cmocka_unit_test(test_concurrency_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

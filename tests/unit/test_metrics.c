@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "commands_lease.h"
 #include "commands_sl.h"
 #include "counters.h"
 #include "daemon_rls.h"
@@ -89,8 +90,15 @@ static void test_parse_variants(void **state)
     const char *post = "POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello";
     size_t ph = strlen(post) - 5;
     parse_ok(post, strlen(post), ph, &r);
-    assert_int_equal(r.method, HTTP_REQ_OTHER);
+    assert_int_equal(r.method, HTTP_REQ_POST);
     assert_int_equal(r.has_body, 1);
+
+    const char *del = "DELETE /v1/lease/7?key=k HTTP/1.1\r\n\r\n";
+    parse_ok(del, strlen(del), strlen(del), &r);
+    assert_int_equal(r.method, HTTP_REQ_DELETE);
+    const char *put = "PUT /x HTTP/1.1\r\n\r\n";
+    parse_ok(put, strlen(put), strlen(put), &r);
+    assert_int_equal(r.method, HTTP_REQ_OTHER);
 
     const char *zero = "GET /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
     parse_ok(zero, strlen(zero), strlen(zero), &r);
@@ -366,9 +374,9 @@ static void test_render_grammar(void **state)
 /* Every counter table the daemon renders (sluiced.c), each with a stats
  * struct big enough for any of them. */
 static const struct counter_table *const all_tables[] = {
-    &limiter_counters,    &server_client_counters, &server_command_counters,
-    &server_tcp_counters, &http_counters,          &commands_sl_counters,
-    &daemon_rls_counters, &counters_gossip,        &counters_replica,
+    &limiter_counters, &server_client_counters, &server_command_counters, &server_tcp_counters,
+    &http_counters,    &commands_sl_counters,   &daemon_rls_counters,     &commands_lease_counters,
+    &counters_gossip,  &counters_replica,
 };
 #define NTABLES (sizeof(all_tables) / sizeof(all_tables[0]))
 

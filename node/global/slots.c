@@ -1,0 +1,938 @@
+/*
+ * slots: cluster-wide concurrency limits (design note and wire format in
+ * slots.h).
+ *
+ * Structure: two key tables, one for the keys this node uses (struct
+ * slots_need: its cap, its grants, its freshness) and one for the keys it
+ * owns (struct slots_ledger: one struct slots_peer per node life that
+ * reported).  Both are also linked lists for the tick.  A node that owns
+ * a key it uses talks to itself by function call, not by packet.
+ */
+#include "slots.h"
+
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hrw.h"
+#include "sluice/error.h"
+#include "table.h"
+#include "wire.h"
+
+#define SLOTS_DEFAULT_FRESH_NS ((int64_t)2000000000)
+#define SLOTS_MSG_MAX          1400
+#define SLOTS_PEND             8  /* grants in flight to one node life */
+#define SLOTS_RTIMES           16 /* report send times remembered (freshness) */
+#define SLOTS_IDLE_TICKS       50 /* an owned key idle this many ticks is forgotten */
+
+/* ---- state ---- */
+
+struct slots_need { /* a key this node uses */
+    struct slots_need *next, *prev;
+    int64_t limit, ttl_ns;
+    int64_t cap;                 /* slots this node may hand out */
+    int64_t grant;               /* the owner's last grant */
+    uint64_t gseq;               /* its sequence */
+    uint64_t served_by;          /* the owner life that set cap (0: none) */
+    char owner[64];              /* that owner's name */
+    uint64_t rseq;               /* last report sent */
+    int64_t rtime[SLOTS_RTIMES]; /* send time of report rseq % SLOTS_RTIMES */
+    int64_t fresh_until;
+    int64_t asked;     /* most units asked for (held + qty) since the last report */
+    int64_t active_at; /* last time anything was held, wanted or lent */
+    int need;          /* short of slots: report at the next tick */
+    int quiet;         /* ticks since the last report */
+    size_t klen;
+    char key[];
+};
+
+struct slots_peer { /* one node life on an owner's ledger */
+    char name[64];
+    uint64_t life;
+    int64_t bound; /* the most it may hold now */
+    int64_t cap, held, want;
+    uint64_t rseq; /* newest report seen */
+    uint64_t gseq; /* newest grant sent */
+    struct {
+        uint64_t seq;
+        int64_t val;
+    } pend[SLOTS_PEND]; /* grants sent and not yet acknowledged */
+    int npend;
+    int64_t grant; /* last grant sent */
+    int64_t heard; /* when its last report arrived */
+    int64_t target;
+    uint64_t ack_rseq; /* report to acknowledge in the next grant (0: none) */
+    int ghost;         /* an older life of a node that restarted */
+};
+
+struct slots_ledger { /* a key this node owns */
+    struct slots_ledger *next, *prev;
+    int64_t limit, ttl_ns;
+    int64_t hold_until; /* no free slots lent before */
+    int64_t created;
+    struct slots_peer *peers;
+    size_t npeers, cap_peers;
+    int idle;
+    size_t klen;
+    char key[];
+};
+
+struct slots {
+    char name[64];
+    uint64_t life;
+    int64_t fresh_ns;
+    int64_t started;
+    int restarted;
+    int known; /* restarted is known */
+    slots_send_fn send;
+    void *send_ud;
+    slots_key_fn on_slots;
+    slots_load_fn load;
+    void *ud;
+    struct table *needs, *ledgers;
+    struct slots_need *need_list;
+    struct slots_ledger *ledger_list;
+    /* the view */
+    char (*live)[64];
+    uint64_t *live_hash;
+    size_t nlive, cap_live, total;
+    struct slots_stats st;
+};
+
+/* The 1% clock-rate margin and a fixed slack on every wait for silence. */
+static int64_t slots__margin(int64_t d)
+{
+    return d + d / 100 + 50000000;
+}
+
+int slots_create(const struct slots_config *cfg, int64_t now, struct slots **out)
+{
+    struct table_config tc;
+    struct slots *s;
+    if (cfg == NULL || cfg->node_name == NULL || strlen(cfg->node_name) >= 64 || cfg->life == 0 ||
+        cfg->send == NULL)
+        return -SLUICE_EINVAL;
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return -SLUICE_ENOMEM;
+    memset(&tc, 0, sizeof(tc));
+    if (table_create(&s->needs, &tc) < 0 || table_create(&s->ledgers, &tc) < 0) {
+        table_destroy(s->needs);
+        free(s);
+        return -SLUICE_ENOMEM;
+    }
+    strcpy(s->name, cfg->node_name);
+    s->life = cfg->life;
+    s->fresh_ns = cfg->fresh_ns > 0 ? cfg->fresh_ns : SLOTS_DEFAULT_FRESH_NS;
+    s->started = now;
+    s->restarted = cfg->restarted;
+    s->known = cfg->restarted_known;
+    s->send = cfg->send;
+    s->send_ud = cfg->send_ud;
+    s->on_slots = cfg->on_slots;
+    s->load = cfg->load;
+    s->ud = cfg->ud;
+    *out = s;
+    return 0;
+}
+
+void slots_set_client(struct slots *s, slots_key_fn on_slots, slots_load_fn load, void *ud)
+{
+    s->on_slots = on_slots;
+    s->load = load;
+    s->ud = ud;
+}
+
+void slots_set_restarted(struct slots *s, int restarted)
+{
+    s->restarted = restarted;
+    s->known = 1;
+}
+
+void slots_destroy(struct slots *s)
+{
+    if (s == NULL)
+        return;
+    while (s->need_list != NULL) {
+        struct slots_need *n = s->need_list;
+        s->need_list = n->next;
+        free(n);
+    }
+    while (s->ledger_list != NULL) {
+        struct slots_ledger *l = s->ledger_list;
+        s->ledger_list = l->next;
+        free(l->peers);
+        free(l);
+    }
+    table_destroy(s->needs);
+    table_destroy(s->ledgers);
+    free(s->live);
+    free(s->live_hash);
+    free(s);
+}
+
+int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_t total,
+                   int64_t now)
+{
+    (void)now;
+    if (nlive > s->cap_live) {
+        char(*nl)[64] = realloc(s->live, nlive * sizeof(*nl));
+        if (nl == NULL)
+            return -SLUICE_ENOMEM;
+        s->live = nl;
+        uint64_t *nh = realloc(s->live_hash, nlive * sizeof(*nh));
+        if (nh == NULL)
+            return -SLUICE_ENOMEM;
+        s->live_hash = nh;
+        s->cap_live = nlive;
+    }
+    s->nlive = 0;
+    for (size_t i = 0; i < nlive; i++) {
+        size_t n = strlen(live[i]);
+        if (n >= 64)
+            continue;
+        memcpy(s->live[s->nlive], live[i], n + 1);
+        s->live_hash[s->nlive] = hrw_hash(live[i], n);
+        s->nlive++;
+    }
+    s->total = total > s->nlive ? total : s->nlive;
+    return 0;
+}
+
+/* The owner of key in this node's view ("" when the view is empty: the
+ * node alone owns it). */
+static const char *slots__owner(const struct slots *s, const char *key, size_t klen)
+{
+    if (s->nlive == 0)
+        return s->name;
+    return s->live[hrw_pick(hrw_hash(key, klen), s->live_hash, s->nlive)];
+}
+
+/* More than half of the members known are alive. */
+static int slots__quorum(const struct slots *s)
+{
+    return s->nlive == 0 || 2 * s->nlive > s->total;
+}
+
+/* ---- the codec (msgpack-c) ---- */
+
+struct slots_report {
+    const char *key;
+    size_t klen;
+    uint64_t limit, ttl_ms, cap, held, want, gseq, rseq, served_by;
+};
+
+struct slots_grant {
+    const char *key;
+    size_t klen;
+    uint64_t to, grant, gseq, ack_rseq, flags;
+};
+
+struct slots__buf {
+    uint8_t *p;
+    size_t cap, len;
+};
+
+static int slots__write(void *data, const char *p, size_t n)
+{
+    struct slots__buf *b = data;
+    if (n > b->cap - b->len)
+        return -1;
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, const struct slots_report *r,
+                            const struct slots_grant *g)
+{
+    struct slots__buf b = {buf, cap, 0};
+    msgpack_packer pk;
+    int e = 0;
+    msgpack_packer_init(&pk, &b, slots__write);
+    e |= msgpack_pack_array(&pk, 4);
+    e |= msgpack_pack_uint8(&pk, WIRE_VERSION);
+    e |= msgpack_pack_uint8(&pk, WIRE_SLOTS);
+    e |= msgpack_pack_uint64(&pk, from);
+    if (r != NULL) {
+        e |= msgpack_pack_array(&pk, 10);
+        e |= msgpack_pack_uint8(&pk, 1);
+        e |= msgpack_pack_bin(&pk, r->klen);
+        e |= msgpack_pack_bin_body(&pk, r->key, r->klen);
+        e |= msgpack_pack_uint64(&pk, r->limit);
+        e |= msgpack_pack_uint64(&pk, r->ttl_ms);
+        e |= msgpack_pack_uint64(&pk, r->cap);
+        e |= msgpack_pack_uint64(&pk, r->held);
+        e |= msgpack_pack_uint64(&pk, r->want);
+        e |= msgpack_pack_uint64(&pk, r->gseq);
+        e |= msgpack_pack_uint64(&pk, r->rseq);
+        e |= msgpack_pack_uint64(&pk, r->served_by);
+    } else if (g != NULL) {
+        e |= msgpack_pack_array(&pk, 7);
+        e |= msgpack_pack_uint8(&pk, 2);
+        e |= msgpack_pack_bin(&pk, g->klen);
+        e |= msgpack_pack_bin_body(&pk, g->key, g->klen);
+        e |= msgpack_pack_uint64(&pk, g->to);
+        e |= msgpack_pack_uint64(&pk, g->grant);
+        e |= msgpack_pack_uint64(&pk, g->gseq);
+        e |= msgpack_pack_uint64(&pk, g->ack_rseq);
+        e |= msgpack_pack_uint64(&pk, g->flags);
+    } else {
+        e = -1;
+    }
+    return e == 0 ? b.len : 0;
+}
+
+int slots_is_message(const uint8_t *buf, size_t len)
+{
+    return len >= 3 && buf[0] == 0x94 && buf[1] == WIRE_VERSION && buf[2] == WIRE_SLOTS;
+}
+
+/*
+ * Walks one msgpack object of buf[*pos..len) without allocating, admitting
+ * only what a slots message holds (fixarrays, unsigned integers, bins) and
+ * checking every length against the bytes left, so msgpack-c, which sizes
+ * its allocations from the counts it reads, never sees a lying count.
+ * 0, or -1 for anything else.
+ */
+static int slots__walk(const uint8_t *buf, size_t len, size_t *pos, int depth)
+{
+    static const uint8_t uint_bytes[4] = {1, 2, 4, 8};
+    if (*pos >= len || depth > 3)
+        return -1;
+    uint8_t b = buf[(*pos)++];
+    size_t n;
+    if (b <= 0x7f)
+        return 0; /* positive fixint */
+    if (b >= 0x90 && b <= 0x9f) {
+        n = b & 0x0fu;
+        for (size_t i = 0; i < n; i++)
+            if (slots__walk(buf, len, pos, depth + 1) < 0)
+                return -1;
+        return 0;
+    }
+    if (b >= 0xcc && b <= 0xcf) { /* uint 8/16/32/64 */
+        n = uint_bytes[b - 0xcc];
+        if (len - *pos < n)
+            return -1;
+        *pos += n;
+        return 0;
+    }
+    if (b >= 0xc4 && b <= 0xc6) { /* bin 8/16/32 */
+        size_t w = (size_t)1 << (b - 0xc4);
+        if (len - *pos < w)
+            return -1;
+        n = 0;
+        for (size_t i = 0; i < w; i++)
+            n = n << 8 | buf[*pos + i];
+        *pos += w;
+        if (len - *pos < n)
+            return -1;
+        *pos += n;
+        return 0;
+    }
+    return -1;
+}
+
+/* A field's unsigned value, at most max. */
+static int slots__u(const msgpack_object *o, uint64_t max, uint64_t *v)
+{
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER || o->via.u64 > max)
+        return -1;
+    *v = o->via.u64;
+    return 0;
+}
+
+/* Decodes buf: 1 report (*r), 2 grant (*g), or a negative error.  Strings
+ * point into buf. */
+static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct slots_report *r,
+                         struct slots_grant *g)
+{
+    msgpack_zone zone;
+    msgpack_object root;
+    size_t off = 0;
+    int rc = -SLUICE_EPROTO;
+    uint64_t v, kind;
+    if (!slots_is_message(buf, len) || len > SLOTS_MSG_MAX)
+        return -SLUICE_EINVAL;
+    if (slots__walk(buf, len, &off, 0) < 0 || off != len)
+        return -SLUICE_EPROTO;
+    off = 0;
+    if (!msgpack_zone_init(&zone, 2048))
+        return -SLUICE_ENOMEM;
+    if (msgpack_unpack((const char *)buf, len, &off, &zone, &root) != MSGPACK_UNPACK_SUCCESS ||
+        off != len || root.type != MSGPACK_OBJECT_ARRAY || root.via.array.size != 4)
+        goto out;
+    const msgpack_object *h = root.via.array.ptr;
+    const msgpack_object *body = &h[3];
+    if (slots__u(&h[2], UINT64_MAX, from) < 0 || *from == 0 || body->type != MSGPACK_OBJECT_ARRAY ||
+        body->via.array.size < 2)
+        goto out;
+    const msgpack_object *f = body->via.array.ptr;
+    if (slots__u(&f[0], 2, &kind) < 0 || f[1].type != MSGPACK_OBJECT_BIN ||
+        f[1].via.bin.size == 0 || f[1].via.bin.size > WIRE_KEY_MAX)
+        goto out;
+    if (kind == 1 && body->via.array.size == 10) {
+        const uint64_t lim = (uint64_t)INT64_MAX / 4;
+        memset(r, 0, sizeof(*r));
+        r->key = f[1].via.bin.ptr;
+        r->klen = f[1].via.bin.size;
+        if (slots__u(&f[2], lim, &r->limit) < 0 || r->limit == 0 ||
+            slots__u(&f[3], 86400000, &r->ttl_ms) < 0 || r->ttl_ms == 0 ||
+            slots__u(&f[4], lim, &r->cap) < 0 || slots__u(&f[5], lim, &r->held) < 0 ||
+            slots__u(&f[6], lim, &r->want) < 0 || slots__u(&f[7], UINT64_MAX, &r->gseq) < 0 ||
+            slots__u(&f[8], UINT64_MAX, &r->rseq) < 0 || r->rseq == 0 ||
+            slots__u(&f[9], UINT64_MAX, &r->served_by) < 0)
+            goto out;
+        rc = 1;
+    } else if (kind == 2 && body->via.array.size == 7) {
+        memset(g, 0, sizeof(*g));
+        g->key = f[1].via.bin.ptr;
+        g->klen = f[1].via.bin.size;
+        if (slots__u(&f[2], UINT64_MAX, &g->to) < 0 ||
+            slots__u(&f[3], (uint64_t)INT64_MAX / 4, &g->grant) < 0 ||
+            slots__u(&f[4], UINT64_MAX, &g->gseq) < 0 || g->gseq == 0 ||
+            slots__u(&f[5], UINT64_MAX, &g->ack_rseq) < 0 || slots__u(&f[6], 255, &v) < 0)
+            goto out;
+        g->flags = v;
+        rc = 2;
+    }
+out:
+    msgpack_zone_destroy(&zone);
+    return rc;
+}
+
+/* ---- lookups ---- */
+
+static void *slots__find(struct table *t, const char *key, size_t klen)
+{
+    struct table_entry *e = table_find(t, key, klen);
+    void *p = NULL;
+    if (e != NULL)
+        memcpy(&p, table_entry_value(e), sizeof(p));
+    return p;
+}
+
+static int slots__put(struct table *t, const char *key, size_t klen, void *p)
+{
+    struct table_entry *e;
+    int rc = table_insert(t, key, klen, sizeof(p), 0, 0, &e);
+    if (rc == 0)
+        memcpy(table_entry_value(e), &p, sizeof(p));
+    return rc;
+}
+
+static void slots__del(struct table *t, const char *key, size_t klen)
+{
+    struct table_entry *e = table_find(t, key, klen);
+    if (e != NULL)
+        table_delete(t, e);
+}
+
+static struct slots_need *slots__need(struct slots *s, const char *key, size_t klen, int create)
+{
+    struct slots_need *n = slots__find(s->needs, key, klen);
+    if (n != NULL || !create || klen == 0 || klen > WIRE_KEY_MAX)
+        return n;
+    n = calloc(1, sizeof(*n) + klen);
+    if (n == NULL)
+        return NULL;
+    memcpy(n->key, key, klen);
+    n->klen = klen;
+    if (slots__put(s->needs, key, klen, n) < 0) {
+        free(n);
+        return NULL;
+    }
+    n->next = s->need_list;
+    if (s->need_list != NULL)
+        s->need_list->prev = n;
+    s->need_list = n;
+    s->st.keys++;
+    return n;
+}
+
+static void slots__need_free(struct slots *s, struct slots_need *n)
+{
+    slots__del(s->needs, n->key, n->klen);
+    if (n->prev != NULL)
+        n->prev->next = n->next;
+    else
+        s->need_list = n->next;
+    if (n->next != NULL)
+        n->next->prev = n->prev;
+    s->st.keys--;
+    free(n);
+}
+
+static struct slots_ledger *slots__ledger(struct slots *s, const char *key, size_t klen, int create,
+                                          int64_t now)
+{
+    struct slots_ledger *l = slots__find(s->ledgers, key, klen);
+    if (l != NULL || !create)
+        return l;
+    l = calloc(1, sizeof(*l) + klen);
+    if (l == NULL)
+        return NULL;
+    memcpy(l->key, key, klen);
+    l->klen = klen;
+    l->created = now;
+    if (slots__put(s->ledgers, key, klen, l) < 0) {
+        free(l);
+        return NULL;
+    }
+    l->next = s->ledger_list;
+    if (s->ledger_list != NULL)
+        s->ledger_list->prev = l;
+    s->ledger_list = l;
+    s->st.owned++;
+    return l;
+}
+
+static void slots__ledger_free(struct slots *s, struct slots_ledger *l)
+{
+    slots__del(s->ledgers, l->key, l->klen);
+    if (l->prev != NULL)
+        l->prev->next = l->next;
+    else
+        s->ledger_list = l->next;
+    if (l->next != NULL)
+        l->next->prev = l->prev;
+    s->st.owned--;
+    free(l->peers);
+    free(l);
+}
+
+/* ---- the node side ---- */
+
+static int64_t slots__held(struct slots *s, const struct slots_need *n, int64_t *waiting)
+{
+    int64_t held = 0, w = 0;
+    if (s->load != NULL)
+        s->load(s->ud, n->key, n->klen, &held, &w);
+    if (waiting != NULL)
+        *waiting = w;
+    return held;
+}
+
+static void slots__set_cap(struct slots *s, struct slots_need *n, int64_t cap)
+{
+    s->st.slots += (uint64_t)(cap - n->cap);
+    n->cap = cap;
+}
+
+int64_t slots_cap(struct slots *s, const char *key, size_t klen, int64_t limit, int64_t ttl_ns,
+                  int64_t held, int64_t qty, int64_t now)
+{
+    struct slots_need *n = slots__need(s, key, klen, 1);
+    if (n == NULL)
+        return 0;
+    n->limit = limit;
+    if (ttl_ns > n->ttl_ns)
+        n->ttl_ns = ttl_ns; /* the longest lease this node gives on the key */
+    n->active_at = now;
+    if (held + qty > n->asked)
+        n->asked = held + qty;
+    if (held + qty > n->cap || now >= n->fresh_until)
+        n->need = 1;
+    return now < n->fresh_until ? n->cap : held;
+}
+
+void slots_note_held(struct slots *s, const char *key, size_t klen, int64_t held, int64_t now)
+{
+    struct slots_need *n = slots__need(s, key, klen, 0);
+    (void)now;
+    if (n == NULL)
+        return;
+    /* Above the grant (the owner asked for slots back): give back what
+     * ended; the owner counts them free once it hears the lower cap. */
+    if (n->cap > n->grant) {
+        int64_t c = held > n->grant ? held : n->grant;
+        if (c < n->cap) {
+            slots__set_cap(s, n, c);
+            n->need = 1;
+        }
+    }
+}
+
+int slots_uses(struct slots *s, const char *key, size_t klen)
+{
+    return slots__need(s, key, klen, 0) != NULL;
+}
+
+int slots_may_renew(struct slots *s, const char *key, size_t klen, int64_t now)
+{
+    struct slots_need *n = slots__need(s, key, klen, 0);
+    return n != NULL && now < n->fresh_until;
+}
+
+static void slots__owner_report(struct slots *s, const char *from, uint64_t from_life,
+                                const struct slots_report *r, int64_t now);
+
+static void slots__send_report(struct slots *s, struct slots_need *n, int64_t now)
+{
+    int64_t waiting = 0, held = slots__held(s, n, &waiting);
+    const char *owner = slots__owner(s, n->key, n->klen);
+    struct slots_report r;
+    uint8_t buf[SLOTS_MSG_MAX];
+    if (strcmp(owner, n->owner) != 0) {
+        /* A new owner: its grants count from 1 again. */
+        snprintf(n->owner, sizeof(n->owner), "%s", owner);
+        n->gseq = 0;
+    }
+    /* Demand: what is held and waits, or the most a request asked for
+     * since the last report (requests that do not wait ask only once). */
+    int64_t want = held + waiting > n->asked ? held + waiting : n->asked;
+    n->asked = 0;
+    if (want > n->limit)
+        want = n->limit;
+    n->rseq++;
+    n->rtime[n->rseq % SLOTS_RTIMES] = now;
+    r.key = n->key;
+    r.klen = n->klen;
+    r.limit = (uint64_t)n->limit;
+    r.ttl_ms = (uint64_t)((n->ttl_ns + 999999) / 1000000);
+    r.cap = (uint64_t)n->cap;
+    r.held = (uint64_t)held;
+    r.want = (uint64_t)want;
+    r.gseq = n->gseq;
+    r.rseq = n->rseq;
+    r.served_by = n->served_by;
+    n->need = 0;
+    n->quiet = 0;
+    s->st.reports_sent++;
+    if (strcmp(owner, s->name) == 0) {
+        slots__owner_report(s, s->name, s->life, &r, now);
+        return;
+    }
+    size_t len = slots__encode(buf, sizeof(buf), s->life, &r, NULL);
+    if (len > 0)
+        (void)s->send(s->send_ud, owner, buf, len);
+}
+
+static void slots__node_grant(struct slots *s, const char *from, uint64_t from_life,
+                              const struct slots_grant *g, int64_t now)
+{
+    struct slots_need *n = slots__need(s, g->key, g->klen, 0);
+    int was_fresh, more = 0;
+    if (n == NULL || g->to != s->life || strcmp(slots__owner(s, g->key, g->klen), from) != 0)
+        return; /* not ours, or not from the owner this node reports to */
+    was_fresh = now < n->fresh_until;
+    if (strcmp(n->owner, from) != 0) {
+        snprintf(n->owner, sizeof(n->owner), "%s", from);
+        n->gseq = 0;
+    }
+    if (from_life != n->served_by && g->gseq > 0) {
+        /* Another life of the owner (it restarted): its grants count anew. */
+        n->gseq = 0;
+    }
+    if (g->gseq > n->gseq) {
+        int64_t held = slots__held(s, n, NULL), old = n->cap;
+        n->gseq = g->gseq;
+        n->served_by = from_life;
+        n->grant = (int64_t)g->grant;
+        if (n->grant >= n->cap)
+            slots__set_cap(s, n, n->grant);
+        else
+            slots__set_cap(s, n, held > n->grant ? held : n->grant);
+        if (n->cap < old)
+            n->need = 1; /* tell the owner the lower cap soon */
+        more = n->cap > old;
+    }
+    /* Fresh from the send time of the report this answers (never from its
+     * receipt: a delayed answer must not stretch it). */
+    if ((g->flags & SLOTS_F_FRESH) && g->ack_rseq != 0 && g->ack_rseq <= n->rseq &&
+        n->rseq - g->ack_rseq < SLOTS_RTIMES) {
+        int64_t f = n->rtime[g->ack_rseq % SLOTS_RTIMES] + s->fresh_ns;
+        if (f > n->fresh_until)
+            n->fresh_until = f;
+    }
+    if (n->cap > 0 && now < n->fresh_until && (more || !was_fresh) && s->on_slots != NULL)
+        s->on_slots(s->ud, n->key, n->klen);
+}
+
+/* ---- the owner side ---- */
+
+static struct slots_peer *slots__peer(struct slots_ledger *l, const char *name, uint64_t life)
+{
+    for (size_t i = 0; i < l->npeers; i++)
+        if (l->peers[i].life == life && strcmp(l->peers[i].name, name) == 0)
+            return &l->peers[i];
+    if (l->npeers == l->cap_peers) {
+        size_t c = l->cap_peers ? 2 * l->cap_peers : 4;
+        struct slots_peer *np = realloc(l->peers, c * sizeof(*np));
+        if (np == NULL)
+            return NULL;
+        l->peers = np;
+        l->cap_peers = c;
+    }
+    struct slots_peer *p = &l->peers[l->npeers++];
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->life = life;
+    /* Older lives of this name live on as ghosts until their leases end. */
+    for (size_t i = 0; i + 1 < l->npeers; i++)
+        if (strcmp(l->peers[i].name, name) == 0)
+            l->peers[i].ghost = 1;
+    return p;
+}
+
+/* The most p may hold: its cap, or more if grants it has not confirmed
+ * are in flight. */
+static int64_t slots__bound(const struct slots_peer *p)
+{
+    int64_t b = p->cap;
+    for (int i = 0; i < p->npend; i++)
+        if (p->pend[i].val > b)
+            b = p->pend[i].val;
+    return b;
+}
+
+/* Shares out the key's slots (see the note): sets each peer's target and
+ * lends free slots to those below it. */
+static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now)
+{
+    int64_t n = l->limit, used = 0, demand = 0;
+    size_t active = 0;
+    for (size_t i = 0; i < l->npeers; i++) {
+        struct slots_peer *p = &l->peers[i];
+        p->bound = slots__bound(p);
+        used += p->bound;
+        if (!p->ghost) {
+            demand += p->want;
+            if (p->want > 0 || p->held > 0)
+                active++;
+        }
+    }
+    /* Targets: water-fill n by want; spare evenly over active peers. */
+    int64_t fair = n;
+    if (demand > n) {
+        /* the level f with sum(min(want, f)) = n, by bisection on f */
+        int64_t lo = 0, hi = n;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo + 1) / 2, sum = 0;
+            for (size_t i = 0; i < l->npeers; i++)
+                if (!l->peers[i].ghost)
+                    sum += l->peers[i].want < mid ? l->peers[i].want : mid;
+            if (sum <= n)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        fair = lo;
+    }
+    int64_t given = 0;
+    for (size_t i = 0; i < l->npeers; i++) {
+        struct slots_peer *p = &l->peers[i];
+        p->target = p->ghost ? 0 : p->want < fair ? p->want : fair;
+        given += p->target;
+    }
+    int64_t spare = n - given;
+    for (size_t i = 0; i < l->npeers && spare > 0; i++) {
+        struct slots_peer *p = &l->peers[i];
+        if (p->ghost || (p->want == 0 && p->held == 0))
+            continue;
+        int64_t extra = active > 0 ? (n - given + (int64_t)active - 1) / (int64_t)active : 0;
+        if (extra > spare)
+            extra = spare;
+        if (demand > n && p->want <= p->target)
+            extra = 0; /* only the unsatisfied take the rounding remainder */
+        p->target += extra;
+        spare -= extra;
+    }
+    int lend = s->known && slots__quorum(s) && now >= l->hold_until;
+    int64_t free_slots = n - used;
+    for (size_t i = 0; i < l->npeers; i++) {
+        struct slots_peer *p = &l->peers[i];
+        if (p->ghost)
+            continue;
+        int64_t g = p->target;
+        if (g > p->bound) {
+            int64_t more = lend && free_slots > 0 ? g - p->bound : 0;
+            if (more > free_slots)
+                more = free_slots;
+            g = p->bound + (more > 0 ? more : 0);
+            free_slots -= more > 0 ? more : 0;
+            if (g < p->cap)
+                g = p->cap;
+        }
+        if (g != p->grant && p->npend < SLOTS_PEND) {
+            p->grant = g;
+            p->gseq++;
+            p->pend[p->npend].seq = p->gseq;
+            p->pend[p->npend].val = g;
+            p->npend++;
+            if (p->ack_rseq == 0)
+                p->ack_rseq = p->rseq; /* a grant always says how fresh */
+        }
+    }
+}
+
+static void slots__send_grant(struct slots *s, struct slots_ledger *l, struct slots_peer *p,
+                              int64_t now)
+{
+    struct slots_grant g;
+    uint8_t buf[SLOTS_MSG_MAX];
+    g.key = l->key;
+    g.klen = l->klen;
+    g.to = p->life;
+    g.grant = (uint64_t)(p->grant > 0 ? p->grant : 0);
+    g.gseq = p->gseq > 0 ? p->gseq : 1;
+    g.ack_rseq = p->ack_rseq;
+    g.flags = slots__quorum(s) ? SLOTS_F_FRESH : 0;
+    p->ack_rseq = 0;
+    s->st.grants_sent++;
+    if (p->gseq == 0) {
+        /* Nothing granted yet: the first grant (0) opens the sequence, so
+         * the answer still carries the freshness. */
+        p->gseq = 1;
+        p->grant = 0;
+        p->pend[p->npend].seq = 1;
+        p->pend[p->npend].val = 0;
+        p->npend++;
+    }
+    if (strcmp(p->name, s->name) == 0 && p->life == s->life) {
+        slots__node_grant(s, s->name, s->life, &g, now);
+        return;
+    }
+    size_t len = slots__encode(buf, sizeof(buf), s->life, NULL, &g);
+    if (len > 0)
+        (void)s->send(s->send_ud, p->name, buf, len);
+}
+
+static void slots__owner_report(struct slots *s, const char *from, uint64_t from_life,
+                                const struct slots_report *r, int64_t now)
+{
+    if (strcmp(slots__owner(s, r->key, r->klen), s->name) != 0)
+        return; /* not the owner in this view: the reporter will move on */
+    struct slots_ledger *l = slots__ledger(s, r->key, r->klen, 1, now);
+    if (l == NULL)
+        return;
+    struct slots_peer *p = slots__peer(l, from, from_life);
+    if (p == NULL || r->rseq <= p->rseq)
+        return; /* old or repeated */
+    int64_t ttl = (int64_t)r->ttl_ms * 1000000;
+    l->limit = (int64_t)r->limit;
+    if (ttl > l->ttl_ns)
+        l->ttl_ns = ttl;
+    /* A reporter served by another owner life, or this node's own past
+     * life, may mean holders this ledger does not know: lend nothing new
+     * until their leases have surely ended. */
+    if ((r->served_by != 0 && r->served_by != s->life) ||
+        (s->restarted && now < s->started + slots__margin(s->fresh_ns + l->ttl_ns))) {
+        int64_t h = l->created + slots__margin(s->fresh_ns + l->ttl_ns);
+        if (h > l->hold_until)
+            l->hold_until = h;
+    }
+    p->rseq = r->rseq;
+    p->cap = (int64_t)r->cap;
+    p->held = (int64_t)r->held;
+    p->want = (int64_t)r->want;
+    p->heard = now;
+    p->ack_rseq = r->rseq;
+    /* Grants it confirms are no longer in flight. */
+    int k = 0;
+    for (int i = 0; i < p->npend; i++)
+        if (p->pend[i].seq > r->gseq)
+            p->pend[k++] = p->pend[i];
+    p->npend = k;
+    l->idle = 0;
+    slots__allocate(s, l, now);
+    slots__send_grant(s, l, p, now);
+}
+
+/* Peers silent for fresh + TTL (+ margin) hold nothing any more. */
+static void slots__reclaim(struct slots *s, struct slots_ledger *l, int64_t now)
+{
+    int64_t wait = slots__margin(s->fresh_ns + l->ttl_ns);
+    size_t k = 0;
+    for (size_t i = 0; i < l->npeers; i++) {
+        struct slots_peer *p = &l->peers[i];
+        if (now - p->heard >= wait) {
+            s->st.reclaimed += (uint64_t)slots__bound(p);
+            continue;
+        }
+        l->peers[k++] = *p;
+    }
+    l->npeers = k;
+}
+
+int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t len, int64_t now)
+{
+    struct slots_report r;
+    struct slots_grant g;
+    uint64_t life;
+    int rc;
+    if (from == NULL || strlen(from) >= 64 || strcmp(from, s->name) == 0) {
+        s->st.bad_packets++;
+        return -SLUICE_EINVAL;
+    }
+    rc = slots__decode(buf, len, &life, &r, &g);
+    if (rc < 0) {
+        s->st.bad_packets++;
+        return rc;
+    }
+    s->st.received++;
+    if (rc == 1)
+        slots__owner_report(s, from, life, &r, now);
+    else
+        slots__node_grant(s, from, life, &g, now);
+    return 0;
+}
+
+void slots_tick(struct slots *s, int64_t now)
+{
+    struct slots_need *n, *nn;
+    struct slots_ledger *l, *ln;
+    for (n = s->need_list; n != NULL; n = nn) {
+        int64_t waiting = 0, held = slots__held(s, n, &waiting);
+        nn = n->next;
+        int idle = held == 0 && waiting == 0 && n->cap == 0 && n->asked == 0 && !n->need;
+        if (!idle) {
+            n->active_at = now;
+        } else if (now - n->active_at >= slots__margin(s->fresh_ns + n->ttl_ns)) {
+            /* Forgotten only once its history (which owner served it)
+             * no longer matters to a new owner's caution. */
+            slots__need_free(s, n);
+            continue;
+        }
+        /* Reports keep the node fresh and the owner's view current: at
+         * once when short, else every SLOTS_REPORT_EVERY ticks while
+         * anything is held, wanted or lent. */
+        if (n->need || (++n->quiet >= SLOTS_REPORT_EVERY && !idle) ||
+            (n->cap > 0 && now + s->fresh_ns / 2 >= n->fresh_until))
+            slots__send_report(s, n, now);
+    }
+    for (l = s->ledger_list; l != NULL; l = ln) {
+        ln = l->next;
+        if (strcmp(slots__owner(s, l->key, l->klen), s->name) != 0) {
+            /* No longer the owner: the reporters move to the new one, whose
+             * ledger starts from their reports. */
+            slots__ledger_free(s, l);
+            continue;
+        }
+        slots__reclaim(s, l, now);
+        int64_t any = 0;
+        for (size_t i = 0; i < l->npeers; i++)
+            any |= slots__bound(&l->peers[i]) | l->peers[i].want | l->peers[i].held;
+        if (l->npeers == 0 || (any == 0 && ++l->idle >= SLOTS_IDLE_TICKS)) {
+            slots__ledger_free(s, l);
+            continue;
+        }
+        if (any != 0)
+            l->idle = 0;
+        /* Lend what freed up (silent peers reclaimed, caps given back);
+         * grants go out with the answers to reports, and to peers below
+         * their target now. */
+        slots__allocate(s, l, now);
+        for (size_t i = 0; i < l->npeers; i++) {
+            struct slots_peer *p = &l->peers[i];
+            if (!p->ghost && p->ack_rseq != 0)
+                slots__send_grant(s, l, p, now); /* a grant made above */
+        }
+    }
+}
+
+void slots_get_stats(const struct slots *s, struct slots_stats *out)
+{
+    *out = s->st;
+}

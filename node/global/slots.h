@@ -1,0 +1,163 @@
+/*
+ * slots: cluster-wide concurrency limits (SL.LEASE ... SCOPE global).  The
+ * owner of a key (rendezvous hashing over the live members, hrw.h) lends
+ * the key's n slots to the nodes by demand; a node hands out leases only
+ * from the slots it holds (limit/concurrency.h, cap = its slots), and
+ * slots flow back to the owner as leases end.  No I/O here: time is an
+ * argument, messages go out through a send function and come in through
+ * slots_receive, so the simulator drives it as the daemon does.
+ *
+ * Design note (the owner's ledger and the bound).
+ *
+ * - Counted, not estimated.  For each node the owner keeps `bound`, the
+ *   most slots that node may hold now: the cap it last reported if it had
+ *   applied the owner's latest grant, else the larger of that cap and
+ *   every grant still in flight to it.  New slots are lent only from
+ *   n - sum(bound) (free), so however messages are lost, repeated or
+ *   reordered, the slots held at any instant sum to at most n.  A node
+ *   applies a grant only if it is newer (gseq) than the last it applied
+ *   from that owner life; a lowered grant takes effect as its leases end
+ *   (its cap never drops below what it holds), and the owner counts the
+ *   slots free only once the node reports the lower cap.
+ * - Freshness.  A node grants a lease, or renews one, only while it is
+ *   fresh: within fresh_ns of sending a report that an owner with a
+ *   majority of the members answered.  So a node cut off from its owner
+ *   (kill -9, a partition, a lost owner) has no lease alive later than
+ *   (its last answered report) + fresh_ns + TTL.  The owner counts a
+ *   silent node's slots free only after (the last report it received
+ *   from it) + fresh_ns + the key's TTL + a 1% clock-rate margin: never
+ *   before its leases can have ended (no double grant), never much later
+ *   (no leak).  fresh_ns plays the part of failure detection.
+ * - A new ledger (a key new to this owner: the first use, or the owner
+ *   changed or restarted) lends nothing beyond what nodes report holding
+ *   for fresh_ns + TTL when a reporter was served by another owner life,
+ *   or this node restarted (a past life of its own may have lent slots):
+ *   their holders may still be out there.  A key new to the cluster is
+ *   served at once.
+ * - Majority.  An owner answers "fresh" and lends free slots only while
+ *   more than half of the members it knows (alive, suspect, dead but not
+ *   yet forgotten) are alive.  A minority side of a partition therefore
+ *   stops granting within fresh_ns + TTL, and the majority side reclaims
+ *   its slots after that: no double grant across a partition.
+ * - Demand.  Each node reports held + waiting (want).  The owner's targets
+ *   water-fill n by want; spare slots go evenly to nodes that hold or
+ *   want some, so a node can grant without asking.  A node short of
+ *   slots reports at once (next tick); others every REPORT_EVERY ticks.
+ *
+ * The bound: slots held at one instant, cluster-wide, <= n, provided that
+ * (1) monotonic clocks run at the same rate within 1%, (2) members agree on
+ * a key's owner within fresh_ns + TTL of a membership change, and (3) a
+ * partition heals before libgossip forgets the dead members (dead_reap_ms,
+ * 30 s): a side that outlives that counts itself whole and may lend n again
+ * (each side up to n, as the optimistic partition policy of rate limits).
+ *
+ * Wire (msgpack, one key per message, sent as a libgossip direct message):
+ *
+ *   msg    = fixarray(4) [ version:uint type:uint(WIRE_SLOTS) from:uint64 body ]
+ *            +------+---------+------+------------+------ ... -----+
+ *            | 0x94 | version | 0x03 | 0xcf + 8 B | body           |
+ *            +------+---------+------+------------+------ ... -----+
+ *   from   = the sender's life id
+ *   body   = report | grant
+ *   report = fixarray(10) [ 1 key:bin limit:uint ttl_ms:uint cap:uint
+ *            held:uint want:uint gseq:uint rseq:uint served_by:uint64 ]
+ *            (node -> owner; served_by: the owner life whose grant set cap,
+ *            0 for none)
+ *   grant  = fixarray(7)  [ 2 key:bin to:uint64 grant:uint gseq:uint
+ *            ack_rseq:uint flags:uint ]
+ *            (owner -> node; to: the node life it answers; flags
+ *            SLOTS_F_FRESH: the owner has a majority, the ack makes the
+ *            node fresh)
+ *
+ * Nothing on the wire is a time; TTLs are durations.  Everything runs on
+ * one thread.  Functions return 0 or a negative enum sluice_err.
+ */
+#ifndef SLUICE_SLOTS_H
+#define SLUICE_SLOTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLOTS_F_FRESH 0x01u
+/* Ticks between the reports of a node that has the slots it needs. */
+#define SLOTS_REPORT_EVERY 5
+
+struct slots;
+
+/* Sends buf to member `to`; fire and forget.  Called from slots_tick and
+ * slots_receive only. */
+typedef int (*slots_send_fn)(void *ud, const char *to, const uint8_t *buf, size_t len);
+/* Slots of key arrived (its waiters may fit). */
+typedef void (*slots_key_fn)(void *ud, const char *key, size_t klen);
+/* What this node holds of key and what waits for it, in units. */
+typedef void (*slots_load_fn)(void *ud, const char *key, size_t klen, int64_t *held,
+                              int64_t *waiting);
+
+struct slots_config {
+    const char *node_name; /* copied */
+    uint64_t life;         /* this process's life id, != 0 */
+    int64_t fresh_ns;      /* 0 = 2 s */
+    int restarted;         /* 1: a past life of this name existed (see the note) */
+    slots_send_fn send;
+    void *send_ud;
+    slots_key_fn on_slots; /* may be NULL */
+    slots_load_fn load;    /* may be NULL: see slots_set_client */
+    void *ud;              /* for on_slots and load */
+    int restarted_known;   /* 1: restarted is known at creation */
+};
+
+struct slots_stats {
+    uint64_t keys;  /* keys this node uses */
+    uint64_t owned; /* keys whose ledger this node keeps */
+    uint64_t slots; /* slots this node holds now (sum of caps) */
+    uint64_t reports_sent, grants_sent, received, bad_packets;
+    uint64_t reclaimed; /* slots of silent nodes counted free again */
+};
+
+int slots_create(const struct slots_config *cfg, int64_t now, struct slots **out);
+void slots_destroy(struct slots *s);
+
+/* Sets (or replaces) the callbacks of the layer that holds the leases:
+ * the daemon makes the slots with the cluster, before that layer exists.
+ * Until load is set, this node holds and waits for nothing. */
+void slots_set_client(struct slots *s, slots_key_fn on_slots, slots_load_fn load, void *ud);
+/* Whether a past life of this node's name existed (the cluster learns it
+ * on joining).  Until it is known, this node lends no free slots. */
+void slots_set_restarted(struct slots *s, int restarted);
+
+/*
+ * The members: live (alive or suspect, self included, names borrowed for
+ * the call), and total, the members known (live, plus dead ones not yet
+ * forgotten).  Owners are chosen over the live ones.  -SLUICE_ENOMEM.
+ */
+int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_t total,
+                   int64_t now);
+
+/*
+ * The slots this node may hand out for key now (limit n, leases of ttl_ns),
+ * given held units and a request of qty: its cap while fresh, else held
+ * (nothing new).  Registers the key (it is reported from now on) and, when
+ * held + qty exceeds the cap, asks the owner for more at the next tick.
+ * Never fails: an unknown key with no memory for it gets 0.
+ */
+int64_t slots_cap(struct slots *s, const char *key, size_t klen, int64_t limit, int64_t ttl_ns,
+                  int64_t held, int64_t qty, int64_t now);
+/* A lease of key ended: a cap above the owner's grant falls back to it. */
+void slots_note_held(struct slots *s, const char *key, size_t klen, int64_t held, int64_t now);
+/* 1 when key is a global key this node uses (leases or slots). */
+int slots_uses(struct slots *s, const char *key, size_t klen);
+/* 1 when a lease of key may be renewed now (this node is fresh). */
+int slots_may_renew(struct slots *s, const char *key, size_t klen, int64_t now);
+
+/* 1 when buf is a slots message (the type after the version). */
+int slots_is_message(const uint8_t *buf, size_t len);
+/* Handles a message from member `from`.  -SLUICE_EPROTO / -SLUICE_EINVAL
+ * for a malformed or foreign one (counted, dropped). */
+int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t len, int64_t now);
+/* Sends reports and grants that are due, reclaims silent nodes' slots and
+ * forgets idle keys.  Call every gossip interval. */
+void slots_tick(struct slots *s, int64_t now);
+
+void slots_get_stats(const struct slots *s, struct slots_stats *out);
+
+#endif

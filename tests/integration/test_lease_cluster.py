@@ -1,0 +1,163 @@
+"""Global concurrency leases on three real clustered sluiced processes.
+
+One config file, a global concurrency policy (limit 6, ttl 3s).  Checked:
+  1. the cluster grants at most 6 leases in all (leases are never released
+     here and live longer than the phase, so grants count what is held),
+     and does grant all 6, spread over the nodes that ask (waiting requests
+     get slots moved from nodes that hold spare ones);
+  2. a node killed with kill -9 keeps its slots until its leases can have
+     expired: while they may live, the survivors never hold more than
+     6 minus them; afterwards the survivors get all 6 back (nothing leaks);
+  3. a local concurrency key on a clustered node is not shared.
+Every wait is bounded; every process is stopped at the end, even on failure.
+"""
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sluicetest  # noqa: E402
+
+import redis  # noqa: E402
+
+N = 3
+LIMIT = 6
+TTL_S = 3.0
+FRESH_S = 2.0  # global/slots.h's default freshness
+
+CONFIG = """
+[sluiced]
+log_level = info
+
+[policy jobs]
+algorithm = concurrency
+limit = %d
+ttl = 3s
+scope = global
+match = jobs:
+
+[policy lj]
+algorithm = concurrency
+limit = 2
+scope = local
+match = lj:
+""" % LIMIT
+
+
+class TestLeaseCluster(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="sluice-lease-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.conf = os.path.join(self.tmp, "sluice.conf")
+        with open(self.conf, "w") as f:
+            f.write(CONFIG)
+        self.ports = sluicetest.free_udp_ports(N)
+        self.nodes = []
+        join = ",".join("127.0.0.1:%d" % p for p in self.ports)
+        for i in range(N):
+            d = sluicetest.Daemon("--config", self.conf, "--node-name", "node%d" % i,
+                                  "--gossip-bind", "127.0.0.1:%d" % self.ports[i],
+                                  "--join", join, "--insecure-no-encryption",
+                                  "--gossip-probe-interval-ms", "200",
+                                  socket_path=os.path.join(self.tmp, "n%d.sock" % i),
+                                  tmpdir=self.tmp)
+            self.nodes.append(d)
+            self.addCleanup(d.close)
+            d.start()
+
+        def ready():
+            for i in range(N):
+                inf = self.client(i).info("cluster")
+                if int(inf.get("members_alive", 0)) != N:
+                    return False
+            return True
+        sluicetest.wait_until(ready, 20, "every node to see %d alive members" % N, interval=0.1)
+
+    def client(self, i):
+        return redis.Redis(unix_socket_path=self.nodes[i].path, socket_timeout=20)
+
+    def lease(self, i, key, timeout_ms=0):
+        return self.client(i).execute_command("SL.LEASE", key, "DETACH", "TIMEOUT",
+                                              str(timeout_ms))
+
+    def test_global_limit_and_kill(self):
+        key = "jobs:acme"
+        held = {i: [] for i in range(N)}
+        t0 = time.monotonic()
+        # 1. round robin, each request waiting up to 2.5 s for a slot, until
+        # the cluster refuses: never more than LIMIT granted in all
+        granted = 0
+        for attempt in range(4 * LIMIT):
+            i = attempt % N
+            rep = self.lease(i, key, 2500 if granted < LIMIT else 300)
+            if rep[0] == 0:
+                held[i].append((rep[4], time.monotonic()))
+                granted += 1
+            self.assertLessEqual(granted, LIMIT, "more than %d leases held" % LIMIT)
+            if time.monotonic() - t0 > TTL_S - 0.3:
+                break  # the first leases may expire: stop counting here
+        per_node = [len(held[i]) for i in range(N)]
+        print("granted %d of %d in %.1f s, per node %s" % (granted, LIMIT,
+                                                         time.monotonic() - t0, per_node))
+        self.assertEqual(granted, LIMIT, "the cluster should hand out every slot")
+        self.assertGreaterEqual(sum(1 for c in per_node if c > 0), 2)
+
+        # 2. kill -9 a node that holds slots; the others release theirs
+        victim = max(range(N), key=lambda i: len(held[i]))
+        k = len(held[victim])
+        last = max(t for _, t in held[victim])
+        for i in range(N):
+            if i != victim:
+                for lid, _ in held[i]:
+                    self.assertEqual(self.client(i).execute_command("SL.RELEASE", key, lid), 1)
+        self.nodes[victim].kill()
+        survivors = [i for i in range(N) if i != victim]
+        got = {i: [] for i in survivors}  # (id, granted at)
+
+        def live():
+            now = time.monotonic()
+            return sum(1 for v in got.values() for _, t in v if now - t < TTL_S - 0.1)
+
+        # while the victim's leases may live: never more than LIMIT - k
+        while time.monotonic() < last + TTL_S - 0.2:
+            for i in survivors:
+                rep = self.lease(i, key, 200)
+                if rep[0] == 0:
+                    got[i].append((rep[4], time.monotonic()))
+            self.assertLessEqual(live(), LIMIT - k,
+                                 "survivors hold %d while the killed node's %d may live"
+                                 % (live(), k))
+        # afterwards, within TTL + freshness + detection: all of them
+        deadline = last + TTL_S + FRESH_S + 10.0
+        while time.monotonic() < deadline and live() < LIMIT:
+            for i in survivors:
+                rep = self.lease(i, key, 500)
+                if rep[0] == 0:
+                    got[i].append((rep[4], time.monotonic()))
+                self.assertLessEqual(live(), LIMIT)
+        total = live()
+        print("after kill -9 of node%d (%d slots): survivors hold %d of %d after %.1f s" %
+              (victim, k, total, LIMIT, time.monotonic() - last))
+        self.assertEqual(total, LIMIT, "the killed node's slots must come back")
+        # kept alive by renewals, the next one is refused
+        now = time.monotonic()
+        for i in survivors:
+            for lid, t in got[i]:
+                if now - t < TTL_S - 0.1:
+                    self.assertGreater(self.client(i).execute_command("SL.RENEW", key, lid), 0)
+        self.assertEqual(self.lease(survivors[0], key, 300)[0], 1)
+
+        # 3. a local key is each node's own
+        for i in survivors:
+            for _ in range(2):
+                self.assertEqual(self.lease(i, "lj:x")[0], 0)
+            self.assertEqual(self.lease(i, "lj:x")[0], 1)
+        for i in survivors:
+            self.assertEqual(self.nodes[i].stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
