@@ -14,6 +14,8 @@
 # This is a benchmark, not a test: it prints figures and exits 0.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 build=${1:-build}
 BIN=$(cd "$build/bin" && pwd)
 SCALE=${BENCH_SCALE:-1}
@@ -28,14 +30,6 @@ cleanup() {
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-
-wait_sock() { # path: bounded wait for a socket that answers PING
-  for _ in $(seq 1 200); do
-    redis-cli -s "$1" PING >/dev/null 2>&1 && return 0
-    sleep 0.05
-  done
-  echo "clustered: $1 did not come up" >&2; exit 1
-}
 
 # Three free UDP ports on 127.0.0.1.
 read -r P1 P2 P3 < <(/usr/bin/python3 - <<'PY'
@@ -56,7 +50,7 @@ for p in $P1 $P2 $P3; do
 done
 "$BIN/sluiced" --socket "$TMP/alone.sock" --log-level warn &
 PIDS+=($!)
-for s in n1 n2 n3 alone; do wait_sock "$TMP/$s.sock"; done
+for s in n1 n2 n3 alone; do bench_wait_sock "$TMP/$s.sock"; done
 # Until node 1 sees all three (its global keys then spread over owners).
 for _ in $(seq 1 200); do
   redis-cli -s "$TMP/n1.sock" INFO cluster | grep -q '^members_alive:3' && break

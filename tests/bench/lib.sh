@@ -52,3 +52,14 @@ bench_side_by_side() {
       'BEGIN { printf "  ratio %s/%s: calls %.2f, p99 %.2f\n", na, nb, x / y, (b > 0 ? a / b : 0) }'
   done
 }
+
+# A bounded wait (10 s) for a Unix socket ($1) that answers PING; exits the
+# calling script when it does not.
+bench_wait_sock() {
+  for _ in $(seq 1 200); do
+    redis-cli -s "$1" PING >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "$(basename "$0"): $1 did not come up" >&2
+  exit 1
+}

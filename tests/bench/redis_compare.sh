@@ -16,6 +16,8 @@
 # This is a benchmark, not a test: it prints figures and exits 0.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 ROOT=$(cd "$HERE/../.." && pwd)
 SLUICE_BIN=${SLUICE_BIN:-$ROOT/build/bin}
 SCALE=${BENCH_SCALE:-2}
@@ -33,21 +35,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_sock() { # path: bounded wait for a socket that answers PING
-  for _ in $(seq 1 200); do
-    redis-cli -s "$1" PING >/dev/null 2>&1 && return 0
-    sleep 0.05
-  done
-  echo "redis_compare: $1 did not come up" >&2; exit 1
-}
-
 "$SLUICE_BIN/sluiced" --socket "$TMP/sluice.sock" --log-level warn &
 SPID=$!
 redis-server --port 0 --unixsocket "$TMP/redis.sock" --save '' --appendonly no \
   --daemonize no --loglevel warning >"$TMP/redis.log" 2>&1 &
 RPID=$!
-wait_sock "$TMP/sluice.sock"
-wait_sock "$TMP/redis.sock"
+bench_wait_sock "$TMP/sluice.sock"
+bench_wait_sock "$TMP/redis.sock"
 SHA=$(redis-cli -s "$TMP/redis.sock" SCRIPT LOAD "$(cat "$HERE/gcra.lua")")
 
 # run SOCKET CLIENTS PIPELINE N ARGS... -> prints "rps p99_ms"

@@ -19,7 +19,8 @@ What may differ:
     user;
   - the ports and paths, which the test picks free (the README's TCP ports
     8081, 9464 and 6380, UDP ports 17958 and 17959 and /tmp/rd are replaced
-    in commands and outputs alike).
+    in commands and outputs alike), and a granted lease's id, drawn at
+    random (the README's id is replaced by the one printed from then on).
 
 sluiced and sluicectl are on the PATH, as after `cmake --install build`,
 for the examples that name them alone.
@@ -72,6 +73,8 @@ TOLERANCE = {
     # 24 s of debt, repaid while the reader types
     "redis-cli -s \"$SLUICE_SOCKET\" SL.THROTTLE llm:acme ALGO token-bucket BURST 999 RATE 1000 "
     "60000 QTY 0": 3000,
+    # the refused lease waits for the first lease's TTL, taken while the reader typed
+    "redis-cli -s \"$SLUICE_SOCKET\" SL.LEASE export:acme CONCURRENCY 2 TTL 60000 DETACH": 5000,
     # the calendar minute: anything in it
     "mkdir -p build/rls-py && (cd node/rls/proto && /usr/bin/python3 -m grpc_tools.protoc -I . \\":
         60,
@@ -352,6 +355,15 @@ class Readme(unittest.TestCase):
                 got.pop()
             if cmd.rstrip().endswith("&"):
                 time.sleep(0.5)  # a daemon in the background: let it bind
+            if words[-1:] != ["DETACH"] or "SL.LEASE" not in words:
+                pass
+            elif len(got) == len(want) >= 5:
+                # A granted lease's id is drawn at random: the README's id
+                # stands for the one printed, here and in later commands.
+                gid, wid = INT_REPLY.match(got[4]), INT_REPLY.match(want[4])
+                if gid and wid and int(wid.group(2)) > 0 and int(gid.group(2)) > 0:
+                    self.ports[wid.group(2)] = gid.group(2)
+                    want = [self.subst(w) for w in want]
             if not outputs_match(got, want, tol):
                 self.failures.append("%s: `%s` printed:\n  %s\nthe README shows:\n  %s" % (
                     self.where(block), cmd, "\n  ".join(got), "\n  ".join(want)))
