@@ -223,16 +223,17 @@ struct replica {
     struct replica__idxv {
         uint32_t *v;
         size_t n, cap;
-    } hot, urgent, work, ohot, owork; /* urgent: due keys the last pass's byte
-                                          budget left unreported, first in the next */
-    size_t wpos, owpos;               /* next entry of work / owork */
-    size_t sweep, sweep_left;         /* node sweep: cursor into nk, visits left this pass */
-    size_t osweep, osweep_left;       /* owner sweep: cursor into ok, visits left */
-    int in_pass, sweep_all;           /* sweep_all: the view changed, visit every key soon */
-    size_t budget;                    /* report bytes left in this pass */
-    int64_t every, oevery;            /* report and refresh periods of quiet keys */
-    uint64_t nreps;                   /* owner records held (sum of okey.n) */
-    double ft_tokens;                 /* first touches on credit (replica__first_touch) */
+    } hot, urgent, uwork, work, ohot, owork; /* urgent: due keys a pass's byte
+                                                budget left unreported, first in
+                                                the next (uwork) */
+    size_t uwpos, wpos, owpos;               /* next entry of uwork / work / owork */
+    size_t sweep, sweep_left;                /* node sweep: cursor into nk, visits left this pass */
+    size_t osweep, osweep_left;              /* owner sweep: cursor into ok, visits left */
+    int in_pass, sweep_all;                  /* sweep_all: the view changed, visit every key soon */
+    size_t budget;                           /* report bytes left in this pass */
+    int64_t every, oevery;                   /* report and refresh periods of quiet keys */
+    uint64_t nreps;                          /* owner records held (sum of okey.n) */
+    double ft_tokens;                        /* first touches on credit (replica__first_touch) */
     int64_t ft_last;
     struct replica_stats st;
 };
@@ -727,6 +728,7 @@ void replica_destroy(struct replica *r)
     free(r->ok);
     free(r->hot.v);
     free(r->urgent.v);
+    free(r->uwork.v);
     free(r->work.v);
     free(r->ohot.v);
     free(r->owork.v);
@@ -1929,14 +1931,23 @@ static size_t replica__slice(size_t n, int64_t *every, int64_t interval)
 /* Starts a pass: the keys queued so far become its work. */
 static void replica__pass_start(struct replica *r, int64_t now)
 {
-    /* The work: the keys the last pass starved of budget, then the rest. */
-    struct replica__idxv t = r->work;
-    r->work = r->urgent;
-    r->urgent = t;
+    /* The keys starved of budget so far, oldest first: those the last pass
+     * did not reach (not visited again: a queue, not a walk), then the
+     * ones it left out. */
+    struct replica__idxv *u = &r->uwork;
+    size_t rest = u->n - r->uwpos;
+    if (rest > 0)
+        memmove(u->v, u->v + r->uwpos, rest * sizeof(*u->v));
+    u->n = rest;
+    r->uwpos = 0;
+    for (size_t i = 0; i < r->urgent.n; i++)
+        if (replica__idx_push(u, r->urgent.v[i]) != 0 && r->urgent.v[i] < r->nnk)
+            nkey_of(r->nk[r->urgent.v[i]])->p.flags &= (uint8_t)~NK_HOT; /* the sweep finds it */
     r->urgent.n = 0;
-    for (size_t i = 0; i < r->hot.n; i++)
-        if (replica__idx_push(&r->work, r->hot.v[i]) != 0 && r->hot.v[i] < r->nnk)
-            nkey_of(r->nk[r->hot.v[i]])->p.flags &= (uint8_t)~NK_HOT; /* the sweep finds it */
+    /* Then the keys with news. */
+    struct replica__idxv t = r->work;
+    r->work = r->hot;
+    r->hot = t;
     r->hot.n = 0;
     r->wpos = 0;
     t = r->owork;
@@ -1980,12 +1991,22 @@ void replica_tick(struct replica *r, int64_t now_ns)
         replica__pass_start(r, now);
     }
     size_t left = TURN_VISITS;
-    while (left > 0 && r->wpos < r->work.n) {
-        uint32_t i = r->work.v[r->wpos++];
+    /* Starved keys while the budget lasts; the rest wait their turn. */
+    while (left > 0 && r->budget > 0 && r->uwpos < r->uwork.n) {
+        uint32_t i = r->uwork.v[r->uwpos++];
         /* An entry whose key left, or was visited already (see
-         * replica__queue), is skipped. */
+         * replica__queue), is skipped; looking costs a visit too. */
         if (i < r->nnk && (nkey_of(r->nk[i])->p.flags & NK_HOT))
             left = replica__cost(replica__visit(r, i, now), left);
+        else
+            left--;
+    }
+    while (left > 0 && r->wpos < r->work.n) {
+        uint32_t i = r->work.v[r->wpos++];
+        if (i < r->nnk && (nkey_of(r->nk[i])->p.flags & NK_HOT))
+            left = replica__cost(replica__visit(r, i, now), left);
+        else
+            left--;
     }
     while (left > 0 && r->sweep_left > 0 && r->nnk > 0) {
         if (r->sweep >= r->nnk)
@@ -2002,6 +2023,8 @@ void replica_tick(struct replica *r, int64_t now_ns)
         uint32_t i = r->owork.v[r->owpos++];
         if (i < r->nok && (okey_of(r->ok[i])->p.flags & OK_QUEUED))
             left = replica__ocost(replica__ovisit(r, i, now), left);
+        else
+            left--;
     }
     while (left > 0 && r->osweep_left > 0 && r->nok > 0) {
         if (r->osweep >= r->nok)
@@ -2015,7 +2038,8 @@ void replica_tick(struct replica *r, int64_t now_ns)
             r->osweep++;
     }
     replica__flush(r);
-    if (r->wpos >= r->work.n && (r->sweep_left == 0 || r->nnk == 0) && r->owpos >= r->owork.n &&
+    if ((r->uwpos >= r->uwork.n || r->budget == 0) && r->wpos >= r->work.n &&
+        (r->sweep_left == 0 || r->nnk == 0) && r->owpos >= r->owork.n &&
         (r->osweep_left == 0 || r->nok == 0))
         r->in_pass = 0;
 }
