@@ -1111,6 +1111,10 @@ out_limiter:
     readiness_destroy(d.ready);
     cluster_destroy(d.cluster);
     cluster_options_free(&clopt);
+    /* A start that failed never reached the shutdown that closes the SL
+     * layer's handles (the lease timer): close them here, once. */
+    commands_sl_close(d.sl);
+    uv_run(&d.loop, UV_RUN_NOWAIT);
     commands_sl_destroy(d.sl);
     policy_set_release(policies);
     limiter_destroy(d.lim);
