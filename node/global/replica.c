@@ -538,7 +538,7 @@ static int replica__idx_push(struct replica__idxv *v, uint32_t i)
  * pass has not reached it yet).  Every key flagged NK_HOT has an entry in
  * hot or work holding its current index (replica__nk_free keeps that true
  * when a key moves). */
-static void replica__queue_on(struct replica *r, struct nkey *k, struct replica__idxv *v)
+static void replica__queue_on(struct nkey *k, struct replica__idxv *v)
 {
     if (!(k->p.flags & NK_HOT) && replica__idx_push(v, k->idx) == 0)
         k->p.flags |= NK_HOT;
@@ -546,7 +546,7 @@ static void replica__queue_on(struct replica *r, struct nkey *k, struct replica_
 
 static void replica__queue(struct replica *r, struct nkey *k)
 {
-    replica__queue_on(r, k, &r->hot);
+    replica__queue_on(k, &r->hot);
 }
 
 /* Queues owner key o for a computation. */
@@ -1872,7 +1872,7 @@ static int replica__visit(struct replica *r, size_t i, int64_t now)
      * fair rotation: those reported queue up behind it); a contested one
      * is checked every interval. */
     if (starved)
-        replica__queue_on(r, k, &r->urgent);
+        replica__queue_on(k, &r->urgent);
     else if (replica__contested(k))
         replica__queue(r, k);
     return rc;

@@ -212,7 +212,6 @@ void server_get_stats(const struct server *s, struct server_stats *out)
     *out = s->stats;
     out->client_memory = clientmem_total(&s->budget);
     out->loop_turns = s->loop_stat.turns;
-    out->loop_max_turn_ns = s->loop_stat.max_turn_ns;
     out->loop_max_turn_us = s->loop_stat.max_turn_ns / 1000u;
     out->memory_trim_ms = s->stats.memory_trim_ns / 1000000u;
 }

@@ -146,8 +146,7 @@ struct server_stats {
     uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
     uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
     uint64_t loop_turns;                /* event loop turns measured (loopstat.h) */
-    uint64_t loop_max_turn_us;          /* the longest turn's work, in us */
-    uint64_t loop_max_turn_ns;          /* the longest, since start or CONFIG RESETSTAT */
+    uint64_t loop_max_turn_us; /* the longest turn's work, in us, since start or CONFIG RESETSTAT */
 };
 
 /* struct server_stats' rows: INFO's "# Clients", "# Stats" and the TCP
