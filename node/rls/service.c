@@ -7,10 +7,14 @@
  * `replaces` are dropped; an unlimited limit answers OK with remaining
  * UINT32_MAX; no limit answers OK with no current_limit.  hits are the
  * descriptor's hits_addend when set (0 peeks), else the request's, 0 read
- * as 1.  overall_code is OVER_LIMIT when any descriptor is; a shadow_mode
- * limit over its limit answers OK.  With headers on, RateLimit-Limit,
- * -Remaining and -Reset describe the descriptor closest to its limit (an
- * over-limit one wins), as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS.
+ * as 1.  A shadow_mode limit over its limit answers OK.  overall_code is
+ * OVER_LIMIT when a descriptor not in quota mode is, or when the request has
+ * quota-mode descriptors (quota_mode, or every limited descriptor under
+ * QUOTA_MODE) and all of them are; each descriptor's own code says OVER_LIMIT
+ * either way.  SHADOW_MODE turns an overall OVER_LIMIT into OK.  With
+ * headers on, RateLimit-Limit, -Remaining and -Reset describe the
+ * descriptor closest to its limit (one over it and not in quota mode wins),
+ * as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS.
  */
 #include "service.h"
 
@@ -337,6 +341,8 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
     resp.n_statuses = n;
     resp.statuses = sc.stp;
     const rls_status_t *closest = NULL;
+    int closest_forced = 0; /* closest is over its limit, not in quota mode */
+    size_t failed = 0, quota = 0, quota_failed = 0;
     for (size_t i = 0; i < n; i++) {
         const rls_desc_t *d = req->descriptors[i];
         rls_status_t *st = &sc.st[i];
@@ -344,12 +350,16 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
         envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(st);
         sc.stp[i] = st;
         st->code = CODE_OK;
-        if (!sc.lim[i].has)
-            continue;
-        if (l->unlimited) {
+        if (sc.lim[i].has && l->unlimited) {
             st->limit_remaining = UINT32_MAX;
             continue;
         }
+        /* envoyproxy counts a descriptor with no limit as a quota one
+         * (always passing) under the global QUOTA_MODE. */
+        int in_quota = svc->cfg.quota_mode || (sc.lim[i].has && l->quota_mode);
+        quota += in_quota != 0;
+        if (!sc.lim[i].has)
+            continue;
         int64_t hits = req->hits_addend > 0 ? (int64_t)req->hits_addend : 1;
         if (d->hits_addend != NULL)
             hits = d->hits_addend->value > INT64_MAX ? INT64_MAX : (int64_t)d->hits_addend->value;
@@ -409,18 +419,28 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
             if (l->shadow_mode) {
                 st->code = CODE_OK;
                 svc->stats.shadowed++;
+            } else if (in_quota) {
+                quota_failed++;
             } else {
-                resp.overall_code = CODE_OVER_LIMIT;
+                failed++;
             }
         } else {
             st->limit_remaining = res.remaining > UINT32_MAX ? UINT32_MAX
                                   : res.remaining < 0        ? 0
                                                              : (uint32_t)res.remaining;
         }
-        if (st->code == CODE_OVER_LIMIT ||
-            (closest == NULL ||
-             (closest->code != CODE_OVER_LIMIT && st->limit_remaining < closest->limit_remaining)))
+        int forced = st->code == CODE_OVER_LIMIT && !in_quota;
+        if (forced || closest == NULL ||
+            (!closest_forced && st->limit_remaining < closest->limit_remaining)) {
             closest = st;
+            closest_forced = closest_forced || forced;
+        }
+    }
+    if (failed > 0 || (quota > 0 && quota_failed == quota))
+        resp.overall_code = CODE_OVER_LIMIT;
+    if (resp.overall_code == CODE_OVER_LIMIT && svc->cfg.shadow_mode) {
+        resp.overall_code = CODE_OK;
+        svc->stats.shadowed_global++;
     }
     if (svc->cfg.headers && closest != NULL) {
         const char *names[3] = {svc->cfg.header_limit, svc->cfg.header_remaining,

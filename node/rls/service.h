@@ -30,6 +30,10 @@
 struct rls_service_config {
     int global;  /* every decision is asked with scope global */
     int headers; /* add RateLimit-Limit/-Remaining/-Reset to the response */
+    /* envoyproxy/ratelimit's QUOTA_MODE and SHADOW_MODE: every limit is in
+     * quota mode; an OVER_LIMIT overall code is answered OK. */
+    int quota_mode;
+    int shadow_mode;
     /* Header names; NULL gives envoyproxy/ratelimit's defaults above. */
     const char *header_limit;
     const char *header_remaining;
@@ -37,11 +41,12 @@ struct rls_service_config {
 };
 
 struct rls_service_stats {
-    uint64_t calls;      /* answered with OK status */
-    uint64_t over_limit; /* of which overall_code OVER_LIMIT */
-    uint64_t shadowed;   /* descriptors over the limit answered OK by shadow_mode */
-    uint64_t errors;     /* calls answered with an error status */
-    uint64_t reloads;    /* configs installed after the first */
+    uint64_t calls;           /* answered with OK status */
+    uint64_t over_limit;      /* of which overall_code OVER_LIMIT */
+    uint64_t shadowed;        /* descriptors over the limit answered OK by shadow_mode */
+    uint64_t shadowed_global; /* overall OVER_LIMIT answered OK by SHADOW_MODE */
+    uint64_t errors;          /* calls answered with an error status */
+    uint64_t reloads;         /* configs installed after the first */
 };
 
 struct rls_service;
