@@ -123,6 +123,7 @@ void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s
     s->over_limit = st.over_limit;
     s->shadowed = st.shadowed;
     s->shadowed_global = st.shadowed_global;
+    s->health_checks = st.health_checks;
     s->errors = st.errors;
     s->reloads = st.reloads;
     s->reload_failures = d->reload_failures;
@@ -150,6 +151,8 @@ static const struct counter_row daemon_rls__rows[] = {
       "Descriptors over their limit answered OK by shadow_mode."),
     R(shadowed_global, "rls_global_shadow_mode", "rls_global_shadow_mode_total", COUNTER_TOTAL,
       "ShouldRateLimit answers OVER_LIMIT turned OK by SHADOW_MODE=true."),
+    R(health_checks, "rls_health_checks", "rls_health_checks_total", COUNTER_TOTAL,
+      "grpc.health.v1.Health/Check calls answered SERVING."),
     R(errors, "rls_errors", "rls_errors_total", COUNTER_TOTAL,
       "gRPC calls answered with an error status."),
     R(connected, "grpc_connections", "rls_connections", COUNTER_GAUGE,

@@ -47,7 +47,8 @@ int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
 
 /* The service's and its gRPC listener's counters (zero when off). */
 struct daemon_rls_stats {
-    uint64_t calls, over_limit, shadowed, shadowed_global, errors, reloads, reload_failures;
+    uint64_t calls, over_limit, shadowed, shadowed_global, health_checks, errors, reloads,
+        reload_failures;
     uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects;
 };
 /* Fills *out (all zero for a NULL d).  Never fails. */

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "grpc.h"
 #include "sluice/error.h"
 
@@ -164,6 +165,8 @@ int rls_service_grpc_status(int rc)
     case -SLUICE_EFULL:
     case -SLUICE_ENOMEM:
         return RLS_GRPC_RESOURCE_EXHAUSTED;
+    case -SLUICE_ENOENT:
+        return RLS_GRPC_NOT_FOUND;
     default:
         return RLS_GRPC_INTERNAL;
     }
@@ -479,4 +482,56 @@ done:
     rls_service__free(a, sc.dur);
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(req, &alloc);
     return rc;
+}
+
+/*
+ * grpc.health.v1.Health/Check, as envoyproxy/ratelimit's health server
+ * answers it: the server as a whole ("") and the service by its name
+ * ("ratelimit", and its full gRPC name) are SERVING while the service
+ * runs; any other name is NOT_FOUND.  The decoder allocates from the
+ * call's arena, bounded by the message's size as a ShouldRateLimit call.
+ */
+int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, uint8_t **out,
+                       size_t *outlen, char *why, size_t whylen)
+{
+    static const char *const names[] = {"", "ratelimit",
+                                        "envoy.service.ratelimit.v3.RateLimitService"};
+    struct rls_arena *a = &svc->arena;
+    ProtobufCAllocator alloc = {rls_service__alloc, rls_service__free, a};
+    a->used = 0;
+    a->heap = 0;
+    a->exhausted = 0;
+    a->budget = 4 * len + 4096;
+    Grpc__Health__V1__HealthCheckRequest *q =
+        grpc__health__v1__health_check_request__unpack(&alloc, len, req);
+    if (q == NULL) {
+        svc->stats.errors++;
+        snprintf(why, whylen, "%s",
+                 a->exhausted ? "out of memory" : "malformed HealthCheckRequest");
+        return a->exhausted ? -SLUICE_ENOMEM : -SLUICE_EPROTO;
+    }
+    int known = 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        known = known || strcmp(q->service, names[i]) == 0;
+    if (!known) {
+        snprintf(why, whylen, "unknown service %.64s", q->service);
+        grpc__health__v1__health_check_request__free_unpacked(q, &alloc);
+        svc->stats.errors++;
+        return -SLUICE_ENOENT;
+    }
+    grpc__health__v1__health_check_request__free_unpacked(q, &alloc);
+    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    size_t size = grpc__health__v1__health_check_response__get_packed_size(&resp);
+    uint8_t *buf = malloc(RLS_GRPC_PREFIX + size);
+    if (buf == NULL) {
+        snprintf(why, whylen, "out of memory");
+        return -SLUICE_ENOMEM;
+    }
+    rls_grpc_prefix(buf, size);
+    grpc__health__v1__health_check_response__pack(&resp, buf + RLS_GRPC_PREFIX);
+    *out = buf;
+    *outlen = RLS_GRPC_PREFIX + size;
+    svc->stats.health_checks++;
+    return 0;
 }

@@ -46,6 +46,7 @@ struct rls_service_stats {
     uint64_t shadowed;        /* descriptors over the limit answered OK by shadow_mode */
     uint64_t shadowed_global; /* overall OVER_LIMIT answered OK by SHADOW_MODE */
     uint64_t errors;          /* calls answered with an error status */
+    uint64_t health_checks;   /* grpc.health.v1 Check calls answered SERVING */
     uint64_t reloads;         /* configs installed after the first */
 };
 
@@ -76,6 +77,17 @@ int rls_service_call(struct rls_service *svc, const uint8_t *req, size_t len, ui
 
 /* The gRPC status (grpc.h) for a return of rls_service_call. */
 int rls_service_grpc_status(int rc);
+
+/*
+ * One grpc.health.v1.Health/Check call: req is the HealthCheckRequest's
+ * bytes (without the gRPC prefix); on success *out (malloc'ed, the
+ * caller frees) is the prefixed HealthCheckResponse, SERVING.  Fails with
+ * -SLUICE_EPROTO (a malformed request), -SLUICE_ENOENT (a service name
+ * other than "", "ratelimit" or envoy.service.ratelimit.v3.RateLimitService:
+ * gRPC's NOT_FOUND) or -SLUICE_ENOMEM, with why set.
+ */
+int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, uint8_t **out,
+                       size_t *outlen, char *why, size_t whylen);
 
 void rls_service_get_stats(const struct rls_service *svc, struct rls_service_stats *out);
 

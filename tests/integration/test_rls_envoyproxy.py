@@ -424,6 +424,34 @@ class IntegrationTest(unittest.TestCase):
                                  (R.OK, [status(R.OK, 10, U.HOUR, 9)]))
 
 
+@unittest.skipUnless(HAVE_GRPC, "python3-grpcio / python3-grpc-tools are not installed")
+class HealthTest(unittest.TestCase):
+    """test/server/health_test.go's TestGrpcHealthCheck: the gRPC health
+    service answers Check for the server ("") and for "ratelimit" (the name
+    upstream registers) SERVING while the service runs; an unknown name is
+    NOT_FOUND, as grpc-go's health server answers it.  Messages are written
+    by hand from grpc.health.v1's published definition (field 1: service,
+    a string; status, an enum with SERVING = 1)."""
+
+    def test_grpc_health_check(self):
+        import grpc
+        with RlsDaemon(["examples/example.yaml"]) as s:
+            check = s.chan.unary_unary("/grpc.health.v1.Health/Check",
+                                       request_serializer=lambda b: b,
+                                       response_deserializer=lambda b: b)
+            for name in (b"", b"ratelimit", b"envoy.service.ratelimit.v3.RateLimitService"):
+                req = b"\x0a" + bytes([len(name)]) + name if name else b""
+                self.assertEqual(check(req, timeout=5), b"\x08\x01", name)
+            with self.assertRaises(grpc.RpcError) as e:
+                check(b"\x0a\x03foo", timeout=5)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+            with self.assertRaises(grpc.RpcError) as e:
+                check(b"\x0a\x09rate", timeout=5)  # a length past the end
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            # ShouldRateLimit still answers on the same connection
+            self.assertEqual(s.req("rl", [("foo", "bar")]).overall_code, pb().RateLimitResponse.OK)
+
+
 # The limits of upstream's quota service tests (regular 5/min, quota 3/min
 # in quota mode; a second quota descriptor of 5/min).
 QUOTA_YAML = """domain: quota-domain
