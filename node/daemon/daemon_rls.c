@@ -139,6 +139,21 @@ void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s
     }
 }
 
+size_t daemon_rls_descriptor_stats(const struct daemon_rls *d, struct metrics_keyed *out,
+                                   size_t max)
+{
+    const struct rls_descriptor_stat *st;
+    if (d == NULL || d->svc == NULL)
+        return 0;
+    size_t n = rls_service_descriptor_stats(d->svc, &st);
+    if (n > max)
+        n = max;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (struct metrics_keyed){st[i].key, st[i].hits, st[i].over_limit, st[i].within_limit,
+                                        st[i].shadow_mode};
+    return n;
+}
+
 #define R(field, info, metric, kind, help)                                                         \
     COUNTER_ROW(struct daemon_rls_stats, field, info, metric, kind, help)
 

@@ -30,7 +30,7 @@ struct rls_limit {
     int shadow_mode;     /* over-limit answers become OK (counted as usual) */
     int quota_mode;      /* over its limit, refuses only when every quota-mode
                           * descriptor of the request is over (rls service) */
-    int detailed_metric; /* read and kept; sluice's metrics are not per descriptor */
+    int detailed_metric; /* statistics per request descriptor (rls service) */
     const char *name;    /* "" when unnamed */
     const char *const *replaces;
     size_t nreplaces;

@@ -52,7 +52,13 @@ struct rls_arena {
     _Alignas(16) uint8_t buf[RLS_ARENA_BYTES];
 };
 
+/* The statistics' index: open addressing over twice the series. */
+#define RLS_STATS_INDEX (2 * RLS_SERVICE_MAX_STATS)
+
 struct rls_service {
+    struct rls_descriptor_stat dstats[RLS_SERVICE_MAX_STATS + 1]; /* + "_other" */
+    size_t ndstats;
+    uint16_t dindex[RLS_STATS_INDEX]; /* series + 1; 0: empty */
     struct rls_service_config cfg;
     struct rls_arena arena;
     rls_decide_fn decide;
@@ -92,6 +98,8 @@ void rls_service_destroy(struct rls_service *svc)
 {
     if (svc == NULL)
         return;
+    for (size_t i = 0; i < svc->ndstats; i++)
+        free((char *)svc->dstats[i].key);
     rls_config_free(svc->config);
     free(svc);
 }
@@ -108,6 +116,13 @@ void rls_service_set_config(struct rls_service *svc, struct rls_config *cfg)
 void rls_service_get_stats(const struct rls_service *svc, struct rls_service_stats *out)
 {
     *out = svc->stats;
+}
+
+size_t rls_service_descriptor_stats(const struct rls_service *svc,
+                                    const struct rls_descriptor_stat **out)
+{
+    *out = svc->dstats;
+    return svc->ndstats;
 }
 
 static void *rls_service__alloc(void *ud, size_t size)
@@ -210,6 +225,89 @@ static int rls_service__key(const char *domain, const rls_desc_t *d, const char 
     }
     *klen = at;
     return rc;
+}
+
+/* FNV-1a: the index of a series key. */
+static uint32_t rls_service__hash(const char *k, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)k[i]) * 16777619u;
+    return h;
+}
+
+/* The series of key (n bytes): found, made (while there is room), or
+ * "_other"; NULL only when out of memory. */
+static struct rls_descriptor_stat *rls_service__series(struct rls_service *svc, const char *key,
+                                                       size_t n)
+{
+    uint32_t at = rls_service__hash(key, n) % RLS_STATS_INDEX;
+    for (size_t probe = 0; probe < RLS_STATS_INDEX; probe++) {
+        uint16_t s = svc->dindex[at];
+        if (s == 0)
+            break;
+        const char *k = svc->dstats[s - 1].key;
+        if (strlen(k) == n && memcmp(k, key, n) == 0)
+            return &svc->dstats[s - 1];
+        at = (at + 1) % RLS_STATS_INDEX;
+    }
+    if (svc->ndstats < RLS_SERVICE_MAX_STATS) {
+        char *copy = malloc(n + 1);
+        if (copy == NULL)
+            return NULL;
+        memcpy(copy, key, n);
+        copy[n] = '\0';
+        struct rls_descriptor_stat *st = &svc->dstats[svc->ndstats++];
+        memset(st, 0, sizeof(*st));
+        st->key = copy;
+        svc->dindex[at] = (uint16_t)svc->ndstats;
+        return st;
+    }
+    struct rls_descriptor_stat *other = &svc->dstats[RLS_SERVICE_MAX_STATS];
+    if (svc->ndstats == RLS_SERVICE_MAX_STATS) {
+        other->key = strdup("_other");
+        if (other->key == NULL)
+            return NULL;
+        svc->ndstats++;
+    }
+    return other;
+}
+
+/* Counts hits of one descriptor under limit l in its series (see
+ * service.h); a series that cannot be made (no memory) is skipped. */
+static void rls_service__count(struct rls_service *svc, const char *domain, const rls_desc_t *d,
+                               const struct rls_limit *l, int detailed, int64_t hits, int limited,
+                               int shadowed)
+{
+    char key[RLS_SERVICE_MAX_KEY];
+    size_t at = 0;
+    int rc = 0;
+    if (!detailed && l->full_key != NULL) {
+        rc = rls_service__put(key, &at, l->full_key, strlen(l->full_key));
+    } else {
+        rc = rls_service__put(key, &at, domain, strlen(domain));
+        for (size_t i = 0; rc == 0 && i < d->n_entries; i++) {
+            const char *k = d->entries[i]->key, *v = d->entries[i]->value;
+            rc = rls_service__put(key, &at, ".", 1);
+            if (rc == 0)
+                rc = rls_service__put(key, &at, k, strlen(k));
+            if (rc == 0)
+                rc = rls_service__put(key, &at, "_", 1);
+            if (rc == 0)
+                rc = rls_service__put(key, &at, v, strlen(v));
+        }
+    }
+    struct rls_descriptor_stat *st = rc == 0 ? rls_service__series(svc, key, at) : NULL;
+    if (st == NULL || hits <= 0)
+        return;
+    uint64_t h = (uint64_t)hits;
+    st->hits += h;
+    if (!limited)
+        st->within_limit += h;
+    else if (shadowed)
+        st->shadow_mode += h;
+    else
+        st->over_limit += h;
 }
 
 static int rls_service__fail(struct rls_service *svc, int rc, char *why, size_t whylen,
@@ -432,6 +530,8 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
                                   : res.remaining < 0        ? 0
                                                              : (uint32_t)res.remaining;
         }
+        rls_service__count(svc, req->domain, d, l, l->detailed_metric || sc.lim[i].cfg == NULL,
+                           hits, res.limited, res.limited && l->shadow_mode);
         int forced = st->code == CODE_OVER_LIMIT && !in_quota;
         if (forced || closest == NULL ||
             (!closest_forced && st->limit_remaining < closest->limit_remaining)) {

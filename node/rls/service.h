@@ -79,6 +79,25 @@ int rls_service_call(struct rls_service *svc, const uint8_t *req, size_t len, ui
 int rls_service_grpc_status(int rc);
 
 /*
+ * Statistics per descriptor, as envoyproxy/ratelimit keeps them per limit:
+ * hits counted under a limit, the hits over it, within it, and over it but
+ * let through by shadow_mode.  A limit's series is its config key
+ * ("domain.key_value.key"); a limit with detailed_metric: true (and a
+ * request's own limit override) keeps one per request descriptor, its key
+ * every entry's key_value ("domain.key_value.key_value").  Bounded: the
+ * first RLS_SERVICE_MAX_STATS keys seen have a series, every later key
+ * counts under "_other".  Series outlive reloads (counters only grow).
+ */
+#define RLS_SERVICE_MAX_STATS 256
+struct rls_descriptor_stat {
+    const char *key;
+    uint64_t hits, over_limit, within_limit, shadow_mode;
+};
+/* The series (*out, valid until the next call to the service), their count. */
+size_t rls_service_descriptor_stats(const struct rls_service *svc,
+                                    const struct rls_descriptor_stat **out);
+
+/*
  * One grpc.health.v1.Health/Check call: req is the HealthCheckRequest's
  * bytes (without the gRPC prefix); on success *out (malloc'ed, the
  * caller frees) is the prefixed HealthCheckResponse, SERVING.  Fails with

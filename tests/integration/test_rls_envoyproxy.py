@@ -24,11 +24,11 @@ Not applicable here, and why (the rest of upstream's cases):
     testBasicBaseConfig, run here once), mtls_test.go, TestReloadGRPCServerCerts,
     the xDS config provider tests, and fixed_cache_impl_test.go (memcache's
     client calls and its near-limit statistics).
-  - Per-descriptor statistics (stats keys, near_limit, local cache hit
-    counters; TestDetailedMetric, the TestValueToMetric_* cases,
-    TestWildcardStatsBehavior, and the stats lines of the other cases and of
-    value-included-in-stats-key-when-unspecified.sh): sluice exports no
-    per-descriptor series.  The decisions of those cases are replayed.
+  - Per-descriptor statistics beyond their keys (near_limit, local cache
+    hit counters, the TestValueToMetric_* and TestWildcardStatsBehavior
+    keys, and the stats lines of value-included-in-stats-key-when-
+    unspecified.sh): sluice's series are hits, over, within and shadow per
+    key; TestDetailedMetric's keys are replayed (DetailedMetricTest).
   quota_mode           test/service/ratelimit_test.go's quota cases
                        (TestServicePerDescriptorQuotaMode, ...Mixed...,
                        ...QuotaModeOnlyAll/SomeOverTheLimit,
@@ -82,7 +82,7 @@ def wait_for_window(unit_s, need_s):
 class RlsDaemon:
     """sluiced serving ShouldRateLimit from a directory of fixture files."""
 
-    def __init__(self, files, env=None, texts=None):
+    def __init__(self, files, env=None, texts=None, args=()):
         self.tmp = tempfile.mkdtemp(prefix="sluice-envoyproxy-")
         self.cfgdir = os.path.join(self.tmp, "config")
         os.mkdir(self.cfgdir)
@@ -93,6 +93,7 @@ class RlsDaemon:
             with open(os.path.join(self.cfgdir, name), "w") as f:
                 f.write(text)
         self.d = Daemon("--grpc", "127.0.0.1:%d" % self.port, "--ratelimit-config", self.cfgdir,
+                        *args,
                         tmpdir=self.tmp, env=dict(os.environ, **(env or {})))
 
     def __enter__(self):
@@ -450,6 +451,91 @@ class HealthTest(unittest.TestCase):
             self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
             # ShouldRateLimit still answers on the same connection
             self.assertEqual(s.req("rl", [("foo", "bar")]).overall_code, pb().RateLimitResponse.OK)
+
+
+# TestDetailedMetric's realisticExampleConfig (test/config/config_test.go),
+# as the YAML it stands for.
+DETAILED_YAML = """domain: nested
+descriptors:
+  - key: key_1
+    rate_limit: {requests_per_unit: 500, unit: minute}
+    detailed_metric: true
+  - key: key_1
+    value: some-value-for-key-1
+    rate_limit: {requests_per_unit: 500, unit: minute}
+  - key: key_2
+    rate_limit: {requests_per_unit: 5000, unit: minute}
+    detailed_metric: true
+    descriptors:
+      - key: key_3
+        detailed_metric: true
+      - key: key_3
+        value: requested-key3-value
+        rate_limit: {requests_per_unit: 5, unit: minute}
+        detailed_metric: true
+  - key: key_2
+    value: specific-id
+    rate_limit: {requests_per_unit: 50000, unit: minute}
+    detailed_metric: true
+    descriptors:
+      - key: key_3
+        detailed_metric: true
+      - key: key_3
+        value: requested-key3-value
+        rate_limit: {requests_per_unit: 100, unit: minute}
+        detailed_metric: true
+"""
+
+
+@unittest.skipUnless(HAVE_GRPC, "python3-grpcio / python3-grpc-tools are not installed")
+class DetailedMetricTest(unittest.TestCase):
+    """TestDetailedMetric's stats keys, read from /metrics: a limit with
+    detailed_metric counts under the request's own key_value path, one
+    without under its config key; the series are bounded (256, then
+    _other)."""
+
+    def series(self, http_port):
+        import urllib.request
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=5) as r:
+            text = r.read().decode()
+        out = {}
+        for m in re.finditer(r'^sluice_rls_descriptor_(\w+)_total\{key="([^"]*)"\} (\d+)$', text,
+                             re.M):
+            out.setdefault(m.group(2), {})[m.group(1)] = int(m.group(3))
+        return out
+
+    def test_detailed_metric_keys(self):
+        wait_for_window(60, 10)
+        http = free_tcp_port()
+        with RlsDaemon([], texts={"nested.yaml": DETAILED_YAML},
+                       args=("--http", "127.0.0.1:%d" % http)) as s:
+            cases = [
+                # upstream's three realisticExampleConfig cases
+                ([("key_1", "value-for-key-1")], "nested.key_1_value-for-key-1"),
+                ([("key_2", "key-2-value")], "nested.key_2_key-2-value"),
+                ([("key_2", "key-2-value"), ("key_3", "requested-key3-value")],
+                 "nested.key_2_key-2-value.key_3_requested-key3-value"),
+                # without detailed_metric: the limit's config key
+                ([("key_1", "some-value-for-key-1")], "nested.key_1_some-value-for-key-1"),
+            ]
+            for entries, key in cases:
+                s.req("nested", entries)
+            got = self.series(http)
+            for entries, key in cases:
+                self.assertEqual(got.get(key), {"hits": 1, "over_limit": 0, "within_limit": 1,
+                                                "shadow_mode": 0}, (key, sorted(got)))
+            # over the limit (5/min): counted as over
+            for _ in range(6):
+                s.req("nested", [("key_2", "x"), ("key_3", "requested-key3-value")])
+            self.assertEqual(self.series(http)["nested.key_2_x.key_3_requested-key3-value"],
+                             {"hits": 6, "over_limit": 1, "within_limit": 5, "shadow_mode": 0})
+            # bounded: 300 more values make 256 series and _other in all
+            for i in range(300):
+                s.req("nested", [("key_1", "v%d" % i)])
+            got = self.series(http)
+            self.assertEqual(len(got), 257)
+            self.assertIn("_other", got)
+            self.assertEqual(sum(v["hits"] for v in got.values()), 4 + 6 + 300)
 
 
 # The limits of upstream's quota service tests (regular 5/min, quota 3/min
