@@ -79,6 +79,10 @@ static const struct counter_row counters__replica[] = {
       "Reports and leases the transport refused."),
     R(stale_leases, "stale_leases", "stale_leases_total", COUNTER_TOTAL,
       "Leases dropped as meant for an older life or an old owner."),
+    R(bare_unknown, "reports_without_limit_unknown", "reports_without_limit_unknown_total",
+      COUNTER_TOTAL,
+      "Reports that left the limit out for a key this owner does not hold (the sender "
+      "sends it again)."),
     R(debt_events, "debt_events", "debt_events_total", COUNTER_TOTAL,
       "Global admissions that took a node's bucket into debt."),
     R(gc_keys, "gc_keys", "global_keys_reclaimed_total", COUNTER_TOTAL,

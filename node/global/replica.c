@@ -19,11 +19,15 @@
 #define SHARE_EPS        0.02               /* relative share change worth a lease */
 #define FREE_DEMAND_MAX                                                                            \
     6.0 /* total demand, in rates, beyond which free units stop over-committing */
-#define BACK_AFTER          50    /* intervals of silence after which a report is a return */
-#define FIRST_TOUCH_BURST   64.0  /* first touches on credit at once, per node */
-#define FIRST_TOUCH_RATE    32.0  /* ... and per second */
-#define FREE_TTL            8     /* intervals a lease's free units stay valid */
-#define FREE_AHEAD          4     /* intervals of refill a lease's free units count on */
+#define BACK_AFTER        50   /* intervals of silence after which a report is a return */
+#define FIRST_TOUCH_BURST 64.0 /* first touches on credit at once, per node */
+#define FIRST_TOUCH_RATE  32.0 /* ... and per second */
+#define FREE_TTL          8    /* intervals a lease's free units stay valid */
+#define FREE_AHEAD        4    /* intervals of refill a lease's free units count on */
+/* Intervals without a lease after which a report carries the limit again,
+ * and between answers to reports that change nothing. */
+#define KNOWN_FOR           8
+#define LEASE_EVERY         4
 #define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
 /* Bounded work per replica_tick call (see "A pass" at replica_tick): key
  * visits per call, and background visits per interval beyond the keys
@@ -99,6 +103,9 @@ struct member {
 #define NK_DEGRADED 0x10u /* owner silent: the node keeps its last lease */
 #define NK_GROWN    0x20u /* past its first second: demand is an EWMA */
 #define NK_HOT      0x40u /* queued for a visit in this pass or the next (r->hot) */
+#define NK_KNOWN                                                                                   \
+    0x80u /* its owner answered with the limit as reported: reports                                \
+             may leave the limit out (replica__report) */
 
 /* Local state of a window algorithm under a lease: its own params with the
  * node's share of the count, then the algorithm's state. */
@@ -455,7 +462,7 @@ static uint32_t replica__owner(struct replica *r, struct nkey *k, const char *ke
         k->owner = (uint16_t)r->live[i];
         k->view_gen = r->view_gen;
         if (k->owner != old)
-            k->p.flags |= NK_DIRTY;
+            k->p.flags = (uint8_t)((k->p.flags & ~NK_KNOWN) | NK_DIRTY);
     }
     return k->owner;
 }
@@ -686,7 +693,7 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->ft_last = now_ns;
     /* Reports may use about 400 KB/s: enough for every key every interval
      * up to ~1,300 contested keys, and a fair rotation beyond. */
-    r->tick_budget = (size_t)(400000.0 * (double)r->interval / (double)NUM_NS_PER_S);
+    r->tick_budget = (size_t)(300000.0 * (double)r->interval / (double)NUM_NS_PER_S);
     if (r->tick_budget < r->max_msg)
         r->tick_budget = r->max_msg;
 
@@ -944,9 +951,11 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
         k = nkey_of(e);
         if (!replica__params_equal(&k->p, p)) {
             replica__limit_of(&k->p, p);
-            k->p.flags |= NK_DIRTY;
+            k->p.flags = (uint8_t)((k->p.flags & ~NK_KNOWN) | NK_DIRTY);
             replica__set_share(k, k->share, now_ns);
         }
+        if (k->p.policy != (uint8_t)pol)
+            k->p.flags = (uint8_t)(k->p.flags & ~NK_KNOWN);
         k->p.policy = (uint8_t)pol;
     }
     replica__refill(k, now_ns);
@@ -1060,9 +1069,12 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
                                const struct wire_report *e)
 {
     struct algo_params p;
-    if (e->kind >= ALGO_KIND_COUNT_ || !algo_can_be_global((enum algo_kind)e->kind) ||
-        algo_params_init(&p, (enum algo_kind)e->kind, e->burst, e->count, e->period_ns,
-                         e->precision) != 0) {
+    /* A report without the limit (count 0: left out) is for a record this
+     * owner holds; one with it must carry a valid limit. */
+    int bare = e->count == 0 && e->burst == 0 && e->period_ns == 0;
+    if (!bare && (e->kind >= ALGO_KIND_COUNT_ || !algo_can_be_global((enum algo_kind)e->kind) ||
+                  algo_params_init(&p, (enum algo_kind)e->kind, e->burst, e->count, e->period_ns,
+                                   e->precision) != 0)) {
         r->st.bad_packets++;
         return;
     }
@@ -1072,6 +1084,12 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
     if (te == NULL) {
         if (e->flags & WIRE_R_GONE)
             return;
+        if (bare) {
+            /* Not known here (a new life, a record dropped): no lease goes
+             * back, and the reporter sends the limit again. */
+            r->st.bare_unknown++;
+            return;
+        }
         if (table_insert(r->owned, e->key, e->klen, sizeof(struct okey), 0, r->now, &te) != 0)
             return;
         o = okey_of(te);
@@ -1086,9 +1104,11 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
     } else {
         o = okey_of(te);
     }
-    replica__limit_of(&o->p, &p);
-    o->p.policy = e->policy == POLICY_PARTITION_OPTIMISTIC ? POLICY_PARTITION_OPTIMISTIC
-                                                           : POLICY_PARTITION_SHARE;
+    if (!bare) {
+        replica__limit_of(&o->p, &p);
+        o->p.policy = e->policy == POLICY_PARTITION_OPTIMISTIC ? POLICY_PARTITION_OPTIMISTIC
+                                                               : POLICY_PARTITION_SHARE;
+    }
     struct orep *rp = replica__rep(o, from);
     if (e->flags & WIRE_R_GONE) {
         if (rp != NULL) {
@@ -1582,6 +1602,16 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         /* A grant not acknowledged yet goes out again (running total). */
         if (!changed && !(rp->flags & REP_FRESH) && rp->g_sent == rp->g_ack)
             continue;
+        /* A report that changes nothing (same share, no free units, no
+         * grant) is answered only on the reporter's turn, one interval in
+         * LEASE_EVERY: the lease refreshes the level and tells the node its
+         * limit is known (NK_KNOWN), and a busy key reports every interval
+         * from every node, so an answer to each would double the traffic. */
+        if (!changed && rp->free == 0 && rp->g_sent == rp->g_ack && rp->member != r->self &&
+            (uint64_t)(now / r->interval + rp->member) % LEASE_EVERY != 0) {
+            rp->flags &= (uint8_t)~REP_FRESH;
+            continue;
+        }
         rp->flags &= (uint8_t)~REP_FRESH;
         rp->sent_share = (float)w;
         rp->sent_free = rp->free;
@@ -1624,6 +1654,7 @@ static void replica__apply_lease(struct replica *r, struct nkey *k, const struct
     uint64_t owner_life = l->owner_life, flags = l->flags, grant_m = l->grant_milli;
     double share = (double)l->share / (double)WIRE_ONE;
     k->last_lease = now;
+    k->p.flags |= NK_KNOWN;
     k->free = (float)l->free;
     k->level = (float)((double)l->level_milli / 1000.0 -
                        (double)(uint32_t)((uint32_t)k->admitted - (uint32_t)l->seen));
@@ -1854,6 +1885,17 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
     };
     if (w.frozen_share > WIRE_ONE)
         w.frozen_share = WIRE_ONE;
+    if (owner != r->self && (k->p.flags & NK_KNOWN) &&
+        now - k->last_lease <= KNOWN_FOR * r->interval) {
+        /* The owner has the limit (it answered with a lease lately, and
+         * neither the limit nor the owner changed since): a report leaves
+         * it out, a third of its bytes.  An owner that lost the record
+         * drops such reports, sends no lease, and the next report after
+         * KNOWN_FOR intervals carries the limit again. */
+        w.kind = 0;
+        w.policy = 0;
+        w.burst = w.count = w.period_ns = w.precision = 0;
+    }
     k->last_report = replica__ms(now);
     k->p.flags &= (uint8_t)~NK_DIRTY;
     if (idle)

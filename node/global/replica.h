@@ -53,7 +53,8 @@
  *    owner's bucket; below empty, the shares shrink until repaid.  Bound:
  *    over any window a key admits at most its envelope (count x window /
  *    period + burst + 1) plus 2 (burst + 1 + 4 r) + 3 N units, r the
- *    refill of one interval (README "The bound").  Leases carry the level, so `remaining` is the cluster's.
+ *    refill of one interval (README "The bound").  Leases carry the level, so `remaining` is the
+ * cluster's.
  *  - Debt.  The window algorithms and the optimistic partition policy can
  *    admit more than the lease (a window's count is rounded per node; an
  *    optimistic side uses the full limit): the node runs a shadow bucket at
@@ -137,7 +138,7 @@ struct replica_stats {
     uint64_t leases_sent, lease_entries_sent, lease_bytes_sent;
     uint64_t reports_received, report_entries_received;
     uint64_t leases_received, lease_entries_received;
-    uint64_t bytes_received, bad_packets, stale_leases, send_errors;
+    uint64_t bytes_received, bad_packets, stale_leases, send_errors, bare_unknown;
     uint64_t decisions, limited, young_denials, debt_events, free_admits;
     uint64_t gc_keys, owned_gc, refused_full, evicted, view_changes;
 };

@@ -356,6 +356,76 @@ static void test_young_no_fresh_quota(void **state)
     assert_true(ok >= 5);
 }
 
+/* Counts the reports in a batch and those that leave the limit out. */
+static void count_report(void *ud, uint64_t life, const struct wire_report *e)
+{
+    (void)life;
+    int *c = ud;
+    c[0]++;
+    c[1] += e->count == 0;
+}
+
+static void count_bare(int c[2])
+{
+    struct wire_handler h = {c, count_report, NULL};
+    for (size_t i = 0; i < net.nq; i++)
+        (void)wire_decode(net.q[i].buf, net.q[i].len, &h);
+}
+
+/* A report leaves the limit out once the key's owner has answered; an
+ * owner that lost its record (restarted) drops such reports, and the
+ * reporter sends the limit again within KNOWN_FOR intervals, so the key is
+ * leased again. */
+static void test_owner_relearns_limit(void **state)
+{
+    (void)state;
+    net.r[0] = mk(0, 0, 0, 0);
+    net.r[1] = mk(1, 0, 0, 0);
+    view(2);
+    struct algo_params p = limit(10, 10, SEC);
+    char key[16] = "";
+    for (int i = 0; i < 64 && key[0] == '\0'; i++) {
+        char k[16];
+        snprintf(k, sizeof(k), "k%d", i);
+        ask(0, k, &p, 0);
+        struct replica_key_info info;
+        assert_int_equal(replica_key_info(net.r[0], k, strlen(k), net.now, &info, NULL, NULL), 0);
+        if (strcmp(info.owner, "b") == 0)
+            snprintf(key, sizeof(key), "%s", k);
+    }
+    assert_true(key[0] != '\0');
+    struct replica_stats b;
+    /* the first reports carry the limit, the later ones leave it out */
+    int first[2] = {0, 0}, later[2] = {0, 0};
+    for (int step = 0; step < 200; step++) {
+        ask(0, key, &p, 1);
+        net.now += 10 * MS;
+        for (int i = 0; i < N; i++)
+            while (net.r[i] != NULL && net.now >= replica_next_deadline(net.r[i]))
+                replica_tick(net.r[i], net.now);
+        count_bare(step < 5 ? first : later);
+        pump();
+    }
+    printf("reports: first %d (%d without the limit), later %d (%d)\n", first[0], first[1],
+           later[0], later[1]);
+    assert_true(first[0] > 0 && first[1] == 0);
+    assert_true(later[1] >= later[0] * 3 / 4 && later[1] > 10);
+    /* b restarts and knows nothing of the key */
+    replica_destroy(net.r[1]);
+    net.r[1] = mk(1, 0, 0, 0);
+    view(2);
+    int ok = 0;
+    for (int step = 0; step < 300; step++) {
+        ok += ask(0, key, &p, 1);
+        run_ms(10);
+    }
+    replica_get_stats(net.r[1], &b);
+    assert_true(b.bare_unknown > 0);
+    assert_int_equal(b.owned_keys, 1);
+    /* leased again: about the rate over the last 3 s (10/s) */
+    assert_true(ok >= 20);
+}
+
 /* A lease for another life of this name is ignored; garbage is counted and
  * dropped. */
 static void test_stale_and_garbage(void **state)
@@ -574,6 +644,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_window_part_below_a_unit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_impossible_quantity_not_demand, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_owner_relearns_limit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
