@@ -24,6 +24,7 @@
 #define SLOTS_PEND             8  /* grants in flight to one node life */
 #define SLOTS_RTIMES           16 /* report send times remembered (freshness) */
 #define SLOTS_IDLE_TICKS       50 /* an owned key idle this many ticks is forgotten */
+#define SLOTS_VIEWS            32 /* past views remembered (who owned a key lately) */
 
 /* ---- state ---- */
 
@@ -69,6 +70,7 @@ struct slots_ledger { /* a key this node owns */
     struct slots_ledger *next, *prev;
     int64_t limit, ttl_ns;
     int64_t hold_until; /* no free slots lent before */
+    int64_t moved_at;   /* the last time another node may have owned it (0: never) */
     int64_t created;
     struct slots_peer *peers;
     size_t npeers, cap_peers;
@@ -96,6 +98,17 @@ struct slots {
     char (*live)[64];
     uint64_t *live_hash;
     size_t nlive, cap_live, total;
+    int viewed; /* a view was set */
+    uint64_t self_hash;
+    /* past views, newest last: a ring of SLOTS_VIEWS (hashes of the live
+     * members and when the view ended) */
+    struct {
+        uint64_t *hash;
+        size_t n;
+        int64_t ended;
+    } past[SLOTS_VIEWS];
+    size_t npast, past_head;
+    int64_t past_lost; /* when the newest view dropped from the ring ended (0: none) */
     struct slots_stats st;
 };
 
@@ -122,6 +135,7 @@ int slots_create(const struct slots_config *cfg, int64_t now, struct slots **out
         return -SLUICE_ENOMEM;
     }
     strcpy(s->name, cfg->node_name);
+    s->self_hash = hrw_hash(s->name, strlen(s->name));
     s->life = cfg->life;
     s->fresh_ns = cfg->fresh_ns > 0 ? cfg->fresh_ns : SLOTS_DEFAULT_FRESH_NS;
     s->started = now;
@@ -166,35 +180,122 @@ void slots_destroy(struct slots *s)
     }
     table_destroy(s->needs);
     table_destroy(s->ledgers);
+    for (size_t i = 0; i < SLOTS_VIEWS; i++)
+        free(s->past[i].hash);
     free(s->live);
     free(s->live_hash);
     free(s);
 }
 
+static int slots__cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Keeps the view that ends now (its members' hashes, sorted) in the ring
+ * of past views.  A view that cannot be kept (no memory) counts as lost,
+ * as does the oldest one when the ring is full. */
+static void slots__past_push(struct slots *s, int64_t now)
+{
+    size_t i = (s->past_head + s->npast) % SLOTS_VIEWS;
+    if (s->npast == SLOTS_VIEWS) {
+        i = s->past_head;
+        s->past_lost = s->past[i].ended;
+        s->past_head = (s->past_head + 1) % SLOTS_VIEWS;
+        s->npast--;
+    }
+    uint64_t *h = realloc(s->past[i].hash, (s->nlive ? s->nlive : 1) * sizeof(*h));
+    if (h == NULL) {
+        s->past_lost = now;
+        return;
+    }
+    memcpy(h, s->live_hash, s->nlive * sizeof(*h));
+    qsort(h, s->nlive, sizeof(*h), slots__cmp_u64);
+    s->past[i].hash = h;
+    s->past[i].n = s->nlive;
+    s->past[i].ended = now;
+    s->npast++;
+}
+
+/*
+ * The last time another node may have owned key: the end of the newest
+ * past view in which this node was not its owner (a view without it, or
+ * one where another member won it), or of a view lost from the ring; 0
+ * when every remembered view gave it to this node.  Such an owner may have
+ * lent slots whose holders this node has not heard from yet.
+ */
+static int64_t slots__moved_at(const struct slots *s, const char *key, size_t klen)
+{
+    uint64_t kh = hrw_hash(key, klen);
+    int64_t at = s->past_lost;
+    for (size_t k = 0; k < s->npast; k++) {
+        size_t i = (s->past_head + k) % SLOTS_VIEWS;
+        int mine = 0;
+        if (s->past[i].n > 0)
+            mine = s->past[i].hash[hrw_pick(kh, s->past[i].hash, s->past[i].n)] == s->self_hash;
+        if (!mine && s->past[i].ended > at)
+            at = s->past[i].ended;
+    }
+    return at;
+}
+
+struct slots__member {
+    uint64_t hash;
+    const char *name;
+    size_t len;
+};
+
+static int slots__cmp_member(const void *a, const void *b)
+{
+    return slots__cmp_u64(&((const struct slots__member *)a)->hash,
+                          &((const struct slots__member *)b)->hash);
+}
+
 int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_t total,
                    int64_t now)
 {
-    (void)now;
-    if (nlive > s->cap_live) {
-        char(*nl)[64] = realloc(s->live, nlive * sizeof(*nl));
-        if (nl == NULL)
-            return -SLUICE_ENOMEM;
-        s->live = nl;
-        uint64_t *nh = realloc(s->live_hash, nlive * sizeof(*nh));
-        if (nh == NULL)
-            return -SLUICE_ENOMEM;
-        s->live_hash = nh;
-        s->cap_live = nlive;
-    }
-    s->nlive = 0;
+    struct slots__member *m = malloc((nlive ? nlive : 1) * sizeof(*m));
+    size_t nm = 0, same;
+    if (m == NULL)
+        return -SLUICE_ENOMEM;
     for (size_t i = 0; i < nlive; i++) {
         size_t n = strlen(live[i]);
         if (n >= 64)
             continue;
-        memcpy(s->live[s->nlive], live[i], n + 1);
-        s->live_hash[s->nlive] = hrw_hash(live[i], n);
-        s->nlive++;
+        m[nm].hash = hrw_hash(live[i], n);
+        m[nm].name = live[i];
+        m[nm].len = n;
+        nm++;
     }
+    /* In hash order: a view is then the same set iff the same sequence. */
+    qsort(m, nm, sizeof(*m), slots__cmp_member);
+    same = nm == s->nlive;
+    for (size_t i = 0; same && i < nm; i++)
+        same = m[i].hash == s->live_hash[i];
+    /* A membership change: remember the view that ends (an owner is chosen
+     * by the members' hashes alone, so they are the view). */
+    if (s->viewed && !same)
+        slots__past_push(s, now);
+    s->viewed = 1;
+    if (nm > s->cap_live) {
+        char(*nl)[64] = realloc(s->live, nm * sizeof(*nl));
+        uint64_t *nh = nl != NULL ? realloc(s->live_hash, nm * sizeof(*nh)) : NULL;
+        if (nl != NULL)
+            s->live = nl;
+        if (nh == NULL) {
+            free(m);
+            return -SLUICE_ENOMEM;
+        }
+        s->live_hash = nh;
+        s->cap_live = nm;
+    }
+    for (size_t i = 0; i < nm; i++) {
+        memcpy(s->live[i], m[i].name, m[i].len + 1);
+        s->live_hash[i] = m[i].hash;
+    }
+    s->nlive = nm;
+    free(m);
     s->total = total > s->nlive ? total : s->nlive;
     return 0;
 }
@@ -476,6 +577,7 @@ static struct slots_ledger *slots__ledger(struct slots *s, const char *key, size
     memcpy(l->key, key, klen);
     l->klen = klen;
     l->created = now;
+    l->moved_at = slots__moved_at(s, key, klen);
     if (slots__put(s->ledgers, key, klen, l) < 0) {
         free(l);
         return NULL;
@@ -823,6 +925,20 @@ static void slots__owner_report(struct slots *s, const char *from, uint64_t from
         if (h > l->hold_until)
             l->hold_until = h;
     }
+    /* Another node owned the key lately (in a view this node saw end):
+     * it may have lent slots to nodes that have not reported here yet,
+     * even if every reporter so far says it was never served, or served
+     * by this very life in an earlier spell of ownership. */
+    if (l->moved_at > 0) {
+        int64_t h = l->moved_at + slots__margin(s->fresh_ns + l->ttl_ns);
+        if (h > l->hold_until)
+            l->hold_until = h;
+    }
+    /* A node this ledger has not granted to yet may have applied grants of
+     * an earlier ledger of this life: number the new ones above them, or
+     * it would take them for old ones. */
+    if (p->gseq == 0 && p->npend == 0 && r->gseq > 0 && r->served_by == s->life)
+        p->gseq = r->gseq;
     p->rseq = r->rseq;
     p->cap = (int64_t)r->cap;
     p->held = (int64_t)r->held;

@@ -32,8 +32,13 @@
  *   changed or restarted) lends nothing beyond what nodes report holding
  *   for fresh_ns + TTL when a reporter was served by another owner life,
  *   or this node restarted (a past life of its own may have lent slots):
- *   their holders may still be out there.  A key new to the cluster is
- *   served at once.
+ *   their holders may still be out there.  Nor, for fresh_ns + TTL after
+ *   a view ended in which another member owned the key (the owner keeps
+ *   the last SLOTS_VIEWS views it saw end; a view that fell out of them
+ *   counts as such): that owner may have lent to nodes that have not
+ *   reported yet, so the first reporters (never served, or served by this
+ *   very life in an earlier spell of ownership) are not all the holders.
+ *   A key new to the cluster is served at once.
  * - Majority.  An owner answers "fresh" and lends free slots only while
  *   more than half of the members it knows (alive, suspect, dead but not
  *   yet forgotten) are alive.  A minority side of a partition therefore
