@@ -39,6 +39,7 @@ struct commands_lease {
     int64_t timer_at; /* when it is armed for (INT64_MAX: not armed) */
     int closed;
     uint64_t waiting, refused;
+    uint64_t global_granted, global_refused;
 };
 
 /* A connection's leases: the close hook's argument. */
@@ -133,7 +134,7 @@ static int64_t lease__ms(int64_t ns)
     return ns / NUM_NS_PER_MS + (ns % NUM_NS_PER_MS != 0);
 }
 
-static struct slots *lease__slots(struct commands_lease *l)
+static struct slots *lease__slots(const struct commands_lease *l)
 {
     return l->cl != NULL ? cluster_slots(l->cl) : NULL;
 }
@@ -239,6 +240,7 @@ static int lease__decide(void *ud, const char *key, size_t klen, const struct al
     if (rc < 0)
         return rc;
     if (q->res.granted) {
+        l->global_granted += (uint64_t)q->global;
         lease__arm(l);
     } else if (q->global && qty <= q->limit) {
         /* The slots this node holds may grow (the owner lends more, about
@@ -300,6 +302,7 @@ static void lease__refusal(struct commands_lease *l, struct lease_req *q, const 
 {
     int64_t now = (int64_t)uv_hrtime(), t = conc_earliest(l->conc, key, klen);
     l->refused++;
+    l->global_refused += (uint64_t)q->global;
     q->res.granted = 0;
     q->res.retry_after_ns = q->qty > q->limit ? -1 : t == INT64_MAX ? -1 : t > now ? t - now : 0;
     q->res.held = conc_held(l->conc, key, klen);
@@ -485,8 +488,10 @@ int commands_lease_lease(struct commands_sl *sl, struct server_client *c, int re
     int rc = acquire_submit_woken(l->acq, &req, lease__decide, q, (int64_t)uv_hrtime(), lease__done,
                                   q, &r, &waited, &q->w);
     if (rc == 1) {
-        if (!q->res.granted)
+        if (!q->res.granted) {
             l->refused++;
+            l->global_refused += (uint64_t)q->global;
+        }
         lease__reply(out, resp3, q, 0);
     } else if (rc == 0) {
         /* Only with a TIMEOUT and a connection: q was allocated. */
@@ -600,6 +605,8 @@ void commands_lease_get_stats(const struct commands_lease *l, struct commands_le
     out->released = st.released;
     out->expired = st.expired;
     out->disconnect = st.disconnects;
+    out->global_granted = l->global_granted;
+    out->global_refused = l->global_refused;
 }
 
 #define LEASE_ROW(field, info, metric, kind, help)                                                 \
@@ -622,6 +629,10 @@ static const struct counter_row commands_lease__rows[] = {
               "Leases ended by their TTL."),
     LEASE_ROW(disconnect, "leases_released_by_disconnect", "leases_released_by_disconnect_total",
               COUNTER_TOTAL, "Leases ended because the connection that took them closed."),
+    LEASE_ROW(global_granted, "leases_global_granted", "leases_global_granted_total", COUNTER_TOTAL,
+              "Concurrency leases granted on global keys (from lent slots)."),
+    LEASE_ROW(global_refused, "leases_global_refused", "leases_global_refused_total", COUNTER_TOTAL,
+              "SL.LEASE requests on global keys answered limited."),
 };
 #undef LEASE_ROW
 const struct counter_table commands_lease_counters = COUNTER_TABLE(commands_lease__rows);
@@ -632,5 +643,10 @@ void commands_lease_info(const struct commands_lease *l, struct resp_buf *text)
     commands_lease_get_stats(l, &st);
     resp_add_raw(text, "# Leases\r\n", 10);
     info_counters(text, &commands_lease_counters, &st);
+    if (l != NULL && lease__slots(l) != NULL) {
+        struct slots_stats ss;
+        slots_get_stats(lease__slots(l), &ss);
+        info_counters(text, &slots_counters, &ss);
+    }
     resp_add_raw(text, "\r\n", 2);
 }

@@ -62,6 +62,7 @@ struct slots_peer { /* one node life on an owner's ledger */
     int64_t grant; /* last grant sent */
     int64_t heard; /* when its last report arrived */
     int64_t target;
+    double frac;       /* the target's rounded-off fraction (demand above n) */
     uint64_t ack_rseq; /* report to acknowledge in the next grant (0: none) */
     int ghost;         /* an older life of a node that restarted */
 };
@@ -636,7 +637,11 @@ int64_t slots_cap(struct slots *s, const char *key, size_t klen, int64_t limit, 
         n->asked = held + qty;
     if (held + qty > n->cap || now >= n->fresh_until)
         n->need = 1;
-    return now < n->fresh_until ? n->cap : held;
+    if (now < n->fresh_until)
+        return n->cap;
+    if (held + qty <= n->cap)
+        s->st.stale++; /* it has the slots, but may not use them now */
+    return held;
 }
 
 void slots_note_held(struct slots *s, const char *key, size_t klen, int64_t held, int64_t now)
@@ -664,6 +669,8 @@ int slots_uses(struct slots *s, const char *key, size_t klen)
 int slots_may_renew(struct slots *s, const char *key, size_t klen, int64_t now)
 {
     struct slots_need *n = slots__need(s, key, klen, 0);
+    if (n != NULL && now >= n->fresh_until)
+        s->st.stale++;
     return n != NULL && now < n->fresh_until;
 }
 
@@ -800,33 +807,49 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
         p->bound = slots__bound(p);
         used += p->bound;
         if (!p->ghost) {
-            demand += p->want;
+            int64_t w = p->want < n ? p->want : n;
+            demand = demand > INT64_MAX - w ? INT64_MAX : demand + w;
             if (p->want > 0 || p->held > 0)
                 active++;
         }
     }
-    /* Targets: water-fill n by want; spare evenly over active peers. */
-    int64_t fair = n;
-    if (demand > n) {
-        /* the level f with sum(min(want, f)) = n, by bisection on f */
-        int64_t lo = 0, hi = n;
-        while (lo < hi) {
-            int64_t mid = lo + (hi - lo + 1) / 2, sum = 0;
-            for (size_t i = 0; i < l->npeers; i++)
-                if (!l->peers[i].ghost)
-                    sum += l->peers[i].want < mid ? l->peers[i].want : mid;
-            if (sum <= n)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        fair = lo;
-    }
+    /* Targets.  Demand within n: each peer its want, the spare evenly over
+     * the active peers (below).  Demand above n: n shared in proportion to
+     * want (held + waiting), so a waiting request has about the same
+     * chance on every node, whichever node the load balancer sent it to;
+     * the rounding remainder goes to the largest fractions. */
     int64_t given = 0;
     for (size_t i = 0; i < l->npeers; i++) {
         struct slots_peer *p = &l->peers[i];
-        p->target = p->ghost ? 0 : p->want < fair ? p->want : fair;
+        int64_t w = p->ghost ? 0 : p->want < n ? p->want : n;
+        p->target = w;
+        p->frac = 0;
+        if (demand > n && w > 0) {
+            /* n * w / demand exactly while n * w fits in 63 bits */
+            if (n <= 3037000499 && demand < INT64_MAX) {
+                p->target = n * w / demand;
+                p->frac = (double)(n * w % demand) / (double)demand;
+            } else {
+                double t = (double)n * ((double)w / (double)demand);
+                p->target = (int64_t)t;
+                p->frac = t - (double)p->target;
+            }
+        }
         given += p->target;
+    }
+    while (demand > n && given < n) {
+        struct slots_peer *best = NULL;
+        for (size_t i = 0; i < l->npeers; i++) {
+            struct slots_peer *p = &l->peers[i];
+            if (!p->ghost && p->target < p->want && p->frac >= 0 &&
+                (best == NULL || p->frac > best->frac))
+                best = p;
+        }
+        if (best == NULL)
+            break;
+        best->target++;
+        best->frac = -1; /* one each */
+        given++;
     }
     int64_t spare = n - given;
     for (size_t i = 0; i < l->npeers && spare > 0; i++) {
@@ -847,17 +870,19 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
         struct slots_peer *p = &l->peers[i];
         if (p->ghost)
             continue;
-        int64_t g = p->target;
+        int64_t g = p->target, lent = 0;
         if (g > p->bound) {
             int64_t more = lend && free_slots > 0 ? g - p->bound : 0;
             if (more > free_slots)
                 more = free_slots;
-            g = p->bound + (more > 0 ? more : 0);
-            free_slots -= more > 0 ? more : 0;
+            lent = more > 0 ? more : 0;
+            g = p->bound + lent;
+            free_slots -= lent;
             if (g < p->cap)
                 g = p->cap;
         }
         if (g != p->grant && p->npend < SLOTS_PEND) {
+            s->st.lent += (uint64_t)lent;
             p->grant = g;
             p->gseq++;
             p->pend[p->npend].seq = p->gseq;
@@ -940,6 +965,8 @@ static void slots__owner_report(struct slots *s, const char *from, uint64_t from
     if (p->gseq == 0 && p->npend == 0 && r->gseq > 0 && r->served_by == s->life)
         p->gseq = r->gseq;
     p->rseq = r->rseq;
+    if ((int64_t)r->cap < p->cap)
+        s->st.returned += (uint64_t)(p->cap - (int64_t)r->cap);
     p->cap = (int64_t)r->cap;
     p->held = (int64_t)r->held;
     p->want = (int64_t)r->want;
@@ -1052,3 +1079,34 @@ void slots_get_stats(const struct slots *s, struct slots_stats *out)
 {
     *out = s->st;
 }
+
+#define SLOTS_ROW(field, info, metric, kind, help)                                                 \
+    COUNTER_ROW(struct slots_stats, field, info, metric, kind, help)
+static const struct counter_row slots__rows[] = {
+    SLOTS_ROW(keys, "global_lease_keys", "global_lease_keys", COUNTER_GAUGE,
+              "Global concurrency keys this node uses."),
+    SLOTS_ROW(owned, "global_lease_owned_keys", "global_lease_owned_keys", COUNTER_GAUGE,
+              "Global concurrency keys whose slots this node lends as their owner."),
+    SLOTS_ROW(slots, "slots_held", "slots_held", COUNTER_GAUGE,
+              "Slots of global concurrency keys this node holds (may hand out) now."),
+    SLOTS_ROW(lent, "slots_lent", "slots_lent_total", COUNTER_TOTAL,
+              "Slots this node lent to nodes as the owner of their keys."),
+    SLOTS_ROW(returned, "slots_returned", "slots_returned_total", COUNTER_TOTAL,
+              "Slots nodes gave back to this node as the owner of their keys."),
+    SLOTS_ROW(reclaimed, "slots_expired_by_silence", "slots_expired_by_silence_total",
+              COUNTER_TOTAL,
+              "Slots of silent nodes counted free again after their last report, "
+              "freshness and TTL."),
+    SLOTS_ROW(stale, "global_lease_stale_refusals", "global_lease_stale_refusals_total",
+              COUNTER_TOTAL,
+              "Global lease grants and renewals refused because this node's slots were "
+              "not fresh (no answer from the key's owner with a majority lately)."),
+    SLOTS_ROW(reports_sent, "slots_reports_sent", "slots_reports_sent_total", COUNTER_TOTAL,
+              "Slot reports sent to owners."),
+    SLOTS_ROW(grants_sent, "slots_grants_sent", "slots_grants_sent_total", COUNTER_TOTAL,
+              "Slot grants sent as an owner."),
+    SLOTS_ROW(bad_packets, "slots_bad_packets", "slots_bad_packets_total", COUNTER_TOTAL,
+              "Slot messages dropped as malformed or foreign."),
+};
+#undef SLOTS_ROW
+const struct counter_table slots_counters = COUNTER_TABLE(slots__rows);
