@@ -496,26 +496,43 @@ static int acquire__queue_new(struct acquire *a, const char *key, size_t klen,
     return 0;
 }
 
-/* The most a request that fits on arrival is charged before it arrived:
- * one unit's interval of the limit (a bucket's or warmup's; windows get
- * none). */
+/*
+ * How late a caller may be for its slot and still be charged at the slot:
+ * the larger of one unit's interval of the limit and ACQUIRE_CATCHUP_NS (a
+ * bucket's or warmup's; windows get none).  A paced caller is late by its
+ * own round trip on every call, and now and then by a stall of its
+ * process, of the daemon or of the host (a few milliseconds on a loaded
+ * machine: at 1,000/s, a dozen intervals).  Charged at the arrival, each
+ * stall would be lost for good (at 1,000/s, 6-10% of the rate on a host at
+ * load 8); charged at the slot, the caller catches up, as Guava's acquire
+ * does from its stored permits.  The price is the bound: over any window W
+ * a key admits at most (W + catch-up) / interval + burst + 1 units, and a
+ * key idle for longer than the catch-up starts afresh (a fresh or idle key
+ * gets no credit at all: only a slot the schedule reached counts).  The
+ * limiter keeps a key SL.ACQUIRE charged for the catch-up after it drains,
+ * so the slot is still there to read after a stall.
+ */
+#define ACQUIRE_CATCHUP_NS LIMITER_PACE_KEEP_NS
+
 static int64_t acquire__credit(const struct algo_params *p)
 {
     if (p->kind != ALGO_GCRA && p->kind != ALGO_TOKEN_BUCKET && p->kind != ALGO_WARMUP)
         return 0;
-    return p->count > 0 ? p->period_ns / p->count : 0;
+    int64_t unit = p->count > 0 ? p->period_ns / p->count : 0;
+    return unit > ACQUIRE_CATCHUP_NS ? unit : ACQUIRE_CATCHUP_NS;
 }
 
 /*
  * When a request that fits on arrival is charged: if the key's schedule
- * reached it within one unit's interval before now, at that time rather
+ * reached it (its slot) within the catch-up before now, at that slot rather
  * than now, so a caller pacing itself (each request sent when the last
- * answer came) keeps its rate despite the round trip, instead of restarting
- * the schedule from each late arrival.  Over any run the units still start
- * no closer than the rate allows (each is charged at or after its slot, and
- * slots are an interval apart); a key idle for longer is charged now.
- * Asked before anything looks at the key at now: a key drained by now is
- * forgotten (it is a fresh key from then on), and its schedule with it.
+ * answer came) keeps its rate despite its round trip and its stalls,
+ * instead of restarting the schedule from each late arrival.  Over any run
+ * the units still start no closer than the rate allows from the schedule's
+ * start (each is charged at or after its slot, and slots are an interval
+ * apart); a key idle for longer is charged now.  Asked before anything
+ * looks at the key at now: a key drained by now is forgotten (it is a fresh
+ * key from then on), and its schedule with it.
  */
 static int64_t acquire__charge_time(struct acquire *a, const struct acquire_req *req,
                                     const struct algo_params *p, int64_t now_ns)

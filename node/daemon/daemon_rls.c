@@ -122,6 +122,8 @@ void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s
     s->calls = st.calls;
     s->over_limit = st.over_limit;
     s->shadowed = st.shadowed;
+    s->shadowed_global = st.shadowed_global;
+    s->health_checks = st.health_checks;
     s->errors = st.errors;
     s->reloads = st.reloads;
     s->reload_failures = d->reload_failures;
@@ -137,6 +139,21 @@ void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s
     }
 }
 
+size_t daemon_rls_descriptor_stats(const struct daemon_rls *d, struct metrics_keyed *out,
+                                   size_t max)
+{
+    const struct rls_descriptor_stat *st;
+    if (d == NULL || d->svc == NULL)
+        return 0;
+    size_t n = rls_service_descriptor_stats(d->svc, &st);
+    if (n > max)
+        n = max;
+    for (size_t i = 0; i < n; i++)
+        out[i] = (struct metrics_keyed){st[i].key, st[i].hits, st[i].over_limit, st[i].within_limit,
+                                        st[i].shadow_mode};
+    return n;
+}
+
 #define R(field, info, metric, kind, help)                                                         \
     COUNTER_ROW(struct daemon_rls_stats, field, info, metric, kind, help)
 
@@ -147,6 +164,10 @@ static const struct counter_row daemon_rls__rows[] = {
       "ShouldRateLimit answers with overall_code OVER_LIMIT."),
     R(shadowed, "rls_shadow_mode", "rls_shadow_mode_total", COUNTER_TOTAL,
       "Descriptors over their limit answered OK by shadow_mode."),
+    R(shadowed_global, "rls_global_shadow_mode", "rls_global_shadow_mode_total", COUNTER_TOTAL,
+      "ShouldRateLimit answers OVER_LIMIT turned OK by SHADOW_MODE=true."),
+    R(health_checks, "rls_health_checks", "rls_health_checks_total", COUNTER_TOTAL,
+      "grpc.health.v1.Health/Check calls answered SERVING."),
     R(errors, "rls_errors", "rls_errors_total", COUNTER_TOTAL,
       "gRPC calls answered with an error status."),
     R(connected, "grpc_connections", "rls_connections", COUNTER_GAUGE,
@@ -221,7 +242,11 @@ int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *clust
         free(d);
         return -SLUICE_EINVAL;
     }
-    struct rls_service_config scfg = {.global = cluster != NULL, .headers = o->headers};
+    /* envoyproxy/ratelimit's environment variables, read once at start */
+    struct rls_service_config scfg = {.global = cluster != NULL,
+                                      .headers = o->headers,
+                                      .quota_mode = rls_config_env_true("QUOTA_MODE"),
+                                      .shadow_mode = rls_config_env_true("SHADOW_MODE")};
     rc = rls_service_create(&scfg, daemon_rls__decide, d, &d->svc);
     if (rc == 0 && o->config_dir != NULL && (d->config_dir = strdup(o->config_dir)) == NULL)
         rc = -SLUICE_ENOMEM;

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "counter.h"
+#include "metrics.h"
 
 struct limiter;
 struct cluster;
@@ -47,11 +48,18 @@ int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
 
 /* The service's and its gRPC listener's counters (zero when off). */
 struct daemon_rls_stats {
-    uint64_t calls, over_limit, shadowed, errors, reloads, reload_failures;
+    uint64_t calls, over_limit, shadowed, shadowed_global, health_checks, errors, reloads,
+        reload_failures;
     uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects;
 };
 /* Fills *out (all zero for a NULL d).  Never fails. */
 void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *out);
+
+/* The service's descriptor series into out (up to max; NULL d: none), for
+ * a scrape; the keys stay the service's, valid until its next call.
+ * Returns how many were filled. */
+size_t daemon_rls_descriptor_stats(const struct daemon_rls *d, struct metrics_keyed *out,
+                                   size_t max);
 /* struct daemon_rls_stats' rows for INFO's "# Listeners" and /metrics. */
 extern const struct counter_table daemon_rls_counters;
 

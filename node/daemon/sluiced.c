@@ -40,6 +40,7 @@
 #include "policy.h"
 #include "replica.h"
 #include "rls/server.h"
+#include "rls/service.h"
 #include "server.h"
 #include "sluice/client.h"
 #include "sluice/error.h"
@@ -185,6 +186,7 @@ struct daemon_counters {
     struct commands_sl_stats sl;
     struct gossip_stats gossip;
     struct replica_stats replica;
+    struct metrics_keyed rls_keys[RLS_SERVICE_MAX_STATS + 1];
 };
 
 struct daemon {
@@ -271,6 +273,9 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     metrics_snapshot_add(s, 0, &http_counters, &x->http);
     metrics_snapshot_add(s, 0, &commands_sl_counters, &x->sl);
     metrics_snapshot_add(s, 0, &daemon_rls_counters, &x->rls);
+    s->nrls_keys = daemon_rls_descriptor_stats(d->rls, x->rls_keys,
+                                               sizeof(x->rls_keys) / sizeof(x->rls_keys[0]));
+    s->rls_keys = x->rls_keys;
     /* The set is retained by the limiter until the next reload, which
      * cannot happen while this scrape renders (one loop thread). */
     const struct policy_set *set = limiter_policies(d->lim);

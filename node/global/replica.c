@@ -23,6 +23,7 @@
 #define FIRST_TOUCH_BURST   64.0  /* first touches on credit at once, per node */
 #define FIRST_TOUCH_RATE    32.0  /* ... and per second */
 #define FREE_TTL            8     /* intervals a lease's free units stay valid */
+#define FREE_AHEAD          4     /* intervals of refill a lease's free units count on */
 #define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
 /* Bounded work per replica_tick call (see "A pass" at replica_tick): key
  * visits per call, and background visits per interval beyond the keys
@@ -127,6 +128,7 @@ struct nkey {
     float level;        /* the cluster's level at the last lease (units), less
                            what this node admitted since */
     float others;       /* the other nodes' demand at the last lease, units/s */
+    uint32_t credit;    /* units admitted on credit (free units), running total */
     uint32_t visited;   /* ms (replica__ms) of the last visit: demand's time step */
     struct wloc *w;     /* window kinds only */
 };
@@ -166,6 +168,7 @@ struct orep {
     uint16_t period_cs;       /* its report period in centiseconds (rounded up) */
     uint16_t free, sent_free; /* free units (replica__free), and as last sent */
     uint8_t flags;
+    uint32_t credit; /* its credit total at its last report (wire field credit) */
 };
 
 #define FSHARE_ONE 65535.0
@@ -185,6 +188,8 @@ struct okey {
     int64_t tat;
     uint32_t n, cap;
     struct orep *reps;
+    float repay; /* units admitted on credit past the cluster's bucket, still to
+                    be repaid (see replica__on_report) */
 };
 
 struct replica {
@@ -864,6 +869,7 @@ static int replica__use_free(struct replica *r, struct nkey *k, int64_t qty)
         return 0;
     k->free -= (float)qty;
     k->admitted += (uint64_t)qty;
+    k->credit += (uint32_t)qty;
     k->p.flags |= NK_DIRTY; /* the owner hears of it at the next tick */
     r->st.free_admits++;
     return 1;
@@ -1111,6 +1117,11 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
     int same_life = rp->life == life && rp->last_at > 0;
     int share = o->p.policy == POLICY_PARTITION_SHARE;
     uint32_t granted = (uint32_t)e->granted_milli;
+    /* Units the reporter admitted on credit since its last report (all of
+     * this life's if the record is new to it or its counts restarted). */
+    uint32_t credit = (uint32_t)e->credit;
+    uint32_t dcredit =
+        same_life && e->admitted >= rp->admitted ? (uint32_t)(credit - rp->credit) : credit;
     if (!same_life) {
         rp->life = life;
         rp->sent_share = -1.0; /* a new life needs its lease */
@@ -1161,6 +1172,18 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
         (double)(uint32_t)(rp->g_sent - granted) > 1000.0 * (double)replica__limit(&o->p))
         rp->g_sent = granted;
     rp->g_ack = granted;
+    rp->credit = credit;
+    if (share && o->p.bucket && dcredit > 0 && dcredit <= e->admitted) {
+        /* Credit is taken on the cluster's bucket: what went past it (a
+         * key hammered on many nodes from its first request, each taking
+         * its first touch) is repaid before the shares refill anyone, so
+         * the excess is a burst, not a lasting rate.  Report timing alone
+         * (a unit, an interval's refill) is not an excess. */
+        double over = replica__used(o, r->now) - (double)replica__limit(&o->p) - 1.0 -
+                      (double)r->interval / replica__em(&o->p);
+        if (over > 0.0)
+            o->repay += (float)(over < (double)dcredit ? over : (double)dcredit);
+    }
     rp->tokens = (float)((double)e->tokens_milli / 1000.0);
     rp->demand = (float)((double)e->demand_milli / 1000.0);
     rp->fshare_q = (uint16_t)floor((double)e->frozen_share / (double)WIRE_ONE * FSHARE_ONE);
@@ -1390,6 +1413,9 @@ static void replica__free(const struct replica *r, struct okey *o, double dsum, 
     double limit = (double)replica__limit(&o->p);
     double spare = limit - replica__used(o, now);
     double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
+    /* Below the limit the bucket refills faster than it drains: what it
+     * will have by the time the next leases are in use counts too. */
+    double ahead = spare + FREE_AHEAD * (double)r->interval / replica__em(&o->p);
     uint32_t nl = 0;
     double dall = 0.0; /* every reporter's demand, late ones included */
     for (uint32_t i = 0; i < o->n; i++) {
@@ -1402,20 +1428,21 @@ static void replica__free(const struct replica *r, struct okey *o, double dsum, 
         double f = 0.0;
         /* A young life (a restart) gets no credit: no fresh quota. */
         if (settled && spare >= 1.0 && replica__rep_live(r, rp, now) && !(rp->flags & REP_YOUNG)) {
-            /* The spare by demand plus the spare in equal parts, rounded
-             * up: the free units of all nodes sum to at most twice the
-             * spare plus one unit per node. */
+            /* What the bucket has ahead (its spare plus FREE_AHEAD
+             * intervals of refill) by demand plus the same in equal parts,
+             * rounded up: the free units of all nodes sum to at most twice
+             * that plus one unit per node. */
             if (dall < FREE_DEMAND_MAX * rate) {
                 double part = (dsum > 0.0 ? d / dsum : 0.0) + 1.0 / (double)nl;
-                f = ceil(spare * part);
+                f = ceil(ahead * part);
                 if (f < 1.0)
                     f = 1.0;
             }
             /* Demand this far beyond the rate takes any spare at once: the
              * grants share it out (replica__grant); free units on top
              * would give it twice. */
-            if (f > limit)
-                f = limit;
+            if (f > ahead)
+                f = ceil(ahead);
             if (f > WIRE_FREE_MAX)
                 f = WIRE_FREE_MAX;
         }
@@ -1457,6 +1484,12 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         i++;
     }
     o->p.flags &= (uint8_t)~OK_FRESH;
+    if (o->repay > 0.0F && now > o->computed_at) {
+        /* Repaying: the refill since the last computation went to nobody
+         * (avail 0 below), so it pays the credit back. */
+        double paid = (double)(now - o->computed_at) / replica__em(&o->p);
+        o->repay = (double)o->repay > paid ? (float)((double)o->repay - paid) : 0.0F;
+    }
     o->computed_at = now;
     if (nlive == 0)
         return;
@@ -1476,10 +1509,25 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
          * is repaid, so the overshoot is a window's, not a lasting rate.
          * One unit and an interval's refill are report timing, not debt. */
         double limit = (double)replica__limit(&o->p);
+        /* Each node with demand may hold a whole unit however small its
+         * share, and one more under pressure (replica__cap): spending what
+         * they hold takes the bucket that far below empty with no excess
+         * over the leases (a hammered key on 100 nodes would otherwise
+         * look in debt most of the time and shrink its own rate). */
+        double held = 0.0;
+        for (uint32_t i = 0; i < o->n; i++) {
+            const struct orep *rp = &o->reps[i];
+            if (!replica__rep_live(r, rp, now) || (rp->flags & REP_IDLE) || rp->demand <= 0.0F)
+                continue;
+            double part = (rp->sent_share > 0.0F ? rp->sent_share : 0.0) * limit;
+            held += (part < 1.0 ? 1.0 - part : 0.0) + 1.0;
+        }
         double debt =
-            replica__used(o, now) - limit - 1.0 - (double)r->interval / replica__em(&o->p);
+            replica__used(o, now) - limit - 1.0 - (double)r->interval / replica__em(&o->p) - held;
         if (debt > 0.0)
             avail = debt >= 0.5 * limit ? 0.0 : avail * limit / (limit + debt);
+        if (o->repay > 0.0F)
+            avail = 0.0;
     }
     if (avail < 0.0)
         avail = 0.0;
@@ -1802,6 +1850,7 @@ static size_t replica__report(struct replica *r, struct table_entry *e, int64_t 
         .tokens_milli = k->tokens > 0.0 ? (uint64_t)(k->tokens * 1000.0) : 0,
         .granted_milli = k->granted_m,
         .leased_by = k->leased_by,
+        .credit = k->credit,
     };
     if (w.frozen_share > WIRE_ONE)
         w.frozen_share = WIRE_ONE;

@@ -106,7 +106,10 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots
     X(14, granted_milli, uint64_t, WIRE_U, UINT32_MAX)                                             \
     /* wire_life_tag of the owner life whose settled lease the sender last                         \
      * took for the key; 0: none yet */                                                            \
-    X(15, leased_by, uint64_t, WIRE_U, UINT32_MAX)
+    X(15, leased_by, uint64_t, WIRE_U, UINT32_MAX)                                                 \
+    /* units this life admitted on credit (first touches and free units),                          \
+     * running total mod 2^32 */                                                                   \
+    X(16, credit, uint64_t, WIRE_U, UINT32_MAX)
 
 #define WIRE_LEASE_FIELDS(X)                                                                       \
     /* WIRE_ONE-based */                                                                           \

@@ -61,6 +61,9 @@ static int algo_token_bucket_eval(const struct algo_params *p, void *state, int6
     struct algo_tb_state *s = state;
     int64_t g, t;
     algo_tb__view(p, s, now, &g, &t);
+    /* Seen before its last refill (a waiter charged at its due time), the
+     * bucket holds what it held then: its waits count from then. */
+    int64_t late = t > now ? t - now : 0;
     out->limited = 0;
     out->limit = p->limit;
     out->retry_after_ns = ALGO_NEVER;
@@ -76,11 +79,11 @@ static int algo_token_bucket_eval(const struct algo_params *p, void *state, int6
             }
         } else {
             out->limited = 1;
-            out->retry_after_ns = algo_tb__ceil_div(need - g, p->count);
+            out->retry_after_ns = algo_tb__ceil_div(need - g, p->count) + late;
         }
     }
     out->remaining = g > 0 ? g / p->period_ns : 0;
-    out->reset_after_ns = algo_tb__ceil_div(p->scaled_cap - g, p->count);
+    out->reset_after_ns = algo_tb__ceil_div(p->scaled_cap - g, p->count) + late;
     return 0;
 }
 

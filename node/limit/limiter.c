@@ -87,6 +87,17 @@ static int64_t limiter__drain_at(void *ud, const struct table_entry *e)
     return tat;
 }
 
+/* An entry SL.ACQUIRE charged (owner bit): kept until LIMITER_PACE_KEEP_NS
+ * after it drains, so a paced caller's schedule outlives a stall. */
+#define LIMITER_F_PACED 0x10u
+
+/* The table's drain hook: when the entry may be reclaimed. */
+static int64_t limiter__reclaim_at(void *ud, const struct table_entry *e)
+{
+    int64_t at = limiter__drain_at(ud, e);
+    return e->flags & LIMITER_F_PACED ? num_add_sat(at, LIMITER_PACE_KEEP_NS) : at;
+}
+
 /* Only the sliding log owns memory (its ring); the other states are plain
  * bytes.  algo_free is called with the limiter's own log params: the log's
  * free reads nothing from them. */
@@ -112,7 +123,7 @@ int limiter_create(struct limiter **out, const struct limiter_config *cfg)
     memset(&tc, 0, sizeof(tc));
     tc.max_keys = lim->cfg.max_keys;
     tc.evict = lim->cfg.overflow == LIMITER_OVERFLOW_EVICT;
-    tc.drain = limiter__drain_at;
+    tc.drain = limiter__reclaim_at;
     tc.free_value = limiter__free_value;
     tc.ud = lim;
     if (algo_params_init(&lim->log_params, ALGO_SLIDING_LOG, 0, 1, 1, 0) < 0) {
@@ -299,6 +310,8 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
     void *st;
     int64_t carry = 0, d1;
     int rc, drained;
+    /* SL.ACQUIRE's calls (they pass a time to see the key at) */
+    int paced = at >= 0;
 
     if (qty < 0)
         return -SLUICE_EINVAL;
@@ -382,7 +395,14 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
     }
 
     drained = algo_drained(p, st, now);
+    /* A paced key is kept a while after it drains: SL.ACQUIRE charges a
+     * late caller at its slot, which it reads from the key (acquire.c). */
+    if (drained && e != NULL && (e->flags & LIMITER_F_PACED) && now > LIMITER_PACE_KEEP_NS &&
+        !algo_drained(p, st, now - LIMITER_PACE_KEEP_NS))
+        drained = 0;
     if (e != NULL) {
+        if (paced && (op == OP_DECIDE || op == OP_CHARGE))
+            e->flags |= LIMITER_F_PACED;
         if (drained && !(e->flags & TABLE_F_PINNED)) {
             table_delete(lim->table, e);
             lim->touched_drained++;
@@ -392,6 +412,8 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
     } else if (!drained) {
         rc = table_insert(lim->table, key, klen, off + ssz, limiter__tag(p->kind), now, &e);
         if (rc == 0) {
+            if (paced && (op == OP_DECIDE || op == OP_CHARGE))
+                e->flags |= LIMITER_F_PACED;
             memcpy((char *)table_entry_value(e) + off, st, ssz);
             if (off != 0)
                 limiter__hdr_update(p, table_entry_value(e), out, now);

@@ -230,7 +230,12 @@ int limiter_charge_policy(struct limiter *lim, const char *key, size_t klen,
  * pacing itself with SL.ACQUIRE keeps the rate instead of losing the
  * timer's lateness on every call.  The limiter's clock stays now_ns; at_ns
  * < 0 or > now_ns is read as now_ns.  Errors as limiter_decide.
+ *
+ * A key these calls charged is kept for LIMITER_PACE_KEEP_NS after it
+ * drains (a fresh key's state, otherwise forgotten at once), so SL.ACQUIRE
+ * can still read a late caller's slot from it.
  */
+#define LIMITER_PACE_KEEP_NS (20 * (int64_t)1000000)
 int limiter_acquire_fit(struct limiter *lim, const char *key, size_t klen,
                         const struct algo_params *p, int64_t qty, int64_t at_ns, int64_t now_ns,
                         int64_t *delay_ns, struct algo_result *peek);

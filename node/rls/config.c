@@ -14,6 +14,7 @@
  *         replaces: [{name: x}]    limits named x do not apply when this does
  *         unlimited: false         true: never limited (no unit then)
  *       shadow_mode: false         true: over-limit answers say OK
+ *       quota_mode: false          true: refuses only with every quota limit
  *       detailed_metric: false
  *       descriptors: [...]         nested entries, same shape
  *
@@ -23,7 +24,7 @@
  * appears, a known name in an unexpected place is ignored, and `metadata`
  * is skipped unread.  share_threshold on a wildcard makes every value it
  * matches share one counter (the pattern stands for the value in the key);
- * quota_mode and value_to_metric are accepted and have no effect in sluice.
+ * value_to_metric is accepted and has no effect in sluice.
  */
 #include "config.h"
 
@@ -152,11 +153,9 @@ void rls_config_set_merge(struct rls_config *cfg, int on)
         cfg->merge = on != 0;
 }
 
-/* envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG, read as Go's strconv.ParseBool
- * reads a true value. */
-static int rls_config__merge_from_env(void)
+int rls_config_env_true(const char *name)
 {
-    const char *v = getenv("MERGE_DOMAIN_CONFIG");
+    const char *v = getenv(name);
     static const char *const yes[] = {"1", "t", "T", "true", "TRUE", "True"};
     for (size_t i = 0; v != NULL && i < sizeof(yes) / sizeof(yes[0]); i++)
         if (strcmp(v, yes[i]) == 0)
@@ -383,6 +382,7 @@ static int rls_config__limit(struct rls_load *ld, struct rls_node *node, const y
         rls_config__bool(ld, rl, "unlimited", &l->unlimited) < 0 ||
         rls_config__str(ld, rl, "name", &name) < 0 ||
         rls_config__bool(ld, d, "shadow_mode", &l->shadow_mode) < 0 ||
+        rls_config__bool(ld, d, "quota_mode", &l->quota_mode) < 0 ||
         rls_config__bool(ld, d, "detailed_metric", &l->detailed_metric) < 0)
         return ld->rc;
     enum rls_unit u = RLS_UNIT_UNKNOWN;
@@ -655,7 +655,7 @@ int rls_config_load_dir(const char *dir, struct rls_config **out, char *err, siz
     if (rc == 0)
         rc = rls_config_create(&cfg);
     if (rc == 0)
-        rls_config_set_merge(cfg, rls_config__merge_from_env());
+        rls_config_set_merge(cfg, rls_config_env_true("MERGE_DOMAIN_CONFIG"));
     qsort(names, n, sizeof(char *), rls_config__name_cmp);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         size_t plen = strlen(dir) + strlen(names[i]) + 2;

@@ -28,7 +28,9 @@ struct rls_limit {
     enum rls_unit unit; /* RLS_UNIT_UNKNOWN when unlimited */
     int unlimited;
     int shadow_mode;     /* over-limit answers become OK (counted as usual) */
-    int detailed_metric; /* read and kept; sluice's metrics are not per descriptor */
+    int quota_mode;      /* over its limit, refuses only when every quota-mode
+                          * descriptor of the request is over (rls service) */
+    int detailed_metric; /* statistics per request descriptor (rls service) */
     const char *name;    /* "" when unnamed */
     const char *const *replaces;
     size_t nreplaces;
@@ -58,6 +60,11 @@ struct rls_entry {
  * files of one domain are merged (rls_config_set_merge).
  */
 int rls_config_load_dir(const char *dir, struct rls_config **out, char *err, size_t errlen);
+
+/* Whether the environment variable name holds a true value as
+ * envoyproxy/ratelimit's settings read it (Go's strconv.ParseBool: 1, t,
+ * T, true, TRUE, True); unset or anything else is false. */
+int rls_config_env_true(const char *name);
 
 /* An empty config, to which files are added with rls_config_add_buffer.
  * -SLUICE_ENOMEM. */

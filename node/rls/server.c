@@ -14,6 +14,8 @@
  *           :path = RLS_PATH (below)
  *           content-type application/grpc, grpc-timeout: 20m
  *   DATA    [0][len:4][RateLimitRequest]  END_STREAM -->
+ *           (or :path /grpc.health.v1.Health/Check, a HealthCheckRequest:
+ *           Envoy's and Kubernetes' gRPC health probes)
  *                                <--------   HEADERS :status 200
  *                                <--------   DATA [0][len:4][RateLimitResponse]
  *                                <--------   HEADERS grpc-status 0  END_STREAM
@@ -57,6 +59,7 @@
 #include "tcp.h"
 
 #define RLS_PATH            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+#define RLS_HEALTH_PATH     "/grpc.health.v1.Health/Check"
 #define RLS_LOG_INTERVAL_MS 10000
 /* nghttp2's allocations carry their size in front, kept aligned. */
 #define RLS_MEM_HDR _Alignof(max_align_t)
@@ -65,7 +68,7 @@ struct rls_stream {
     struct rls_stream *prev, *next; /* the connection's open streams */
     int32_t id;
     int method_post, grpc_ctype;
-    int path_ok;
+    int path_ok;         /* 1: ShouldRateLimit, 2: Health/Check */
     char path[128];      /* for the UNIMPLEMENTED message, truncated */
     int64_t deadline_ns; /* 0: none */
     int bad_timeout;
@@ -503,7 +506,10 @@ static void rls_server__answer(struct rls_conn *c, struct rls_stream *st)
     }
     uint8_t *out;
     size_t outlen;
-    rc = rls_service_call(srv->svc, msg, msglen, &out, &outlen, why, sizeof(why));
+    if (st->path_ok == 2)
+        rc = rls_service_health(srv->svc, msg, msglen, &out, &outlen, why, sizeof(why));
+    else
+        rc = rls_service_call(srv->svc, msg, msglen, &out, &outlen, why, sizeof(why));
     if (rc < 0) {
         rls_server__fail(c, st, "200", rls_service_grpc_status(rc), why);
         return;
@@ -556,7 +562,9 @@ static int rls_server__on_header(nghttp2_session *h2, const nghttp2_frame *f, co
     if (rls_server__eq(name, namelen, ":method")) {
         st->method_post = rls_server__eq(value, valuelen, "POST");
     } else if (rls_server__eq(name, namelen, ":path")) {
-        st->path_ok = rls_server__eq(value, valuelen, RLS_PATH);
+        st->path_ok = rls_server__eq(value, valuelen, RLS_PATH)          ? 1
+                      : rls_server__eq(value, valuelen, RLS_HEALTH_PATH) ? 2
+                                                                         : 0;
         size_t n = valuelen < sizeof(st->path) - 1 ? valuelen : sizeof(st->path) - 1;
         memcpy(st->path, value, n);
         st->path[n] = '\0';

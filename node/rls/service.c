@@ -7,10 +7,14 @@
  * `replaces` are dropped; an unlimited limit answers OK with remaining
  * UINT32_MAX; no limit answers OK with no current_limit.  hits are the
  * descriptor's hits_addend when set (0 peeks), else the request's, 0 read
- * as 1.  overall_code is OVER_LIMIT when any descriptor is; a shadow_mode
- * limit over its limit answers OK.  With headers on, RateLimit-Limit,
- * -Remaining and -Reset describe the descriptor closest to its limit (an
- * over-limit one wins), as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS.
+ * as 1.  A shadow_mode limit over its limit answers OK.  overall_code is
+ * OVER_LIMIT when a descriptor not in quota mode is, or when the request has
+ * quota-mode descriptors (quota_mode, or every limited descriptor under
+ * QUOTA_MODE) and all of them are; each descriptor's own code says OVER_LIMIT
+ * either way.  SHADOW_MODE turns an overall OVER_LIMIT into OK.  With
+ * headers on, RateLimit-Limit, -Remaining and -Reset describe the
+ * descriptor closest to its limit (one over it and not in quota mode wins),
+ * as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS.
  */
 #include "service.h"
 
@@ -19,6 +23,7 @@
 #include <string.h>
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "grpc.h"
 #include "sluice/error.h"
 
@@ -47,7 +52,13 @@ struct rls_arena {
     _Alignas(16) uint8_t buf[RLS_ARENA_BYTES];
 };
 
+/* The statistics' index: open addressing over twice the series. */
+#define RLS_STATS_INDEX (2 * RLS_SERVICE_MAX_STATS)
+
 struct rls_service {
+    struct rls_descriptor_stat dstats[RLS_SERVICE_MAX_STATS + 1]; /* + "_other" */
+    size_t ndstats;
+    uint16_t dindex[RLS_STATS_INDEX]; /* series + 1; 0: empty */
     struct rls_service_config cfg;
     struct rls_arena arena;
     rls_decide_fn decide;
@@ -87,6 +98,8 @@ void rls_service_destroy(struct rls_service *svc)
 {
     if (svc == NULL)
         return;
+    for (size_t i = 0; i < svc->ndstats; i++)
+        free((char *)svc->dstats[i].key);
     rls_config_free(svc->config);
     free(svc);
 }
@@ -103,6 +116,13 @@ void rls_service_set_config(struct rls_service *svc, struct rls_config *cfg)
 void rls_service_get_stats(const struct rls_service *svc, struct rls_service_stats *out)
 {
     *out = svc->stats;
+}
+
+size_t rls_service_descriptor_stats(const struct rls_service *svc,
+                                    const struct rls_descriptor_stat **out)
+{
+    *out = svc->dstats;
+    return svc->ndstats;
 }
 
 static void *rls_service__alloc(void *ud, size_t size)
@@ -160,6 +180,8 @@ int rls_service_grpc_status(int rc)
     case -SLUICE_EFULL:
     case -SLUICE_ENOMEM:
         return RLS_GRPC_RESOURCE_EXHAUSTED;
+    case -SLUICE_ENOENT:
+        return RLS_GRPC_NOT_FOUND;
     default:
         return RLS_GRPC_INTERNAL;
     }
@@ -203,6 +225,89 @@ static int rls_service__key(const char *domain, const rls_desc_t *d, const char 
     }
     *klen = at;
     return rc;
+}
+
+/* FNV-1a: the index of a series key. */
+static uint32_t rls_service__hash(const char *k, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)k[i]) * 16777619u;
+    return h;
+}
+
+/* The series of key (n bytes): found, made (while there is room), or
+ * "_other"; NULL only when out of memory. */
+static struct rls_descriptor_stat *rls_service__series(struct rls_service *svc, const char *key,
+                                                       size_t n)
+{
+    uint32_t at = rls_service__hash(key, n) % RLS_STATS_INDEX;
+    for (size_t probe = 0; probe < RLS_STATS_INDEX; probe++) {
+        uint16_t s = svc->dindex[at];
+        if (s == 0)
+            break;
+        const char *k = svc->dstats[s - 1].key;
+        if (strlen(k) == n && memcmp(k, key, n) == 0)
+            return &svc->dstats[s - 1];
+        at = (at + 1) % RLS_STATS_INDEX;
+    }
+    if (svc->ndstats < RLS_SERVICE_MAX_STATS) {
+        char *copy = malloc(n + 1);
+        if (copy == NULL)
+            return NULL;
+        memcpy(copy, key, n);
+        copy[n] = '\0';
+        struct rls_descriptor_stat *st = &svc->dstats[svc->ndstats++];
+        memset(st, 0, sizeof(*st));
+        st->key = copy;
+        svc->dindex[at] = (uint16_t)svc->ndstats;
+        return st;
+    }
+    struct rls_descriptor_stat *other = &svc->dstats[RLS_SERVICE_MAX_STATS];
+    if (svc->ndstats == RLS_SERVICE_MAX_STATS) {
+        other->key = strdup("_other");
+        if (other->key == NULL)
+            return NULL;
+        svc->ndstats++;
+    }
+    return other;
+}
+
+/* Counts hits of one descriptor under limit l in its series (see
+ * service.h); a series that cannot be made (no memory) is skipped. */
+static void rls_service__count(struct rls_service *svc, const char *domain, const rls_desc_t *d,
+                               const struct rls_limit *l, int detailed, int64_t hits, int limited,
+                               int shadowed)
+{
+    char key[RLS_SERVICE_MAX_KEY];
+    size_t at = 0;
+    int rc = 0;
+    if (!detailed && l->full_key != NULL) {
+        rc = rls_service__put(key, &at, l->full_key, strlen(l->full_key));
+    } else {
+        rc = rls_service__put(key, &at, domain, strlen(domain));
+        for (size_t i = 0; rc == 0 && i < d->n_entries; i++) {
+            const char *k = d->entries[i]->key, *v = d->entries[i]->value;
+            rc = rls_service__put(key, &at, ".", 1);
+            if (rc == 0)
+                rc = rls_service__put(key, &at, k, strlen(k));
+            if (rc == 0)
+                rc = rls_service__put(key, &at, "_", 1);
+            if (rc == 0)
+                rc = rls_service__put(key, &at, v, strlen(v));
+        }
+    }
+    struct rls_descriptor_stat *st = rc == 0 ? rls_service__series(svc, key, at) : NULL;
+    if (st == NULL || hits <= 0)
+        return;
+    uint64_t h = (uint64_t)hits;
+    st->hits += h;
+    if (!limited)
+        st->within_limit += h;
+    else if (shadowed)
+        st->shadow_mode += h;
+    else
+        st->over_limit += h;
 }
 
 static int rls_service__fail(struct rls_service *svc, int rc, char *why, size_t whylen,
@@ -337,6 +442,8 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
     resp.n_statuses = n;
     resp.statuses = sc.stp;
     const rls_status_t *closest = NULL;
+    int closest_forced = 0; /* closest is over its limit, not in quota mode */
+    size_t failed = 0, quota = 0, quota_failed = 0;
     for (size_t i = 0; i < n; i++) {
         const rls_desc_t *d = req->descriptors[i];
         rls_status_t *st = &sc.st[i];
@@ -344,12 +451,16 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
         envoy__service__ratelimit__v3__rate_limit_response__descriptor_status__init(st);
         sc.stp[i] = st;
         st->code = CODE_OK;
-        if (!sc.lim[i].has)
-            continue;
-        if (l->unlimited) {
+        if (sc.lim[i].has && l->unlimited) {
             st->limit_remaining = UINT32_MAX;
             continue;
         }
+        /* envoyproxy counts a descriptor with no limit as a quota one
+         * (always passing) under the global QUOTA_MODE. */
+        int in_quota = svc->cfg.quota_mode || (sc.lim[i].has && l->quota_mode);
+        quota += in_quota != 0;
+        if (!sc.lim[i].has)
+            continue;
         int64_t hits = req->hits_addend > 0 ? (int64_t)req->hits_addend : 1;
         if (d->hits_addend != NULL)
             hits = d->hits_addend->value > INT64_MAX ? INT64_MAX : (int64_t)d->hits_addend->value;
@@ -409,18 +520,30 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
             if (l->shadow_mode) {
                 st->code = CODE_OK;
                 svc->stats.shadowed++;
+            } else if (in_quota) {
+                quota_failed++;
             } else {
-                resp.overall_code = CODE_OVER_LIMIT;
+                failed++;
             }
         } else {
             st->limit_remaining = res.remaining > UINT32_MAX ? UINT32_MAX
                                   : res.remaining < 0        ? 0
                                                              : (uint32_t)res.remaining;
         }
-        if (st->code == CODE_OVER_LIMIT ||
-            (closest == NULL ||
-             (closest->code != CODE_OVER_LIMIT && st->limit_remaining < closest->limit_remaining)))
+        rls_service__count(svc, req->domain, d, l, l->detailed_metric || sc.lim[i].cfg == NULL,
+                           hits, res.limited, res.limited && l->shadow_mode);
+        int forced = st->code == CODE_OVER_LIMIT && !in_quota;
+        if (forced || closest == NULL ||
+            (!closest_forced && st->limit_remaining < closest->limit_remaining)) {
             closest = st;
+            closest_forced = closest_forced || forced;
+        }
+    }
+    if (failed > 0 || (quota > 0 && quota_failed == quota))
+        resp.overall_code = CODE_OVER_LIMIT;
+    if (resp.overall_code == CODE_OVER_LIMIT && svc->cfg.shadow_mode) {
+        resp.overall_code = CODE_OK;
+        svc->stats.shadowed_global++;
     }
     if (svc->cfg.headers && closest != NULL) {
         const char *names[3] = {svc->cfg.header_limit, svc->cfg.header_remaining,
@@ -459,4 +582,56 @@ done:
     rls_service__free(a, sc.dur);
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(req, &alloc);
     return rc;
+}
+
+/*
+ * grpc.health.v1.Health/Check, as envoyproxy/ratelimit's health server
+ * answers it: the server as a whole ("") and the service by its name
+ * ("ratelimit", and its full gRPC name) are SERVING while the service
+ * runs; any other name is NOT_FOUND.  The decoder allocates from the
+ * call's arena, bounded by the message's size as a ShouldRateLimit call.
+ */
+int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, uint8_t **out,
+                       size_t *outlen, char *why, size_t whylen)
+{
+    static const char *const names[] = {"", "ratelimit",
+                                        "envoy.service.ratelimit.v3.RateLimitService"};
+    struct rls_arena *a = &svc->arena;
+    ProtobufCAllocator alloc = {rls_service__alloc, rls_service__free, a};
+    a->used = 0;
+    a->heap = 0;
+    a->exhausted = 0;
+    a->budget = 4 * len + 4096;
+    Grpc__Health__V1__HealthCheckRequest *q =
+        grpc__health__v1__health_check_request__unpack(&alloc, len, req);
+    if (q == NULL) {
+        svc->stats.errors++;
+        snprintf(why, whylen, "%s",
+                 a->exhausted ? "out of memory" : "malformed HealthCheckRequest");
+        return a->exhausted ? -SLUICE_ENOMEM : -SLUICE_EPROTO;
+    }
+    int known = 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        known = known || strcmp(q->service, names[i]) == 0;
+    if (!known) {
+        snprintf(why, whylen, "unknown service %.64s", q->service);
+        grpc__health__v1__health_check_request__free_unpacked(q, &alloc);
+        svc->stats.errors++;
+        return -SLUICE_ENOENT;
+    }
+    grpc__health__v1__health_check_request__free_unpacked(q, &alloc);
+    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    size_t size = grpc__health__v1__health_check_response__get_packed_size(&resp);
+    uint8_t *buf = malloc(RLS_GRPC_PREFIX + size);
+    if (buf == NULL) {
+        snprintf(why, whylen, "out of memory");
+        return -SLUICE_ENOMEM;
+    }
+    rls_grpc_prefix(buf, size);
+    grpc__health__v1__health_check_response__pack(&resp, buf + RLS_GRPC_PREFIX);
+    *out = buf;
+    *outlen = RLS_GRPC_PREFIX + size;
+    svc->stats.health_checks++;
+    return 0;
 }

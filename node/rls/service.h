@@ -30,6 +30,10 @@
 struct rls_service_config {
     int global;  /* every decision is asked with scope global */
     int headers; /* add RateLimit-Limit/-Remaining/-Reset to the response */
+    /* envoyproxy/ratelimit's QUOTA_MODE and SHADOW_MODE: every limit is in
+     * quota mode; an OVER_LIMIT overall code is answered OK. */
+    int quota_mode;
+    int shadow_mode;
     /* Header names; NULL gives envoyproxy/ratelimit's defaults above. */
     const char *header_limit;
     const char *header_remaining;
@@ -37,11 +41,13 @@ struct rls_service_config {
 };
 
 struct rls_service_stats {
-    uint64_t calls;      /* answered with OK status */
-    uint64_t over_limit; /* of which overall_code OVER_LIMIT */
-    uint64_t shadowed;   /* descriptors over the limit answered OK by shadow_mode */
-    uint64_t errors;     /* calls answered with an error status */
-    uint64_t reloads;    /* configs installed after the first */
+    uint64_t calls;           /* answered with OK status */
+    uint64_t over_limit;      /* of which overall_code OVER_LIMIT */
+    uint64_t shadowed;        /* descriptors over the limit answered OK by shadow_mode */
+    uint64_t shadowed_global; /* overall OVER_LIMIT answered OK by SHADOW_MODE */
+    uint64_t errors;          /* calls answered with an error status */
+    uint64_t health_checks;   /* grpc.health.v1 Check calls answered SERVING */
+    uint64_t reloads;         /* configs installed after the first */
 };
 
 struct rls_service;
@@ -71,6 +77,36 @@ int rls_service_call(struct rls_service *svc, const uint8_t *req, size_t len, ui
 
 /* The gRPC status (grpc.h) for a return of rls_service_call. */
 int rls_service_grpc_status(int rc);
+
+/*
+ * Statistics per descriptor, as envoyproxy/ratelimit keeps them per limit:
+ * hits counted under a limit, the hits over it, within it, and over it but
+ * let through by shadow_mode.  A limit's series is its config key
+ * ("domain.key_value.key"); a limit with detailed_metric: true (and a
+ * request's own limit override) keeps one per request descriptor, its key
+ * every entry's key_value ("domain.key_value.key_value").  Bounded: the
+ * first RLS_SERVICE_MAX_STATS keys seen have a series, every later key
+ * counts under "_other".  Series outlive reloads (counters only grow).
+ */
+#define RLS_SERVICE_MAX_STATS 256
+struct rls_descriptor_stat {
+    const char *key;
+    uint64_t hits, over_limit, within_limit, shadow_mode;
+};
+/* The series (*out, valid until the next call to the service), their count. */
+size_t rls_service_descriptor_stats(const struct rls_service *svc,
+                                    const struct rls_descriptor_stat **out);
+
+/*
+ * One grpc.health.v1.Health/Check call: req is the HealthCheckRequest's
+ * bytes (without the gRPC prefix); on success *out (malloc'ed, the
+ * caller frees) is the prefixed HealthCheckResponse, SERVING.  Fails with
+ * -SLUICE_EPROTO (a malformed request), -SLUICE_ENOENT (a service name
+ * other than "", "ratelimit" or envoy.service.ratelimit.v3.RateLimitService:
+ * gRPC's NOT_FOUND) or -SLUICE_ENOMEM, with why set.
+ */
+int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, uint8_t **out,
+                       size_t *outlen, char *why, size_t whylen);
 
 void rls_service_get_stats(const struct rls_service *svc, struct rls_service_stats *out);
 

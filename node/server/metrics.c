@@ -174,6 +174,36 @@ static void policies(struct metrics_buf *b, const struct metrics_snapshot *s)
     }
 }
 
+static void rls_keys(struct metrics_buf *b, const struct metrics_snapshot *s)
+{
+    static const char *const names[4] = {
+        "sluice_rls_descriptor_hits_total", "sluice_rls_descriptor_over_limit_total",
+        "sluice_rls_descriptor_within_limit_total", "sluice_rls_descriptor_shadow_mode_total"};
+    static const char *const helps[4] = {
+        "Hits counted under each rate limit service limit (its config key; with "
+        "detailed_metric, each request descriptor's; the first 256 keys, the rest as _other).",
+        "Hits over the limit, refused.", "Hits within the limit.",
+        "Hits over the limit let through by shadow_mode."};
+    if (s->nrls_keys == 0)
+        return;
+    for (int k = 0; k < 4; k++) {
+        head(b, names[k], helps[k], FAM_COUNTER);
+        for (size_t i = 0; i < s->nrls_keys; i++) {
+            const struct metrics_keyed *x = &s->rls_keys[i];
+            uint64_t v = k == 0   ? x->hits
+                         : k == 1 ? x->over_limit
+                         : k == 2 ? x->within_limit
+                                  : x->shadow_mode;
+            buf_str(b, names[k]);
+            buf_str(b, "{key=\"");
+            label_value(b, x->key != NULL ? x->key : "");
+            buf_str(b, "\"} ");
+            buf_u64(b, v);
+            buf_add(b, "\n", 1);
+        }
+    }
+}
+
 static void histogram(struct metrics_buf *b, const char *name, const char *help,
                       const struct metrics_histogram *h)
 {
@@ -214,6 +244,7 @@ int metrics_render(const struct metrics_snapshot *s, struct metrics_buf *out)
          FAM_GAUGE);
     sample(out, "sluice_ready", s->ready ? 1 : 0);
     policies(out, s);
+    rls_keys(out, s);
     histogram(out, "sluice_loop_turn_seconds",
               "Work of each event loop turn (timers, I/O callbacks, the replication's slices), "
               "waiting for I/O left out: a long turn delays every answer behind it.",

@@ -48,6 +48,12 @@ struct metrics_histogram {
     uint64_t count, sum_ns;
 };
 
+/* One descriptor's series of Envoy's rate limit service (rls/service.h). */
+struct metrics_keyed {
+    const char *key; /* borrowed until render ends */
+    uint64_t hits, over_limit, within_limit, shadow_mode;
+};
+
 struct metrics_label_value {
     const char *label; /* static or owned by the collector until render ends */
     uint64_t value;
@@ -71,6 +77,9 @@ struct metrics_snapshot {
     struct metrics_histogram latency;
     struct metrics_histogram loop_turns; /* the event loop's turns' work (loopstat.h) */
     int ready;                           /* 1 when /ready says ready (always rendered) */
+    /* the rate limit service's descriptors (rendered when there are any) */
+    const struct metrics_keyed *rls_keys; /* borrowed until render ends */
+    size_t nrls_keys;
     /* cluster: only rendered when clustered is nonzero */
     int clustered;
     struct metrics_label_value members[METRICS_MAX_LABELS]; /* by state */

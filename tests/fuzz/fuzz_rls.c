@@ -124,6 +124,19 @@ static void fuzz_call(const uint8_t *msg, size_t msglen)
     } else if (out != NULL || why[0] == '\0' || rls_service_grpc_status(rc) == 0) {
         __builtin_trap(); /* every refusal says why, with an error status */
     }
+    /* The same bytes as a health check: SERVING (0x08 0x01) or a refusal
+     * that says why. */
+    out = NULL;
+    why[0] = '\0';
+    rc = rls_service_health(svc, msg, msglen, &out, &outlen, why, sizeof(why));
+    if (rc == 0) {
+        if (out == NULL || outlen != RLS_GRPC_PREFIX + 2 || out[RLS_GRPC_PREFIX] != 0x08 ||
+            out[RLS_GRPC_PREFIX + 1] != 0x01)
+            __builtin_trap();
+        free(out);
+    } else if (out != NULL || why[0] == '\0' || rls_service_grpc_status(rc) == 0) {
+        __builtin_trap();
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -388,7 +388,9 @@ static inline double fs_key_limit(const struct fleetsim *s, int k)
  * over any window, 2 (burst + 1) + 3 N units (N: the nodes it is asked on). */
 static inline double fs_bound(const struct fleetsim *s, int k)
 {
-    return 2.0 * fs_key_limit(s, k) + 3.0 * (double)s->c.n;
+    /* 2 (burst + 1 + 4 r) + 3 N, r: units the key refills per interval */
+    double r = (double)s->kp[k].count * (double)s->c.interval_ns / (double)s->kp[k].period_ns;
+    return 2.0 * (fs_key_limit(s, k) + 4.0 * r) + 3.0 * (double)s->c.n;
 }
 
 /* Records one admission of key k at t (ns since the start) for the "above"

@@ -241,9 +241,10 @@ static int submit_at(struct fixture *f, const char *key, const struct algo_param
 }
 
 /* A caller pacing itself (each request sent when the last answer came) is
- * charged at its slot when it arrives up to one interval late, so its
- * round trip does not slow its rate; later than that, the schedule
- * restarts.  BURST 0, one unit per 10 ms. */
+ * charged at its slot when it arrives up to the catch-up (20 ms, or one
+ * interval when that is longer) late, so its round trip and its stalls do
+ * not slow its rate; later than that, the schedule restarts.  BURST 0, one
+ * unit per 10 ms. */
 static void test_paced_caller_keeps_schedule(void **state)
 {
     struct fixture *f = *state;
@@ -257,10 +258,25 @@ static void test_paced_caller_keeps_schedule(void **state)
     assert_true(submit_at(f, "pace", &p, t0 + 21 * MS));
     assert_false(submit_at(f, "pace", &p, t0 + 29 * MS)); /* never faster */
     assert_true(submit_at(f, "pace", &p, t0 + 30 * MS));
-    /* 15 ms late (more than an interval): the schedule restarts at arrival */
-    assert_true(submit_at(f, "pace", &p, t0 + 55 * MS));
-    assert_false(submit_at(f, "pace", &p, t0 + 64 * MS));
-    assert_true(submit_at(f, "pace", &p, t0 + 65 * MS));
+    /* 18 ms late for the slot at t0 + 40 ms (a stall): charged at the slot,
+     * so the caller catches up: the slots at t0 + 50 and 60 ms are there at
+     * once, and then the schedule holds again */
+    assert_true(submit_at(f, "pace", &p, t0 + 58 * MS));
+    assert_true(submit_at(f, "pace", &p, t0 + 58 * MS));
+    assert_true(submit_at(f, "pace", &p, t0 + 60 * MS));
+    assert_false(submit_at(f, "pace", &p, t0 + 69 * MS));
+    assert_true(submit_at(f, "pace", &p, t0 + 70 * MS));
+    /* 25 ms late (more than the catch-up): the schedule restarts at arrival */
+    assert_true(submit_at(f, "pace", &p, t0 + 105 * MS));
+    assert_false(submit_at(f, "pace", &p, t0 + 114 * MS));
+    assert_true(submit_at(f, "pace", &p, t0 + 115 * MS));
+    /* a slower limit: the catch-up is one interval (100 ms here) */
+    struct algo_params slow = mkp(ALGO_GCRA, 0, 1, 100 * MS);
+    int64_t t2 = t0 + S / 2;
+    assert_true(submit_at(f, "slow", &slow, t2));
+    assert_true(submit_at(f, "slow", &slow, t2 + 190 * MS)); /* charged at t2 + 100 ms */
+    assert_true(submit_at(f, "slow", &slow, t2 + 200 * MS));
+    assert_false(submit_at(f, "slow", &slow, t2 + 299 * MS));
     /* the same for token-bucket (later: the limiter's clock only moves on) */
     struct algo_params tb = mkp(ALGO_TOKEN_BUCKET, 0, 1, 10 * MS);
     int64_t t1 = t0 + S;
@@ -268,6 +284,81 @@ static void test_paced_caller_keeps_schedule(void **state)
     assert_true(submit_at(f, "tb", &tb, t1 + 13 * MS));
     assert_true(submit_at(f, "tb", &tb, t1 + 21 * MS));
     assert_false(submit_at(f, "tb", &tb, t1 + 29 * MS));
+    assert_true(submit_at(f, "tb", &tb, t1 + 48 * MS)); /* 18 ms late */
+    assert_true(submit_at(f, "tb", &tb, t1 + 48 * MS));
+    assert_true(submit_at(f, "tb", &tb, t1 + 50 * MS));
+    assert_false(submit_at(f, "tb", &tb, t1 + 59 * MS));
+}
+
+/*
+ * The schedule a paced caller gets, as the charges fall (an injected clock,
+ * no timers): 1,000 calls at 1,000/s, BURST 0, each sent a round trip
+ * (10-300 us) after the last answer, with stalls of 1-25 ms now and then
+ * (seeded).  A call that does not fit is answered at the time its refusal
+ * names (what a waiter's timer does, charged at its due time).  The model:
+ * a call is answered at its slot or on arrival if later; it is charged at
+ * its slot when it arrives less than the catch-up (20 ms) late, and the
+ * next slot is one interval on; later than that the schedule restarts from
+ * its arrival.  The limiter's reclaim runs before every call (a key
+ * drained by a stall is kept for the catch-up).  Every answer must fall where the model says, so
+ * the stalls under the catch-up cost nothing and the calls are never served faster than the
+ * schedule.  For gcra, token-bucket and warmup (warm: a cold factor of 1).
+ */
+static void test_paced_schedule_model(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t rng = test_seed("test_paced_schedule_model");
+    static const enum algo_kind kinds[3] = {ALGO_GCRA, ALGO_TOKEN_BUCKET, ALGO_WARMUP};
+    for (int k = 0; k < 3; k++) {
+        struct algo_params p = mkp(kinds[k], 0, 1000, S);
+        if (kinds[k] == ALGO_WARMUP)
+            assert_int_equal(algo_params_set_warmup(&p, S, 1), 0);
+        char key[16];
+        snprintf(key, sizeof(key), "model%d", k);
+        int64_t t0 = (int64_t)(2000 + 10 * k) * S, now = t0, slot = t0;
+        int caught_up = 0, restarts = 0;
+        for (int i = 0; i < 1000; i++) {
+            int64_t arrival = now, want, next;
+            if (arrival <= slot) {
+                want = next = slot;
+            } else if (arrival - slot < 20 * MS) {
+                want = arrival;
+                next = slot;
+                caught_up++;
+            } else {
+                want = next = arrival;
+                restarts++;
+            }
+            struct acquire_req req = {key, strlen(key), &p, NULL, NULL, 1, 0};
+            struct algo_result r;
+            struct acquire_waiter *w;
+            int64_t waited;
+            struct ctx c = {.id = i};
+            /* the daemon's reclaim ran meanwhile: it must not take the
+             * schedule of a key drained by a stall */
+            limiter_maintain(f->lim, now, 1000);
+            assert_int_equal(acquire_submit(f->a, &req, now, on_done, &c, &r, &waited, &w), 1);
+            if (r.limited) {
+                /* waits: answered when its refusal says it fits */
+                assert_true(r.retry_after_ns > 0 && r.retry_after_ns != ALGO_NEVER);
+                now += r.retry_after_ns;
+                assert_int_equal(acquire_submit(f->a, &req, now, on_done, &c, &r, &waited, &w), 1);
+                assert_false(r.limited);
+            }
+            if (now != want)
+                fail_msg("%s call %d answered at t0%+lld us, its slot t0%+lld us, arrived "
+                         "t0%+lld us",
+                         algo_name(kinds[k]), i, (long long)((now - t0) / 1000),
+                         (long long)((slot - t0) / 1000), (long long)((arrival - t0) / 1000));
+            slot = next + MS;
+            /* the next call: a round trip, and one time in 25 a stall */
+            now += test_rand_range(&rng, 10000, 300000);
+            if (test_rand_range(&rng, 0, 24) == 0)
+                now += test_rand_range(&rng, 1, 25) * MS;
+        }
+        assert_true(caught_up > 0);
+        (void)restarts;
+    }
 }
 
 /* A cancelled waiter is never answered, and the ones behind it move up. */
@@ -705,6 +796,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pays_forward, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paced_caller_keeps_schedule, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paced_schedule_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thousands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_policy_retained, setup, teardown),

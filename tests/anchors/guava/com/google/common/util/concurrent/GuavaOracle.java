@@ -142,6 +142,14 @@ public final class GuavaOracle {
     new Case("testWarmUpAndUpdateWithColdFactor", 5.0, 4000, 10.0)
         .acquire(1, 8).sleep(4200).acquire(1, 3).rate(10.0).acquire(1).acquire(1, 4)
         .sleep(4100).acquire(1, 11).end();
+    // Not in RateLimiterTest (sluice's own scenarios, Guava still the
+    // oracle): a warm key's rate lowered, 4/s to 2/s, keeps it warm (its
+    // stored permits rescale by new max / old max), and a half-cold key's
+    // rate raised keeps it half cold.
+    new Case("warmKeyRateLowered", 4.0, 2000, 3.0)
+        .acquire(1, 12).rate(2.0).acquire(1, 4).end();
+    new Case("halfColdKeyRateRaised", 2.0, 4000, 3.0)
+        .acquire(1, 8).sleep(3500).rate(4.0).acquire(1, 6).end();
     new Case("testBurstyAndUpdate", 1.0)
         .acquire(1).acquire(1).rate(2.0).acquire(1).acquire(2).acquire(4).acquire(1).end();
     new Case("testTryAcquire_noWaitAllowed", 5.0)
