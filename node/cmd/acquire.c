@@ -457,8 +457,12 @@ static void acquire__on_tfd(uv_poll_t *h, int status, int events)
 
 static struct acquire_queue *acquire__find(struct acquire *a, const char *key, size_t klen)
 {
-    struct table_entry *e = table_find(a->queues, key, klen);
+    struct table_entry *e;
     struct acquire_queue *q = NULL;
+    /* Nobody waiting anywhere (the usual case): no key to hash. */
+    if (table_count(a->queues) == 0)
+        return NULL;
+    e = table_find(a->queues, key, klen);
     if (e != NULL)
         memcpy(&q, table_entry_value(e), sizeof(q));
     return q;
@@ -707,6 +711,13 @@ int64_t acquire_queued(struct acquire *a, const char *key, size_t klen)
 {
     struct acquire_queue *q = acquire__find(a, key, klen);
     return q != NULL ? q->qty_sum : 0;
+}
+
+int acquire_has_waiters(struct acquire *a, const char *key, size_t klen)
+{
+    /* A queue lives exactly while it has waiters (the last one leaving
+     * retires it); a request submitted while it lives queues behind it. */
+    return acquire__find(a, key, klen) != NULL;
 }
 
 void acquire_wake(struct acquire *a, const char *key, size_t klen)

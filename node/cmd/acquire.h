@@ -132,6 +132,9 @@ void acquire_cancel(struct acquire *a, struct acquire_waiter *w);
 
 /* Units the requests waiting for key ask for together (0: none wait). */
 int64_t acquire_queued(struct acquire *a, const char *key, size_t klen);
+/* 1 when requests wait for key (a new one would queue behind them), else
+ * 0.  Costs nothing while nobody waits anywhere. */
+int acquire_has_waiters(struct acquire *a, const char *key, size_t klen);
 
 /* Requests waiting now (all keys). */
 size_t acquire_waiting(const struct acquire *a);

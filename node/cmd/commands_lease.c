@@ -39,6 +39,7 @@ struct commands_lease {
     int64_t timer_at; /* when it is armed for (INT64_MAX: not armed) */
     int closed;
     uint64_t waiting, refused;
+    uint64_t global_granted, global_refused;
 };
 
 /* A connection's leases: the close hook's argument. */
@@ -77,9 +78,8 @@ int commands_lease_create(uv_loop_t *loop, struct limiter *lim, struct acquire *
     memset(&cc, 0, sizeof(cc));
     /* A restarted daemon must not hand out its past life's ids: a client
      * still holding one would release someone else's lease. */
-    /* Below 2^52, so ids stay below 2^53 for 2^52 leases: a JavaScript
-     * client (ioredis) reads an integer reply as a double, exact only up
-     * to 2^53. */
+    /* The semaphores keep ids below 2^53: a JavaScript client (ioredis)
+     * reads an integer reply as a double, exact only up to 2^53. */
     cc.id_base =
         ((uint64_t)uv_hrtime() ^ ((uint64_t)(uintptr_t)l << 12)) & (((uint64_t)1 << 52) - 1);
     rc = conc_create(&cc, &l->conc);
@@ -134,7 +134,7 @@ static int64_t lease__ms(int64_t ns)
     return ns / NUM_NS_PER_MS + (ns % NUM_NS_PER_MS != 0);
 }
 
-static struct slots *lease__slots(struct commands_lease *l)
+static struct slots *lease__slots(const struct commands_lease *l)
 {
     return l->cl != NULL ? cluster_slots(l->cl) : NULL;
 }
@@ -240,6 +240,7 @@ static int lease__decide(void *ud, const char *key, size_t klen, const struct al
     if (rc < 0)
         return rc;
     if (q->res.granted) {
+        l->global_granted += (uint64_t)q->global;
         lease__arm(l);
     } else if (q->global && qty <= q->limit) {
         /* The slots this node holds may grow (the owner lends more, about
@@ -294,22 +295,27 @@ static void lease__reply(struct resp_buf *out, int resp3, const struct lease_req
         resp_add_null3(out);
 }
 
+/* q is refused as of now: what is held and the wait that would still be
+ * needed. */
+static void lease__refusal(struct commands_lease *l, struct lease_req *q, const char *key,
+                           size_t klen)
+{
+    int64_t now = (int64_t)uv_hrtime(), t = conc_earliest(l->conc, key, klen);
+    l->refused++;
+    l->global_refused += (uint64_t)q->global;
+    q->res.granted = 0;
+    q->res.retry_after_ns = q->qty > q->limit ? -1 : t == INT64_MAX ? -1 : t > now ? t - now : 0;
+    q->res.held = conc_held(l->conc, key, klen);
+}
+
 static void lease__done(void *ud, const struct algo_result *r, int64_t waited_ns)
 {
     struct lease_req *q = ud;
     struct commands_lease *l = q->l;
     (void)r;
     l->waiting--;
-    if (!q->res.granted) {
-        /* The wait that would still be needed, as of the answer. */
-        int64_t now = (int64_t)uv_hrtime(), t = conc_earliest(l->conc, q->key, q->klen);
-        l->refused++;
-        q->res.retry_after_ns = q->qty > q->limit ? -1
-                                : t == INT64_MAX  ? -1
-                                : t > now         ? t - now
-                                                  : 0;
-        q->res.held = conc_held(l->conc, q->key, q->klen);
-    }
+    if (!q->res.granted)
+        lease__refusal(l, q, q->key, q->klen);
     lease__reply(server_client_out(q->c), q->resp3, q, waited_ns);
     server_client_unblock(q->c);
     free(q);
@@ -420,21 +426,40 @@ int commands_lease_lease(struct commands_sl *sl, struct server_client *c, int re
         resp_add_error(out, "ERR SCOPE needs CONCURRENCY (a policy has its own scope)");
         return SERVER_CONTINUE;
     }
-    size_t nlen = pl != NULL ? strlen(pl->name) + 1 : 0;
-    struct lease_req *q = calloc(1, sizeof(*q) + argvlen[1] + nlen);
-    if (q == NULL) {
-        resp_add_error(out, "ERR out of memory");
-        return SERVER_CONTINUE;
+    /* Only a request that may wait outlives the command (the queue keeps
+     * it), so only it is allocated, with copies of the key and the policy
+     * name.  One that may not wait (no TIMEOUT, or no connection to answer
+     * later, as HTTP's) lives on the stack and borrows them: it is answered
+     * at once, refused if others wait for the key (they came first). */
+    int64_t timeout_ns = c != NULL ? timeout_ms * NUM_NS_PER_MS : 0;
+    struct lease_req now_q;
+    struct lease_req *q = &now_q;
+    const char *key = argv[1];
+    if (timeout_ns > 0) {
+        size_t nlen = pl != NULL ? strlen(pl->name) + 1 : 0;
+        q = malloc(sizeof(*q) + argvlen[1] + nlen);
+        if (q == NULL) {
+            resp_add_error(out, "ERR out of memory");
+            return SERVER_CONTINUE;
+        }
     }
+    memset(q, 0, sizeof(*q));
     q->l = l;
     q->c = c;
     q->resp3 = resp3;
     q->qty = qty;
     q->klen = argvlen[1];
-    memcpy(q->key, argv[1], argvlen[1]);
+    if (q != &now_q) {
+        memcpy(q->key, argv[1], argvlen[1]);
+        key = q->key;
+        if (pl != NULL) {
+            memcpy(q->key + q->klen, pl->name, strlen(pl->name) + 1);
+            q->policy = q->key + q->klen;
+        }
+    } else if (pl != NULL) {
+        q->policy = pl->name;
+    }
     if (pl != NULL) {
-        memcpy(q->key + q->klen, pl->name, nlen);
-        q->policy = q->key + q->klen;
         q->limit = pl->limit;
         q->ttl_ns = ttl_ms > 0 ? ttl_ms * NUM_NS_PER_MS : pl->ttl_ns;
         scope = (int)pl->scope;
@@ -445,33 +470,41 @@ int commands_lease_lease(struct commands_sl *sl, struct server_client *c, int re
     /* The one place that says whether a key is global decides leases too
      * (gcra: any algorithm that can be global; the scope is what counts). */
     q->global = lease__slots(l) != NULL && cluster_is_global(l->cl, NULL, scope, ALGO_GCRA);
+    if (timeout_ns == 0 && acquire_has_waiters(l->acq, key, q->klen)) {
+        lease__refusal(l, q, key, q->klen);
+        lease__reply(out, resp3, q, 0);
+        return SERVER_CONTINUE;
+    }
     if (!detach && (q->owner = lease__owner(l, c)) == NULL) {
-        free(q);
+        if (q != &now_q)
+            free(q);
         resp_add_error(out, "ERR out of memory");
         return SERVER_CONTINUE;
     }
     static const struct algo_params unused; /* acquire wants a limit; the decider has its own */
-    struct acquire_req req = {q->key, q->klen, &unused, NULL, NULL, qty, 0};
+    struct acquire_req req = {key, q->klen, &unused, NULL, NULL, qty, timeout_ns};
     struct algo_result r;
     int64_t waited;
-    req.timeout_ns = c != NULL ? timeout_ms * NUM_NS_PER_MS : 0;
     int rc = acquire_submit_woken(l->acq, &req, lease__decide, q, (int64_t)uv_hrtime(), lease__done,
                                   q, &r, &waited, &q->w);
     if (rc == 1) {
-        if (!q->res.granted)
+        if (!q->res.granted) {
             l->refused++;
+            l->global_refused += (uint64_t)q->global;
+        }
         lease__reply(out, resp3, q, 0);
-        free(q);
     } else if (rc == 0) {
+        /* Only with a TIMEOUT and a connection: q was allocated. */
         l->waiting++;
         server_client_block(c, lease__cancel, q);
+        return SERVER_CONTINUE;
+    } else if (rc == -SLUICE_EFULL) {
+        resp_add_error(out, "ERR too many leases or waiting requests");
     } else {
-        free(q);
-        if (rc == -SLUICE_EFULL)
-            resp_add_error(out, "ERR too many leases or waiting requests");
-        else
-            resp_add_errorf(out, "ERR %s", sluice_strerror(rc));
+        resp_add_errorf(out, "ERR %s", sluice_strerror(rc));
     }
+    if (q != &now_q)
+        free(q);
     return SERVER_CONTINUE;
 }
 
@@ -572,6 +605,8 @@ void commands_lease_get_stats(const struct commands_lease *l, struct commands_le
     out->released = st.released;
     out->expired = st.expired;
     out->disconnect = st.disconnects;
+    out->global_granted = l->global_granted;
+    out->global_refused = l->global_refused;
 }
 
 #define LEASE_ROW(field, info, metric, kind, help)                                                 \
@@ -594,6 +629,10 @@ static const struct counter_row commands_lease__rows[] = {
               "Leases ended by their TTL."),
     LEASE_ROW(disconnect, "leases_released_by_disconnect", "leases_released_by_disconnect_total",
               COUNTER_TOTAL, "Leases ended because the connection that took them closed."),
+    LEASE_ROW(global_granted, "leases_global_granted", "leases_global_granted_total", COUNTER_TOTAL,
+              "Concurrency leases granted on global keys (from lent slots)."),
+    LEASE_ROW(global_refused, "leases_global_refused", "leases_global_refused_total", COUNTER_TOTAL,
+              "SL.LEASE requests on global keys answered limited."),
 };
 #undef LEASE_ROW
 const struct counter_table commands_lease_counters = COUNTER_TABLE(commands_lease__rows);
@@ -604,5 +643,10 @@ void commands_lease_info(const struct commands_lease *l, struct resp_buf *text)
     commands_lease_get_stats(l, &st);
     resp_add_raw(text, "# Leases\r\n", 10);
     info_counters(text, &commands_lease_counters, &st);
+    if (l != NULL && lease__slots(l) != NULL) {
+        struct slots_stats ss;
+        slots_get_stats(lease__slots(l), &ss);
+        info_counters(text, &slots_counters, &ss);
+    }
     resp_add_raw(text, "\r\n", 2);
 }

@@ -84,15 +84,17 @@ int commands_lease_renew(struct commands_sl *sl, struct server_client *c, int re
                          const char **argv, const size_t *argvlen, struct resp_buf *out);
 
 struct commands_lease_stats {
-    uint64_t keys;       /* keys with leases held on this node now */
-    uint64_t leases;     /* leases alive now */
-    uint64_t held;       /* units held now */
-    uint64_t waiting;    /* SL.LEASE requests waiting now */
-    uint64_t granted;    /* leases granted */
-    uint64_t refused;    /* SL.LEASE answered limited */
-    uint64_t released;   /* leases ended by SL.RELEASE (or DELETE /v1/lease) */
-    uint64_t expired;    /* leases ended by their TTL */
-    uint64_t disconnect; /* leases ended because their connection closed */
+    uint64_t keys;           /* keys with leases held on this node now */
+    uint64_t leases;         /* leases alive now */
+    uint64_t held;           /* units held now */
+    uint64_t waiting;        /* SL.LEASE requests waiting now */
+    uint64_t granted;        /* leases granted */
+    uint64_t refused;        /* SL.LEASE answered limited */
+    uint64_t released;       /* leases ended by SL.RELEASE (or DELETE /v1/lease) */
+    uint64_t expired;        /* leases ended by their TTL */
+    uint64_t disconnect;     /* leases ended because their connection closed */
+    uint64_t global_granted; /* leases granted on global keys */
+    uint64_t global_refused; /* SL.LEASE on global keys answered limited */
 };
 void commands_lease_get_stats(const struct commands_lease *l, struct commands_lease_stats *out);
 /* INFO's "# Leases" section (CRLF lines, then a blank line). */

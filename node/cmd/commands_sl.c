@@ -767,8 +767,8 @@ static void commands_sl__multi(struct commands_sl *sl, struct server_client *c, 
 static void commands_sl__policies(struct commands_sl *sl, int resp3, struct resp_buf *out)
 {
     struct policy_set *set = limiter_policies(sl->lim);
-    size_t n = policy_set_count(set);
-    resp_add_array(out, n);
+    size_t n = policy_set_count(set), nl = policy_set_lease_count(set);
+    resp_add_array(out, n + nl);
     for (size_t i = 0; i < n; i++) {
         const struct policy *p = policy_set_at(set, i);
         /* warmup's own parameters follow its precision */
@@ -796,6 +796,25 @@ static void commands_sl__policies(struct commands_sl *sl, int resp3, struct resp
         else
             resp_add_bulk(out, p->match, p->match_len);
         resp_add_pair_int(out, "dry_run", p->dry_run ? 1 : 0);
+    }
+    /* Concurrency limits (SL.LEASE) after the rates: a cap on units held
+     * at once and a lease's default TTL instead of a rate. */
+    for (size_t i = 0; i < nl; i++) {
+        const struct policy_lease *p = policy_set_lease_at(set, i);
+        if (resp3)
+            resp_add_map(out, 6);
+        else
+            resp_add_array(out, 12);
+        resp_add_pair_str(out, "name", p->name);
+        resp_add_pair_str(out, "algorithm", "concurrency");
+        resp_add_pair_int(out, "limit", p->limit);
+        resp_add_pair_int(out, "ttl_ms", commands_sl__ms(p->ttl_ns));
+        resp_add_pair_str(out, "scope", p->scope == POLICY_SCOPE_GLOBAL ? "global" : "local");
+        resp_add_bulk_str(out, "match");
+        if (p->match == NULL)
+            resp3 ? resp_add_null3(out) : resp_add_null(out);
+        else
+            resp_add_bulk(out, p->match, p->match_len);
     }
 }
 

@@ -35,6 +35,7 @@
 #include "info.h"
 #include "metrics.h"
 #include "readiness.h"
+#include "slots.h"
 #include "reload.h"
 #include "policy.h"
 #include "replica.h"
@@ -181,6 +182,7 @@ struct daemon_counters {
     struct http_stats http;
     struct daemon_rls_stats rls;
     struct commands_lease_stats lease_st;
+    struct slots_stats slots;
     struct commands_sl_stats sl;
     struct gossip_stats gossip;
     struct replica_stats replica;
@@ -308,6 +310,10 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
             s->ndrops++;
         }
         metrics_snapshot_add(s, 1, &counters_gossip, &x->gossip);
+    }
+    if (cluster_slots(d->cluster) != NULL) {
+        slots_get_stats(cluster_slots(d->cluster), &x->slots);
+        metrics_snapshot_add(s, 1, &slots_counters, &x->slots);
     }
     struct replica *r = cluster_replica(d->cluster);
     if (r != NULL) {

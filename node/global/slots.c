@@ -24,6 +24,7 @@
 #define SLOTS_PEND             8  /* grants in flight to one node life */
 #define SLOTS_RTIMES           16 /* report send times remembered (freshness) */
 #define SLOTS_IDLE_TICKS       50 /* an owned key idle this many ticks is forgotten */
+#define SLOTS_VIEWS            32 /* past views remembered (who owned a key lately) */
 
 /* ---- state ---- */
 
@@ -61,6 +62,7 @@ struct slots_peer { /* one node life on an owner's ledger */
     int64_t grant; /* last grant sent */
     int64_t heard; /* when its last report arrived */
     int64_t target;
+    double frac;       /* the target's rounded-off fraction (demand above n) */
     uint64_t ack_rseq; /* report to acknowledge in the next grant (0: none) */
     int ghost;         /* an older life of a node that restarted */
 };
@@ -69,6 +71,7 @@ struct slots_ledger { /* a key this node owns */
     struct slots_ledger *next, *prev;
     int64_t limit, ttl_ns;
     int64_t hold_until; /* no free slots lent before */
+    int64_t moved_at;   /* the last time another node may have owned it (0: never) */
     int64_t created;
     struct slots_peer *peers;
     size_t npeers, cap_peers;
@@ -96,6 +99,17 @@ struct slots {
     char (*live)[64];
     uint64_t *live_hash;
     size_t nlive, cap_live, total;
+    int viewed; /* a view was set */
+    uint64_t self_hash;
+    /* past views, newest last: a ring of SLOTS_VIEWS (hashes of the live
+     * members and when the view ended) */
+    struct {
+        uint64_t *hash;
+        size_t n;
+        int64_t ended;
+    } past[SLOTS_VIEWS];
+    size_t npast, past_head;
+    int64_t past_lost; /* when the newest view dropped from the ring ended (0: none) */
     struct slots_stats st;
 };
 
@@ -122,6 +136,7 @@ int slots_create(const struct slots_config *cfg, int64_t now, struct slots **out
         return -SLUICE_ENOMEM;
     }
     strcpy(s->name, cfg->node_name);
+    s->self_hash = hrw_hash(s->name, strlen(s->name));
     s->life = cfg->life;
     s->fresh_ns = cfg->fresh_ns > 0 ? cfg->fresh_ns : SLOTS_DEFAULT_FRESH_NS;
     s->started = now;
@@ -166,35 +181,122 @@ void slots_destroy(struct slots *s)
     }
     table_destroy(s->needs);
     table_destroy(s->ledgers);
+    for (size_t i = 0; i < SLOTS_VIEWS; i++)
+        free(s->past[i].hash);
     free(s->live);
     free(s->live_hash);
     free(s);
 }
 
+static int slots__cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Keeps the view that ends now (its members' hashes, sorted) in the ring
+ * of past views.  A view that cannot be kept (no memory) counts as lost,
+ * as does the oldest one when the ring is full. */
+static void slots__past_push(struct slots *s, int64_t now)
+{
+    size_t i = (s->past_head + s->npast) % SLOTS_VIEWS;
+    if (s->npast == SLOTS_VIEWS) {
+        i = s->past_head;
+        s->past_lost = s->past[i].ended;
+        s->past_head = (s->past_head + 1) % SLOTS_VIEWS;
+        s->npast--;
+    }
+    uint64_t *h = realloc(s->past[i].hash, (s->nlive ? s->nlive : 1) * sizeof(*h));
+    if (h == NULL) {
+        s->past_lost = now;
+        return;
+    }
+    memcpy(h, s->live_hash, s->nlive * sizeof(*h));
+    qsort(h, s->nlive, sizeof(*h), slots__cmp_u64);
+    s->past[i].hash = h;
+    s->past[i].n = s->nlive;
+    s->past[i].ended = now;
+    s->npast++;
+}
+
+/*
+ * The last time another node may have owned key: the end of the newest
+ * past view in which this node was not its owner (a view without it, or
+ * one where another member won it), or of a view lost from the ring; 0
+ * when every remembered view gave it to this node.  Such an owner may have
+ * lent slots whose holders this node has not heard from yet.
+ */
+static int64_t slots__moved_at(const struct slots *s, const char *key, size_t klen)
+{
+    uint64_t kh = hrw_hash(key, klen);
+    int64_t at = s->past_lost;
+    for (size_t k = 0; k < s->npast; k++) {
+        size_t i = (s->past_head + k) % SLOTS_VIEWS;
+        int mine = 0;
+        if (s->past[i].n > 0)
+            mine = s->past[i].hash[hrw_pick(kh, s->past[i].hash, s->past[i].n)] == s->self_hash;
+        if (!mine && s->past[i].ended > at)
+            at = s->past[i].ended;
+    }
+    return at;
+}
+
+struct slots__member {
+    uint64_t hash;
+    const char *name;
+    size_t len;
+};
+
+static int slots__cmp_member(const void *a, const void *b)
+{
+    return slots__cmp_u64(&((const struct slots__member *)a)->hash,
+                          &((const struct slots__member *)b)->hash);
+}
+
 int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_t total,
                    int64_t now)
 {
-    (void)now;
-    if (nlive > s->cap_live) {
-        char(*nl)[64] = realloc(s->live, nlive * sizeof(*nl));
-        if (nl == NULL)
-            return -SLUICE_ENOMEM;
-        s->live = nl;
-        uint64_t *nh = realloc(s->live_hash, nlive * sizeof(*nh));
-        if (nh == NULL)
-            return -SLUICE_ENOMEM;
-        s->live_hash = nh;
-        s->cap_live = nlive;
-    }
-    s->nlive = 0;
+    struct slots__member *m = malloc((nlive ? nlive : 1) * sizeof(*m));
+    size_t nm = 0, same;
+    if (m == NULL)
+        return -SLUICE_ENOMEM;
     for (size_t i = 0; i < nlive; i++) {
         size_t n = strlen(live[i]);
         if (n >= 64)
             continue;
-        memcpy(s->live[s->nlive], live[i], n + 1);
-        s->live_hash[s->nlive] = hrw_hash(live[i], n);
-        s->nlive++;
+        m[nm].hash = hrw_hash(live[i], n);
+        m[nm].name = live[i];
+        m[nm].len = n;
+        nm++;
     }
+    /* In hash order: a view is then the same set iff the same sequence. */
+    qsort(m, nm, sizeof(*m), slots__cmp_member);
+    same = nm == s->nlive;
+    for (size_t i = 0; same && i < nm; i++)
+        same = m[i].hash == s->live_hash[i];
+    /* A membership change: remember the view that ends (an owner is chosen
+     * by the members' hashes alone, so they are the view). */
+    if (s->viewed && !same)
+        slots__past_push(s, now);
+    s->viewed = 1;
+    if (nm > s->cap_live) {
+        char(*nl)[64] = realloc(s->live, nm * sizeof(*nl));
+        uint64_t *nh = nl != NULL ? realloc(s->live_hash, nm * sizeof(*nh)) : NULL;
+        if (nl != NULL)
+            s->live = nl;
+        if (nh == NULL) {
+            free(m);
+            return -SLUICE_ENOMEM;
+        }
+        s->live_hash = nh;
+        s->cap_live = nm;
+    }
+    for (size_t i = 0; i < nm; i++) {
+        memcpy(s->live[i], m[i].name, m[i].len + 1);
+        s->live_hash[i] = m[i].hash;
+    }
+    s->nlive = nm;
+    free(m);
     s->total = total > s->nlive ? total : s->nlive;
     return 0;
 }
@@ -476,6 +578,7 @@ static struct slots_ledger *slots__ledger(struct slots *s, const char *key, size
     memcpy(l->key, key, klen);
     l->klen = klen;
     l->created = now;
+    l->moved_at = slots__moved_at(s, key, klen);
     if (slots__put(s->ledgers, key, klen, l) < 0) {
         free(l);
         return NULL;
@@ -534,7 +637,11 @@ int64_t slots_cap(struct slots *s, const char *key, size_t klen, int64_t limit, 
         n->asked = held + qty;
     if (held + qty > n->cap || now >= n->fresh_until)
         n->need = 1;
-    return now < n->fresh_until ? n->cap : held;
+    if (now < n->fresh_until)
+        return n->cap;
+    if (held + qty <= n->cap)
+        s->st.stale++; /* it has the slots, but may not use them now */
+    return held;
 }
 
 void slots_note_held(struct slots *s, const char *key, size_t klen, int64_t held, int64_t now)
@@ -562,6 +669,8 @@ int slots_uses(struct slots *s, const char *key, size_t klen)
 int slots_may_renew(struct slots *s, const char *key, size_t klen, int64_t now)
 {
     struct slots_need *n = slots__need(s, key, klen, 0);
+    if (n != NULL && now >= n->fresh_until)
+        s->st.stale++;
     return n != NULL && now < n->fresh_until;
 }
 
@@ -698,33 +807,49 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
         p->bound = slots__bound(p);
         used += p->bound;
         if (!p->ghost) {
-            demand += p->want;
+            int64_t w = p->want < n ? p->want : n;
+            demand = demand > INT64_MAX - w ? INT64_MAX : demand + w;
             if (p->want > 0 || p->held > 0)
                 active++;
         }
     }
-    /* Targets: water-fill n by want; spare evenly over active peers. */
-    int64_t fair = n;
-    if (demand > n) {
-        /* the level f with sum(min(want, f)) = n, by bisection on f */
-        int64_t lo = 0, hi = n;
-        while (lo < hi) {
-            int64_t mid = lo + (hi - lo + 1) / 2, sum = 0;
-            for (size_t i = 0; i < l->npeers; i++)
-                if (!l->peers[i].ghost)
-                    sum += l->peers[i].want < mid ? l->peers[i].want : mid;
-            if (sum <= n)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        fair = lo;
-    }
+    /* Targets.  Demand within n: each peer its want, the spare evenly over
+     * the active peers (below).  Demand above n: n shared in proportion to
+     * want (held + waiting), so a waiting request has about the same
+     * chance on every node, whichever node the load balancer sent it to;
+     * the rounding remainder goes to the largest fractions. */
     int64_t given = 0;
     for (size_t i = 0; i < l->npeers; i++) {
         struct slots_peer *p = &l->peers[i];
-        p->target = p->ghost ? 0 : p->want < fair ? p->want : fair;
+        int64_t w = p->ghost ? 0 : p->want < n ? p->want : n;
+        p->target = w;
+        p->frac = 0;
+        if (demand > n && w > 0) {
+            /* n * w / demand exactly while n * w fits in 63 bits */
+            if (n <= 3037000499 && demand < INT64_MAX) {
+                p->target = n * w / demand;
+                p->frac = (double)(n * w % demand) / (double)demand;
+            } else {
+                double t = (double)n * ((double)w / (double)demand);
+                p->target = (int64_t)t;
+                p->frac = t - (double)p->target;
+            }
+        }
         given += p->target;
+    }
+    while (demand > n && given < n) {
+        struct slots_peer *best = NULL;
+        for (size_t i = 0; i < l->npeers; i++) {
+            struct slots_peer *p = &l->peers[i];
+            if (!p->ghost && p->target < p->want && p->frac >= 0 &&
+                (best == NULL || p->frac > best->frac))
+                best = p;
+        }
+        if (best == NULL)
+            break;
+        best->target++;
+        best->frac = -1; /* one each */
+        given++;
     }
     int64_t spare = n - given;
     for (size_t i = 0; i < l->npeers && spare > 0; i++) {
@@ -745,17 +870,19 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
         struct slots_peer *p = &l->peers[i];
         if (p->ghost)
             continue;
-        int64_t g = p->target;
+        int64_t g = p->target, lent = 0;
         if (g > p->bound) {
             int64_t more = lend && free_slots > 0 ? g - p->bound : 0;
             if (more > free_slots)
                 more = free_slots;
-            g = p->bound + (more > 0 ? more : 0);
-            free_slots -= more > 0 ? more : 0;
+            lent = more > 0 ? more : 0;
+            g = p->bound + lent;
+            free_slots -= lent;
             if (g < p->cap)
                 g = p->cap;
         }
         if (g != p->grant && p->npend < SLOTS_PEND) {
+            s->st.lent += (uint64_t)lent;
             p->grant = g;
             p->gseq++;
             p->pend[p->npend].seq = p->gseq;
@@ -823,7 +950,23 @@ static void slots__owner_report(struct slots *s, const char *from, uint64_t from
         if (h > l->hold_until)
             l->hold_until = h;
     }
+    /* Another node owned the key lately (in a view this node saw end):
+     * it may have lent slots to nodes that have not reported here yet,
+     * even if every reporter so far says it was never served, or served
+     * by this very life in an earlier spell of ownership. */
+    if (l->moved_at > 0) {
+        int64_t h = l->moved_at + slots__margin(s->fresh_ns + l->ttl_ns);
+        if (h > l->hold_until)
+            l->hold_until = h;
+    }
+    /* A node this ledger has not granted to yet may have applied grants of
+     * an earlier ledger of this life: number the new ones above them, or
+     * it would take them for old ones. */
+    if (p->gseq == 0 && p->npend == 0 && r->gseq > 0 && r->served_by == s->life)
+        p->gseq = r->gseq;
     p->rseq = r->rseq;
+    if ((int64_t)r->cap < p->cap)
+        s->st.returned += (uint64_t)(p->cap - (int64_t)r->cap);
     p->cap = (int64_t)r->cap;
     p->held = (int64_t)r->held;
     p->want = (int64_t)r->want;
@@ -936,3 +1079,34 @@ void slots_get_stats(const struct slots *s, struct slots_stats *out)
 {
     *out = s->st;
 }
+
+#define SLOTS_ROW(field, info, metric, kind, help)                                                 \
+    COUNTER_ROW(struct slots_stats, field, info, metric, kind, help)
+static const struct counter_row slots__rows[] = {
+    SLOTS_ROW(keys, "global_lease_keys", "global_lease_keys", COUNTER_GAUGE,
+              "Global concurrency keys this node uses."),
+    SLOTS_ROW(owned, "global_lease_owned_keys", "global_lease_owned_keys", COUNTER_GAUGE,
+              "Global concurrency keys whose slots this node lends as their owner."),
+    SLOTS_ROW(slots, "slots_held", "slots_held", COUNTER_GAUGE,
+              "Slots of global concurrency keys this node holds (may hand out) now."),
+    SLOTS_ROW(lent, "slots_lent", "slots_lent_total", COUNTER_TOTAL,
+              "Slots this node lent to nodes as the owner of their keys."),
+    SLOTS_ROW(returned, "slots_returned", "slots_returned_total", COUNTER_TOTAL,
+              "Slots nodes gave back to this node as the owner of their keys."),
+    SLOTS_ROW(reclaimed, "slots_expired_by_silence", "slots_expired_by_silence_total",
+              COUNTER_TOTAL,
+              "Slots of silent nodes counted free again after their last report, "
+              "freshness and TTL."),
+    SLOTS_ROW(stale, "global_lease_stale_refusals", "global_lease_stale_refusals_total",
+              COUNTER_TOTAL,
+              "Global lease grants and renewals refused because this node's slots were "
+              "not fresh (no answer from the key's owner with a majority lately)."),
+    SLOTS_ROW(reports_sent, "slots_reports_sent", "slots_reports_sent_total", COUNTER_TOTAL,
+              "Slot reports sent to owners."),
+    SLOTS_ROW(grants_sent, "slots_grants_sent", "slots_grants_sent_total", COUNTER_TOTAL,
+              "Slot grants sent as an owner."),
+    SLOTS_ROW(bad_packets, "slots_bad_packets", "slots_bad_packets_total", COUNTER_TOTAL,
+              "Slot messages dropped as malformed or foreign."),
+};
+#undef SLOTS_ROW
+const struct counter_table slots_counters = COUNTER_TABLE(slots__rows);

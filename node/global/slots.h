@@ -32,8 +32,13 @@
  *   changed or restarted) lends nothing beyond what nodes report holding
  *   for fresh_ns + TTL when a reporter was served by another owner life,
  *   or this node restarted (a past life of its own may have lent slots):
- *   their holders may still be out there.  A key new to the cluster is
- *   served at once.
+ *   their holders may still be out there.  Nor, for fresh_ns + TTL after
+ *   a view ended in which another member owned the key (the owner keeps
+ *   the last SLOTS_VIEWS views it saw end; a view that fell out of them
+ *   counts as such): that owner may have lent to nodes that have not
+ *   reported yet, so the first reporters (never served, or served by this
+ *   very life in an earlier spell of ownership) are not all the holders.
+ *   A key new to the cluster is served at once.
  * - Majority.  An owner answers "fresh" and lends free slots only while
  *   more than half of the members it knows (alive, suspect, dead but not
  *   yet forgotten) are alive.  A minority side of a partition therefore
@@ -78,6 +83,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "counter.h"
+
 #define SLOTS_F_FRESH 0x01u
 /* Ticks between the reports of a node that has the slots it needs. */
 #define SLOTS_REPORT_EVERY 5
@@ -111,7 +118,10 @@ struct slots_stats {
     uint64_t owned; /* keys whose ledger this node keeps */
     uint64_t slots; /* slots this node holds now (sum of caps) */
     uint64_t reports_sent, grants_sent, received, bad_packets;
-    uint64_t reclaimed; /* slots of silent nodes counted free again */
+    uint64_t reclaimed; /* slots of silent nodes counted free again (as owner) */
+    uint64_t lent;      /* slots lent out of the free ones (as owner) */
+    uint64_t returned;  /* slots nodes gave back, by reporting a lower cap (as owner) */
+    uint64_t stale;     /* grants and renewals refused because this node was not fresh */
 };
 
 int slots_create(const struct slots_config *cfg, int64_t now, struct slots **out);
@@ -159,5 +169,7 @@ int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t 
 void slots_tick(struct slots *s, int64_t now);
 
 void slots_get_stats(const struct slots *s, struct slots_stats *out);
+/* struct slots_stats' rows for INFO's "# Leases" and /metrics. */
+extern const struct counter_table slots_counters;
 
 #endif

@@ -2,15 +2,28 @@
  * concurrency: counting semaphores with leases (contract in concurrency.h).
  *
  * Structure: a key table maps each key with live leases to a struct
- * conc_key (held units, its leases in a list); an id table maps each live
- * lease id to its struct conc_lease; one binary min-heap orders every live
- * lease by expiry, so the next expiry is the heap's top and conc_expire
- * pops leases in order.  An owner is a list of its leases.
+ * conc_key (held units, its leases in a list); one binary min-heap orders
+ * every live lease by expiry, so the next expiry is the heap's top and
+ * conc_expire pops leases in order.  An owner is a list of its leases.
  *
- * Ending a lease (conc__end) takes it out of the heap, the id table, its
- * key and its owner, and forgets the key when that was its last lease; the
- * caller's freed hook runs only after that, with the key's bytes still
- * valid (a forgotten key is freed after the hook).
+ * Leases live in a pool of fixed-size chunks (allocated as the pool grows,
+ * never moved, so a lease's address is stable), with a free list of ended
+ * slots: a grant allocates nothing once the pool has warmed up.  A lease id
+ * names its slot, so finding a lease by id is an index, not a search:
+ *
+ *   id (below 2^53) = counter << slot_bits | slot
+ *
+ * where slot_bits is the fewest bits that count max_leases slots and the
+ * counter (53 - slot_bits bits, seeded by id_base, never 0) grows by one per
+ * grant.  A lookup takes the slot from the id and checks that the slot holds
+ * that very id (an ended slot holds 0, a reused one a newer counter), so an
+ * id of a lease that ended is never taken for the slot's next lease until
+ * the counter wraps (2^33 grants with the default max_leases).
+ *
+ * Ending a lease (conc__end) takes it out of the heap, its key and its
+ * owner, puts its slot back on the free list, and forgets the key when that
+ * was its last lease; the caller's freed hook runs only after that, with
+ * the key's bytes still valid (a forgotten key is freed after the hook).
  */
 #include "concurrency.h"
 
@@ -19,6 +32,13 @@
 
 #include "sluice/error.h"
 #include "table.h"
+
+/* Leases per pool chunk. */
+#define CONC_CHUNK_BITS 10u
+#define CONC_CHUNK      ((size_t)1 << CONC_CHUNK_BITS)
+/* Ids stay below 2^53: a JavaScript client reads an integer reply as a
+ * double, exact only up to 2^53. */
+#define CONC_ID_BITS 53u
 
 struct conc_lease;
 
@@ -31,15 +51,16 @@ struct conc_key {
 };
 
 struct conc_lease {
-    uint64_t id;
+    uint64_t id; /* 0: a free slot */
     int64_t qty;
     int64_t expires;
     int64_t ttl; /* as granted (a renew without a TTL reuses it) */
     size_t heap_i;
     struct conc_key *k;
-    struct conc_lease *kprev, *knext;
-    struct conc_owner *owner; /* NULL: none */
+    struct conc_lease *kprev, *knext; /* knext links the free list too */
+    struct conc_owner *owner;         /* NULL: none */
     struct conc_lease *oprev, *onext;
+    uint32_t slot; /* its index in the pool */
 };
 
 struct conc_owner {
@@ -49,28 +70,42 @@ struct conc_owner {
 
 struct conc {
     struct table *keys; /* key -> struct conc_key * */
-    struct table *ids;  /* 8-byte id -> struct conc_lease * */
     struct conc_lease **heap;
     size_t nheap, heapcap;
     size_t max_leases;
-    uint64_t next_id;
+    struct conc_lease **chunks; /* ceil(max_leases / CONC_CHUNK) pointers */
+    size_t nchunks;             /* chunks allocated */
+    size_t nslots;              /* slots handed out at least once */
+    struct conc_lease *free;    /* ended slots */
+    unsigned slot_bits;
+    uint64_t ctr, ctr_mask;
     struct conc_stats st;
 };
 
 int conc_create(const struct conc_config *cfg, struct conc **out)
 {
     struct table_config tc;
-    struct conc *c = calloc(1, sizeof(*c));
+    struct conc *c;
+    size_t max = cfg && cfg->max_leases ? cfg->max_leases : CONC_DEFAULT_MAX_LEASES;
+    unsigned bits = 1;
+    if (max > ((size_t)1 << 32))
+        return -SLUICE_EINVAL;
+    while (bits < 32 && ((size_t)1 << bits) < max)
+        bits++;
+    c = calloc(1, sizeof(*c));
     if (c == NULL)
         return -SLUICE_ENOMEM;
+    c->chunks = calloc((max + CONC_CHUNK - 1) / CONC_CHUNK, sizeof(*c->chunks));
     memset(&tc, 0, sizeof(tc));
-    if (table_create(&c->keys, &tc) < 0 || table_create(&c->ids, &tc) < 0) {
-        table_destroy(c->keys);
+    if (c->chunks == NULL || table_create(&c->keys, &tc) < 0) {
+        free(c->chunks);
         free(c);
         return -SLUICE_ENOMEM;
     }
-    c->max_leases = cfg && cfg->max_leases ? cfg->max_leases : CONC_DEFAULT_MAX_LEASES;
-    c->next_id = cfg ? cfg->id_base : 0;
+    c->max_leases = max;
+    c->slot_bits = bits;
+    c->ctr_mask = ((uint64_t)1 << (CONC_ID_BITS - bits)) - 1;
+    c->ctr = (cfg ? cfg->id_base : 0) & c->ctr_mask;
     *out = c;
     return 0;
 }
@@ -90,12 +125,53 @@ void conc_destroy(struct conc *c)
             l->owner->leases = NULL;
             l->owner->n = 0;
         }
-        free(l);
     }
+    for (size_t i = 0; i < c->nchunks; i++)
+        free(c->chunks[i]);
+    free(c->chunks);
     free(c->heap);
     table_destroy(c->keys);
-    table_destroy(c->ids);
     free(c);
+}
+
+/* ---- the pool ---- */
+
+static struct conc_lease *conc__slot(const struct conc *c, uint64_t slot)
+{
+    return &c->chunks[slot >> CONC_CHUNK_BITS][slot & (CONC_CHUNK - 1)];
+}
+
+/* A slot for a new lease, NULL when max_leases are live (-SLUICE_EFULL)
+ * or a chunk cannot be allocated (*rc = -SLUICE_ENOMEM). */
+static struct conc_lease *conc__slot_get(struct conc *c, int *rc)
+{
+    struct conc_lease *l = c->free;
+    if (l != NULL) {
+        c->free = l->knext;
+        return l;
+    }
+    if (c->nslots >= c->max_leases) {
+        *rc = -SLUICE_EFULL;
+        return NULL;
+    }
+    if (c->nslots == c->nchunks * CONC_CHUNK) {
+        struct conc_lease *ch = calloc(CONC_CHUNK, sizeof(*ch));
+        if (ch == NULL) {
+            *rc = -SLUICE_ENOMEM;
+            return NULL;
+        }
+        c->chunks[c->nchunks++] = ch;
+    }
+    l = conc__slot(c, c->nslots);
+    l->slot = (uint32_t)c->nslots++;
+    return l;
+}
+
+static void conc__slot_put(struct conc *c, struct conc_lease *l)
+{
+    l->id = 0;
+    l->knext = c->free;
+    c->free = l;
 }
 
 /* ---- the expiry heap ---- */
@@ -160,30 +236,31 @@ static struct conc_key *conc__find(struct conc *c, const char *key, size_t klen)
 
 static struct conc_lease *conc__lease(struct conc *c, const char *key, size_t klen, uint64_t id)
 {
-    struct table_entry *e = table_find(c->ids, (const char *)&id, sizeof(id));
-    struct conc_lease *l = NULL;
-    if (e == NULL)
+    uint64_t slot = id & (((uint64_t)1 << c->slot_bits) - 1);
+    struct conc_lease *l;
+    if (id == 0 || slot >= c->nslots)
         return NULL;
-    memcpy(&l, table_entry_value(e), sizeof(l));
-    if (l->k->klen != klen || (klen > 0 && memcmp(l->k->key, key, klen) != 0))
+    l = conc__slot(c, slot);
+    if (l->id != id || l->k->klen != klen || (klen > 0 && memcmp(l->k->key, key, klen) != 0))
         return NULL;
     return l;
 }
 
 /* Takes l out of everything; returns its key when that was the key's last
- * lease (the caller frees it after the freed hook), else NULL.  l is freed. */
+ * lease (the caller frees it after the freed hook), else NULL.  l's slot is
+ * free again. */
 static struct conc_key *conc__end(struct conc *c, struct conc_lease *l)
 {
     struct conc_key *k = l->k;
     struct table_entry *e;
     conc__heap_remove(c, l);
-    e = table_find(c->ids, (const char *)&l->id, sizeof(l->id));
-    if (e != NULL)
-        table_delete(c->ids, e);
+    /* A key is freed only with its last lease (nleases reaches 0), so a
+     * live lease's key is live; the analyzer cannot follow the count
+     * across the owner's list (conc_owner_release). */
     if (l->kprev != NULL)
         l->kprev->knext = l->knext;
     else
-        k->leases = l->knext;
+        k->leases = l->knext; // NOLINT(clang-analyzer-unix.Malloc)
     if (l->knext != NULL)
         l->knext->kprev = l->kprev;
     if (l->owner != NULL) {
@@ -200,7 +277,7 @@ static struct conc_key *conc__end(struct conc *c, struct conc_lease *l)
     k->nleases--;
     c->st.leases--;
     c->st.held -= (uint64_t)l->qty;
-    free(l);
+    conc__slot_put(c, l);
     if (k->nleases > 0)
         return NULL;
     e = table_find(c->keys, k->key, k->klen);
@@ -216,7 +293,7 @@ static void conc__end_notify(struct conc *c, struct conc_lease *l, conc_freed_fn
     struct conc_key *k = l->k;
     struct conc_key *gone = conc__end(c, l);
     if (freed != NULL)
-        freed(ud, k->key, k->klen);
+        freed(ud, k->key, k->klen); // NOLINT(clang-analyzer-unix.Malloc): see conc__end
     free(gone);
 }
 
@@ -254,67 +331,58 @@ int conc_acquire(struct conc *c, const char *key, size_t klen, int64_t cap, int6
         }
         return 0;
     }
-    if (c->st.leases >= c->max_leases)
-        return -SLUICE_EFULL;
-    l = calloc(1, sizeof(*l));
-    if (l == NULL)
-        return -SLUICE_ENOMEM;
     if (c->nheap == c->heapcap) {
         size_t cap2 = c->heapcap ? 2 * c->heapcap : 64;
         struct conc_lease **h = realloc(c->heap, cap2 * sizeof(*h));
-        if (h == NULL) {
-            free(l);
+        if (h == NULL)
             return -SLUICE_ENOMEM;
-        }
         c->heap = h;
         c->heapcap = cap2;
     }
+    rc = 0;
+    l = conc__slot_get(c, &rc);
+    if (l == NULL)
+        return rc;
     if (k == NULL) {
-        k = calloc(1, sizeof(*k) + klen);
+        k = malloc(sizeof(*k) + klen);
         if (k == NULL) {
-            free(l);
+            conc__slot_put(c, l);
             return -SLUICE_ENOMEM;
         }
         rc = table_insert(c->keys, key, klen, sizeof(k), 0, now, &e);
         if (rc < 0) {
             free(k);
-            free(l);
+            conc__slot_put(c, l);
             return rc;
         }
         memcpy(table_entry_value(e), &k, sizeof(k));
+        k->held = 0;
+        k->nleases = 0;
+        k->leases = NULL;
         k->klen = klen;
         if (klen > 0)
             memcpy(k->key, key, klen);
         c->st.keys++;
     }
-    l->id = ++c->next_id;
-    if (l->id == 0)
-        l->id = ++c->next_id; /* 0 is never an id */
-    rc = table_insert(c->ids, (const char *)&l->id, sizeof(l->id), sizeof(l), 0, now, &e);
-    if (rc < 0) {
-        if (k->nleases == 0) {
-            e = table_find(c->keys, key, klen);
-            if (e != NULL)
-                table_delete(c->keys, e);
-            c->st.keys--;
-            free(k);
-        }
-        free(l);
-        return rc;
-    }
-    memcpy(table_entry_value(e), &l, sizeof(l));
+    c->ctr = (c->ctr + 1) & c->ctr_mask;
+    if (c->ctr == 0)
+        c->ctr = 1; /* 0 is never an id */
+    l->id = c->ctr << c->slot_bits | l->slot;
     l->qty = qty;
     l->expires = now + ttl_ns;
     l->ttl = ttl_ns;
     l->k = k;
+    l->kprev = NULL;
     l->knext = k->leases;
     if (k->leases != NULL)
         k->leases->kprev = l;
     k->leases = l;
     k->nleases++;
     k->held += qty;
+    l->owner = o;
+    l->oprev = NULL;
+    l->onext = NULL;
     if (o != NULL) {
-        l->owner = o;
         l->onext = o->leases;
         if (o->leases != NULL)
             o->leases->oprev = l;
@@ -415,7 +483,7 @@ size_t conc_owner_release(struct conc *c, struct conc_owner *o, conc_freed_fn fr
         return 0;
     /* A grant made from inside freed never goes to o (its connection is
      * closing), so the list only shrinks. */
-    /* conc__end unlinks the ended lease from o before freeing it. */
+    /* conc__end unlinks the ended lease from o before its slot is free. */
     // NOLINTNEXTLINE(clang-analyzer-unix.Malloc)
     while (o->leases != NULL) {
         c->st.disconnects++;

@@ -19,12 +19,16 @@
  * is first come, first served at the moment of the call.
  *
  * Memory: a key with live leases is one table entry plus a small struct;
- * a lease is one allocation plus an entry in the id table and a slot in the
- * expiry heap.  A key with no lease left is forgotten at once.  Leases in
- * all are bounded (max_leases); past it a grant fails with -SLUICE_EFULL.
+ * a lease is a slot of a pool (about 100 bytes, allocated 1024 at a time
+ * and kept for reuse: the pool holds as many slots as were ever live at
+ * once) and a pointer in the expiry heap.  A key with no lease left is
+ * forgotten at once.  Leases in all are bounded (max_leases); past it a
+ * grant fails with -SLUICE_EFULL.
  *
- * Complexity: grant, release, renew O(log L) (the expiry heap; L = live
- * leases); conc_expire O(k log L) for k leases expired.
+ * Complexity: grant, renew O(log L) (the expiry heap; L = live leases),
+ * usually O(1) (a new lease expires last); a lease is found by its id
+ * without a search (the id names its slot); release O(log L);
+ * conc_expire O(k log L) for k leases expired.
  *
  * Not thread-safe: one thread owns a conc.
  */
@@ -43,9 +47,12 @@ struct conc;
 struct conc_owner;
 
 struct conc_config {
-    size_t max_leases; /* 0 = CONC_DEFAULT_MAX_LEASES */
-    /* The first lease id is id_base + 1 (a daemon passes a random base, so
-     * a restarted process does not hand out the ids of its past life). */
+    size_t max_leases; /* 0 = CONC_DEFAULT_MAX_LEASES; at most 2^32 */
+    /* Seeds the ids: their counter starts at id_base modulo 2^(53 - b), b
+     * the bits that count max_leases (20 by default), so a daemon passing
+     * a random base does not hand out the ids of its past life.  Ids are
+     * below 2^53 (exact in a double); with id_base below 2^(53 - b) the
+     * first ones are greater than id_base. */
     uint64_t id_base;
 };
 
@@ -78,7 +85,8 @@ struct conc_stats {
  * the caller may grant (a waiter) from inside it. */
 typedef void (*conc_freed_fn)(void *ud, const char *key, size_t klen);
 
-/* Creates an empty set.  cfg may be NULL (defaults).  -SLUICE_ENOMEM. */
+/* Creates an empty set.  cfg may be NULL (defaults).  -SLUICE_ENOMEM,
+ * -SLUICE_EINVAL (max_leases above 2^32). */
 int conc_create(const struct conc_config *cfg, struct conc **out);
 /* Frees every key and lease; owners stay their holders' (each is freed by
  * conc_owner_release, which then finds it empty).  NULL is a no-op. */

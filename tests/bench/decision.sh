@@ -4,7 +4,8 @@
 #     identical setup cancels out, for a local key and for a global key (a
 #     lone clustered node), both through the decision entry as CL.THROTTLE
 #     calls it (global/decide.h), and their ratio;
-#   - ns per decision from a timed loop of 20N decisions (no valgrind).
+#   - ns per decision from a timed loop of 20N decisions (no valgrind), and
+#     per lease and release.
 # Targets: <= 100 ns per decision; a global decision <= 2x a local one; a
 # concurrency lease (SL.LEASE's decision plus its release) <= 2x a local one.
 #   tests/bench/decision.sh [BUILD_DIR] [N]     (defaults: build, 200000)
@@ -36,3 +37,5 @@ fi
 "$tool" decide $((20 * n)) | grep ns_per_decision
 "$tool" global-decide $((20 * n)) | sed 's/ns_per_decision/ns_per_global_decision/' |
     grep ns_per_global_decision
+"$tool" lease $((20 * n)) | sed 's/ns_per_decision/ns_per_lease_and_release/' |
+    grep ns_per_lease_and_release

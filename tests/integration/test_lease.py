@@ -220,6 +220,38 @@ class TestLease(unittest.TestCase):
                 urllib.request.urlopen(req, timeout=10)
             self.assertEqual(cm.exception.code, 404)
             self.assertEqual(r.execute_command("SL.RELEASE", "export:h", lid2), 1)
+            # a request that cannot wait, behind one that waits, is refused at
+            # once (the waiter came first), over HTTP (no connection to
+            # answer later) and over RESP without TIMEOUT; the waiter is
+            # then served by the release
+            held = lease(r, "export:q", 1, "DETACH")
+            waiter = client(d)
+            got = []
+            t = threading.Thread(target=lambda: got.append(
+                lease(waiter, "export:q", 1, "TIMEOUT", "20000", "DETACH")))
+            t.start()
+            wait_until(lambda: info(r)["leases_waiting"] == 1, what="the waiter to queue")
+            r.execute_command("SL.RELEASE", "export:q", held[4])
+            t.join()
+            self.assertEqual(got[0][0], 0, got)
+            held = got[0]
+            t = threading.Thread(target=lambda: got.append(
+                lease(waiter, "export:q", 1, "TIMEOUT", "20000", "DETACH")))
+            t.start()
+            wait_until(lambda: info(r)["leases_waiting"] == 1, what="the waiter to queue")
+            req = urllib.request.Request(base + "/v1/lease?key=export:q&limit=1",
+                                         method="POST")
+            with self.assertRaises(urllib.error.HTTPError) as cm:
+                urllib.request.urlopen(req, timeout=10)
+            self.assertEqual(cm.exception.code, 429)
+            rep = lease(r, "export:q", 1)
+            self.assertEqual(rep[0], 1, rep)
+            self.assertGreaterEqual(rep[3], 1)   # retry_after_ms: the held lease's TTL
+            self.assertEqual(info(r)["leases_waiting"], 1)
+            r.execute_command("SL.RELEASE", "export:q", held[4])
+            t.join()
+            self.assertEqual(got[1][0], 0, got)
+            self.assertEqual(r.execute_command("SL.RELEASE", "export:q", got[1][4]), 1)
             with urllib.request.urlopen(base + "/metrics", timeout=10) as resp:
                 text = resp.read().decode()
             for name in ("sluice_leases_held", "sluice_leases_waiting",

@@ -105,6 +105,14 @@ class TestLeaseCluster(unittest.TestCase):
         self.assertEqual(granted, LIMIT, "the cluster should hand out every slot")
         self.assertGreaterEqual(sum(1 for c in per_node if c > 0), 2)
 
+        # the slot counters: leases granted from lent slots, lent by the owner
+        infos = [self.client(i).info("leases") for i in range(N)]
+        self.assertEqual(sum(inf["leases_global_granted"] for inf in infos), LIMIT)
+        self.assertEqual(sum(inf["slots_held"] for inf in infos), LIMIT)
+        owners = [i for i in range(N) if infos[i]["global_lease_owned_keys"] == 1]
+        self.assertEqual(len(owners), 1, infos)
+        self.assertGreaterEqual(infos[owners[0]]["slots_lent"], LIMIT)
+
         # 2. kill -9 a node that holds slots; the others release theirs
         victim = max(range(N), key=lambda i: len(held[i]))
         k = len(held[victim])
@@ -139,8 +147,8 @@ class TestLeaseCluster(unittest.TestCase):
                     got[i].append((rep[4], time.monotonic()))
                 self.assertLessEqual(live(), LIMIT)
         total = live()
-        print("after kill -9 of node%d (%d slots): survivors hold %d of %d after %.1f s" %
-              (victim, k, total, LIMIT, time.monotonic() - last))
+        print("after kill -9 of node%d (%d slots; node%d owns the key): survivors hold %d of %d "
+              "after %.1f s" % (victim, k, owners[0], total, LIMIT, time.monotonic() - last))
         self.assertEqual(total, LIMIT, "the killed node's slots must come back")
         # kept alive by renewals, the next one is refused
         now = time.monotonic()
@@ -149,6 +157,14 @@ class TestLeaseCluster(unittest.TestCase):
                 if now - t < TTL_S - 0.1:
                     self.assertGreater(self.client(i).execute_command("SL.RENEW", key, lid), 0)
         self.assertEqual(self.lease(survivors[0], key, 300)[0], 1)
+        # the owner counted slots given back (a node returns spare slots
+        # when the owner lowers its grant to move them where requests
+        # wait) and, when it survived, the killed node's expired by silence
+        infos = {i: self.client(i).info("leases") for i in survivors}
+        self.assertGreater(sum(inf["leases_global_refused"] for inf in infos.values()), 0)
+        if owners[0] != victim:
+            self.assertGreater(infos[owners[0]]["slots_returned"], 0)
+            self.assertGreaterEqual(infos[owners[0]]["slots_expired_by_silence"], k)
 
         # 3. a local key is each node's own
         for i in survivors:

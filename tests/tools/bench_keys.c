@@ -23,9 +23,12 @@
  *                            in-process)
  *   bench_keys lease N [K]   as decide, for concurrency leases: K keys of
  *                            limit 4 each holding 2 leases, then N lease
- *                            decisions (conc_acquire), each released at
+ *                            decisions as SL.LEASE makes them (the wait
+ *                            queue's check, acquire_submit_woken, then the
+ *                            semaphore, conc_acquire), each released at
  *                            once (conc_release), so the table stays warm
  */
+#include "acquire.h"
 #include "cluster.h"
 #include "concurrency.h"
 #include "decide.h"
@@ -144,35 +147,84 @@ static int bench_decide(long n, long nkeys)
     return 0;
 }
 
+/* One lease decision's state, as commands_lease's request carries it. */
+struct bench_lease_req {
+    struct conc *c;
+    int64_t now, ttl;
+    struct conc_result res;
+};
+
+/* The decider SL.LEASE gives the wait queue: a local key's cap is its n. */
+static int bench_lease_decide(void *ud, const char *key, size_t klen, const struct algo_params *p,
+                              const struct policy *pol, int64_t qty, struct algo_result *r)
+{
+    struct bench_lease_req *q = ud;
+    int rc = conc_acquire(q->c, key, klen, 4, qty, q->ttl, NULL, q->now, &q->res);
+    (void)p;
+    (void)pol;
+    if (rc < 0)
+        return rc;
+    memset(r, 0, sizeof(*r));
+    r->limited = !q->res.granted;
+    r->limit = 4;
+    r->remaining = 4 - q->res.held;
+    r->retry_after_ns = ALGO_NEVER;
+    return 0;
+}
+
+static void bench_lease_done(void *ud, const struct algo_result *r, int64_t waited_ns)
+{
+    (void)ud;
+    (void)r;
+    (void)waited_ns;
+}
+
 static int bench_lease(long n, long nkeys)
 {
-    struct conc *c;
-    struct conc_result r;
+    static const struct algo_params unused;
+    struct bench_lease_req q = {.now = 1000000000LL, .ttl = 30000000000LL};
+    struct acquire_req req = {.p = &unused, .qty = 1};
+    struct acquire_waiter *w;
+    struct algo_result a;
+    struct limiter *lim;
+    struct acquire *acq;
+    uv_loop_t loop;
     char(*keys)[24] = calloc((size_t)nkeys, sizeof(*keys));
     size_t *lens = calloc((size_t)nkeys, sizeof(*lens));
-    int64_t now = 1000000000LL, t0, t1, ttl = 30000000000LL;
+    int64_t t0, t1, waited;
     long granted = 0;
 
-    if (keys == NULL || lens == NULL || conc_create(NULL, &c) < 0)
+    if (keys == NULL || lens == NULL || conc_create(NULL, &q.c) < 0 ||
+        limiter_create(&lim, NULL) < 0 || uv_loop_init(&loop) < 0 ||
+        acquire_create(&loop, lim, 0, &acq) < 0)
         return 1;
     for (long i = 0; i < nkeys; i++) {
         lens[i] = (size_t)snprintf(keys[i], sizeof(keys[i]), "user:%ld", i);
-        conc_acquire(c, keys[i], lens[i], 4, 1, ttl, NULL, now, &r);
-        conc_acquire(c, keys[i], lens[i], 4, 1, ttl, NULL, now, &r);
+        conc_acquire(q.c, keys[i], lens[i], 4, 1, q.ttl, NULL, q.now, &q.res);
+        conc_acquire(q.c, keys[i], lens[i], 4, 1, q.ttl, NULL, q.now, &q.res);
     }
     t0 = mono_ns();
     for (long i = 0; i < n; i++) {
         long j = i % nkeys;
-        now += 1000;
-        conc_acquire(c, keys[j], lens[j], 4, 1, ttl, NULL, now, &r);
-        granted += r.granted;
-        if (r.granted)
-            conc_release(c, keys[j], lens[j], r.id, NULL, NULL);
+        q.now += 1000;
+        req.key = keys[j];
+        req.klen = lens[j];
+        if (acquire_submit_woken(acq, &req, bench_lease_decide, &q, q.now, bench_lease_done, NULL,
+                                 &a, &waited, &w) != 1)
+            return 1;
+        granted += q.res.granted;
+        if (q.res.granted)
+            conc_release(q.c, keys[j], lens[j], q.res.id, NULL, NULL);
     }
     t1 = mono_ns();
     printf("leases %ld\nkeys %ld\ngranted %ld\nns_per_decision %.1f\n", n, nkeys, granted,
            (double)(t1 - t0) / (double)n);
-    conc_destroy(c);
+    acquire_close(acq);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    acquire_destroy(acq);
+    uv_loop_close(&loop);
+    limiter_destroy(lim);
+    conc_destroy(q.c);
     free(keys);
     free(lens);
     return 0;

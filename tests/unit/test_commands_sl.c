@@ -343,6 +343,19 @@ static void test_policies_and_reload(void **state)
     assert_non_null(
         strstr(r, "$9\r\nwarmup_ms\r\n:4000\r\n$11\r\ncold_factor\r\n:5\r\n$5\r\nscope"));
     assert_true(strncmp(run3(f, 1, "SL.POLICIES"), "*1\r\n%12\r\n", 9) == 0);
+    /* concurrency policies follow the rates: limit, TTL, scope, match */
+    write_file(f->path, "[policy w]\nalgorithm = warmup\nrate = 10 per 1s\nwarmup = 4s\n"
+                        "cold_factor = 5\n\n[policy exports]\nalgorithm = concurrency\n"
+                        "limit = 50\nttl = 90s\nscope = local\nmatch = export:\n");
+    assert_string_equal(run(f, "SL.RELOAD"), "+OK\r\n");
+    r = run(f, "SL.POLICIES");
+    assert_true(strncmp(r, "*2\r\n*24\r\n", 9) == 0);
+    assert_non_null(strstr(r, "*12\r\n$4\r\nname\r\n$7\r\nexports\r\n$9\r\nalgorithm\r\n"
+                              "$11\r\nconcurrency\r\n$5\r\nlimit\r\n:50\r\n$6\r\nttl_ms\r\n"
+                              ":90000\r\n$5\r\nscope\r\n$5\r\nlocal\r\n$5\r\nmatch\r\n"
+                              "$7\r\nexport:\r\n"));
+    r = run3(f, 1, "SL.POLICIES");
+    assert_non_null(strstr(r, "%6\r\n$4\r\nname\r\n$7\r\nexports\r\n"));
 }
 
 /* Runs line and fails, showing the reply, unless it starts with want. */

@@ -171,6 +171,55 @@ static void test_grant_from_hook(void **state)
     conc_destroy(c);
 }
 
+/* Ids name pool slots: an ended lease's id, whose slot a new lease took,
+ * finds nothing; neither do ids never handed out; ids stay below 2^53
+ * even from a base near the top; a pool grown past one chunk keeps every
+ * lease reachable. */
+static void test_ids_and_pool(void **state)
+{
+    (void)state;
+    struct conc *c;
+    struct conc_config cfg = {5000, ((uint64_t)1 << 60) - 3};
+    struct conc_result r;
+    static uint64_t ids[3000];
+    assert_int_equal(conc_create(&cfg, &c), 0);
+    for (int i = 0; i < 3000; i++) {
+        assert_int_equal(conc_acquire(c, "k", 1, 5000, 1, 10 * MS, NULL, 0, &r), 0);
+        assert_true(r.granted);
+        assert_true(r.id > 0 && r.id < ((uint64_t)1 << 53));
+        for (int j = 0; j < i; j += 97)
+            assert_true(ids[j] != r.id);
+        ids[i] = r.id;
+    }
+    assert_int_equal(conc_held(c, "k", 1), 3000);
+    /* the first lease ends; a new one takes its slot under another id */
+    assert_int_equal(conc_release(c, "k", 1, ids[0], NULL, NULL), 0);
+    assert_int_equal(conc_acquire(c, "k", 1, 5000, 1, 10 * MS, NULL, 0, &r), 0);
+    assert_true(r.id != ids[0]);
+    assert_int_equal(conc_release(c, "k", 1, ids[0], NULL, NULL), -SLUICE_ENOENT);
+    int64_t e;
+    assert_int_equal(conc_renew(c, "k", 1, ids[0], 0, 0, &e), -SLUICE_ENOENT);
+    /* ids never made: 0, a slot beyond the pool, a wrong counter */
+    assert_int_equal(conc_release(c, "k", 1, 0, NULL, NULL), -SLUICE_ENOENT);
+    assert_int_equal(conc_release(c, "k", 1, ((uint64_t)1 << 53) - 1, NULL, NULL), -SLUICE_ENOENT);
+    assert_int_equal(conc_release(c, "k", 1, ids[5] ^ ((uint64_t)1 << 40), NULL, NULL),
+                     -SLUICE_ENOENT);
+    /* every other lease is still found by its id, on its own key only */
+    assert_int_equal(conc_release(c, "j", 1, ids[2999], NULL, NULL), -SLUICE_ENOENT);
+    for (int i = 1; i < 3000; i++)
+        assert_int_equal(conc_release(c, "k", 1, ids[i], NULL, NULL), 0);
+    assert_int_equal(conc_release(c, "k", 1, r.id, NULL, NULL), 0);
+    assert_int_equal(conc_held(c, "k", 1), 0);
+    struct conc_stats st;
+    conc_get_stats(c, &st);
+    assert_int_equal(st.leases, 0);
+    assert_int_equal(st.keys, 0);
+    conc_destroy(c);
+    /* more than 2^32 leases cannot be counted in an id's slot bits */
+    cfg.max_leases = ((size_t)1 << 32) + 1;
+    assert_int_equal(conc_create(&cfg, &c), -SLUICE_EINVAL);
+}
+
 static void test_owner_release(void **state)
 {
     (void)state;
@@ -359,7 +408,8 @@ int main(void)
         cmocka_unit_test(test_cap_is_exact),     cmocka_unit_test(test_qty_and_release),
         cmocka_unit_test(test_expiry_and_renew), cmocka_unit_test(test_grant_from_hook),
         cmocka_unit_test(test_owner_release),    cmocka_unit_test(test_cap_lowered_under_held),
-        cmocka_unit_test(test_max_leases),       cmocka_unit_test(test_random_model),
+        cmocka_unit_test(test_max_leases),       cmocka_unit_test(test_ids_and_pool),
+        cmocka_unit_test(test_random_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
