@@ -213,6 +213,7 @@ void server_get_stats(const struct server *s, struct server_stats *out)
     out->client_memory = clientmem_total(&s->budget);
     out->loop_turns = s->loop_stat.turns;
     out->loop_max_turn_us = s->loop_stat.max_turn_ns / 1000u;
+    out->loop_max_turn_cpu_us = s->loop_stat.max_turn_cpu_ns / 1000u;
     out->memory_trim_ms = s->stats.memory_trim_ns / 1000000u;
 }
 
@@ -1253,6 +1254,10 @@ static const struct counter_row server__command_rows[] = {
     COUNTER_ROW(struct server_stats, loop_max_turn_us, "loop_max_turn_us",
                 "loop_max_turn_microseconds", COUNTER_GAUGE,
                 "The longest event loop turn's work since start or CONFIG RESETSTAT, in us."),
+    COUNTER_ROW(struct server_stats, loop_max_turn_cpu_us, "loop_max_turn_cpu_us",
+                "loop_max_turn_cpu_microseconds", COUNTER_GAUGE,
+                "The most CPU time one event loop turn used since start or CONFIG RESETSTAT, in "
+                "us (below loop_max_turn_us when the thread waited for a CPU)."),
 };
 const struct counter_table server_command_counters = COUNTER_TABLE(server__command_rows);
 

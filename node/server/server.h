@@ -147,6 +147,7 @@ struct server_stats {
     uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
     uint64_t loop_turns;                /* event loop turns measured (loopstat.h) */
     uint64_t loop_max_turn_us; /* the longest turn's work, in us, since start or CONFIG RESETSTAT */
+    uint64_t loop_max_turn_cpu_us; /* the most CPU one turn used, in us, same span */
 };
 
 /* struct server_stats' rows: INFO's "# Clients", "# Stats" and the TCP
