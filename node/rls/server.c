@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acceptgate.h"
 #include "clientmem.h"
 #include "grpc.h"
 #include "log.h"
@@ -102,6 +103,7 @@ struct rls_server {
     char *bind;
     struct rls_service *svc;
     uv_tcp_t listener;
+    struct acceptgate gate; /* accepts per loop turn */
     int listener_open;
     int closed;
     int port;
@@ -668,6 +670,8 @@ static void rls_server__on_connection(uv_stream_t *l, int status)
     struct rls_server *srv = l->data;
     if (status < 0 || srv->closed)
         return;
+    if (!acceptgate_admit(&srv->gate))
+        return; /* accepted at the next turn */
     struct rls_conn *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return;
@@ -839,6 +843,11 @@ int rls_server_start(struct rls_server *srv)
         snprintf(srv->err, sizeof(srv->err), "grpc: %s", err);
         return rc;
     }
+    if (acceptgate_init(&srv->gate, srv->loop, (uv_stream_t *)&srv->listener,
+                        rls_server__on_connection, 0) < 0) {
+        snprintf(srv->err, sizeof(srv->err), "grpc: cannot start the accept budget");
+        return -SLUICE_EIO;
+    }
     uv_timer_init(srv->loop, &srv->sweep);
     srv->sweep.data = srv;
     srv->sweep_init = 1;
@@ -858,6 +867,7 @@ void rls_server_close(struct rls_server *srv)
         return;
     srv->closed = 1;
     clientmem_leave(&srv->pool); /* the budget's owner may go first */
+    acceptgate_close(&srv->gate);
     if (srv->sweep_init)
         uv_close((uv_handle_t *)&srv->sweep, NULL);
     if (srv->listener_open)

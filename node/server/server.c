@@ -15,6 +15,7 @@
 
 #include "clientmem.h"
 #include "log.h"
+#include "acceptgate.h"
 #include "loopstat.h"
 #include "tcp.h"
 #include "sluice/error.h"
@@ -85,8 +86,9 @@ struct server_client {
 struct server {
     uv_loop_t *loop;
     uv_pipe_t listener;
-    uv_tcp_t tcp_listener; /* --listen */
-    char *tcp_bind;        /* NULL: no TCP listener */
+    uv_tcp_t tcp_listener;            /* --listen */
+    struct acceptgate gate, tcp_gate; /* accepts per loop turn, per listener */
+    char *tcp_bind;                   /* NULL: no TCP listener */
     int tcp_open, tcp_port, tcp_loopback;
     char *path;
     unsigned mode;
@@ -949,6 +951,8 @@ static void server_new_client(uv_stream_t *listener, int status, int tcp)
     struct server *s = listener->data;
     if (status < 0 || s->closing)
         return;
+    if (!acceptgate_admit(tcp ? &s->tcp_gate : &s->gate))
+        return; /* accepted at the next turn */
     struct server_client *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return;
@@ -1133,6 +1137,10 @@ int server_start(struct server *s)
         snprintf(s->err, sizeof(s->err), "cannot chmod %s: %s", s->path, strerror(errno));
         return -SLUICE_EIO;
     }
+    if (acceptgate_init(&s->gate, s->loop, (uv_stream_t *)&s->listener, on_connection, 0) < 0) {
+        snprintf(s->err, sizeof(s->err), "cannot start the accept budget");
+        return -SLUICE_EIO;
+    }
     rc = uv_listen((uv_stream_t *)&s->listener, LISTEN_BACKLOG, on_connection);
     if (rc < 0) {
         snprintf(s->err, sizeof(s->err), "cannot listen on %s: %s", s->path, uv_strerror(rc));
@@ -1146,6 +1154,11 @@ int server_start(struct server *s)
         if (rc < 0) {
             snprintf(s->err, sizeof(s->err), "listen: %s", err);
             return rc;
+        }
+        if (acceptgate_init(&s->tcp_gate, s->loop, (uv_stream_t *)&s->tcp_listener,
+                            on_tcp_connection, 0) < 0) {
+            snprintf(s->err, sizeof(s->err), "cannot start the accept budget");
+            return -SLUICE_EIO;
         }
         if (s->tcp_auth || s->tcp_idle_timeout_ms != 0) {
             uv_timer_init(s->loop, &s->tcp_sweep);
@@ -1199,6 +1212,8 @@ void server_close(struct server *s)
     loopstat_stop(&s->loop_stat);
     if (s->tcp_sweep_init)
         uv_close((uv_handle_t *)&s->tcp_sweep, NULL);
+    acceptgate_close(&s->gate);
+    acceptgate_close(&s->tcp_gate);
     if (s->listening)
         uv_close((uv_handle_t *)&s->listener, NULL);
     if (s->tcp_open)

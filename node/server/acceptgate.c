@@ -1,0 +1,63 @@
+/* acceptgate: a per-turn budget of accepts for one listener (acceptgate.h). */
+#include "acceptgate.h"
+
+#include "sluice/error.h"
+
+static void acceptgate__resume(uv_idle_t *h)
+{
+    struct acceptgate *g = h->data;
+    uv_idle_stop(h);
+    g->deferred = 0;
+    g->turn_ms = uv_now(h->loop);
+    g->used = 0;
+    /* The connection libuv holds for us: the callback's uv_accept takes it
+     * and starts watching the listener again. */
+    g->cb(g->listener, 0);
+}
+
+int acceptgate_init(struct acceptgate *g, uv_loop_t *loop, uv_stream_t *listener,
+                    uv_connection_cb cb, unsigned max)
+{
+    g->listener = listener;
+    g->cb = cb;
+    g->max = max != 0 ? max : ACCEPTGATE_DEFAULT;
+    g->used = 0;
+    g->turn_ms = 0;
+    g->deferred = 0;
+    g->deferrals = 0;
+    if (uv_idle_init(loop, &g->idle) != 0)
+        return -SLUICE_EIO;
+    g->idle.data = g;
+    g->inited = 1;
+    return 0;
+}
+
+int acceptgate_admit(struct acceptgate *g)
+{
+    if (!g->inited)
+        return 1;
+    uint64_t now = uv_now(g->idle.loop);
+    if (now != g->turn_ms) {
+        g->turn_ms = now;
+        g->used = 0;
+    }
+    if (g->used < g->max) {
+        g->used++;
+        return 1;
+    }
+    if (!g->deferred) {
+        g->deferred = 1;
+        g->deferrals++;
+        uv_idle_start(&g->idle, acceptgate__resume);
+    }
+    return 0;
+}
+
+void acceptgate_close(struct acceptgate *g)
+{
+    if (!g->inited)
+        return;
+    g->inited = 0;
+    g->deferred = 0;
+    uv_close((uv_handle_t *)&g->idle, NULL);
+}

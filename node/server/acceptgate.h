@@ -1,0 +1,53 @@
+/*
+ * acceptgate: at most a fixed number of new connections accepted per turn
+ * of the event loop, per listener, so that a connection storm (thousands of
+ * clients connecting and reconnecting at once) cannot make one loop turn
+ * long: each accept costs the listener its set-up (an HTTP/2 session, a
+ * search for a victim when the listener is full), and libuv would otherwise
+ * accept until the backlog is empty within one turn.
+ *
+ * How.  A listener's connection callback asks acceptgate_admit first.  Past
+ * the turn's budget it returns 0 and the callback returns without calling
+ * uv_accept: libuv then stops watching the listener, the kernel keeps the
+ * connection in the backlog, and an idle handle calls the connection
+ * callback again at the start of the next turn (before that turn's I/O),
+ * whose uv_accept resumes the listener.  Clients already connected are
+ * served in between; a newcomer waits a turn or a few, not refused.
+ *
+ * The turn is told apart by the loop's time (uv_now, updated once a turn),
+ * so a budget is "per turn, and at most per millisecond".
+ */
+#ifndef SLUICE_ACCEPTGATE_H
+#define SLUICE_ACCEPTGATE_H
+
+#include <stdint.h>
+#include <uv.h>
+
+/* The default budget: 32 accepts a turn (a few hundred microseconds of
+ * set-up at most), 32,000 a second on an idle loop. */
+#define ACCEPTGATE_DEFAULT 32
+
+struct acceptgate {
+    uv_idle_t idle;
+    uv_stream_t *listener;
+    uv_connection_cb cb;
+    uint64_t turn_ms;
+    unsigned used, max;
+    int inited, deferred;
+    uint64_t deferrals; /* turns that ended with a connection waiting */
+};
+
+/* Prepares g for listener, whose connection callback is cb (g is owned by
+ * the caller and must outlive the loop's closing of it: acceptgate_close,
+ * then the loop runs).  max 0 means ACCEPTGATE_DEFAULT.  0 or -SLUICE_EIO. */
+int acceptgate_init(struct acceptgate *g, uv_loop_t *loop, uv_stream_t *listener,
+                    uv_connection_cb cb, unsigned max);
+
+/* Called first in the connection callback: 1 to accept now, 0 to return
+ * without uv_accept (the connection is accepted at the next turn). */
+int acceptgate_admit(struct acceptgate *g);
+
+/* Stops deferring and closes the idle handle (a no-op if never inited). */
+void acceptgate_close(struct acceptgate *g);
+
+#endif
