@@ -3,13 +3,17 @@
 
 #include "sluice/error.h"
 
+static void acceptgate__turn_end(uv_check_t *h)
+{
+    struct acceptgate *g = h->data;
+    g->used = 0;
+}
+
 static void acceptgate__resume(uv_idle_t *h)
 {
     struct acceptgate *g = h->data;
     uv_idle_stop(h);
     g->deferred = 0;
-    g->turn_ms = uv_now(h->loop);
-    g->used = 0;
     /* The connection libuv holds for us: the callback's uv_accept takes it
      * and starts watching the listener again. */
     g->cb(g->listener, 0);
@@ -22,12 +26,18 @@ int acceptgate_init(struct acceptgate *g, uv_loop_t *loop, uv_stream_t *listener
     g->cb = cb;
     g->max = max != 0 ? max : ACCEPTGATE_DEFAULT;
     g->used = 0;
-    g->turn_ms = 0;
     g->deferred = 0;
     g->deferrals = 0;
     if (uv_idle_init(loop, &g->idle) != 0)
         return -SLUICE_EIO;
+    if (uv_check_init(loop, &g->check) != 0) {
+        uv_close((uv_handle_t *)&g->idle, NULL);
+        return -SLUICE_EIO;
+    }
     g->idle.data = g;
+    g->check.data = g;
+    uv_check_start(&g->check, acceptgate__turn_end);
+    uv_unref((uv_handle_t *)&g->check); /* does not keep the loop alive */
     g->inited = 1;
     return 0;
 }
@@ -36,11 +46,6 @@ int acceptgate_admit(struct acceptgate *g)
 {
     if (!g->inited)
         return 1;
-    uint64_t now = uv_now(g->idle.loop);
-    if (now != g->turn_ms) {
-        g->turn_ms = now;
-        g->used = 0;
-    }
     if (g->used < g->max) {
         g->used++;
         return 1;
@@ -60,4 +65,5 @@ void acceptgate_close(struct acceptgate *g)
     g->inited = 0;
     g->deferred = 0;
     uv_close((uv_handle_t *)&g->idle, NULL);
+    uv_close((uv_handle_t *)&g->check, NULL);
 }

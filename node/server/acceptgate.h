@@ -14,8 +14,9 @@
  * whose uv_accept resumes the listener.  Clients already connected are
  * served in between; a newcomer waits a turn or a few, not refused.
  *
- * The turn is told apart by the loop's time (uv_now, updated once a turn),
- * so a budget is "per turn, and at most per millisecond".
+ * A check handle (run after each turn's I/O) starts the next turn's budget;
+ * the accepts of the idle handle and of the poll that follows it are one
+ * turn's.
  */
 #ifndef SLUICE_ACCEPTGATE_H
 #define SLUICE_ACCEPTGATE_H
@@ -29,9 +30,9 @@
 
 struct acceptgate {
     uv_idle_t idle;
+    uv_check_t check;
     uv_stream_t *listener;
     uv_connection_cb cb;
-    uint64_t turn_ms;
     unsigned used, max;
     int inited, deferred;
     uint64_t deferrals; /* turns that ended with a connection waiting */

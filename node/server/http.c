@@ -369,8 +369,9 @@ struct http_server {
     struct conn *conns;
     struct conn *park_head, *park_tail; /* waiting for a turn's budget (FIFO) */
     uv_idle_t resume;                   /* serves the queue at the next turn */
+    uv_check_t turn_end;                /* after each turn's I/O: a fresh budget */
     int resume_init;
-    uint64_t turn_ms, turn_ns; /* the turn (uv_now) and its answers' time so far */
+    uint64_t turn_ns; /* this turn's answers' time so far */
     struct http_stats st;
     struct clientmem_pool pool; /* in the daemon's one client budget, if given */
     uint64_t logged_at;         /* uv_now of the last eviction/timeout line */
@@ -710,16 +711,11 @@ static struct http_route *http__route(struct http_server *m, const struct http_r
 
 static void http__on_resume(uv_idle_t *h);
 
-/* 1 when req must wait for a later turn: this turn's answers took their
- * budget and its route is not a cheap one.  The turn is told by the loop's
- * time (uv_now, updated once a turn). */
+/* 1 when req must wait for a later turn: this turn's answers (the queue's
+ * at the turn's start and the poll's) took their budget and its route is
+ * not a cheap one. */
 static int http__must_wait(struct http_server *m, const struct http_request *req)
 {
-    uint64_t now = uv_now(m->loop);
-    if (now != m->turn_ms) {
-        m->turn_ms = now;
-        m->turn_ns = 0;
-    }
     if (m->turn_ns < HTTP_TURN_BUDGET_NS || !m->resume_init)
         return 0;
     const struct http_route *ro = http__route(m, req);
@@ -826,8 +822,6 @@ static void conn_process(struct conn *c)
 static void http__on_resume(uv_idle_t *h)
 {
     struct http_server *m = h->data;
-    m->turn_ms = uv_now(m->loop);
-    m->turn_ns = 0;
     while (m->park_head != NULL && m->turn_ns < HTTP_TURN_BUDGET_NS) {
         struct conn *c = m->park_head;
         conn_unpark(c);
@@ -850,6 +844,12 @@ static void http__on_resume(uv_idle_t *h)
         clientmem_enforce(m->pool.budget);
     if (m->park_head == NULL)
         uv_idle_stop(h);
+}
+
+static void http__on_turn_end(uv_check_t *h)
+{
+    struct http_server *m = h->data;
+    m->turn_ns = 0;
 }
 
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -992,7 +992,15 @@ int http_start(struct http_server *m)
         snprintf(m->err, sizeof(m->err), "http: cannot start the turn budgets");
         return -SLUICE_EIO;
     }
+    if (uv_check_init(m->loop, &m->turn_end) != 0) {
+        uv_close((uv_handle_t *)&m->resume, NULL);
+        snprintf(m->err, sizeof(m->err), "http: cannot start the turn budgets");
+        return -SLUICE_EIO;
+    }
     m->resume.data = m;
+    m->turn_end.data = m;
+    uv_check_start(&m->turn_end, http__on_turn_end);
+    uv_unref((uv_handle_t *)&m->turn_end);
     m->resume_init = 1;
     return 0;
 }
@@ -1007,6 +1015,7 @@ void http_close(struct http_server *m)
     if (m->resume_init) {
         m->resume_init = 0;
         uv_close((uv_handle_t *)&m->resume, NULL);
+        uv_close((uv_handle_t *)&m->turn_end, NULL);
     }
     if (m->listener_open)
         uv_close((uv_handle_t *)&m->listener, NULL);
