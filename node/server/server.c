@@ -28,12 +28,13 @@
 #define IN_KEEP_CAP (2 * READ_CHUNK)
 /* malloc_trim once this much client memory was freed, at most once per
  * TRIM_INTERVAL_MS (a wave of disconnects gives back its pages at once),
- * and at most TRIM_COST_SHARE of the loop's time: a trim runs on the loop
- * and stalls every client while it lasts, which is long on a fragmented
- * heap (glibc madvises every free page range, each a TLB shootdown that
- * waits for the other CPUs: 36 to 440 ms under the hostile soak, once a
- * second, made its p99 latency), so after a trim of d ms the next waits
- * d / TRIM_COST_SHARE.  The memory is reused meanwhile, only not returned. */
+ * and then after a trim of d ms not before d / TRIM_COST_SHARE.  A trim is
+ * long on a fragmented heap (glibc madvises every free page range, each a
+ * TLB shootdown that waits for the other CPUs: 10 to 440 ms under the
+ * hostile soak), so it runs in libuv's thread pool, not on the loop: the
+ * loop goes on, and waits only where it allocates or frees while the trim
+ * holds that arena's lock.  The memory is reused meanwhile, only not
+ * returned. */
 #define TRIM_MIN_BYTES   (1024 * 1024)
 #define TRIM_INTERVAL_MS 1000
 #define TRIM_COST_SHARE  0.01
@@ -107,6 +108,9 @@ struct server {
     unsigned depth;            /* clients executing commands now (nested unblocks) */
     int enforcing;             /* inside server_enforce_budget */
     uv_timer_t housekeep;      /* trims and the budget's log line */
+    uv_work_t trim_req;        /* the trim running in the thread pool */
+    int trimming;              /* trim_req is queued or running */
+    uint64_t trim_took_ns;     /* how long it took (set by the worker) */
     struct loopstat loop_stat; /* the loop's turn durations, from server_start */
     int housekeep_init;
     uint64_t mem_logged_at; /* uv_now of the last budget log line */
@@ -456,23 +460,46 @@ static void server_log_budget(struct server *s)
     s->mem_unlogged = s->mem_unlogged_bytes = s->mem_unlogged_largest = 0;
 }
 
+/* In the thread pool: gives the heap's free pages back. */
+static void server_trim_work(uv_work_t *req)
+{
+    struct server *s = req->data;
+    uint64_t t0 = uv_hrtime();
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+    s->trim_took_ns = uv_hrtime() - t0; /* read by server_trim_done, after this returns */
+}
+
+/* Back on the loop (also when cancelled at close). */
+static void server_trim_done(uv_work_t *req, int status)
+{
+    struct server *s = req->data;
+    s->trimming = 0;
+    if (status != 0)
+        return;
+    s->stats.memory_trim_ns += s->trim_took_ns;
+    s->trim_next_ms = uv_now(s->loop) + (uint64_t)((double)s->trim_took_ns / 1e6 / TRIM_COST_SHARE);
+    if (s->trim_bytes >= TRIM_MIN_BYTES)
+        server_housekeep_within(s, s->trim_next_ms - uv_now(s->loop));
+}
+
 static void on_housekeep(uv_timer_t *t)
 {
     struct server *s = t->data;
     uv_update_time(s->loop);
     uint64_t now = uv_now(s->loop);
-    if (s->trim_bytes >= TRIM_MIN_BYTES && now < s->trim_next_ms) {
+    if (s->trim_bytes >= TRIM_MIN_BYTES && s->trimming) {
+        /* server_trim_done schedules the next */
+    } else if (s->trim_bytes >= TRIM_MIN_BYTES && now < s->trim_next_ms) {
         server_housekeep_within(s, s->trim_next_ms - now); /* its share of time is spent */
     } else if (s->trim_bytes >= TRIM_MIN_BYTES) {
-        s->trim_bytes = 0;
-        s->stats.memory_trims++;
-        uint64_t t0 = uv_hrtime();
-#if defined(__GLIBC__)
-        malloc_trim(0);
-#endif
-        uint64_t took_ns = uv_hrtime() - t0;
-        s->stats.memory_trim_ns += took_ns;
-        s->trim_next_ms = now + (uint64_t)((double)took_ns / 1e6 / TRIM_COST_SHARE);
+        s->trim_req.data = s;
+        if (uv_queue_work(s->loop, &s->trim_req, server_trim_work, server_trim_done) == 0) {
+            s->trim_bytes = 0;
+            s->trimming = 1;
+            s->stats.memory_trims++;
+        }
     }
     server_log_budget(s);
 }
@@ -1209,6 +1236,8 @@ void server_close(struct server *s)
         client_close(s->clients);
     if (s->housekeep_init)
         uv_close((uv_handle_t *)&s->housekeep, NULL);
+    if (s->trimming)
+        (void)uv_cancel((uv_req_t *)&s->trim_req); /* else the loop waits for it */
     loopstat_stop(&s->loop_stat);
     if (s->tcp_sweep_init)
         uv_close((uv_handle_t *)&s->tcp_sweep, NULL);
@@ -1259,11 +1288,11 @@ static const struct counter_row server__command_rows[] = {
                 "max_client_memory."),
     COUNTER_ROW(struct server_stats, memory_trims, "memory_trims", "memory_trims_total",
                 COUNTER_TOTAL,
-                "Times freed client memory was returned to the system (malloc_trim, on the event "
-                "loop, at most 1% of its time)."),
+                "Times freed client memory was returned to the system (malloc_trim, in the thread "
+                "pool, at most 1% of the time)."),
     COUNTER_ROW(struct server_stats, memory_trim_ms, "memory_trim_ms",
                 "memory_trim_milliseconds_total", COUNTER_TOTAL,
-                "The time those returns held the event loop, in ms."),
+                "The time those returns took, in ms (in the thread pool, off the event loop)."),
     COUNTER_ROW(struct server_stats, loop_turns, "loop_turns", "loop_turns_total", COUNTER_TOTAL,
                 "Event loop turns measured (sluice_loop_turn_seconds has their work)."),
     COUNTER_ROW(struct server_stats, loop_max_turn_us, "loop_max_turn_us",
