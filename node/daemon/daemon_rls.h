@@ -48,7 +48,7 @@ int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
 /* The service's and its gRPC listener's counters (zero when off). */
 struct daemon_rls_stats {
     uint64_t calls, over_limit, shadowed, errors, reloads, reload_failures;
-    uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects;
+    uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects, deferred_reads;
 };
 /* Fills *out (all zero for a NULL d).  Never fails. */
 void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *out);

@@ -24,9 +24,11 @@
 #include <stdint.h>
 #include <uv.h>
 
-/* The default budget: 32 accepts a turn (a few hundred microseconds of
- * set-up at most), 32,000 a second on an idle loop. */
-#define ACCEPTGATE_DEFAULT 32
+/* The default budget: 32 accepts a turn, and no more once the turn's
+ * accepts took ACCEPTGATE_BUDGET_NS (an HTTP/2 session's set-up alone took
+ * 250 us on a loaded host: 32 of them were 8 ms). */
+#define ACCEPTGATE_DEFAULT   32
+#define ACCEPTGATE_BUDGET_NS 500000u
 
 struct acceptgate {
     uv_idle_t idle;
@@ -34,6 +36,7 @@ struct acceptgate {
     uv_stream_t *listener;
     uv_connection_cb cb;
     unsigned used, max;
+    uint64_t first_ns; /* uv_hrtime at the turn's first accept */
     int inited, deferred;
     uint64_t deferrals; /* turns that ended with a connection waiting */
 };

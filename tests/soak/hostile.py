@@ -437,6 +437,7 @@ def main():
     ap.add_argument("--workers", default=",".join(WORKERS),
                     help="hostile workers to run (default: all)")
     ap.add_argument("--json", help="write the figures there too")
+    ap.add_argument("--log", help="keep a copy of the daemon's log there")
     ap.add_argument("--flood-clients", type=int, default=50,
                     help="RESP clients of the flood worker at once (default 50; 400 pass the "
                     "default client memory budget)")
@@ -640,6 +641,9 @@ def main():
             ok = False
         if not ok:
             print(d.logtext()[-4000:])
+        if o.log:
+            with open(o.log, "w") as f:
+                f.write(d.logtext())
     finally:
         for p in workers:
             if p.is_alive():
