@@ -666,7 +666,7 @@ static void client_flush(struct server_client *c)
 
 static int client_paused(const struct server_client *c)
 {
-    return c->blocked || c->closing || c->close_after_reply ||
+    return c->blocked || c->closing || c->close_after_reply || c->held ||
            client_pending(c) > c->srv->soft_limit;
 }
 

@@ -518,6 +518,8 @@ def main():
         # Per call, the time the daemon's loop thread and this client waited
         # for a CPU while runnable: the host's share of the latency.
         waits, cpus = [], []
+        minutes = {}  # minute of the run: its calls' latencies (the p99 "the whole time")
+        t_start = time.time()
         me = threading.get_native_id()
         health_slow = 0  # answered late (past the 1 s deadline), not wrongly
         next_health = next_rss = next_grpc = time.time()
@@ -531,6 +533,7 @@ def main():
                 while got.count(b"\r\n") < 6:
                     got += c.recv(4096)
                 lat.append(time.perf_counter() - t)
+                minutes.setdefault(int((time.time() - t_start) // 60), []).append(lat[-1])
                 d1, m1 = schedstat(pid), schedstat(os.getpid(), me)
                 if d0 and d1 and m0 and m1:
                     waits.append((lat[-1], (d1[1] - d0[1]) + (m1[1] - m0[1])))
@@ -585,6 +588,7 @@ def main():
         # work (and the kernel's socket path) took.
         own = sorted(max(0.0, w - q) for w, q in waits)
         cpus.sort()
+        per_min = [pct(sorted(v), 0.99) for k, v in sorted(minutes.items()) if len(v) >= 100]
         fig = {
             "duration_s": o.duration, "limit": how, "alive": alive,
             "requests": len(lat), "p50_ms": round(pct(lat, 0.50) * 1000, 3),
@@ -600,6 +604,8 @@ def main():
             "max_less_runqueue_ms": round(own[-1] * 1000, 3) if own else None,
             "p99_daemon_cpu_per_call_ms": round(pct(cpus, 0.99) * 1000, 3),
             "calls_over_10ms": sum(1 for x in lat if x > 0.010),
+            "p99_ms_worst_minute": round(max(per_min) * 1000, 3) if per_min else None,
+            "p99_ms_best_minute": round(min(per_min) * 1000, 3) if per_min else None,
             "calls_over_10ms_less_runqueue": sum(1 for x in own if x > 0.010),
         }
         if sched0 and sched1:
