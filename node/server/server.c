@@ -132,10 +132,10 @@ struct server {
     int enforcing;             /* inside server_enforce_budget */
     uv_timer_t housekeep;      /* trims and the budget's log line */
     uv_work_t trim_req;        /* the trim running in the thread pool */
-    int trimming;              /* trim_req is queued or running */
     uint64_t trim_took_ns;     /* how long it took (set by the worker) */
     struct loopstat loop_stat; /* the loop's turn durations, from server_start */
     int housekeep_init;
+    int trimming;           /* trim_req is queued or running */
     uint64_t mem_logged_at; /* uv_now of the last budget log line */
     int mem_logged;
     uint64_t mem_unlogged, mem_unlogged_bytes, mem_unlogged_largest;
