@@ -135,6 +135,7 @@ void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s
         s->evictions = vs.evicted;
         s->timeouts = vs.timeouts;
         s->memory_disconnects = vs.memory_evicted;
+        s->deferred_reads = vs.deferred_reads;
         s->errors = vs.errors; /* the service's, and the server's own (method, framing) */
     }
 }
@@ -182,6 +183,9 @@ static const struct counter_row daemon_rls__rows[] = {
     R(memory_disconnects, "grpc_memory_disconnects", "rls_memory_disconnects_total", COUNTER_TOTAL,
       "gRPC connections closed, heaviest first, over max_client_memory (HTTP/2 streams "
       "included)."),
+    R(deferred_reads, "grpc_deferred_reads", "rls_deferred_reads_total", COUNTER_TOTAL,
+      "gRPC reads held for a later event loop turn, that turn's HTTP/2 input (256 KiB) being "
+      "spent."),
     R(reloads, "rls_reloads", "rls_reloads_total", COUNTER_TOTAL,
       "Rate limit YAML directory reloads."),
     R(reload_failures, "rls_reload_failures", "rls_reload_failures_total", COUNTER_TOTAL,

@@ -50,7 +50,7 @@ int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
 struct daemon_rls_stats {
     uint64_t calls, over_limit, shadowed, shadowed_global, health_checks, errors, reloads,
         reload_failures;
-    uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects;
+    uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects, deferred_reads;
 };
 /* Fills *out (all zero for a NULL d).  Never fails. */
 void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *out);

@@ -42,6 +42,14 @@
  * per connection), is charged to the daemon's one client memory budget,
  * whose heaviest connection of any listener is closed past it.  Evictions
  * and timeouts are logged at most every RLS_LOG_INTERVAL_MS.
+ *
+ * A turn's budget.  HTTP/2 input costs the loop about 10 ms a MiB on a
+ * loaded host (nghttp2's framing, the streams' buffers): a storm of
+ * connections each sending a large unfinished stream made one turn read
+ * 2 MB.  Once a turn's connections fed RLS_TURN_BYTES to nghttp2, a
+ * connection's next read is held unprocessed in its read buffer, its
+ * reading paused, and it joins a queue that an idle handle serves at the
+ * next turns, in order, within the same budget.
  */
 #include "server.h"
 
@@ -52,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acceptgate.h"
 #include "clientmem.h"
 #include "grpc.h"
 #include "log.h"
@@ -61,6 +70,7 @@
 #define RLS_PATH            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 #define RLS_HEALTH_PATH     "/grpc.health.v1.Health/Check"
 #define RLS_LOG_INTERVAL_MS 10000
+#define RLS_TURN_BYTES      (256 * 1024)
 /* nghttp2's allocations carry their size in front, kept aligned. */
 #define RLS_MEM_HDR _Alignof(max_align_t)
 
@@ -96,6 +106,9 @@ struct rls_conn {
     size_t h2bytes;            /* what nghttp2 holds for this connection */
     size_t mem;                /* charged to the budget (rls_server__conn_mem) */
     nghttp2_mem alloc;         /* counts into h2bytes */
+    size_t held;               /* rbuf's bytes read but not yet processed (a turn's budget) */
+    int queued;                /* in the server's queue for a later turn */
+    struct rls_conn *q_prev, *q_next;
     char rbuf[16384];
 };
 
@@ -105,10 +118,16 @@ struct rls_server {
     char *bind;
     struct rls_service *svc;
     uv_tcp_t listener;
+    struct acceptgate gate; /* accepts per loop turn */
     int listener_open;
     int closed;
     int port;
     struct rls_conn *conns;
+    struct rls_conn *q_head, *q_tail; /* input held for a later turn (FIFO) */
+    uv_idle_t resume;                 /* serves the queue at the next turn */
+    uv_check_t turn_end;              /* after each turn's I/O: a fresh budget */
+    int turn_init;
+    size_t turn_bytes; /* fed to nghttp2 this turn */
     struct rls_server_stats stats;
     struct clientmem_pool pool;
     uv_timer_t sweep; /* handshake and idle deadlines, once a second */
@@ -273,10 +292,28 @@ static void rls_server__closed(struct rls_conn *c)
     rls_server__account(c);
 }
 
+static void rls_server__dequeue(struct rls_conn *c)
+{
+    if (!c->queued)
+        return;
+    struct rls_server *srv = c->srv;
+    if (c->q_prev != NULL)
+        c->q_prev->q_next = c->q_next;
+    else
+        srv->q_head = c->q_next;
+    if (c->q_next != NULL)
+        c->q_next->q_prev = c->q_prev;
+    else
+        srv->q_tail = c->q_prev;
+    c->q_prev = c->q_next = NULL;
+    c->queued = 0;
+}
+
 static void rls_server__conn_close(struct rls_conn *c)
 {
     if (c->closing)
         return;
+    rls_server__dequeue(c);
     c->closing = 1;
     rls_server__closed(c);
     uv_close((uv_handle_t *)&c->tcp, rls_server__on_closed);
@@ -299,6 +336,10 @@ static void rls_server__on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     buf->len = sizeof(c->rbuf);
 }
 
+static void rls_server__input(struct rls_conn *c, const uint8_t *data, size_t n);
+static void rls_server__on_resume(uv_idle_t *h);
+static void rls_server__reading(struct rls_conn *c, int on);
+
 static void rls_server__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     struct rls_conn *c = s->data;
@@ -309,7 +350,31 @@ static void rls_server__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     if (n == 0 || c->goaway)
         return;
     c->last_ms = uv_now(c->srv->loop);
-    ssize_t rv = nghttp2_session_mem_recv(c->h2, (const uint8_t *)buf->base, (size_t)n);
+    struct rls_server *srv = c->srv;
+    if (srv->turn_init && srv->turn_bytes >= RLS_TURN_BYTES) {
+        /* This turn's budget is spent: keep the bytes for a later turn. */
+        c->held = (size_t)n;
+        rls_server__reading(c, 0);
+        c->queued = 1;
+        c->q_next = NULL;
+        c->q_prev = srv->q_tail;
+        if (srv->q_tail != NULL)
+            srv->q_tail->q_next = c;
+        else
+            srv->q_head = c;
+        srv->q_tail = c;
+        srv->stats.deferred_reads++;
+        uv_idle_start(&srv->resume, rls_server__on_resume);
+        return;
+    }
+    rls_server__input(c, (const uint8_t *)buf->base, (size_t)n);
+}
+
+/* Feeds n bytes read from c to its session and sends what it answers. */
+static void rls_server__input(struct rls_conn *c, const uint8_t *data, size_t n)
+{
+    c->srv->turn_bytes += n;
+    ssize_t rv = nghttp2_session_mem_recv(c->h2, data, n);
     if (rv < 0) {
         /* nghttp2 did not queue a GOAWAY for this one (a bad preface, a
          * callback failure): say PROTOCOL_ERROR ourselves. */
@@ -325,13 +390,37 @@ static void rls_server__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 static void rls_server__reading(struct rls_conn *c, int on)
 {
-    if (c->closing || c->reading == on)
+    if (c->closing || c->reading == on || (on && c->queued))
         return;
     c->reading = on;
     if (on)
         uv_read_start((uv_stream_t *)&c->tcp, rls_server__on_alloc, rls_server__on_read);
     else
         uv_read_stop((uv_stream_t *)&c->tcp);
+}
+
+/* The next turn: a fresh budget for the held input, served in order. */
+static void rls_server__on_resume(uv_idle_t *h)
+{
+    struct rls_server *srv = h->data;
+    while (srv->q_head != NULL && srv->turn_bytes < RLS_TURN_BYTES) {
+        struct rls_conn *c = srv->q_head;
+        rls_server__dequeue(c);
+        size_t n = c->held;
+        c->held = 0;
+        if (n > 0 && !c->goaway)
+            rls_server__input(c, (const uint8_t *)c->rbuf, n); /* may close c */
+        if (!c->closing && !c->goaway && c->pending <= srv->cfg.max_conn_output)
+            rls_server__reading(c, 1);
+    }
+    if (srv->q_head == NULL)
+        uv_idle_stop(h);
+}
+
+static void rls_server__on_turn_end(uv_check_t *h)
+{
+    struct rls_server *srv = h->data;
+    srv->turn_bytes = 0;
 }
 
 static void rls_server__on_write(uv_write_t *req, int status)
@@ -676,6 +765,8 @@ static void rls_server__on_connection(uv_stream_t *l, int status)
     struct rls_server *srv = l->data;
     if (status < 0 || srv->closed)
         return;
+    if (!acceptgate_admit(&srv->gate))
+        return; /* accepted at the next turn */
     struct rls_conn *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return;
@@ -847,6 +938,25 @@ int rls_server_start(struct rls_server *srv)
         snprintf(srv->err, sizeof(srv->err), "grpc: %s", err);
         return rc;
     }
+    if (acceptgate_init(&srv->gate, srv->loop, (uv_stream_t *)&srv->listener,
+                        rls_server__on_connection, 0) < 0) {
+        snprintf(srv->err, sizeof(srv->err), "grpc: cannot start the accept budget");
+        return -SLUICE_EIO;
+    }
+    if (uv_idle_init(srv->loop, &srv->resume) != 0) {
+        snprintf(srv->err, sizeof(srv->err), "grpc: cannot start the turn budget");
+        return -SLUICE_EIO;
+    }
+    if (uv_check_init(srv->loop, &srv->turn_end) != 0) {
+        uv_close((uv_handle_t *)&srv->resume, NULL);
+        snprintf(srv->err, sizeof(srv->err), "grpc: cannot start the turn budget");
+        return -SLUICE_EIO;
+    }
+    srv->resume.data = srv;
+    srv->turn_end.data = srv;
+    uv_check_start(&srv->turn_end, rls_server__on_turn_end);
+    uv_unref((uv_handle_t *)&srv->turn_end);
+    srv->turn_init = 1;
     uv_timer_init(srv->loop, &srv->sweep);
     srv->sweep.data = srv;
     srv->sweep_init = 1;
@@ -866,6 +976,12 @@ void rls_server_close(struct rls_server *srv)
         return;
     srv->closed = 1;
     clientmem_leave(&srv->pool); /* the budget's owner may go first */
+    acceptgate_close(&srv->gate);
+    if (srv->turn_init) {
+        srv->turn_init = 0;
+        uv_close((uv_handle_t *)&srv->resume, NULL);
+        uv_close((uv_handle_t *)&srv->turn_end, NULL);
+    }
     if (srv->sweep_init)
         uv_close((uv_handle_t *)&srv->sweep, NULL);
     if (srv->listener_open)

@@ -11,6 +11,15 @@
  * input (HTTP_MAX_REQUEST), output (one answer), time (idle_timeout_ms per
  * request, not per byte).
  *
+ * A turn's budget.  Every route's last answer is timed.  Once the answers
+ * of one loop turn took HTTP_TURN_BUDGET_NS, a request for a route whose
+ * last answer took more than HTTP_CHEAP_NS (a /metrics render, not a
+ * /health or a decision) waits: its connection stops being read and joins
+ * a queue that an idle handle serves at the next turns, in order, within
+ * the same budget.  So three hundred connections pipelining /metrics get
+ * about a render a turn between the other clients' work, instead of a
+ * turn of hundreds of renders, and the cheap routes are never queued.
+ *
  * Parsing.  libhttp-parser is a streaming parser; http_parse_request runs
  * a fresh one over the whole buffered head each time more bytes arrive
  * (heads are at most 8 KiB, so re-parsing is cheaper than keeping partial
@@ -49,6 +58,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "acceptgate.h"
 #include "clientmem.h"
 #include "log.h"
 #include "sluice/error.h"
@@ -326,6 +336,8 @@ struct conn {
     char *out; /* the answer being written by wreq, or NULL */
     size_t out_len;
     int handles; /* open libuv handles; freed at 0 */
+    int parked;  /* in the server's queue of requests waiting for a turn's budget */
+    struct conn *park_prev, *park_next;
     int writing, closing, lingering, close_after;
     size_t len;        /* bytes in in[] */
     int idle;          /* 1: waiting for (more of) a request, nothing being answered */
@@ -341,11 +353,13 @@ struct http_route {
     void *ud;
     unsigned methods; /* HTTP_M_* it answers */
     int subpaths;     /* 1: also "path/..." (http_route_methods) */
+    uint64_t cost_ns; /* how long its last answer took */
 };
 
 struct http_server {
     uv_loop_t *loop;
     uv_tcp_t listener;
+    struct acceptgate gate; /* accepts per loop turn */
     int listener_open, closed;
     char *bind;
     size_t max_conns;
@@ -353,6 +367,11 @@ struct http_server {
     struct http_route routes[HTTP_MAX_ROUTES];
     size_t nroutes;
     struct conn *conns;
+    struct conn *park_head, *park_tail; /* waiting for a turn's budget (FIFO) */
+    uv_idle_t resume;                   /* serves the queue at the next turn */
+    uv_check_t turn_end;                /* after each turn's I/O: a fresh budget */
+    int resume_init;
+    uint64_t turn_ns; /* this turn's answers' time so far */
     struct http_stats st;
     struct clientmem_pool pool; /* in the daemon's one client budget, if given */
     uint64_t logged_at;         /* uv_now of the last eviction/timeout line */
@@ -483,10 +502,29 @@ static void http__log(struct http_server *m)
     m->logged_mem = m->st.mem_evicted;
 }
 
+/* Takes c out of the queue of requests waiting for a turn's budget. */
+static void conn_unpark(struct conn *c)
+{
+    if (!c->parked)
+        return;
+    struct http_server *m = c->m;
+    if (c->park_prev != NULL)
+        c->park_prev->park_next = c->park_next;
+    else
+        m->park_head = c->park_next;
+    if (c->park_next != NULL)
+        c->park_next->park_prev = c->park_prev;
+    else
+        m->park_tail = c->park_prev;
+    c->park_prev = c->park_next = NULL;
+    c->parked = 0;
+}
+
 static void conn_close(struct conn *c)
 {
     if (c->closing)
         return;
+    conn_unpark(c);
     c->closing = 1;
     c->m->st.open_conns--; /* its socket is closed now; the structure waits for libuv */
     conn_account(c);
@@ -659,6 +697,49 @@ static void conn_error(struct conn *c, int status, const char *body)
     http__reply_free(&r);
 }
 
+static struct http_route *http__route(struct http_server *m, const struct http_request *req)
+{
+    for (size_t i = 0; i < m->nroutes; i++) {
+        struct http_route *ro = &m->routes[i];
+        if ((ro->len == req->path_len && memcmp(ro->path, req->path, req->path_len) == 0) ||
+            (ro->subpaths && req->path_len > ro->len && req->path[ro->len] == '/' &&
+             memcmp(ro->path, req->path, ro->len) == 0))
+            return ro;
+    }
+    return NULL;
+}
+
+static void http__on_resume(uv_idle_t *h);
+
+/* 1 when req must wait for a later turn: this turn's answers (the queue's
+ * at the turn's start and the poll's) took their budget and its route is
+ * not a cheap one. */
+static int http__must_wait(struct http_server *m, const struct http_request *req)
+{
+    if (m->turn_ns < HTTP_TURN_BUDGET_NS || !m->resume_init)
+        return 0;
+    const struct http_route *ro = http__route(m, req);
+    return ro != NULL && ro->cost_ns > HTTP_CHEAP_NS;
+}
+
+/* c's next request waits for a later turn: c stops being read (its
+ * request stays in in[]) and joins the queue's tail. */
+static void conn_park(struct conn *c)
+{
+    struct http_server *m = c->m;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->parked = 1;
+    c->park_next = NULL;
+    c->park_prev = m->park_tail;
+    if (m->park_tail != NULL)
+        m->park_tail->park_next = c;
+    else
+        m->park_head = c;
+    m->park_tail = c;
+    m->st.deferred++;
+    uv_idle_start(&m->resume, http__on_resume);
+}
+
 static void conn_request(struct conn *c, const struct http_request *req)
 {
     struct http_server *m = c->m;
@@ -672,14 +753,7 @@ static void conn_request(struct conn *c, const struct http_request *req)
         http_reply_text(&r, 405, "method not allowed\n");
         http_reply_header(&r, "Allow", "GET, HEAD, POST, DELETE");
     } else {
-        const struct http_route *route = NULL;
-        for (size_t i = 0; i < m->nroutes && route == NULL; i++) {
-            const struct http_route *ro = &m->routes[i];
-            if ((ro->len == req->path_len && memcmp(ro->path, req->path, req->path_len) == 0) ||
-                (ro->subpaths && req->path_len > ro->len && req->path[ro->len] == '/' &&
-                 memcmp(ro->path, req->path, ro->len) == 0))
-                route = ro;
-        }
+        struct http_route *route = http__route(m, req);
         if (route == NULL) {
             http_reply_text(&r, 404, "not found\n");
         } else if (!(route->methods & (1u << req->method))) {
@@ -693,7 +767,10 @@ static void conn_request(struct conn *c, const struct http_request *req)
                              route->methods & HTTP_M_DELETE ? "DELETE, " : "");
             http_reply_header(&r, "Allow", "%.*s", n > 2 ? n - 2 : 0, allow);
         } else {
+            uint64_t t0 = uv_hrtime();
             route->fn(route->ud, req, &r);
+            route->cost_ns = uv_hrtime() - t0;
+            m->turn_ns += route->cost_ns;
         }
         if (r.oom) {
             http__reply_free(&r);
@@ -728,11 +805,51 @@ static void conn_process(struct conn *c)
             conn_error(c, 400, "bad request\n");
             return;
         }
+        if (http__must_wait(c->m, &r)) {
+            conn_park(c);
+            return;
+        }
         conn_request(c, &r);
         /* r.path pointed into in[]: done with it, drop the head. */
         memmove(c->in, c->in + n, c->len - (size_t)n);
         c->len -= (size_t)n;
     }
+}
+
+/* The next turn: a fresh budget for the queue, served in order until it is
+ * spent again (the connection then waiting goes back to the queue's head:
+ * it keeps its place). */
+static void http__on_resume(uv_idle_t *h)
+{
+    struct http_server *m = h->data;
+    while (m->park_head != NULL && m->turn_ns < HTTP_TURN_BUDGET_NS) {
+        struct conn *c = m->park_head;
+        conn_unpark(c);
+        conn_process(c);
+        if (c->parked) {
+            /* back at the tail: put it first again, for the next turn */
+            conn_unpark(c);
+            c->parked = 1;
+            c->park_prev = NULL;
+            c->park_next = m->park_head;
+            if (m->park_head != NULL)
+                m->park_head->park_prev = c;
+            else
+                m->park_tail = c;
+            m->park_head = c;
+            break;
+        }
+    }
+    if (clientmem_over(&m->pool))
+        clientmem_enforce(m->pool.budget);
+    if (m->park_head == NULL)
+        uv_idle_stop(h);
+}
+
+static void http__on_turn_end(uv_check_t *h)
+{
+    struct http_server *m = h->data;
+    m->turn_ns = 0;
 }
 
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -795,6 +912,8 @@ static void on_connection(uv_stream_t *server, int status)
     struct http_server *m = server->data;
     if (status < 0 || m->closed)
         return;
+    if (!acceptgate_admit(&m->gate))
+        return; /* accepted at the next turn */
     if (m->st.open_conns >= m->max_conns) {
         /* Make room: a newcomer is never turned away for connections that
          * hold a slot without using it.  The victim is a lingering one (its
@@ -864,9 +983,26 @@ int http_start(struct http_server *m)
     int rc = tcp_listen(m->loop, &m->listener, m->bind, on_connection, &m->listener_open, &m->port,
                         NULL, err, sizeof(err));
     m->listener.data = m;
-    if (rc < 0)
+    if (rc < 0) {
         snprintf(m->err, sizeof(m->err), "http: %s", err);
-    return rc;
+        return rc;
+    }
+    if (acceptgate_init(&m->gate, m->loop, (uv_stream_t *)&m->listener, on_connection, 0) < 0 ||
+        uv_idle_init(m->loop, &m->resume) != 0) {
+        snprintf(m->err, sizeof(m->err), "http: cannot start the turn budgets");
+        return -SLUICE_EIO;
+    }
+    if (uv_check_init(m->loop, &m->turn_end) != 0) {
+        uv_close((uv_handle_t *)&m->resume, NULL);
+        snprintf(m->err, sizeof(m->err), "http: cannot start the turn budgets");
+        return -SLUICE_EIO;
+    }
+    m->resume.data = m;
+    m->turn_end.data = m;
+    uv_check_start(&m->turn_end, http__on_turn_end);
+    uv_unref((uv_handle_t *)&m->turn_end);
+    m->resume_init = 1;
+    return 0;
 }
 
 void http_close(struct http_server *m)
@@ -875,6 +1011,12 @@ void http_close(struct http_server *m)
         return;
     m->closed = 1;
     clientmem_leave(&m->pool); /* the budget's owner may go first */
+    acceptgate_close(&m->gate);
+    if (m->resume_init) {
+        m->resume_init = 0;
+        uv_close((uv_handle_t *)&m->resume, NULL);
+        uv_close((uv_handle_t *)&m->turn_end, NULL);
+    }
     if (m->listener_open)
         uv_close((uv_handle_t *)&m->listener, NULL);
     for (struct conn *c = m->conns; c != NULL; c = c->next)
@@ -904,5 +1046,8 @@ static const struct counter_row http__rows[] = {
                 "HTTP requests answered, errors included."),
     COUNTER_ROW(struct http_stats, bad_requests, "http_bad_requests", "http_bad_requests_total",
                 COUNTER_TOTAL, "HTTP requests answered 400 (malformed)."),
+    COUNTER_ROW(struct http_stats, deferred, "http_deferred", "http_deferred_total", COUNTER_TOTAL,
+                "HTTP requests for a costly route (/metrics) that waited for a later event loop "
+                "turn, that turn's time for answers being spent."),
 };
 const struct counter_table http_counters = COUNTER_TABLE(http__rows);

@@ -45,6 +45,11 @@
 #define HTTP_DEFAULT_MAX_CONNS 256
 #define HTTP_DEFAULT_IDLE_MS   10000
 #define HTTP_LOG_INTERVAL_MS   10000
+/* A loop turn's time for answers before a costly one waits for the next
+ * turn, and what a route's last answer may take to count as cheap (never
+ * waits): see http.c's design note. */
+#define HTTP_TURN_BUDGET_NS 1000000u
+#define HTTP_CHEAP_NS       50000u
 /* Each connection's kernel send buffer (SO_SNDBUF), fixed. */
 #define HTTP_SNDBUF (64 * 1024)
 
@@ -182,6 +187,7 @@ struct http_stats {
     uint64_t refused;     /* connections closed at once: no other to close (0 in practice) */
     uint64_t evicted;     /* connections closed to make room for a newcomer */
     uint64_t mem_evicted; /* connections closed over the client memory budget */
+    uint64_t deferred;    /* requests that waited for a later loop turn's budget */
     uint64_t open_conns;
 };
 void http_get_stats(const struct http_server *h, struct http_stats *out);

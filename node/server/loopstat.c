@@ -1,14 +1,33 @@
 /* loopstat: the event loop's turn durations (see loopstat.h). */
 #include "loopstat.h"
 
+#include <time.h>
+
 #include "sluice/error.h"
+
+/* The loop thread's CPU time in ns (0 if the clock cannot be read: the CPU
+ * maximum then stays 0). */
+static uint64_t loopstat__cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void loopstat__on_prepare(uv_prepare_t *h)
 {
     struct loopstat *ls = h->data;
     uint64_t now = uv_hrtime();
     uint64_t idle = uv_metrics_idle_time(h->loop);
+    uint64_t cpu = loopstat__cpu_ns();
     if (ls->last_ns != 0) {
+        /* The CPU the thread used over the same span (the poll's own
+         * system call included, a few us): a turn whose work is long but
+         * whose CPU is short was waiting for a CPU the host gave to others. */
+        uint64_t used = cpu > ls->last_cpu_ns ? cpu - ls->last_cpu_ns : 0;
+        if (used > ls->max_turn_cpu_ns)
+            ls->max_turn_cpu_ns = used;
         uint64_t span = now - ls->last_ns, waited = idle - ls->last_idle_ns;
         uint64_t work = span > waited ? span - waited : 0;
         ls->turns++;
@@ -23,6 +42,7 @@ static void loopstat__on_prepare(uv_prepare_t *h)
     }
     ls->last_ns = now;
     ls->last_idle_ns = idle;
+    ls->last_cpu_ns = cpu;
 }
 
 int loopstat_start(struct loopstat *ls, uv_loop_t *loop)
@@ -52,4 +72,5 @@ void loopstat_stop(struct loopstat *ls)
 void loopstat_reset_max(struct loopstat *ls)
 {
     ls->max_turn_ns = 0;
+    ls->max_turn_cpu_ns = 0;
 }

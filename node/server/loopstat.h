@@ -5,8 +5,11 @@
  *
  * A turn's work is the time between two of its prepare phases less the time
  * it spent waiting in the poll (libuv's idle-time metric): the timers, the
- * I/O callbacks and everything else the loop ran in one iteration.  Two
- * clock reads per turn.
+ * I/O callbacks and everything else the loop ran in one iteration.  That is
+ * wall time, so on a busy host it includes the time the thread waited for a
+ * CPU; the thread's CPU time over the same span is kept apart
+ * (loop_max_turn_cpu_us), which tells the daemon's own work from the host's
+ * load.  Three clock reads per turn.
  */
 #ifndef SLUICE_LOOPSTAT_H
 #define SLUICE_LOOPSTAT_H
@@ -19,8 +22,8 @@
 struct loopstat {
     uv_prepare_t prepare;
     int started;
-    uint64_t last_ns, last_idle_ns;
-    uint64_t turns, max_turn_ns;
+    uint64_t last_ns, last_idle_ns, last_cpu_ns;
+    uint64_t turns, max_turn_ns, max_turn_cpu_ns;
     struct metrics_histogram hist; /* metrics_latency_bounds_ns buckets */
 };
 
@@ -33,7 +36,7 @@ int loopstat_start(struct loopstat *ls, uv_loop_t *loop);
 /* Stops measuring and closes the handle (closed at the loop's next turn). */
 void loopstat_stop(struct loopstat *ls);
 
-/* Forgets the longest turn (CONFIG RESETSTAT), so a benchmark can measure
+/* Forgets the longest turns (CONFIG RESETSTAT), so a benchmark can measure
  * its own window. */
 void loopstat_reset_max(struct loopstat *ls);
 

@@ -15,6 +15,7 @@
 
 #include "clientmem.h"
 #include "log.h"
+#include "acceptgate.h"
 #include "loopstat.h"
 #include "tcp.h"
 #include "sluice/error.h"
@@ -27,15 +28,27 @@
 #define IN_KEEP_CAP (2 * READ_CHUNK)
 /* malloc_trim once this much client memory was freed, at most once per
  * TRIM_INTERVAL_MS (a wave of disconnects gives back its pages at once),
- * and at most TRIM_COST_SHARE of the loop's time: a trim runs on the loop
- * and stalls every client while it lasts, which is long on a fragmented
- * heap (glibc madvises every free page range, each a TLB shootdown that
- * waits for the other CPUs: 36 to 440 ms under the hostile soak, once a
- * second, made its p99 latency), so after a trim of d ms the next waits
- * d / TRIM_COST_SHARE.  The memory is reused meanwhile, only not returned. */
+ * and then after a trim of d ms not before d / TRIM_COST_SHARE.  A trim is
+ * long on a fragmented heap (glibc madvises every free page range, each a
+ * TLB shootdown that waits for the other CPUs: 10 to 440 ms under the
+ * hostile soak), so it runs in libuv's thread pool, not on the loop: the
+ * loop goes on, and waits only where it allocates or frees while the trim
+ * holds that arena's lock.  The memory is reused meanwhile, only not
+ * returned. */
 #define TRIM_MIN_BYTES   (1024 * 1024)
 #define TRIM_INTERVAL_MS 1000
 #define TRIM_COST_SHARE  0.01
+/* Clients that hung up closed per loop turn at most (closing a socket took
+ * 17 us on a loaded host: 1,100 silent TCP clients hanging up at once made
+ * a 7.5 ms turn); the rest are closed at the next turns, in order. */
+#define CLOSES_PER_TURN 64
+/* A client's input is executed one read (up to READ_CHUNK) a loop turn, as
+ * Redis reads a client once per event loop iteration: libuv would read a
+ * busy socket up to 32 times in one callback (2 MiB), and fifty clients
+ * pipelining 60 KB made a 21 ms turn.  A second read in the same turn is
+ * kept unexecuted, the client stops being read, and it is executed at the
+ * next turn (every such client at the next, so none waits more than one
+ * turn behind the others). */
 /* One log line per this many ms about clients closed over the budget. */
 #define MEM_LOG_INTERVAL_MS 10000
 /* The parser's arrays, per argument slot (struct resp_parser). */
@@ -79,14 +92,27 @@ struct server_client {
     void *on_close_arg;
     uint64_t born_ms, last_ms; /* uv_now at accept, at the last read */
     unsigned tcp : 1;          /* came through the TCP listener */
-    unsigned authed : 1;       /* AUTH passed (server_client_set_authed) */
+    unsigned hung_up : 1;      /* in the queue of clients to close at a later turn */
+    struct server_client *hu_prev, *hu_next;
+    unsigned held : 1; /* read twice this turn: input kept for the next (READ_CHUNK note) */
+    struct server_client *held_prev, *held_next;
+    uint64_t read_turn;  /* server's turn of c's last read executed */
+    unsigned authed : 1; /* AUTH passed (server_client_set_authed) */
 };
 
 struct server {
     uv_loop_t *loop;
     uv_pipe_t listener;
-    uv_tcp_t tcp_listener; /* --listen */
-    char *tcp_bind;        /* NULL: no TCP listener */
+    uv_tcp_t tcp_listener;                   /* --listen */
+    struct acceptgate gate, tcp_gate;        /* accepts per loop turn, per listener */
+    struct server_client *hu_head, *hu_tail; /* hung up, closed at a later turn (FIFO) */
+    uv_idle_t hu_idle;                       /* closes them at the next turn */
+    uv_check_t turn_end;                     /* after each turn's I/O: a fresh budget */
+    int turn_init;
+    unsigned turn_closes;                        /* hang-ups closed this turn */
+    uint64_t turn;                               /* loop turns since start (turn_end counts them) */
+    struct server_client *held_head, *held_tail; /* read twice in a turn (FIFO) */
+    char *tcp_bind;                              /* NULL: no TCP listener */
     int tcp_open, tcp_port, tcp_loopback;
     char *path;
     unsigned mode;
@@ -105,8 +131,11 @@ struct server {
     unsigned depth;            /* clients executing commands now (nested unblocks) */
     int enforcing;             /* inside server_enforce_budget */
     uv_timer_t housekeep;      /* trims and the budget's log line */
+    uv_work_t trim_req;        /* the trim running in the thread pool */
+    uint64_t trim_took_ns;     /* how long it took (set by the worker) */
     struct loopstat loop_stat; /* the loop's turn durations, from server_start */
     int housekeep_init;
+    int trimming;           /* trim_req is queued or running */
     uint64_t mem_logged_at; /* uv_now of the last budget log line */
     int mem_logged;
     uint64_t mem_unlogged, mem_unlogged_bytes, mem_unlogged_largest;
@@ -131,6 +160,8 @@ struct server {
 };
 
 static void client_close(struct server_client *c);
+static void client_unqueue(struct server_client *c);
+static void client_unhold(struct server_client *c);
 static void client_resume(struct server_client *c);
 static void client_update_reading(struct server_client *c);
 static void server_freed(struct server *s, size_t bytes);
@@ -213,6 +244,7 @@ void server_get_stats(const struct server *s, struct server_stats *out)
     out->client_memory = clientmem_total(&s->budget);
     out->loop_turns = s->loop_stat.turns;
     out->loop_max_turn_us = s->loop_stat.max_turn_ns / 1000u;
+    out->loop_max_turn_cpu_us = s->loop_stat.max_turn_cpu_ns / 1000u;
     out->memory_trim_ms = s->stats.memory_trim_ns / 1000000u;
 }
 
@@ -453,23 +485,46 @@ static void server_log_budget(struct server *s)
     s->mem_unlogged = s->mem_unlogged_bytes = s->mem_unlogged_largest = 0;
 }
 
+/* In the thread pool: gives the heap's free pages back. */
+static void server_trim_work(uv_work_t *req)
+{
+    struct server *s = req->data;
+    uint64_t t0 = uv_hrtime();
+#if defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+    s->trim_took_ns = uv_hrtime() - t0; /* read by server_trim_done, after this returns */
+}
+
+/* Back on the loop (also when cancelled at close). */
+static void server_trim_done(uv_work_t *req, int status)
+{
+    struct server *s = req->data;
+    s->trimming = 0;
+    if (status != 0)
+        return;
+    s->stats.memory_trim_ns += s->trim_took_ns;
+    s->trim_next_ms = uv_now(s->loop) + (uint64_t)((double)s->trim_took_ns / 1e6 / TRIM_COST_SHARE);
+    if (s->trim_bytes >= TRIM_MIN_BYTES)
+        server_housekeep_within(s, s->trim_next_ms - uv_now(s->loop));
+}
+
 static void on_housekeep(uv_timer_t *t)
 {
     struct server *s = t->data;
     uv_update_time(s->loop);
     uint64_t now = uv_now(s->loop);
-    if (s->trim_bytes >= TRIM_MIN_BYTES && now < s->trim_next_ms) {
+    if (s->trim_bytes >= TRIM_MIN_BYTES && s->trimming) {
+        /* server_trim_done schedules the next */
+    } else if (s->trim_bytes >= TRIM_MIN_BYTES && now < s->trim_next_ms) {
         server_housekeep_within(s, s->trim_next_ms - now); /* its share of time is spent */
     } else if (s->trim_bytes >= TRIM_MIN_BYTES) {
-        s->trim_bytes = 0;
-        s->stats.memory_trims++;
-        uint64_t t0 = uv_hrtime();
-#if defined(__GLIBC__)
-        malloc_trim(0);
-#endif
-        uint64_t took_ns = uv_hrtime() - t0;
-        s->stats.memory_trim_ns += took_ns;
-        s->trim_next_ms = now + (uint64_t)((double)took_ns / 1e6 / TRIM_COST_SHARE);
+        s->trim_req.data = s;
+        if (uv_queue_work(s->loop, &s->trim_req, server_trim_work, server_trim_done) == 0) {
+            s->trim_bytes = 0;
+            s->trimming = 1;
+            s->stats.memory_trims++;
+        }
     }
     server_log_budget(s);
 }
@@ -611,7 +666,7 @@ static void client_flush(struct server_client *c)
 
 static int client_paused(const struct server_client *c)
 {
-    return c->blocked || c->closing || c->close_after_reply ||
+    return c->blocked || c->closing || c->close_after_reply || c->held ||
            client_pending(c) > c->srv->soft_limit;
 }
 
@@ -714,11 +769,103 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->inbuf + c->inlen, (unsigned)(c->incap - c->inlen));
 }
 
+static void server_on_hu_idle(uv_idle_t *h);
+
+/* c's peer hung up (or its socket failed): closed now, or once this turn's
+ * CLOSES_PER_TURN are spent at a later turn (not read meanwhile). */
+static void client_hung_up(struct server_client *c)
+{
+    struct server *s = c->srv;
+    if (!s->turn_init || s->turn_closes < CLOSES_PER_TURN || c->executing) {
+        s->turn_closes++;
+        client_close(c);
+        return;
+    }
+    if (c->hung_up || c->closing)
+        return;
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->h.pipe);
+        c->reading = 0;
+    }
+    c->hung_up = 1;
+    c->hu_next = NULL;
+    c->hu_prev = s->hu_tail;
+    if (s->hu_tail != NULL)
+        s->hu_tail->hu_next = c;
+    else
+        s->hu_head = c;
+    s->hu_tail = c;
+    uv_idle_start(&s->hu_idle, server_on_hu_idle);
+}
+
+static void server_on_hu_idle(uv_idle_t *h)
+{
+    struct server *s = h->data;
+    while (s->hu_head != NULL && s->turn_closes < CLOSES_PER_TURN) {
+        struct server_client *c = s->hu_head;
+        client_unqueue(c);
+        s->turn_closes++;
+        client_close(c);
+        client_release(c);
+    }
+    /* Clients read twice last turn: their kept input now, each once. */
+    struct server_client *last = s->held_tail;
+    while (s->held_head != NULL) {
+        struct server_client *c = s->held_head;
+        client_unhold(c);
+        c->read_turn = s->turn + 1; /* this turn's read */
+        s->now_ns = uv_hrtime();
+        client_resume(c); /* executes its input, reads it again */
+        client_settle(c);
+        if (c == last)
+            break;
+    }
+    if (s->hu_head == NULL && s->held_head == NULL)
+        uv_idle_stop(h);
+}
+
+static void server_on_turn_end(uv_check_t *h)
+{
+    struct server *s = h->data;
+    s->turn_closes = 0;
+    s->turn++;
+}
+
+/* c was read twice this turn: keeps data[0..len) unexecuted for the next
+ * turn and stops reading c meanwhile.  0, or -SLUICE_ENOMEM (then c is
+ * closed). */
+static int client_hold(struct server_client *c, const char *data, size_t len)
+{
+    struct server *s = c->srv;
+    if (client_keep(c, data, len) < 0) {
+        client_close(c);
+        return -SLUICE_ENOMEM;
+    }
+    if (c->reading) {
+        uv_read_stop((uv_stream_t *)&c->h.pipe);
+        c->reading = 0;
+    }
+    if (!c->held) {
+        c->held = 1;
+        c->held_next = NULL;
+        c->held_prev = s->held_tail;
+        if (s->held_tail != NULL)
+            s->held_tail->held_next = c;
+        else
+            s->held_head = c;
+        s->held_tail = c;
+    }
+    s->stats.held_reads++;
+    uv_idle_start(&s->hu_idle, server_on_hu_idle);
+    client_settle(c);
+    return 0;
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct server_client *c = (struct server_client *)stream;
     if (nread < 0) {
-        client_close(c);
+        client_hung_up(c);
         return;
     }
     if (nread == 0)
@@ -735,6 +882,12 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         data = c->inbuf;
         len = c->inlen;
     }
+    struct server *s = c->srv;
+    if (s->turn_init && c->read_turn == s->turn + 1) {
+        (void)client_hold(c, data, len);
+        return;
+    }
+    c->read_turn = s->turn + 1;
     size_t used = client_execute(c, data, len);
     if (client_keep(c, data + used, len - used) < 0) {
         client_close(c);
@@ -755,7 +908,7 @@ static void client_update_reading(struct server_client *c)
 {
     if (c->closing)
         return;
-    int want = c->inlen < c->srv->in_limit && !c->close_after_reply;
+    int want = c->inlen < c->srv->in_limit && !c->close_after_reply && !c->hung_up && !c->held;
     if (want && !c->reading) {
         if (uv_read_start((uv_stream_t *)&c->h.pipe, on_alloc, on_read) < 0) {
             client_close(c);
@@ -826,10 +979,46 @@ static void on_client_closed(uv_handle_t *h)
     free(c);
 }
 
+static void client_unhold(struct server_client *c)
+{
+    if (!c->held)
+        return;
+    struct server *s = c->srv;
+    if (c->held_prev != NULL)
+        c->held_prev->held_next = c->held_next;
+    else
+        s->held_head = c->held_next;
+    if (c->held_next != NULL)
+        c->held_next->held_prev = c->held_prev;
+    else
+        s->held_tail = c->held_prev;
+    c->held_prev = c->held_next = NULL;
+    c->held = 0;
+}
+
+static void client_unqueue(struct server_client *c)
+{
+    client_unhold(c);
+    if (!c->hung_up)
+        return;
+    struct server *s = c->srv;
+    if (c->hu_prev != NULL)
+        c->hu_prev->hu_next = c->hu_next;
+    else
+        s->hu_head = c->hu_next;
+    if (c->hu_next != NULL)
+        c->hu_next->hu_prev = c->hu_prev;
+    else
+        s->hu_tail = c->hu_prev;
+    c->hu_prev = c->hu_next = NULL;
+    c->hung_up = 0;
+}
+
 static void client_close(struct server_client *c)
 {
     if (c->closing)
         return;
+    client_unqueue(c);
     c->closing = 1;
     log_debug("client %llu: closed", (unsigned long long)c->id);
     if (c->blocked) {
@@ -948,6 +1137,8 @@ static void server_new_client(uv_stream_t *listener, int status, int tcp)
     struct server *s = listener->data;
     if (status < 0 || s->closing)
         return;
+    if (!acceptgate_admit(tcp ? &s->tcp_gate : &s->gate))
+        return; /* accepted at the next turn */
     struct server_client *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return;
@@ -1132,6 +1323,24 @@ int server_start(struct server *s)
         snprintf(s->err, sizeof(s->err), "cannot chmod %s: %s", s->path, strerror(errno));
         return -SLUICE_EIO;
     }
+    if (acceptgate_init(&s->gate, s->loop, (uv_stream_t *)&s->listener, on_connection, 0) < 0) {
+        snprintf(s->err, sizeof(s->err), "cannot start the accept budget");
+        return -SLUICE_EIO;
+    }
+    if (uv_idle_init(s->loop, &s->hu_idle) != 0) {
+        snprintf(s->err, sizeof(s->err), "cannot start the turn budget");
+        return -SLUICE_EIO;
+    }
+    if (uv_check_init(s->loop, &s->turn_end) != 0) {
+        uv_close((uv_handle_t *)&s->hu_idle, NULL);
+        snprintf(s->err, sizeof(s->err), "cannot start the turn budget");
+        return -SLUICE_EIO;
+    }
+    s->hu_idle.data = s;
+    s->turn_end.data = s;
+    uv_check_start(&s->turn_end, server_on_turn_end);
+    uv_unref((uv_handle_t *)&s->turn_end);
+    s->turn_init = 1;
     rc = uv_listen((uv_stream_t *)&s->listener, LISTEN_BACKLOG, on_connection);
     if (rc < 0) {
         snprintf(s->err, sizeof(s->err), "cannot listen on %s: %s", s->path, uv_strerror(rc));
@@ -1145,6 +1354,11 @@ int server_start(struct server *s)
         if (rc < 0) {
             snprintf(s->err, sizeof(s->err), "listen: %s", err);
             return rc;
+        }
+        if (acceptgate_init(&s->tcp_gate, s->loop, (uv_stream_t *)&s->tcp_listener,
+                            on_tcp_connection, 0) < 0) {
+            snprintf(s->err, sizeof(s->err), "cannot start the accept budget");
+            return -SLUICE_EIO;
         }
         if (s->tcp_auth || s->tcp_idle_timeout_ms != 0) {
             uv_timer_init(s->loop, &s->tcp_sweep);
@@ -1195,9 +1409,18 @@ void server_close(struct server *s)
         client_close(s->clients);
     if (s->housekeep_init)
         uv_close((uv_handle_t *)&s->housekeep, NULL);
+    if (s->trimming)
+        (void)uv_cancel((uv_req_t *)&s->trim_req); /* else the loop waits for it */
     loopstat_stop(&s->loop_stat);
     if (s->tcp_sweep_init)
         uv_close((uv_handle_t *)&s->tcp_sweep, NULL);
+    acceptgate_close(&s->gate);
+    acceptgate_close(&s->tcp_gate);
+    if (s->turn_init) {
+        s->turn_init = 0;
+        uv_close((uv_handle_t *)&s->hu_idle, NULL);
+        uv_close((uv_handle_t *)&s->turn_end, NULL);
+    }
     if (s->listening)
         uv_close((uv_handle_t *)&s->listener, NULL);
     if (s->tcp_open)
@@ -1243,16 +1466,23 @@ static const struct counter_row server__command_rows[] = {
                 "max_client_memory."),
     COUNTER_ROW(struct server_stats, memory_trims, "memory_trims", "memory_trims_total",
                 COUNTER_TOTAL,
-                "Times freed client memory was returned to the system (malloc_trim, on the event "
-                "loop, at most 1% of its time)."),
+                "Times freed client memory was returned to the system (malloc_trim, in the thread "
+                "pool, at most 1% of the time)."),
     COUNTER_ROW(struct server_stats, memory_trim_ms, "memory_trim_ms",
                 "memory_trim_milliseconds_total", COUNTER_TOTAL,
-                "The time those returns held the event loop, in ms."),
+                "The time those returns took, in ms (in the thread pool, off the event loop)."),
+    COUNTER_ROW(struct server_stats, held_reads, "held_reads", "held_reads_total", COUNTER_TOTAL,
+                "Client reads kept for the next event loop turn (a client is executed one read a "
+                "turn)."),
     COUNTER_ROW(struct server_stats, loop_turns, "loop_turns", "loop_turns_total", COUNTER_TOTAL,
                 "Event loop turns measured (sluice_loop_turn_seconds has their work)."),
     COUNTER_ROW(struct server_stats, loop_max_turn_us, "loop_max_turn_us",
                 "loop_max_turn_microseconds", COUNTER_GAUGE,
                 "The longest event loop turn's work since start or CONFIG RESETSTAT, in us."),
+    COUNTER_ROW(struct server_stats, loop_max_turn_cpu_us, "loop_max_turn_cpu_us",
+                "loop_max_turn_cpu_microseconds", COUNTER_GAUGE,
+                "The most CPU time one event loop turn used since start or CONFIG RESETSTAT, in "
+                "us (below loop_max_turn_us when the thread waited for a CPU)."),
 };
 const struct counter_table server_command_counters = COUNTER_TABLE(server__command_rows);
 

@@ -43,6 +43,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -223,6 +224,39 @@ def w_reload(a, deadline):
             pass
 
 
+def set_priority(pid, nice):
+    """Gives process pid (0: this one) the nice value nice, and its
+    scheduler autogroup too when the kernel has them: with autogroups
+    (sched_autogroup_enabled, one group per session), CPU is shared between
+    sessions first and a process's nice orders it only within its own, so
+    the session's group must be niced as well.  Returns what was set."""
+    done = []
+    try:
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
+        done.append("nice %d" % nice)
+    except OSError:
+        pass
+    try:
+        with open("/proc/%s/autogroup" % (pid or "self"), "w") as f:
+            f.write("%d" % nice)
+        done.append("autogroup nice %d" % nice)
+    except OSError:
+        pass
+    return ", ".join(done) or "unchanged"
+
+
+def run_worker(fn, nice, a, deadline):
+    if nice:
+        # Below the daemon and the measured clients, as a host's batch work:
+        # a session (so an autogroup) of its own, niced.
+        try:
+            os.setsid()
+        except OSError:
+            pass
+        set_priority(0, nice)
+    fn(a, deadline)
+
+
 WORKERS = {
     "tx": w_tx,
     "flood": w_flood,
@@ -331,6 +365,62 @@ def parse_size(s):
     return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
 
 
+def schedstat(pid, tid=None):
+    """(seconds on a CPU, seconds waiting for one) of a thread (the process's
+    main thread when tid is None), from /proc's schedstat; None when gone.
+    The wait is the host's share of a latency: a runnable daemon that no
+    CPU ran."""
+    try:
+        with open("/proc/%d/task/%d/schedstat" % (pid, tid or pid)) as f:
+            run, wait = f.read().split()[:2]
+        return int(run) / 1e9, int(wait) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
+def loop_turns(http_port):
+    """The daemon's loop turn histogram from /metrics: {le: cumulative count}
+    (le in seconds, inf for +Inf), or {} when /metrics does not answer."""
+    out = {}
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("sluice_loop_turn_seconds_bucket{le=\""):
+                    le = line.split('"')[1]
+                    out[float("inf") if le == "+Inf" else float(le)] = int(float(line.split()[1]))
+    except OSError:
+        pass
+    return out
+
+
+def info_fields(sock, keys):
+    """INFO everything's fields named in keys, as integers."""
+    fig = {}
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(5)
+        s.connect(sock)
+        s.sendall(resp("INFO", "everything"))
+        text = b""
+        while not text.endswith(b"\r\n\r\n") or text.count(b"\r\n") < 2:
+            c = s.recv(1 << 20)
+            if not c:
+                break
+            text += c
+            if text.startswith(b"$"):
+                n = int(text[1:text.index(b"\r\n")])
+                if len(text) >= text.index(b"\r\n") + 2 + n:
+                    break
+        s.close()
+        for line in text.decode(errors="replace").splitlines():
+            k, _, v = line.partition(":")
+            if k in keys:
+                fig[k] = int(v)
+    except (OSError, ValueError):
+        pass
+    return fig
+
+
 def pct(sorted_vals, p):
     if not sorted_vals:
         return float("nan")
@@ -347,9 +437,16 @@ def main():
     ap.add_argument("--workers", default=",".join(WORKERS),
                     help="hostile workers to run (default: all)")
     ap.add_argument("--json", help="write the figures there too")
+    ap.add_argument("--log", help="keep a copy of the daemon's log there")
     ap.add_argument("--flood-clients", type=int, default=50,
                     help="RESP clients of the flood worker at once (default 50; 400 pass the "
                     "default client memory budget)")
+    ap.add_argument("--worker-nice", type=int, default=0,
+                    help="the hostile workers' nice increment (default 0: the daemon's "
+                    "priority; 10: a host's batch work below its services)")
+    ap.add_argument("--daemon-nice", type=int, default=None,
+                    help="the daemon's nice value and its autogroup's (e.g. -5: a service "
+                    "given CPU before the host's other work; default: unchanged)")
     ap.add_argument("--max-client-memory", default=None,
                     help="the daemon's --max-client-memory (default: its own)")
     o = ap.parse_args()
@@ -387,6 +484,8 @@ def main():
         d.start()  # raises, with the log printed, if it does not come up
         proc = d.proc
         pid = proc.pid
+        daemon_priority = set_priority(pid, o.daemon_nice) if o.daemon_nice is not None \
+            else "unchanged"
         # 10,000 keys held (for the SCANs), pipelined.
         c = socket.socket(socket.AF_UNIX)
         c.settimeout(30)
@@ -399,18 +498,34 @@ def main():
                 got += c.recv(1 << 20)
         rss_start = rss_kb(pid)
         deadline = time.time() + o.duration
-        for name in o.workers.split(","):
-            p = mp.Process(target=WORKERS[name], args=(a, deadline), daemon=True)
+        turns0 = loop_turns(a["http"])
+        cmd = socket.socket(socket.AF_UNIX)
+        cmd.settimeout(5)
+        cmd.connect(sock)
+        cmd.sendall(resp("CONFIG", "RESETSTAT"))  # loop_max_turn_us: this run's
+        cmd.recv(100)
+        cmd.close()
+        sched0, wall0 = schedstat(pid), time.time()
+        for name in filter(None, o.workers.split(",")):
+            p = mp.Process(target=run_worker, args=(WORKERS[name], o.worker_nice, a, deadline),
+                           daemon=True)
             p.start()
             workers.append(p)
 
         grpc_call = rlsclient.call_once if rlsclient.setup() else None
 
         lat, health_fail, health_n, grpc_fail, grpc_n, rss = [], 0, 0, 0, 0, []
+        # Per call, the time the daemon's loop thread and this client waited
+        # for a CPU while runnable: the host's share of the latency.
+        waits, cpus = [], []
+        minutes = {}  # minute of the run: its calls' latencies (the p99 "the whole time")
+        t_start = time.time()
+        me = threading.get_native_id()
         health_slow = 0  # answered late (past the 1 s deadline), not wrongly
         next_health = next_rss = next_grpc = time.time()
         n = 0
         while time.time() < deadline and proc.poll() is None:
+            d0, m0 = schedstat(pid), schedstat(os.getpid(), me)
             t = time.perf_counter()
             try:
                 c.sendall(resp("CL.THROTTLE", "real:%d" % (n % 100), "1000", "100000", "1", "1"))
@@ -418,6 +533,11 @@ def main():
                 while got.count(b"\r\n") < 6:
                     got += c.recv(4096)
                 lat.append(time.perf_counter() - t)
+                minutes.setdefault(int((time.time() - t_start) // 60), []).append(lat[-1])
+                d1, m1 = schedstat(pid), schedstat(os.getpid(), me)
+                if d0 and d1 and m0 and m1:
+                    waits.append((lat[-1], (d1[1] - d0[1]) + (m1[1] - m0[1])))
+                    cpus.append(d1[0] - d0[0])
             except OSError:
                 lat.append(float("inf"))
                 c = socket.socket(socket.AF_UNIX)
@@ -461,7 +581,14 @@ def main():
         time.sleep(3)  # the hostile connections are closed: memory given back?
         alive = proc.poll() is None
         rss_end = rss_kb(pid) if alive else None
+        sched1, wall1 = schedstat(pid) if alive else None, time.time()
+        turns1 = loop_turns(a["http"]) if alive else {}
         lat.sort()
+        # The latency less the run-queue waits in it: what the daemon's own
+        # work (and the kernel's socket path) took.
+        own = sorted(max(0.0, w - q) for w, q in waits)
+        cpus.sort()
+        per_min = [pct(sorted(v), 0.99) for k, v in sorted(minutes.items()) if len(v) >= 100]
         fig = {
             "duration_s": o.duration, "limit": how, "alive": alive,
             "requests": len(lat), "p50_ms": round(pct(lat, 0.50) * 1000, 3),
@@ -471,8 +598,27 @@ def main():
             "health_late": health_slow,
             "grpc_calls": grpc_n, "grpc_failures": grpc_fail,
             "rss_start_kb": rss_start, "rss_peak_kb": max(rss) if rss else None,
-            "rss_end_kb": rss_end,
+            "rss_end_kb": rss_end, "worker_nice": o.worker_nice,
+            "daemon_priority": daemon_priority,
+            "p99_less_runqueue_ms": round(pct(own, 0.99) * 1000, 3),
+            "max_less_runqueue_ms": round(own[-1] * 1000, 3) if own else None,
+            "p99_daemon_cpu_per_call_ms": round(pct(cpus, 0.99) * 1000, 3),
+            "calls_over_10ms": sum(1 for x in lat if x > 0.010),
+            "p99_ms_worst_minute": round(max(per_min) * 1000, 3) if per_min else None,
+            "p99_ms_best_minute": round(min(per_min) * 1000, 3) if per_min else None,
+            "calls_over_10ms_less_runqueue": sum(1 for x in own if x > 0.010),
         }
+        if sched0 and sched1:
+            span = wall1 - wall0
+            fig["daemon_cpu_share"] = round((sched1[0] - sched0[0]) / span, 3)
+            fig["daemon_runqueue_share"] = round((sched1[1] - sched0[1]) / span, 3)
+        if turns0 and turns1:
+            n_all = turns1[float("inf")] - turns0.get(float("inf"), 0)
+            fig["loop_turns"] = n_all
+            for le in (0.001, 0.005):
+                if le in turns1:
+                    fig["loop_turns_over_%gms" % (le * 1000)] = \
+                        n_all - (turns1[le] - turns0.get(le, 0))
         try:
             with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % a["http"],
                                         timeout=5) as r:
@@ -484,23 +630,11 @@ def main():
             pass
         if cgroup is not None:
             fig.update(cgroup.figures())
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.settimeout(5)
-            s.connect(sock)
-            s.sendall(resp("INFO", "everything"))
-            time.sleep(0.2)
-            text = s.recv(1 << 20).decode(errors="replace")
-            s.close()
-            for k in ("client_memory_disconnects", "output_limit_disconnects", "tcp_evictions",
-                      "tcp_timeouts", "http_evictions", "http_timeouts",
-                      "http_memory_disconnects", "grpc_evictions", "grpc_timeouts",
-                      "grpc_memory_disconnects", "reloads", "reload_failures"):
-                for line in text.splitlines():
-                    if line.startswith(k + ":"):
-                        fig[k] = int(line.split(":")[1])
-        except OSError:
-            pass
+        fig.update(info_fields(sock, (
+            "client_memory_disconnects", "output_limit_disconnects", "tcp_evictions",
+            "tcp_timeouts", "http_evictions", "http_timeouts", "http_memory_disconnects",
+            "grpc_evictions", "grpc_timeouts", "grpc_memory_disconnects", "reloads",
+            "reload_failures", "loop_max_turn_us", "loop_max_turn_cpu_us")))
         print(json.dumps(fig, indent=1))
         if o.json:
             with open(o.json, "w") as f:
@@ -513,6 +647,9 @@ def main():
             ok = False
         if not ok:
             print(d.logtext()[-4000:])
+        if o.log:
+            with open(o.log, "w") as f:
+                f.write(d.logtext())
     finally:
         for p in workers:
             if p.is_alive():

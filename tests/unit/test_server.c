@@ -415,6 +415,60 @@ static void test_input_buffer_shrinks_after_large_request(void **state)
     stop_server(s);
 }
 
+/*
+ * A client pipelining without pause is executed one read (64 KiB) a loop
+ * turn, as Redis reads a client once an iteration: libuv would hand the
+ * callback up to 32 reads of a busy socket in one turn.  The rest is kept
+ * for the next turns (held_reads) and every command is answered, in order.
+ */
+static void test_one_read_a_turn_per_client(void **state)
+{
+    struct server *s = start_server();
+    int fd = connect_client();
+    static const char ping[] = "*1\r\n$4\r\nPING\r\n"; /* 14 bytes */
+    enum { CMDS = 30000 };
+    size_t len = CMDS * (sizeof(ping) - 1), off = 0, got = 0;
+    char *req = malloc(len);
+    assert_non_null(req);
+    for (size_t i = 0; i < CMDS; i++)
+        memcpy(req + i * (sizeof(ping) - 1), ping, sizeof(ping) - 1);
+    /* as much as the socket takes before the loop runs */
+    for (;;) {
+        ssize_t n = send(fd, req + off, len - off, MSG_DONTWAIT);
+        if (n <= 0)
+            break;
+        off += (size_t)n;
+    }
+    assert_true(off > 2 * 64 * 1024); /* more than two reads' worth waits */
+    uint64_t before = 0;
+    char buf[65536];
+    for (int turn = 0; turn < 100000 && got < (size_t)CMDS * 7; turn++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        struct server_stats st;
+        server_get_stats(s, &st);
+        /* one read a turn: at most 64 KiB of 14-byte commands, and one
+         * begun in the previous read */
+        assert_true(st.total_commands - before <= 64 * 1024 / 14 + 1);
+        before = st.total_commands;
+        ssize_t n;
+        while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+            got += (size_t)n; /* "+PONG\r\n": 7 bytes a command */
+        if (off < len) {
+            n = send(fd, req + off, len - off, MSG_DONTWAIT);
+            if (n > 0)
+                off += (size_t)n;
+        }
+    }
+    assert_int_equal(got, (size_t)CMDS * 7);
+    struct server_stats st;
+    server_get_stats(s, &st);
+    assert_int_equal(st.total_commands, CMDS);
+    assert_true(st.held_reads > 0);
+    free(req);
+    close(fd);
+    stop_server(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -425,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_output_past_hard_limit_disconnects),
         cmocka_unit_test(test_client_memory_budget_disconnects_heaviest),
         cmocka_unit_test(test_input_buffer_shrinks_after_large_request),
+        cmocka_unit_test(test_one_read_a_turn_per_client),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
