@@ -1831,4 +1831,5 @@ int gossip_node_health(const struct gossip_node *n)
 void gossip_node_stats(const struct gossip_node *n, struct gossip_stats *out)
 {
     *out = n->st;
+    out->health = (uint64_t)(n->awareness > 0 ? n->awareness : 0);
 }

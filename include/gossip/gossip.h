@@ -282,6 +282,8 @@ struct gossip_stats {
     /* Deaths others declared of a member we heard from lately, taken as
      * suspicions instead (after a partition heals, say). */
     uint64_t deaths_doubted;
+    /* Not a total: Lifeguard's health score now (gossip_node_health). */
+    uint64_t health;
 };
 
 /* Copies the counters.  Never fails. */
