@@ -151,6 +151,60 @@ static void test_partition_heals(void **state)
     gossip_sim_destroy(s);
 }
 
+/* Two clusters that know nothing of each other find each other through
+ * their seeds: (1) a 5|5 partition longer than the tombstones, after which
+ * each side has forgotten the other and is whole in its own eyes; (2) six
+ * nodes started during a partition, 3..5 seeded with node 0 and node 3, so
+ * that 3..5 form a cluster of their own.  Before the seeds were retried
+ * both stayed two clusters for good, each reporting itself whole. */
+static void test_separated_clusters_meet(void **state)
+{
+    (void)state;
+    const int n = 10;
+    struct gossip_config def;
+    gossip_config_default(&def);
+    struct gossip_sim *s = new_sim(0);
+    sim_cluster(s, n, NULL, NULL);
+    assert_true(sim_converge(s, n, 100 * MSEC, 60 * SEC) >= 0);
+    for (int i = n / 2; i < n; i++)
+        gossip_sim_set_group(s, i, 1);
+    gossip_sim_run(s, def.tombstone_ms * MSEC + 2 * def.dead_reap_ms * MSEC);
+    for (int i = 0; i < n; i++) /* forgotten: each side is all it knows */
+        assert_int_equal(sim_view(s, i).alive + sim_view(s, i).dead + sim_view(s, i).left,
+                         (size_t)n / 2);
+    for (int i = 0; i < n; i++)
+        gossip_sim_set_group(s, i, 0);
+    int64_t t1 = sim_converge(s, n, 500 * MSEC, 4 * def.pushpull_interval_ms * MSEC);
+    gossip_sim_destroy(s);
+
+    const int m = 6;
+    s = new_sim(0);
+    for (int i = 0; i < m; i++) {
+        struct gossip_config cfg;
+        char name[32];
+        sim_cfg(&cfg, name, i);
+        assert_int_equal(gossip_sim_add(s, &cfg), i);
+        gossip_sim_set_group(s, i, i >= m / 2);
+    }
+    struct gossip_addr seeds[2] = {*gossip_sim_addr(s, 0), *gossip_sim_addr(s, m / 2)};
+    for (int i = 1; i < m; i++)
+        assert_int_equal(gossip_node_join(gossip_sim_node(s, i), seeds, i >= m / 2 ? 2 : 1), 0);
+    gossip_sim_run(s, 60 * SEC);
+    assert_int_equal(sim_view(s, 0).alive, (size_t)m / 2);
+    assert_int_equal(sim_view(s, m - 1).alive, (size_t)m / 2);
+    for (int i = 0; i < m; i++)
+        gossip_sim_set_group(s, i, 0);
+    int64_t t2 = sim_converge(s, (size_t)m, 500 * MSEC, 4 * def.pushpull_interval_ms * MSEC);
+    fprintf(stderr,
+            "  clusters that forgot each other (partition of %lld s): one after %.1f s; "
+            "islands formed at start: one after %.1f s\n",
+            (long long)(def.tombstone_ms / 1000 + 2 * def.dead_reap_ms / 1000), (double)t1 / SEC,
+            (double)t2 / SEC);
+    assert_true(t1 >= 0);
+    assert_true(t2 >= 0);
+    gossip_sim_destroy(s);
+}
+
 /* Deaths each node declares, and the simulated time of the last one, by
  * side of a partition (node i's side is i >= n / 2); recorded only while
  * `heal_watch` is set. */
@@ -482,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_no_false_deaths_under_loss),
         cmocka_unit_test(test_partition_heals),
         cmocka_unit_test(test_partition_heal_no_false_deaths),
+        cmocka_unit_test(test_separated_clusters_meet),
         cmocka_unit_test(test_one_way_link),
         cmocka_unit_test(test_slow_node_lifeguard),
         cmocka_unit_test(test_left_node_not_resurrected),
