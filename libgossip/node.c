@@ -769,9 +769,12 @@ static void probe_finish(struct gossip_node *n)
 {
     struct probe *p = &n->probe;
     p->active = 0;
-    if (p->acked)
+    if (p->acked) {
+        n->st.probe_fail_streak = 0;
         return;
+    }
     n->st.probe_failures++;
+    n->st.probe_fail_streak++;
     /* Lifeguard: missed nacks mean our own network is suspect, not theirs. */
     if (p->expected_nacks > 0) {
         if (p->nacks < p->expected_nacks)

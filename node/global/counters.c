@@ -28,6 +28,8 @@ static const struct counter_row counters__gossip[] = {
       "Failure-detector probes that went unanswered."),
     G(probes, "gossip_probes", "gossip_probes_total", COUNTER_TOTAL,
       "Failure-detector probes sent."),
+    G(probe_fail_streak, "gossip_probe_fail_streak", "gossip_probe_fail_streak", COUNTER_GAUGE,
+      "Probes that failed in a row since the last one answered."),
     G(indirect_probes, "gossip_indirect_probes", "gossip_indirect_probes_total", COUNTER_TOTAL,
       "Indirect probes asked of other members after a direct probe went unanswered."),
     G(nacks_received, "gossip_nacks_received", "gossip_nacks_received_total", COUNTER_TOTAL,
