@@ -2,7 +2,9 @@
  * libgossip membership scenarios on the simulator: convergence, failure
  * detection, no false deaths under loss, partitions, slow nodes (Lifeguard),
  * graceful leave, replays and restarts.  Seeded: SLUICE_SEED=<n> replays a
- * run.  SLUICE_SIM_QUICK=1 shortens the long scenarios (simutil.h).
+ * run.  SLUICE_SIM_QUICK=1 shortens the long scenarios (simutil.h);
+ * SLUICE_SIM_ONLY=<pattern> (cmocka's, e.g. test_stalled*) runs the
+ * matching scenarios alone, to sweep a new one over many seeds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
