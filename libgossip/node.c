@@ -102,7 +102,7 @@ struct gossip_node {
     uint64_t app_seq, last_ts, packet_id, pp_cursor;
     int awareness, left, leave_pending, join_pending, probe_turn;
     struct gossip_addr seeds[MAX_SEEDS];
-    size_t nseeds;
+    size_t nseeds, seed_turn;
     int64_t now, next_probe, next_gossip, next_pushpull, next_reap, next_join;
     size_t live; /* alive + suspect members, self included */
     struct gossip_stats st;
@@ -769,9 +769,12 @@ static void probe_finish(struct gossip_node *n)
 {
     struct probe *p = &n->probe;
     p->active = 0;
-    if (p->acked)
+    if (p->acked) {
+        n->st.probe_fail_streak = 0;
         return;
+    }
     n->st.probe_failures++;
+    n->st.probe_fail_streak++;
     /* Lifeguard: missed nacks mean our own network is suspect, not theirs. */
     if (p->expected_nacks > 0) {
         if (p->nacks < p->expected_nacks)
@@ -1500,6 +1503,35 @@ static void reap(struct gossip_node *n)
     }
 }
 
+/* 1 if a live member other than this node is at address a. */
+static int addr_of_live_member(const struct gossip_node *n, const struct gossip_addr *a)
+{
+    for (size_t i = 0; i < n->t.n; i++) {
+        const struct member *m = n->t.v[i];
+        if (!m->is_self && is_live(m) && gossip_addr_equal(&m->addr, a))
+            return 1;
+    }
+    return 0;
+}
+
+/* At each periodic push-pull, one seed (in turn) that is neither this node
+ * nor a live member gets one too.  Members believed dead are tried above,
+ * but only until their tombstones expire: a partition longer than that
+ * leaves two clusters that have forgotten each other, each whole in its
+ * own eyes, and so does a cluster whose nodes first met as separate
+ * islands (a partition at start-up).  The seeds are how they meet again.
+ * One exchange per interval, and none while every seed is a live member. */
+static void seed_reconnect(struct gossip_node *n)
+{
+    for (size_t k = 0; k < n->nseeds; k++) {
+        const struct gossip_addr *a = &n->seeds[n->seed_turn++ % n->nseeds];
+        if (gossip_addr_equal(a, &n->cfg.advertise) || addr_of_live_member(n, a))
+            continue;
+        pushpull_start(n, a);
+        return;
+    }
+}
+
 void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
 {
     if (now_ns > n->now)
@@ -1580,6 +1612,7 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
          * thinks the other is dead and would otherwise never talk to it). */
         if (pick_random(n, 1, NULL, want_dead, &peer) == 1)
             pushpull_start(n, &peer->addr);
+        seed_reconnect(n);
     }
     if (now >= n->next_reap) {
         n->next_reap = now + REAP_CHECK_NS;
@@ -1831,4 +1864,5 @@ int gossip_node_health(const struct gossip_node *n)
 void gossip_node_stats(const struct gossip_node *n, struct gossip_stats *out)
 {
     *out = n->st;
+    out->health = (uint64_t)(n->awareness > 0 ? n->awareness : 0);
 }

@@ -47,6 +47,7 @@ struct simnode {
     uint32_t last_incarnation;
     int group;
     int64_t lag;
+    int64_t frozen_until; /* gossip_sim_freeze: nothing runs before then */
     int64_t tick_at;
     uint64_t rng;
     uint64_t sent, received;
@@ -241,6 +242,7 @@ static int start_node(struct gossip_sim *s, struct simnode *sn, uint32_t incarna
     sn->gen++;
     sn->rng = s->seed ^ ((uint64_t)sn->idx << 32) ^ ((uint64_t)sn->gen * 0x51ed27ull);
     sn->tick_at = NEVER;
+    sn->frozen_until = 0;
     sn->last_incarnation = incarnation;
     int rc = gossip_node_create(&cfg, &io, s->now, &sn->node);
     if (rc != 0)
@@ -360,6 +362,19 @@ void gossip_sim_run(struct gossip_sim *s, int64_t ns)
             free(e.pkt); // NOLINT(clang-analyzer-unix.Malloc)
             continue;
         }
+        if (e.t < sn->frozen_until) {
+            /* Frozen: its packets wait in the socket and its timer fires
+             * at the thaw, late, in the order they came. */
+            if (e.type == EV_TICK) {
+                if (e.t != sn->tick_at)
+                    continue;
+                sn->tick_at = sn->frozen_until;
+            }
+            e.t = sn->frozen_until;
+            if (heap_push(s, e) != 0)
+                free(e.pkt); // NOLINT(clang-analyzer-unix.Malloc)
+            continue;
+        }
         if (e.type == EV_TICK) {
             if (e.t != sn->tick_at)
                 continue; /* superseded by an earlier tick */
@@ -451,6 +466,12 @@ int gossip_sim_block(struct gossip_sim *s, int from, int to, int blocked)
         return -GOSSIP_ENOMEM;
     o->blocked = blocked;
     return 0;
+}
+
+void gossip_sim_freeze(struct gossip_sim *s, int i, int64_t ns)
+{
+    if (i >= 0 && (size_t)i < s->n && ns > 0)
+        s->nodes[i]->frozen_until = s->now + ns;
 }
 
 void gossip_sim_set_slow(struct gossip_sim *s, int i, int64_t lag_ns)

@@ -282,6 +282,10 @@ struct gossip_stats {
     /* Deaths others declared of a member we heard from lately, taken as
      * suspicions instead (after a partition heals, say). */
     uint64_t deaths_doubted;
+    /* Not totals: Lifeguard's health score now (gossip_node_health), and
+     * the probes that failed in a row since the last one answered (a
+     * node whose packets reach nobody sees only failures). */
+    uint64_t health, probe_fail_streak;
 };
 
 /* Copies the counters.  Never fails. */

@@ -78,6 +78,10 @@ int gossip_sim_block(struct gossip_sim *s, int from, int to, int blocked);
  * firing on time, like a node starved of CPU whose socket queue backs up
  * (0 = normal). */
 void gossip_sim_set_slow(struct gossip_sim *s, int i, int64_t lag_ns);
+/* Node i stops for ns from now, as a process under SIGSTOP: its timer does
+ * not fire and the packets sent to it wait; at the thaw its timer fires
+ * late and the waiting packets are handled in the order they arrived. */
+void gossip_sim_freeze(struct gossip_sim *s, int i, int64_t ns);
 
 /* Sees every packet accepted by the network (before loss), e.g. to record
  * and replay it later.  NULL removes the tap. */

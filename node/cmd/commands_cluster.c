@@ -185,7 +185,6 @@ void commands_cluster_info(struct cluster *cl, const struct readiness *ready, st
         info_u64(t, "members_dead", x.by_state[GOSSIP_MEMBER_DEAD]);
         info_u64(t, "members_left", x.by_state[GOSSIP_MEMBER_LEFT]);
         info_u64(t, "incarnation", gossip_node_incarnation(g));
-        info_u64(t, "health_score", (uint64_t)gossip_node_health(g));
         struct gossip_stats gs;
         gossip_node_stats(g, &gs);
         info_counters(t, &counters_gossip, &gs);

@@ -11,7 +11,11 @@ whether the node's view of the cluster can be trusted, and why not.
      naming the key file; /health still answers ok;
   4. four nodes: all ready; two killed with SIGKILL: the two survivors say
      "partitioned" (2 of the 4 seen); a third stopped with SIGSTOP: the last
-     one says "alone"; SIGCONT and restarts bring every node back to ready.
+     one says "alone"; SIGCONT and restarts bring every node back to ready;
+  5. five nodes; one reloads a key file whose key marked `use` the others
+     lack: it still opens their packets but they drop its own, so they
+     declare it dead while it sees them alive.  It must say so
+     ("unreachable"), not ok; its old key file back, it is ready again.
 
 Every wait is bounded; every process is stopped at the end.
 """
@@ -44,6 +48,8 @@ def get(port, path):
 def state(d):
     with redis.Redis(unix_socket_path=d.path, socket_timeout=5) as r:
         i = r.info("cluster")
+    if "cluster_state_reason" not in i:
+        raise AssertionError("INFO cluster without cluster_state_reason: %r" % i)
     return i["cluster_state"], str(i["cluster_state_reason"])
 
 
@@ -178,6 +184,56 @@ def test_members_lost(tmp):
                 d.close()
 
 
+def test_unheard(tmp):
+    n = 5
+    key = os.path.join(tmp, "u.key")
+    sluicetest.write_cluster_key(key)
+    other = os.path.join(tmp, "u2.key")
+    sluicetest.write_cluster_key(other)
+    with open(key) as f:
+        good = f.read()
+    with open(other) as f:
+        new_hex = f.read().split()[1]
+    keys = [os.path.join(tmp, "u%d.key" % i) for i in range(n)]
+    for k in keys:
+        with open(k, "w") as f:
+            f.write(good)
+        os.chmod(k, 0o600)
+    ports = sluicetest.free_udp_ports(n)
+    join = ",".join("127.0.0.1:%d" % p for p in ports)
+    nodes, http = [None] * n, [0] * n
+    try:
+        for i in range(n):
+            nodes[i], http[i] = daemon(tmp, "u%d" % i, "--node-name", "u%d" % i, "--gossip-bind",
+                                       "127.0.0.1:%d" % ports[i], "--join", join,
+                                       "--cluster-key-file", keys[i], "--log-level", "info")
+        for i in range(n):
+            wait_ready(nodes[i], http[i], True)
+        x = n - 1
+        # The old key kept (it opens the others' packets), a new one used.
+        with open(keys[x], "w") as f:
+            f.write(good.replace(" use", "") + "2 %s use\n" % new_hex)
+        nodes[x].proc.send_signal(signal.SIGHUP)
+        # Default probes (1 s): its probes fail from the first, the others
+        # have it dead after some 7 s, and it sees a majority alive or
+        # suspect for tens of seconds more (it probes slower and slower).
+        body = wait_ready(nodes[x], http[x], False, "unreachable", timeout=40)
+        assert get(http[x], "/health") == (200, "ok\n")
+        print("ok: a node the others cannot hear says %r" % body)
+        with open(keys[x], "w") as f:
+            f.write(good)
+        nodes[x].proc.send_signal(signal.SIGHUP)
+        for i in range(n):
+            wait_ready(nodes[i], http[i], True, timeout=40)
+        print("ok: its key file back, every node is ready again")
+    finally:
+        for d in nodes:
+            if d is not None and d.proc is not None:
+                if d.proc.poll() is None:
+                    d.stop()
+                d.close()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="sluice-ready-")
     try:
@@ -185,6 +241,7 @@ def main():
         test_join_without_bind(tmp)
         test_seeds_never_answer(tmp)
         test_members_lost(tmp)
+        test_unheard(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("PASS")

@@ -21,6 +21,8 @@
 #                scenario got and exits 2
 #   SWEEP_RUN_S  bound for one run (default 120); a run that exceeds it
 #                counts as a failure (a hang is a bug too)
+#   SLUICE_SIM_ONLY  passed on: sim_test_gossip_membership then runs only
+#                the scenarios matching it (e.g. 'test_stalled*')
 #
 # Exit status: 0 when every run passed, 1 when any failed, 2 when the time
 # bound cut the sweep short (with no failure), 64 on a usage error.  Run it

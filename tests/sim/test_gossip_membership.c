@@ -2,7 +2,9 @@
  * libgossip membership scenarios on the simulator: convergence, failure
  * detection, no false deaths under loss, partitions, slow nodes (Lifeguard),
  * graceful leave, replays and restarts.  Seeded: SLUICE_SEED=<n> replays a
- * run.  SLUICE_SIM_QUICK=1 shortens the long scenarios (simutil.h).
+ * run.  SLUICE_SIM_QUICK=1 shortens the long scenarios (simutil.h);
+ * SLUICE_SIM_ONLY=<pattern> (cmocka's, e.g. test_stalled*) runs the
+ * matching scenarios alone, to sweep a new one over many seeds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,6 +150,60 @@ static void test_partition_heals(void **state)
     int64_t t = sim_converge(s, n, 500 * MSEC, 10 * 60 * SEC);
     fprintf(stderr, "  partition healed: full membership after %.1f s\n", (double)t / SEC);
     assert_true(t >= 0);
+    gossip_sim_destroy(s);
+}
+
+/* Two clusters that know nothing of each other find each other through
+ * their seeds: (1) a 5|5 partition longer than the tombstones, after which
+ * each side has forgotten the other and is whole in its own eyes; (2) six
+ * nodes started during a partition, 3..5 seeded with node 0 and node 3, so
+ * that 3..5 form a cluster of their own.  Before the seeds were retried
+ * both stayed two clusters for good, each reporting itself whole. */
+static void test_separated_clusters_meet(void **state)
+{
+    (void)state;
+    const int n = 10;
+    struct gossip_config def;
+    gossip_config_default(&def);
+    struct gossip_sim *s = new_sim(0);
+    sim_cluster(s, n, NULL, NULL);
+    assert_true(sim_converge(s, n, 100 * MSEC, 60 * SEC) >= 0);
+    for (int i = n / 2; i < n; i++)
+        gossip_sim_set_group(s, i, 1);
+    gossip_sim_run(s, def.tombstone_ms * MSEC + 2 * def.dead_reap_ms * MSEC);
+    for (int i = 0; i < n; i++) /* forgotten: each side is all it knows */
+        assert_int_equal(sim_view(s, i).alive + sim_view(s, i).dead + sim_view(s, i).left,
+                         (size_t)n / 2);
+    for (int i = 0; i < n; i++)
+        gossip_sim_set_group(s, i, 0);
+    int64_t t1 = sim_converge(s, n, 500 * MSEC, 4 * def.pushpull_interval_ms * MSEC);
+    gossip_sim_destroy(s);
+
+    const int m = 6;
+    s = new_sim(0);
+    for (int i = 0; i < m; i++) {
+        struct gossip_config cfg;
+        char name[32];
+        sim_cfg(&cfg, name, i);
+        assert_int_equal(gossip_sim_add(s, &cfg), i);
+        gossip_sim_set_group(s, i, i >= m / 2);
+    }
+    struct gossip_addr seeds[2] = {*gossip_sim_addr(s, 0), *gossip_sim_addr(s, m / 2)};
+    for (int i = 1; i < m; i++)
+        assert_int_equal(gossip_node_join(gossip_sim_node(s, i), seeds, i >= m / 2 ? 2 : 1), 0);
+    gossip_sim_run(s, 60 * SEC);
+    assert_int_equal(sim_view(s, 0).alive, (size_t)m / 2);
+    assert_int_equal(sim_view(s, m - 1).alive, (size_t)m / 2);
+    for (int i = 0; i < m; i++)
+        gossip_sim_set_group(s, i, 0);
+    int64_t t2 = sim_converge(s, (size_t)m, 500 * MSEC, 4 * def.pushpull_interval_ms * MSEC);
+    fprintf(stderr,
+            "  clusters that forgot each other (partition of %lld s): one after %.1f s; "
+            "islands formed at start: one after %.1f s\n",
+            (long long)(def.tombstone_ms / 1000 + 2 * def.dead_reap_ms / 1000), (double)t1 / SEC,
+            (double)t2 / SEC);
+    assert_true(t1 >= 0);
+    assert_true(t2 >= 0);
     gossip_sim_destroy(s);
 }
 
@@ -388,9 +444,93 @@ static void test_restarted_node_rejoins(void **state)
     gossip_sim_destroy(s);
 }
 
+/* ---- a stalled process (SIGSTOP) ---- */
+
+/* The shortest stall that can get a member declared dead, by SWIM with
+ * Lifeguard's suspicion timeouts (memberlist's formula): a probe sent just
+ * before the stall fails at the end of its probe interval, and the
+ * suspicion it starts lasts at least suspicion_mult * max(1, log10 n)
+ * probe intervals (the minimum, reached once enough members confirm it,
+ * or at once in a cluster too small to expect confirmations).  Anything
+ * shorter must pass unnoticed but for suspicions. */
+static int64_t stall_bound(const struct gossip_config *c, int n)
+{
+    double scale = n > 10 ? log10((double)n) : 1.0;
+    return c->probe_interval_ms * MSEC +
+           (int64_t)(c->suspicion_mult * scale * (double)c->probe_interval_ms * MSEC);
+}
+
+static int64_t stall_probe_ms;
+static void stall_tweak(struct gossip_config *c, int i)
+{
+    (void)i;
+    c->probe_interval_ms = stall_probe_ms;
+    c->probe_timeout_ms = stall_probe_ms / 2; /* as sluiced sets them */
+}
+
+/* Freezes one member after another, each for 90% of stall_bound at a
+ * random phase of the probe cycle: no death anywhere, everyone whole after
+ * each thaw.  Then one stall well past the longest suspicion: declared
+ * dead, and alive everywhere again soon after the thaw (it refutes). */
+static void stall_run(int n, int64_t probe_ms, uint64_t *rng)
+{
+    struct gossip_config c;
+    gossip_config_default(&c);
+    stall_probe_ms = probe_ms;
+    stall_tweak(&c, 0);
+    struct gossip_sim *s = new_sim(0);
+    sim_cluster(s, n, NULL, stall_tweak);
+    assert_true(sim_converge(s, (size_t)n, 100 * MSEC, 60 * SEC) >= 0);
+    gossip_sim_run(s, 5 * SEC);
+    int64_t bound = stall_bound(&c, n), stall = bound * 9 / 10;
+    const int trials = 12;
+    uint64_t susp0 = TOTAL(s, suspicions);
+    for (int k = 0; k < trials; k++) {
+        int v = (int)(test_rand(rng) % (uint64_t)n);
+        gossip_sim_run(s, (int64_t)(test_rand(rng) % (uint64_t)(probe_ms * MSEC)));
+        gossip_sim_freeze(s, v, stall);
+        gossip_sim_run(s, stall + 20 * probe_ms * MSEC);
+        assert_int_equal(TOTAL(s, deaths), 0);
+        for (int i = 0; i < n; i++)
+            assert_int_equal(sim_view(s, i).alive, n);
+    }
+    uint64_t susp = TOTAL(s, suspicions) - susp0;
+    /* Past the longest suspicion (its maximum, no confirmation) and a full
+     * probe round to notice: dead. */
+    double scale = n > 10 ? log10((double)n) : 1.0;
+    int64_t max_susp = (int64_t)(c.suspicion_mult * scale * (double)probe_ms * MSEC) *
+                       c.suspicion_max_timeout_mult;
+    int64_t long_stall = (int64_t)n * probe_ms * MSEC + max_susp + 10 * probe_ms * MSEC;
+    gossip_sim_freeze(s, 1, long_stall);
+    gossip_sim_run(s, long_stall);
+    assert_true(TOTAL(s, deaths) > 0);
+    int64_t back = sim_converge(s, (size_t)n, 100 * MSEC, 60 * SEC);
+    fprintf(stderr,
+            "  %d nodes, %lld ms probes: %d stalls of %.2f s (bound %.2f s): 0 deaths, "
+            "%llu suspicions; a %.1f s stall: dead, alive again %.1f s after the thaw\n",
+            n, (long long)probe_ms, trials, (double)stall / SEC, (double)bound / SEC,
+            (unsigned long long)susp, (double)long_stall / SEC, (double)back / SEC);
+    assert_true(back >= 0);
+    gossip_sim_destroy(s);
+}
+
+static void test_stalled_node_survives(void **state)
+{
+    (void)state;
+    uint64_t rng = seed ^ 0x57a11ull;
+    stall_run(3, 1000, &rng);
+    stall_run(5, 1000, &rng);
+    stall_run(5, 200, &rng);
+    stall_run(16, 200, &rng);
+}
+
 int main(void)
 {
     seed = test_seed("sim_gossip_membership");
+    /* SLUICE_SIM_ONLY=<pattern>: run the matching scenarios alone (sweeps) */
+    const char *only = getenv("SLUICE_SIM_ONLY");
+    if (only != NULL && *only != '\0')
+        cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_five_nodes_converge),
         cmocka_unit_test(test_hundred_nodes_converge),
@@ -398,10 +538,12 @@ int main(void)
         cmocka_unit_test(test_no_false_deaths_under_loss),
         cmocka_unit_test(test_partition_heals),
         cmocka_unit_test(test_partition_heal_no_false_deaths),
+        cmocka_unit_test(test_separated_clusters_meet),
         cmocka_unit_test(test_one_way_link),
         cmocka_unit_test(test_slow_node_lifeguard),
         cmocka_unit_test(test_left_node_not_resurrected),
         cmocka_unit_test(test_restarted_node_rejoins),
+        cmocka_unit_test(test_stalled_node_survives),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
