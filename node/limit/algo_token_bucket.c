@@ -22,6 +22,13 @@ static int64_t algo_tb__ceil_div(int64_t a, int64_t b)
 }
 
 /* The state's grains as of now (never rewinding), without storing them. */
+/* a + b for a wait and a lateness, both >= 0, saturating: a view from far
+ * before the last refill must not overflow (UBSan's signed overflow). */
+static int64_t algo_tb__add_wait(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
 static void algo_tb__view(const struct algo_params *p, const struct algo_tb_state *s, int64_t now,
                           int64_t *grains, int64_t *at)
 {
@@ -63,7 +70,9 @@ static int algo_token_bucket_eval(const struct algo_params *p, void *state, int6
     algo_tb__view(p, s, now, &g, &t);
     /* Seen before its last refill (a waiter charged at its due time), the
      * bucket holds what it held then: its waits count from then. */
-    int64_t late = t > now ? t - now : 0;
+    int64_t late = 0;
+    if (t > now && __builtin_sub_overflow(t, now, &late))
+        late = INT64_MAX;
     out->limited = 0;
     out->limit = p->limit;
     out->retry_after_ns = ALGO_NEVER;
@@ -79,11 +88,11 @@ static int algo_token_bucket_eval(const struct algo_params *p, void *state, int6
             }
         } else {
             out->limited = 1;
-            out->retry_after_ns = algo_tb__ceil_div(need - g, p->count) + late;
+            out->retry_after_ns = algo_tb__add_wait(algo_tb__ceil_div(need - g, p->count), late);
         }
     }
     out->remaining = g > 0 ? g / p->period_ns : 0;
-    out->reset_after_ns = algo_tb__ceil_div(p->scaled_cap - g, p->count) + late;
+    out->reset_after_ns = algo_tb__add_wait(algo_tb__ceil_div(p->scaled_cap - g, p->count), late);
     return 0;
 }
 
