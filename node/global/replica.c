@@ -24,10 +24,8 @@
 #define FIRST_TOUCH_RATE  32.0 /* ... and per second */
 #define FREE_TTL          8    /* intervals a lease's free units stay valid */
 #define FREE_AHEAD        4    /* intervals of refill a lease's free units count on */
-/* Intervals without a lease after which a report carries the limit again,
- * and between answers to reports that change nothing. */
+/* Intervals without a lease after which a report carries the limit again. */
 #define KNOWN_FOR           8
-#define LEASE_EVERY         4
 #define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
 /* Bounded work per replica_tick call (see "A pass" at replica_tick): key
  * visits per call, and background visits per interval beyond the keys
@@ -1602,16 +1600,6 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
         /* A grant not acknowledged yet goes out again (running total). */
         if (!changed && !(rp->flags & REP_FRESH) && rp->g_sent == rp->g_ack)
             continue;
-        /* A report that changes nothing (same share, no free units, no
-         * grant) is answered only on the reporter's turn, one interval in
-         * LEASE_EVERY: the lease refreshes the level and tells the node its
-         * limit is known (NK_KNOWN), and a busy key reports every interval
-         * from every node, so an answer to each would double the traffic. */
-        if (!changed && rp->free == 0 && rp->g_sent == rp->g_ack && rp->member != r->self &&
-            (uint64_t)(now / r->interval + rp->member) % LEASE_EVERY != 0) {
-            rp->flags &= (uint8_t)~REP_FRESH;
-            continue;
-        }
         rp->flags &= (uint8_t)~REP_FRESH;
         rp->sent_share = (float)w;
         rp->sent_free = rp->free;
