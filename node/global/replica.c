@@ -1047,6 +1047,14 @@ static double replica__used(const struct okey *o, int64_t now)
     return o->tat > now ? (double)(o->tat - now) / replica__em(&o->p) : 0.0;
 }
 
+/* Units below empty that are report timing, not excess: one unit and an
+ * interval's refill (the debt rule of replica__compute and the credit rule
+ * of replica__on_report both allow it). */
+static double replica__timing(const struct replica *r, const struct okey *o)
+{
+    return 1.0 + (double)r->interval / replica__em(&o->p);
+}
+
 /* Pours units into the cluster's bucket o->tat (a GCRA) at now;
  * negative units give some back, never below a full bucket. */
 static void replica__pour(struct okey *o, double units, int64_t now)
@@ -1197,8 +1205,8 @@ static void replica__on_report(struct replica *r, uint32_t from, uint64_t life,
          * its first touch) is repaid before the shares refill anyone, so
          * the excess is a burst, not a lasting rate.  Report timing alone
          * (a unit, an interval's refill) is not an excess. */
-        double over = replica__used(o, r->now) - (double)replica__limit(&o->p) - 1.0 -
-                      (double)r->interval / replica__em(&o->p);
+        double over =
+            replica__used(o, r->now) - (double)replica__limit(&o->p) - replica__timing(r, o);
         if (over > 0.0)
             o->repay += (float)(over < (double)dcredit ? over : (double)dcredit);
     }
@@ -1540,8 +1548,7 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
             double part = (rp->sent_share > 0.0F ? rp->sent_share : 0.0) * limit;
             held += (part < 1.0 ? 1.0 - part : 0.0) + 1.0;
         }
-        double debt =
-            replica__used(o, now) - limit - 1.0 - (double)r->interval / replica__em(&o->p) - held;
+        double debt = replica__used(o, now) - limit - replica__timing(r, o) - held;
         if (debt > 0.0)
             avail = debt >= 0.5 * limit ? 0.0 : avail * limit / (limit + debt);
         if (o->repay > 0.0F)
