@@ -41,13 +41,19 @@
 #include "proto.h"
 #include "gossip/keyring.h"
 
-#define MS                 1000000LL
-#define MAX_SEEDS          64
-#define MAX_RELAYS         64
-#define MAX_MEMBERS        65536 /* members and tombstones kept */
-#define TS_WINDOW_NS       (30000 * MS)
-#define REAP_CHECK_NS      (1000 * MS)
-#define JOIN_RETRY_NS      (2000 * MS)
+#define MS            1000000LL
+#define MAX_SEEDS     64
+#define MAX_RELAYS    64
+#define MAX_MEMBERS   65536 /* members and tombstones kept */
+#define TS_WINDOW_NS  (30000 * MS)
+#define REAP_CHECK_NS (1000 * MS)
+#define JOIN_RETRY_NS (2000 * MS)
+/* Seeds that are not live members get a push-pull from each node every
+ * SEED_RETRY_NS, or live x SEED_RETRY_PER_NS in a larger cluster (about
+ * 1 / SEED_RETRY_PER_NS exchanges a second over the cluster): see
+ * seed_reconnect. */
+#define SEED_RETRY_NS      (1000 * MS)
+#define SEED_RETRY_PER_NS  (200 * MS)
 #define PKT_MAX            9216        /* largest datagram handled (jumbo frame) */
 #define PP_MSG_OVERHEAD    16          /* PUSHPULL message without its chunk */
 #define LEAVE_FANOUT       64          /* members told of a leave directly; gossip tells the rest */
@@ -103,7 +109,7 @@ struct gossip_node {
     int awareness, left, leave_pending, join_pending, probe_turn;
     struct gossip_addr seeds[MAX_SEEDS];
     size_t nseeds, seed_turn;
-    int64_t now, next_probe, next_gossip, next_pushpull, next_reap, next_join;
+    int64_t now, next_probe, next_gossip, next_pushpull, next_reap, next_join, next_seed;
     size_t live; /* alive + suspect members, self included */
     struct gossip_stats st;
     size_t plain_cap; /* mtu minus seal overhead */
@@ -118,6 +124,7 @@ struct gossip_node {
     int conflict, claim_pending;
     int joined, prior_life; /* an exchange answered; our name had a past life */
     int64_t next_stranger;
+    int64_t next_verdict; /* a dead member's new life told its verdict (on_alive) */
     struct gossip_addr conflict_addr, claim_addr;
     uint32_t claim_inc;
     int64_t claim_deadline, conflict_reply_at;
@@ -575,7 +582,21 @@ static void on_alive(struct gossip_node *n, const struct proto_msg *msg)
         m->life = msg->life;
         m->born_est = n->now;
     } else if (msg->incarnation <= m->incarnation) {
-        return; /* equal incarnation never wins: suspect/dead/left beat alive there */
+        /* Equal incarnation never wins: suspect/dead/left beat alive there.
+         * But a new life of a member we count dead or gone, still at an
+         * incarnation it cannot know to be too low (it started from 0),
+         * refutes only once it hears our verdict: tell it now.  Relayed
+         * news of it may be all we ever get (two seeds restarted together
+         * know only each other, and nobody gossips to the dead), and it
+         * would stay outside our view, in a cluster of its own. */
+        if (!is_live(m) && !m->reaped && msg->life != 0 && msg->life != m->life &&
+            n->now >= n->next_verdict) {
+            struct proto_msg verdict;
+            n->next_verdict = n->now + STRANGER_NS;
+            member_msg(m, n, &verdict);
+            send_one(n, &msg->addr, &verdict);
+        }
+        return;
     }
     revive(n, m, msg->incarnation, &msg->addr);
 }
@@ -1503,29 +1524,37 @@ static void reap(struct gossip_node *n)
     }
 }
 
-/* 1 if a live member other than this node is at address a. */
-static int addr_of_live_member(const struct gossip_node *n, const struct gossip_addr *a)
+/* 1 if a member other than this node, alive (not suspect), is at address a.
+ * A suspect seed may be a dead one whose suspicion runs long (few
+ * confirmations under Lifeguard) and that restarted meanwhile, knowing only
+ * its seeds: it must be reached like a dead one. */
+static int addr_of_alive_member(const struct gossip_node *n, const struct gossip_addr *a)
 {
     for (size_t i = 0; i < n->t.n; i++) {
         const struct member *m = n->t.v[i];
-        if (!m->is_self && is_live(m) && gossip_addr_equal(&m->addr, a))
+        if (!m->is_self && m->state == GOSSIP_MEMBER_ALIVE && gossip_addr_equal(&m->addr, a))
             return 1;
     }
     return 0;
 }
 
-/* At each periodic push-pull, one seed (in turn) that is neither this node
- * nor a live member gets one too.  Members believed dead are tried above,
- * but only until their tombstones expire: a partition longer than that
- * leaves two clusters that have forgotten each other, each whole in its
- * own eyes, and so does a cluster whose nodes first met as separate
- * islands (a partition at start-up).  The seeds are how they meet again.
- * One exchange per interval, and none while every seed is a live member. */
+/* Every SEED_RETRY_NS (longer in a large cluster), one seed (in turn) that
+ * is neither this node nor a live member gets a push-pull.  Members believed
+ * dead are tried at the periodic push-pull, but only until their tombstones
+ * expire: a partition longer than that leaves two clusters that have
+ * forgotten each other, each whole in its own eyes, and so does a cluster
+ * whose nodes first met as separate islands (a partition at start-up).  The
+ * seeds are how they meet again.  And not at the push-pull's pace (30 s):
+ * seeds that were declared dead and restarted together know only each
+ * other, and would serve as a cluster of their own (fresh global quota)
+ * once their sync timeout (2 s) ends; the first exchange from any other
+ * member merges them back.  One exchange per interval, none while every
+ * seed is an alive member. */
 static void seed_reconnect(struct gossip_node *n)
 {
     for (size_t k = 0; k < n->nseeds; k++) {
         const struct gossip_addr *a = &n->seeds[n->seed_turn++ % n->nseeds];
-        if (gossip_addr_equal(a, &n->cfg.advertise) || addr_of_live_member(n, a))
+        if (gossip_addr_equal(a, &n->cfg.advertise) || addr_of_alive_member(n, a))
             continue;
         pushpull_start(n, a);
         return;
@@ -1612,6 +1641,13 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
          * thinks the other is dead and would otherwise never talk to it). */
         if (pick_random(n, 1, NULL, want_dead, &peer) == 1)
             pushpull_start(n, &peer->addr);
+    }
+    if (!n->left && n->nseeds > 0 && now >= n->next_seed) {
+        int64_t iv = (int64_t)n->live * SEED_RETRY_PER_NS;
+        if (iv < SEED_RETRY_NS)
+            iv = SEED_RETRY_NS;
+        /* Jittered by half an interval: the members' tries spread out. */
+        n->next_seed = now + iv / 2 + (int64_t)(rnd(n) % (uint64_t)iv);
         seed_reconnect(n);
     }
     if (now >= n->next_reap) {
@@ -1651,6 +1687,8 @@ int64_t gossip_node_next_deadline(const struct gossip_node *n)
         }
         if (n->cfg.pushpull_interval_ms > 0)
             EARLIER(n->next_pushpull);
+        if (n->nseeds > 0)
+            EARLIER(n->next_seed);
     }
     for (size_t i = 0; i < n->sn; i++)
         EARLIER(n->sus[i]->susp_deadline);
@@ -1718,6 +1756,7 @@ int gossip_node_create(const struct gossip_config *cfg, const struct gossip_io *
                       ? (int64_t)(rnd(n) % (uint64_t)(cfg->pushpull_interval_ms * MS))
                       : 0);
     n->next_reap = now_ns + REAP_CHECK_NS;
+    n->next_seed = now_ns + SEED_RETRY_NS;
     broadcast_member(n, n->self);
     *out = n;
     return 0;

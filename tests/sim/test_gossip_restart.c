@@ -83,12 +83,72 @@ static void test_restart_after_death_gets_state(void **state)
     run_restart(15000);
 }
 
+static void default_pushpull(struct gossip_config *cfg, int i)
+{
+    (void)cfg;
+    (void)i;
+}
+
+/* Both seeds killed, declared dead, and restarted together (a rolling
+ * restart gone wrong, or the seeds' host rebooted): each finds only the
+ * other through its seed list, and the members that count them dead do not
+ * probe them.  Unless a member reaches them, they form a cluster of two,
+ * whole in their own eyes, that serves global keys on its own once its
+ * sync timeout (2 s) ends.  Every member tries its seeds that are not live
+ * members about once a second, so the island merges well within that. */
+static void test_seeds_restarted_together_rejoin(void **state)
+{
+    (void)state;
+    struct gossip_sim *s;
+    assert_int_equal(gossip_sim_create(&s, seed, NULL), 0);
+    /* Nodes 2..4 join through node 0, node 1 too: node 0 is every
+     * member's seed, as in a --join list of the seeds. */
+    sim_cluster(s, 5, NULL, default_pushpull);
+    assert_true(sim_converge(s, 5, 100 * MSEC, 10 * SEC) >= 0);
+    assert_int_equal(gossip_sim_kill(s, 0), 0);
+    assert_int_equal(gossip_sim_kill(s, 1), 0);
+    gossip_sim_run(s, 10 * SEC);
+    struct sim_count v = sim_view(s, 2);
+    assert_int_equal(v.alive, 3); /* the others count both seeds gone */
+    /* Node 1 first, through node 0 (not yet back): alone; then node 0
+     * through node 1: the two meet, and know nobody else. */
+    assert_int_equal(gossip_sim_restart_fresh(s, 1, 0), 0);
+    gossip_sim_run(s, 100 * MSEC);
+    assert_int_equal(gossip_sim_restart_fresh(s, 0, 1), 0);
+    /* Live (alive or suspect: what global keys' owners are chosen from)
+     * in every view: the island is gone. */
+    int64_t took = -1;
+    for (int64_t t = 0; t <= 10 * SEC && took < 0; t += 50 * MSEC) {
+        int whole = 1;
+        for (int i = 0; i < 5; i++) {
+            struct sim_count c = sim_view(s, i);
+            whole &= c.alive + c.suspect == 5;
+        }
+        if (whole)
+            took = t;
+        else
+            gossip_sim_run(s, 50 * MSEC);
+    }
+    int64_t alive = sim_converge(s, 5, 50 * MSEC, 10 * SEC);
+    if (took >= 0 && alive >= 0)
+        fprintf(stderr,
+                "  seeds restarted together: every view whole after %lld ms, all alive %lld ms "
+                "later\n",
+                (long long)(took / MSEC), (long long)(alive / MSEC));
+    else
+        fprintf(stderr, "  seeds restarted together: views not whole after 10 s\n");
+    assert_true(took >= 0 && alive >= 0);
+    assert_true(took < 2 * SEC);
+    gossip_sim_destroy(s);
+}
+
 int main(void)
 {
     seed = test_seed("test_gossip_restart");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quick_restart_gets_state),
         cmocka_unit_test(test_restart_after_death_gets_state),
+        cmocka_unit_test(test_seeds_restarted_together_rejoin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
