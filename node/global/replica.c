@@ -16,7 +16,8 @@
 #define DEMAND_EVENTS    20.0               /* requests a time constant should span */
 #define ACTIVE_EVERY     5                  /* intervals between reports of an uncontested key */
 #define IDLE_AFTER_NS    (1000 * 1000000LL) /* no request this long + full bucket: idle */
-#define SHARE_EPS        0.02               /* relative share change worth a lease */
+#define SHARE_EPS        0.05               /* relative share decrease worth a lease */
+#define SHARE_UP_EPS     0.25               /* ... and increase, unasked (replica__compute) */
 #define FREE_DEMAND_MAX                                                                            \
     6.0 /* total demand, in rates, beyond which free units stop over-committing */
 #define BACK_AFTER        50   /* intervals of silence after which a report is a return */
@@ -1602,7 +1603,14 @@ static void replica__compute(struct replica *r, struct table_entry *te, int64_t 
             continue;
         double w = rp->share;
         double diff = fabs(w - rp->sent_share);
-        int changed = rp->sent_share < 0.0 || diff > SHARE_EPS * (rp->sent_share + 0.01) ||
+        /* Unasked, a share goes out when it shrank (the bound needs it) or
+         * grew a lot; a small rise waits for the reporter's next report,
+         * which every lease answers.  Demand estimates wander by a few
+         * percent on every report, so a key asked on a hundred nodes would
+         * otherwise send each of them a lease at nearly every report of
+         * any (most of a fleet's replication traffic). */
+        double eps = w < rp->sent_share ? SHARE_EPS : SHARE_UP_EPS;
+        int changed = rp->sent_share < 0.0 || diff > eps * (rp->sent_share + 0.01) ||
                       rp->free != rp->sent_free;
         /* A grant not acknowledged yet goes out again (running total). */
         if (!changed && !(rp->flags & REP_FRESH) && rp->g_sent == rp->g_ack)
