@@ -179,8 +179,7 @@ static const struct counter_row daemon_rls__rows[] = {
       "ShouldRateLimit answers OVER_LIMIT turned OK by SHADOW_MODE=true."),
     R(health_checks, "rls_health_checks", "rls_health_checks_total", COUNTER_TOTAL,
       "grpc.health.v1.Health/Check calls answered SERVING."),
-    R(health_not_serving, "rls_health_not_serving", "rls_health_not_serving_total",
-      COUNTER_TOTAL,
+    R(health_not_serving, "rls_health_not_serving", "rls_health_not_serving_total", COUNTER_TOTAL,
       "grpc.health.v1.Health/Check calls answered NOT_SERVING (the node not ready, as /ready)."),
     R(errors, "rls_errors", "rls_errors_total", COUNTER_TOTAL,
       "gRPC calls answered with an error status."),
@@ -260,16 +259,15 @@ int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *clust
         return -SLUICE_EINVAL;
     }
     /* envoyproxy/ratelimit's environment variables, read once at start */
-    struct rls_service_config scfg = {.global = cluster != NULL,
-                                      .headers = o->headers,
-                                      .quota_mode = rls_config_env_true("QUOTA_MODE"),
-                                      .shadow_mode = rls_config_env_true("SHADOW_MODE"),
-                                      .dynamic_metadata =
-                                          rls_config_env_true("RESPONSE_DYNAMIC_METADATA"),
-                                      .healthy_needs_config = rls_config_env_true(
-                                          "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
-                                      .ready = o->ready != NULL ? daemon_rls__ready : NULL,
-                                      .ready_ud = o->ready};
+    struct rls_service_config scfg = {
+        .global = cluster != NULL,
+        .headers = o->headers,
+        .quota_mode = rls_config_env_true("QUOTA_MODE"),
+        .shadow_mode = rls_config_env_true("SHADOW_MODE"),
+        .dynamic_metadata = rls_config_env_true("RESPONSE_DYNAMIC_METADATA"),
+        .healthy_needs_config = rls_config_env_true("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
+        .ready = o->ready != NULL ? daemon_rls__ready : NULL,
+        .ready_ud = o->ready};
     rc = rls_service_create(&scfg, daemon_rls__decide, d, &d->svc);
     if (rc == 0 && o->config_dir != NULL && (d->config_dir = strdup(o->config_dir)) == NULL)
         rc = -SLUICE_ENOMEM;

@@ -517,8 +517,7 @@ static int rls_config__meta(struct rls_load *ld, const yaml_node_t *n, struct rl
         if (m->items == NULL)
             return rls_config__nomem(ld);
         for (size_t i = 0; i < cap; i++) {
-            const yaml_node_t *e =
-                yaml_document_get_node(ld->doc, n->data.sequence.items.start[i]);
+            const yaml_node_t *e = yaml_document_get_node(ld->doc, n->data.sequence.items.start[i]);
             m->n = i + 1;
             if (rls_config__meta(ld, e, &m->items[i], depth + 1) < 0)
                 return ld->rc;
@@ -559,8 +558,7 @@ static int rls_config__meta(struct rls_load *ld, const yaml_node_t *n, struct rl
 
 /* A descriptor's `metadata`: *out is a new STRUCT, or NULL when absent,
  * null or empty.  A value other than a mapping is an error. */
-static int rls_config__metadata(struct rls_load *ld, const yaml_node_t *d,
-                                struct rls_meta **out)
+static int rls_config__metadata(struct rls_load *ld, const yaml_node_t *d, struct rls_meta **out)
 {
     const yaml_node_t *v = rls_config__field(ld, d, "metadata");
     *out = NULL;

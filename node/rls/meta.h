@@ -72,8 +72,8 @@ struct rls_meta_desc {
     size_t nentries;
     int has_limit; /* the request's limit override */
     uint32_t limit_rpu;
-    int limit_unit;    /* envoy.type.v3.RateLimitUnit's number */
-    int has_hits;      /* the descriptor's hits_addend is set */
+    int limit_unit; /* envoy.type.v3.RateLimitUnit's number */
+    int has_hits;   /* the descriptor's hits_addend is set */
     uint64_t hits;
 };
 

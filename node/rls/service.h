@@ -52,14 +52,14 @@ struct rls_service_config {
 };
 
 struct rls_service_stats {
-    uint64_t calls;           /* answered with OK status */
-    uint64_t over_limit;      /* of which overall_code OVER_LIMIT */
-    uint64_t shadowed;        /* descriptors over the limit answered OK by shadow_mode */
-    uint64_t shadowed_global; /* overall OVER_LIMIT answered OK by SHADOW_MODE */
-    uint64_t errors;          /* calls answered with an error status */
-    uint64_t health_checks;   /* grpc.health.v1 Check calls answered SERVING */
+    uint64_t calls;              /* answered with OK status */
+    uint64_t over_limit;         /* of which overall_code OVER_LIMIT */
+    uint64_t shadowed;           /* descriptors over the limit answered OK by shadow_mode */
+    uint64_t shadowed_global;    /* overall OVER_LIMIT answered OK by SHADOW_MODE */
+    uint64_t errors;             /* calls answered with an error status */
+    uint64_t health_checks;      /* grpc.health.v1 Check calls answered SERVING */
     uint64_t health_not_serving; /* ... answered NOT_SERVING */
-    uint64_t reloads;         /* configs installed after the first */
+    uint64_t reloads;            /* configs installed after the first */
 };
 
 struct rls_service;
