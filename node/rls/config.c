@@ -399,7 +399,7 @@ static int rls_config__yaml_number(const char *s, double *out)
     static const char *const inf[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", NULL};
     static const char *const ninf[] = {"-.inf", "-.Inf", "-.INF", NULL};
     static const char *const nan[] = {".nan", ".NaN", ".NAN", NULL};
-    char t[72];
+    char t[72] = {0}; /* zeroed: the scans below stop at its NUL */
     size_t n = 0;
     if (rls_config__word(s, inf) || rls_config__word(s, ninf)) {
         *out = rls_config__word(s, inf) ? INFINITY : -INFINITY;
@@ -532,6 +532,7 @@ static int rls_config__meta(struct rls_load *ld, const yaml_node_t *n, struct rl
     m->keys = calloc(cap ? cap : 1, sizeof(*m->keys));
     if (m->items == NULL || m->keys == NULL)
         return rls_config__nomem(ld);
+    m->n = 0;
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         const yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
         const char *ks = rls_config__scalar(k);
