@@ -757,13 +757,14 @@ static const pstruct_t *pstruct(const pvalue_t *v)
 static const char dm_config[] = "domain: dm\n"
                                 "descriptors:\n"
                                 "  - key: a\n"
-                                "    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+                                "    rate_limit: {unit: minute, requests_per_unit: 3}\n"
                                 "    metadata: {name: from_a, svc: {region: eu, tier: 1}}\n"
                                 "  - key: b\n"
                                 "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
                                 "    metadata: {name: from_b, other: 2.5,\n"
                                 "               svc: {region: us, zone: z1}, l: [true, ~]}\n"
                                 "  - key: c\n"
+                                "    detailed_metric: true\n"
                                 "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
                                 "    metadata: {svc: flat, c_only: c}\n"
                                 "  - key: u\n"
@@ -802,7 +803,7 @@ static void test_dynamic_metadata(void **state)
     const pstruct_t *md = pstruct(pfield(dm, "metadata"));
     assert_string_equal(pstring(pfield(md, "name")), "from_a");
     assert_true(pfield(md, "other")->number_value == 2.5);
-    assert_string_equal(pstring(pfield(md, "c_only")), "c");
+    assert_string_equal(pstring(pfield(md, "c_only")), "c"); /* detailed_metric keeps it */
     const pstruct_t *svcm = pstruct(pfield(md, "svc"));
     assert_string_equal(pstring(pfield(svcm, "region")), "eu");
     assert_true(pfield(svcm, "tier")->number_value == 1);
@@ -815,7 +816,18 @@ static void test_dynamic_metadata(void **state)
     assert_null(pfield(md, "u_only")); /* unlimited: not a passed limit */
     envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
 
-    /* a is now over its 1 per minute: b's name wins, a gives nothing */
+    /* the merge left a's own metadata as it was (b's zone is not in it) */
+    const char *da[] = {"a=1"};
+    for (int i = 0; i < 2; i++) {
+        r = call(svc, "dm", da, 1);
+        assert_int_equal(r->overall_code, OK);
+        svcm = pstruct(pfield(pstruct(pfield(r->dynamic_metadata, "metadata")), "svc"));
+        assert_int_equal(svcm->n_fields, 2);
+        assert_null(pfield(svcm, "zone"));
+        envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
+    }
+
+    /* a is now over its 3 per minute: b's name wins, a gives nothing */
     const char *d2[] = {"a=1", "b=2"};
     r = call(svc, "dm", d2, 2);
     assert_int_equal(r->statuses[0]->code, OVER);
