@@ -40,6 +40,7 @@
 #include "rls/service.h"
 #include "sluice/error.h"
 #include "num.h"
+#include "readiness.h"
 
 struct daemon_rls {
     struct limiter *lim;
@@ -112,6 +113,14 @@ static int daemon_rls__decide(void *ud, const struct rls_decide_req *q, struct r
     return 0;
 }
 
+/* The health service's readiness: /ready's, re-evaluated as /ready does. */
+static int daemon_rls__ready(void *ud)
+{
+    struct readiness *r = ud;
+    readiness_tick(r, (int64_t)uv_hrtime());
+    return readiness_ready(r);
+}
+
 void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s)
 {
     struct rls_service_stats st;
@@ -124,6 +133,7 @@ void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s
     s->shadowed = st.shadowed;
     s->shadowed_global = st.shadowed_global;
     s->health_checks = st.health_checks;
+    s->health_not_serving = st.health_not_serving;
     s->errors = st.errors;
     s->reloads = st.reloads;
     s->reload_failures = d->reload_failures;
@@ -169,6 +179,8 @@ static const struct counter_row daemon_rls__rows[] = {
       "ShouldRateLimit answers OVER_LIMIT turned OK by SHADOW_MODE=true."),
     R(health_checks, "rls_health_checks", "rls_health_checks_total", COUNTER_TOTAL,
       "grpc.health.v1.Health/Check calls answered SERVING."),
+    R(health_not_serving, "rls_health_not_serving", "rls_health_not_serving_total", COUNTER_TOTAL,
+      "grpc.health.v1.Health/Check calls answered NOT_SERVING (the node not ready, as /ready)."),
     R(errors, "rls_errors", "rls_errors_total", COUNTER_TOTAL,
       "gRPC calls answered with an error status."),
     R(connected, "grpc_connections", "rls_connections", COUNTER_GAUGE,
@@ -247,10 +259,15 @@ int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *clust
         return -SLUICE_EINVAL;
     }
     /* envoyproxy/ratelimit's environment variables, read once at start */
-    struct rls_service_config scfg = {.global = cluster != NULL,
-                                      .headers = o->headers,
-                                      .quota_mode = rls_config_env_true("QUOTA_MODE"),
-                                      .shadow_mode = rls_config_env_true("SHADOW_MODE")};
+    struct rls_service_config scfg = {
+        .global = cluster != NULL,
+        .headers = o->headers,
+        .quota_mode = rls_config_env_true("QUOTA_MODE"),
+        .shadow_mode = rls_config_env_true("SHADOW_MODE"),
+        .dynamic_metadata = rls_config_env_true("RESPONSE_DYNAMIC_METADATA"),
+        .healthy_needs_config = rls_config_env_true("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"),
+        .ready = o->ready != NULL ? daemon_rls__ready : NULL,
+        .ready_ud = o->ready};
     rc = rls_service_create(&scfg, daemon_rls__decide, d, &d->svc);
     if (rc == 0 && o->config_dir != NULL && (d->config_dir = strdup(o->config_dir)) == NULL)
         rc = -SLUICE_ENOMEM;

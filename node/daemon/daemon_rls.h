@@ -17,6 +17,7 @@
 struct limiter;
 struct cluster;
 struct clientmem_budget;
+struct readiness;
 
 struct daemon_rls_options {
     const char *grpc;                /* "HOST:PORT" to serve gRPC on; NULL: off */
@@ -27,6 +28,9 @@ struct daemon_rls_options {
     size_t max_connections;          /* gRPC connections at once; 0: the default */
     uint64_t idle_timeout_ms;        /* close an idle gRPC connection; 0: never */
     struct clientmem_budget *budget; /* the one client memory budget, or NULL */
+    struct readiness *ready;         /* borrowed: the gRPC health service says
+                                        NOT_SERVING while it is not ready;
+                                        NULL: always SERVING */
 };
 
 struct daemon_rls;
@@ -48,8 +52,8 @@ int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
 
 /* The service's and its gRPC listener's counters (zero when off). */
 struct daemon_rls_stats {
-    uint64_t calls, over_limit, shadowed, shadowed_global, health_checks, errors, reloads,
-        reload_failures;
+    uint64_t calls, over_limit, shadowed, shadowed_global, health_checks, health_not_serving,
+        errors, reloads, reload_failures;
     uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects, deferred_reads;
 };
 /* Fills *out (all zero for a NULL d).  Never fails. */

@@ -1034,6 +1034,7 @@ int main(int argc, char **argv)
     if (rlsopt.grpc != NULL || rlsopt.config_dir != NULL) {
         char rerr[512];
         rlsopt.budget = server_memory_budget(d.srv);
+        rlsopt.ready = d.ready;
         rc = daemon_rls_start(&d.loop, d.lim, d.cluster, &rlsopt, &d.rls, rerr, sizeof(rerr));
         if (rc < 0) {
             log_error("ratelimit: %s", rerr);

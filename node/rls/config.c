@@ -16,13 +16,17 @@
  *       shadow_mode: false         true: over-limit answers say OK
  *       quota_mode: false          true: refuses only with every quota limit
  *       detailed_metric: false
+ *       metadata: {any: value}     given back in dynamic_metadata when
+ *                                  this limit passes (see meta.h)
  *       descriptors: [...]         nested entries, same shape
  *
  * Parsing uses libyaml's document API (the whole file is one tree with line
  * marks), so every error can name its line.  As envoyproxy/ratelimit does, a
  * mapping key that is none of the known field names is an error wherever it
- * appears, a known name in an unexpected place is ignored, and `metadata`
- * is skipped unread.  share_threshold on a wildcard makes every value it
+ * appears, a known name in an unexpected place is ignored, and the keys
+ * under `metadata` are anything (its scalars are typed as YAML 1.1 types
+ * them, as envoyproxy's Go YAML decoder does: null, bool, number, else
+ * string).  share_threshold on a wildcard makes every value it
  * matches share one counter (the pattern stands for the value in the key);
  * value_to_metric is accepted and has no effect in sluice.
  */
@@ -31,6 +35,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +132,10 @@ static void rls_config__node_free(struct rls_node *n)
     for (size_t i = 0; i < n->limit.nreplaces; i++)
         free((char *)n->limit.replaces[i]);
     free((void *)n->limit.replaces);
+    if (n->limit.metadata != NULL) {
+        rls_meta_clear((struct rls_meta *)n->limit.metadata);
+        free((void *)n->limit.metadata);
+    }
 }
 
 void rls_config_free(struct rls_config *cfg)
@@ -176,6 +185,7 @@ struct rls_load {
     char *err;
     size_t errlen;
     int rc;
+    size_t meta_nodes; /* metadata values made from this file */
 };
 
 /* Records the first error, "name:LINE: why" (line 1-based); returns rc. */
@@ -370,6 +380,206 @@ static char *rls_config__dup(const char *s)
     return s == NULL ? NULL : strdup(s);
 }
 
+/* ---- metadata ---- */
+
+/* One of the words s is exactly. */
+static int rls_config__word(const char *s, const char *const *words)
+{
+    for (; *words != NULL; words++)
+        if (strcmp(s, *words) == 0)
+            return 1;
+    return 0;
+}
+
+/* A plain scalar as a number the way YAML 1.1 (Go's yaml.v2) reads one:
+ * an integer (decimal, 0x, 0o, 0b or a leading-0 octal, '_' ignored), a
+ * float, .inf or .nan.  1 and *out when it is one, else 0. */
+static int rls_config__yaml_number(const char *s, double *out)
+{
+    static const char *const inf[] = {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", NULL};
+    static const char *const ninf[] = {"-.inf", "-.Inf", "-.INF", NULL};
+    static const char *const nan[] = {".nan", ".NaN", ".NAN", NULL};
+    char t[72] = {0}; /* zeroed: the scans below stop at its NUL */
+    size_t n = 0;
+    if (rls_config__word(s, inf) || rls_config__word(s, ninf)) {
+        *out = rls_config__word(s, inf) ? INFINITY : -INFINITY;
+        return 1;
+    }
+    if (rls_config__word(s, nan)) {
+        *out = NAN;
+        return 1;
+    }
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p == '_')
+            continue;
+        if (n + 1 >= sizeof(t))
+            return 0;
+        t[n++] = *p;
+    }
+    t[n] = '\0';
+    const char *d = t + (t[0] == '+' || t[0] == '-');
+    int neg = t[0] == '-';
+    int base = 10;
+    if (d[0] == '0' && (d[1] == 'x' || d[1] == 'X'))
+        base = 16, d += 2;
+    else if (d[0] == '0' && (d[1] == 'o' || d[1] == 'O'))
+        base = 8, d += 2;
+    else if (d[0] == '0' && (d[1] == 'b' || d[1] == 'B'))
+        base = 2, d += 2;
+    else if (d[0] == '0' && d[1] != '\0' && d[1] != '.' && d[1] != 'e' && d[1] != 'E')
+        base = 8, d += 1;
+    if (*d != '\0' && isalnum((unsigned char)*d)) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long u = strtoull(d, &end, base);
+        if (*end == '\0' && errno == 0 && *d != '-' && *d != '+') {
+            *out = neg ? -(double)u : (double)u;
+            return 1;
+        }
+    }
+    /* A float: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)? */
+    const char *p = t + (t[0] == '+' || t[0] == '-');
+    size_t digits = 0;
+    while (isdigit((unsigned char)*p))
+        p++, digits++;
+    if (*p == '.') {
+        p++;
+        size_t frac = 0;
+        while (isdigit((unsigned char)*p))
+            p++, frac++;
+        if (digits == 0 && frac == 0)
+            return 0;
+    } else if (digits == 0) {
+        return 0;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-')
+            p++;
+        if (!isdigit((unsigned char)*p))
+            return 0;
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    if (*p != '\0')
+        return 0;
+    *out = strtod(t, NULL);
+    return 1;
+}
+
+/* A scalar as a Value: quoted ones are strings; plain ones are null, a
+ * bool or a number when YAML 1.1 reads them so, else strings. */
+static int rls_config__meta_scalar(struct rls_load *ld, const yaml_node_t *n, struct rls_meta *m)
+{
+    static const char *const yes[] = {"y",    "Y",    "yes", "Yes", "YES", "true",
+                                      "True", "TRUE", "on",  "On",  "ON",  NULL};
+    static const char *const no[] = {"n",     "N",     "no",  "No",  "NO",  "false",
+                                     "False", "FALSE", "off", "Off", "OFF", NULL};
+    const char *s = (const char *)n->data.scalar.value;
+    if (n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+        if (rls_config__is_null(n)) {
+            m->kind = RLS_META_NULL;
+            return 0;
+        }
+        if (rls_config__word(s, yes) || rls_config__word(s, no)) {
+            m->kind = RLS_META_BOOL;
+            m->boolean = rls_config__word(s, yes);
+            return 0;
+        }
+        if (rls_config__yaml_number(s, &m->number)) {
+            m->kind = RLS_META_NUMBER;
+            return 0;
+        }
+    }
+    m->kind = RLS_META_STRING;
+    m->string = strdup(s);
+    return m->string == NULL ? rls_config__nomem(ld) : 0;
+}
+
+/* YAML node n as a Value into m (zeroed by the caller); bounded in depth
+ * and in values per file (aliases are followed, so count them). */
+static int rls_config__meta(struct rls_load *ld, const yaml_node_t *n, struct rls_meta *m,
+                            int depth)
+{
+    if (depth > RLS_META_MAX_DEPTH)
+        return rls_config__fail(ld, -SLUICE_ECONFIG, n, "metadata nested deeper than %d levels",
+                                RLS_META_MAX_DEPTH);
+    if (++ld->meta_nodes > RLS_META_MAX_NODES)
+        return rls_config__fail(ld, -SLUICE_ECONFIG, n, "metadata: more than %d values",
+                                RLS_META_MAX_NODES);
+    if (n->type == YAML_SCALAR_NODE)
+        return rls_config__meta_scalar(ld, n, m);
+    size_t cap;
+    if (n->type == YAML_SEQUENCE_NODE) {
+        m->kind = RLS_META_LIST;
+        cap = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+        m->items = calloc(cap ? cap : 1, sizeof(*m->items));
+        if (m->items == NULL)
+            return rls_config__nomem(ld);
+        for (size_t i = 0; i < cap; i++) {
+            const yaml_node_t *e = yaml_document_get_node(ld->doc, n->data.sequence.items.start[i]);
+            m->n = i + 1;
+            if (rls_config__meta(ld, e, &m->items[i], depth + 1) < 0)
+                return ld->rc;
+        }
+        return 0;
+    }
+    /* A mapping: a Struct.  A name given twice keeps the later value, as a
+     * YAML decoder into a map does. */
+    m->kind = RLS_META_STRUCT;
+    cap = (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
+    m->items = calloc(cap ? cap : 1, sizeof(*m->items));
+    m->keys = calloc(cap ? cap : 1, sizeof(*m->keys));
+    if (m->items == NULL || m->keys == NULL)
+        return rls_config__nomem(ld);
+    m->n = 0;
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        const yaml_node_t *k = yaml_document_get_node(ld->doc, p->key);
+        const char *ks = rls_config__scalar(k);
+        if (ks == NULL)
+            return rls_config__fail(ld, -SLUICE_ECONFIG, k, "metadata: a key must be a scalar");
+        size_t at = m->n;
+        for (size_t i = 0; i < m->n; i++) {
+            if (strcmp(m->keys[i], ks) == 0) {
+                rls_meta_clear(&m->items[i]);
+                at = i;
+            }
+        }
+        if (at == m->n) {
+            if ((m->keys[at] = strdup(ks)) == NULL)
+                return rls_config__nomem(ld);
+            m->n++;
+        }
+        if (rls_config__meta(ld, yaml_document_get_node(ld->doc, p->value), &m->items[at],
+                             depth + 1) < 0)
+            return ld->rc;
+    }
+    return 0;
+}
+
+/* A descriptor's `metadata`: *out is a new STRUCT, or NULL when absent,
+ * null or empty.  A value other than a mapping is an error. */
+static int rls_config__metadata(struct rls_load *ld, const yaml_node_t *d, struct rls_meta **out)
+{
+    const yaml_node_t *v = rls_config__field(ld, d, "metadata");
+    *out = NULL;
+    if (v == NULL || rls_config__is_null(v))
+        return 0;
+    if (v->type != YAML_MAPPING_NODE)
+        return rls_config__fail(ld, -SLUICE_ECONFIG, v, "metadata: expected a mapping");
+    struct rls_meta *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return rls_config__nomem(ld);
+    int rc = rls_config__meta(ld, v, m, 1);
+    if (rc < 0 || m->n == 0) {
+        rls_meta_clear(m);
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
 static int rls_config__limit(struct rls_load *ld, struct rls_node *node, const yaml_node_t *d,
                              const yaml_node_t *rl, const char *full_key)
 {
@@ -502,9 +712,18 @@ static int rls_config__descriptors(struct rls_load *ld, struct rls_node *parent,
             return ld->rc;
         }
         const yaml_node_t *rl = rls_config__field(ld, d, "rate_limit");
-        int rc = 0;
-        if (rl != NULL && !rls_config__is_null(rl))
+        struct rls_meta *meta = NULL;
+        int rc = rls_config__metadata(ld, d, &meta);
+        if (rc == 0 && rl != NULL && !rls_config__is_null(rl))
             rc = rls_config__limit(ld, node, d, rl, full);
+        if (rc == 0 && node->has_limit) {
+            node->limit.metadata = meta; /* only a limit gives it back */
+            meta = NULL;
+        }
+        if (meta != NULL) {
+            rls_meta_clear(meta);
+            free(meta);
+        }
         if (rc == 0) {
             size_t plen = strlen(full);
             full[plen] = '.';

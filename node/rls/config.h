@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "meta.h"
 #include "rls.h"
 
 struct rls_config;
@@ -35,6 +36,9 @@ struct rls_limit {
     const char *const *replaces;
     size_t nreplaces;
     const char *full_key; /* "domain.key_value.key", for messages */
+    /* The descriptor's `metadata` (a STRUCT), or NULL when it has none:
+     * what an answer's dynamic_metadata carries when this limit passes. */
+    const struct rls_meta *metadata;
 };
 
 /* One descriptor entry of a request (borrowed, not NUL-terminated). */

@@ -14,7 +14,11 @@
  * either way.  SHADOW_MODE turns an overall OVER_LIMIT into OK.  With
  * headers on, RateLimit-Limit, -Remaining and -Reset describe the
  * descriptor closest to its limit (one over it and not in quota mode wins),
- * as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS.
+ * as envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS.  With dynamic metadata
+ * on, the answer's dynamic_metadata (field 6, encoded by meta.c and
+ * appended to the packed message) echoes the request and merges the
+ * config metadata of the limits of the descriptors answered OK (unlimited
+ * and replaced ones have none), as RESPONSE_DYNAMIC_METADATA does.
  */
 #include "service.h"
 
@@ -25,6 +29,7 @@
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "grpc.h"
+#include "meta.h"
 #include "sluice/error.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest rls_req_t;
@@ -326,6 +331,7 @@ struct rls_scratch {
     rls_status_t **stp;
     rls_rl_t *rl;
     Google__Protobuf__Duration *dur;
+    const struct rls_meta **passed; /* dynamic metadata: the limits that passed */
 };
 
 static int rls_service__validate(const rls_req_t *req, char *why, size_t whylen)
@@ -396,6 +402,55 @@ static void rls_service__limits(struct rls_service *svc, const rls_req_t *req,
     }
 }
 
+/* Adds m to the limits that passed, once (merging a struct with itself
+ * changes nothing, and many descriptors may share one limit). */
+static void rls_service__passed(const struct rls_meta **passed, size_t *n, const struct rls_meta *m)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (passed[i] == m)
+            return;
+    passed[(*n)++] = m;
+}
+
+/* The answer's dynamic_metadata into b (meta.h); the descriptors' view is
+ * taken from the call's arena.  -SLUICE_ENOMEM, -SLUICE_ETOOBIG. */
+static int rls_service__metadata(const rls_req_t *req, const struct rls_meta **passed,
+                                 size_t npassed, struct rls_meta_buf *b, struct rls_arena *a)
+{
+    size_t n = req->n_descriptors, total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += req->descriptors[i]->n_entries;
+    struct rls_meta_desc *ds = rls_service__zalloc(a, n, sizeof(*ds));
+    const char **kv = rls_service__zalloc(a, 2 * total + 1, sizeof(*kv));
+    int rc = -SLUICE_ENOMEM;
+    if (ds != NULL && kv != NULL) {
+        size_t at = 0;
+        for (size_t i = 0; i < n; i++) {
+            const rls_desc_t *d = req->descriptors[i];
+            ds[i].keys = kv + at;
+            ds[i].values = kv + total + at;
+            ds[i].nentries = d->n_entries;
+            for (size_t e = 0; e < d->n_entries; e++, at++) {
+                kv[at] = d->entries[e]->key;
+                kv[total + at] = d->entries[e]->value;
+            }
+            if (d->limit != NULL) {
+                ds[i].has_limit = 1;
+                ds[i].limit_rpu = d->limit->requests_per_unit;
+                ds[i].limit_unit = (int)d->limit->unit;
+            }
+            if (d->hits_addend != NULL) {
+                ds[i].has_hits = 1;
+                ds[i].hits = d->hits_addend->value;
+            }
+        }
+        rc = rls_meta_encode(b, req->domain, req->hits_addend, ds, n, passed, npassed);
+    }
+    rls_service__free(a, kv);
+    rls_service__free(a, ds);
+    return rc;
+}
+
 int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, uint8_t **out,
                      size_t *outlen, char *why, size_t whylen)
 {
@@ -427,13 +482,17 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
     sc.stp = rls_service__zalloc(a, n, sizeof(*sc.stp));
     sc.rl = rls_service__zalloc(a, n, sizeof(*sc.rl));
     sc.dur = rls_service__zalloc(a, n, sizeof(*sc.dur));
+    sc.passed = rls_service__zalloc(a, n, sizeof(*sc.passed));
+    size_t npassed = 0;
+    struct rls_meta_buf mb = {.max = RLS_META_MAX_BYTES};
     rls_resp_t resp = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
     rls_header_t hv[3] = {ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT,
                           ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT,
                           ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT};
     rls_header_t *hvp[3] = {&hv[0], &hv[1], &hv[2]};
     char hbuf[3][24];
-    if (sc.lim == NULL || sc.st == NULL || sc.stp == NULL || sc.rl == NULL || sc.dur == NULL) {
+    if (sc.lim == NULL || sc.st == NULL || sc.stp == NULL || sc.rl == NULL || sc.dur == NULL ||
+        sc.passed == NULL) {
         rc = rls_service__fail(svc, -SLUICE_ENOMEM, why, whylen, "out of memory");
         goto done;
     }
@@ -532,6 +591,8 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
         }
         rls_service__count(svc, req->domain, d, l, l->detailed_metric || sc.lim[i].cfg == NULL,
                            hits, res.limited, res.limited && l->shadow_mode);
+        if (st->code == CODE_OK && sc.lim[i].cfg != NULL && l->metadata != NULL)
+            rls_service__passed(sc.passed, &npassed, l->metadata);
         int forced = st->code == CODE_OVER_LIMIT && !in_quota;
         if (forced || closest == NULL ||
             (!closest_forced && st->limit_remaining < closest->limit_remaining)) {
@@ -560,16 +621,36 @@ int rls_service_call(struct rls_service *svc, const uint8_t *bytes, size_t len, 
         resp.n_response_headers_to_add = 3;
         resp.response_headers_to_add = hvp;
     }
+    uint8_t mhead[11]; /* dynamic_metadata's tag and length */
+    struct rls_meta_buf mh = {.p = mhead, .cap = sizeof(mhead), .max = sizeof(mhead)};
+    if (svc->cfg.dynamic_metadata) {
+        rc = rls_service__metadata(req, sc.passed, npassed, &mb, a);
+        if (rc < 0) {
+            rls_service__fail(svc, rc, why, whylen,
+                              rc == -SLUICE_ETOOBIG ? "dynamic metadata too large"
+                                                    : "out of memory");
+            goto done;
+        }
+        rls_meta_put_varint(&mh, 6 << 3 | 2);
+        rls_meta_put_varint(&mh, mb.len);
+    }
     size_t size = envoy__service__ratelimit__v3__rate_limit_response__get_packed_size(&resp);
-    uint8_t *buf = malloc(RLS_GRPC_PREFIX + size);
+    size_t total = size + mh.len + mb.len;
+    uint8_t *buf = malloc(RLS_GRPC_PREFIX + total);
     if (buf == NULL) {
         rc = rls_service__fail(svc, -SLUICE_ENOMEM, why, whylen, "out of memory");
         goto done;
     }
-    rls_grpc_prefix(buf, size);
+    rls_grpc_prefix(buf, total);
     envoy__service__ratelimit__v3__rate_limit_response__pack(&resp, buf + RLS_GRPC_PREFIX);
+    /* A field may follow the others: decoders read fields in any order. */
+    if (mh.len > 0) {
+        memcpy(buf + RLS_GRPC_PREFIX + size, mhead, mh.len);
+        if (mb.len > 0)
+            memcpy(buf + RLS_GRPC_PREFIX + size + mh.len, mb.p, mb.len);
+    }
     *out = buf;
-    *outlen = RLS_GRPC_PREFIX + size;
+    *outlen = RLS_GRPC_PREFIX + total;
     svc->stats.calls++;
     if (resp.overall_code == CODE_OVER_LIMIT)
         svc->stats.over_limit++;
@@ -580,6 +661,8 @@ done:
     rls_service__free(a, sc.stp);
     rls_service__free(a, sc.rl);
     rls_service__free(a, sc.dur);
+    rls_service__free(a, sc.passed);
+    free(mb.p);
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(req, &alloc);
     return rc;
 }
@@ -587,9 +670,12 @@ done:
 /*
  * grpc.health.v1.Health/Check, as envoyproxy/ratelimit's health server
  * answers it: the server as a whole ("") and the service by its name
- * ("ratelimit", and its full gRPC name) are SERVING while the service
- * runs; any other name is NOT_FOUND.  The decoder allocates from the
- * call's arena, bounded by the message's size as a ShouldRateLimit call.
+ * ("ratelimit", and its full gRPC name) are SERVING while the node is
+ * ready, NOT_SERVING while it is not (the daemon's callback: /ready's
+ * notion), or while no domain is loaded under healthy_needs_config (as
+ * HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); any other name is NOT_FOUND.
+ * The decoder allocates from the call's arena, bounded by the message's
+ * size as a ShouldRateLimit call.
  */
 int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, uint8_t **out,
                        size_t *outlen, char *why, size_t whylen)
@@ -621,7 +707,11 @@ int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, 
     }
     grpc__health__v1__health_check_request__free_unpacked(q, &alloc);
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    int serving = svc->cfg.ready == NULL || svc->cfg.ready(svc->cfg.ready_ud);
+    if (svc->cfg.healthy_needs_config && rls_config_domains(svc->config) == 0)
+        serving = 0;
+    resp.status = serving ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                          : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
     size_t size = grpc__health__v1__health_check_response__get_packed_size(&resp);
     uint8_t *buf = malloc(RLS_GRPC_PREFIX + size);
     if (buf == NULL) {
@@ -632,6 +722,9 @@ int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, 
     grpc__health__v1__health_check_response__pack(&resp, buf + RLS_GRPC_PREFIX);
     *out = buf;
     *outlen = RLS_GRPC_PREFIX + size;
-    svc->stats.health_checks++;
+    if (serving)
+        svc->stats.health_checks++;
+    else
+        svc->stats.health_not_serving++;
     return 0;
 }

@@ -34,6 +34,17 @@ struct rls_service_config {
      * quota mode; an OVER_LIMIT overall code is answered OK. */
     int quota_mode;
     int shadow_mode;
+    /* envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA: every answer
+     * carries dynamic_metadata (meta.h: the domain, the descriptors, and
+     * the metadata of the limits that passed). */
+    int dynamic_metadata;
+    /* envoyproxy/ratelimit's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: the
+     * health service says NOT_SERVING while the config holds no domain. */
+    int healthy_needs_config;
+    /* Whether the node is ready (the daemon's /ready); NULL: always.  The
+     * health service answers NOT_SERVING while it returns 0. */
+    int (*ready)(void *ud);
+    void *ready_ud;
     /* Header names; NULL gives envoyproxy/ratelimit's defaults above. */
     const char *header_limit;
     const char *header_remaining;
@@ -41,13 +52,14 @@ struct rls_service_config {
 };
 
 struct rls_service_stats {
-    uint64_t calls;           /* answered with OK status */
-    uint64_t over_limit;      /* of which overall_code OVER_LIMIT */
-    uint64_t shadowed;        /* descriptors over the limit answered OK by shadow_mode */
-    uint64_t shadowed_global; /* overall OVER_LIMIT answered OK by SHADOW_MODE */
-    uint64_t errors;          /* calls answered with an error status */
-    uint64_t health_checks;   /* grpc.health.v1 Check calls answered SERVING */
-    uint64_t reloads;         /* configs installed after the first */
+    uint64_t calls;              /* answered with OK status */
+    uint64_t over_limit;         /* of which overall_code OVER_LIMIT */
+    uint64_t shadowed;           /* descriptors over the limit answered OK by shadow_mode */
+    uint64_t shadowed_global;    /* overall OVER_LIMIT answered OK by SHADOW_MODE */
+    uint64_t errors;             /* calls answered with an error status */
+    uint64_t health_checks;      /* grpc.health.v1 Check calls answered SERVING */
+    uint64_t health_not_serving; /* ... answered NOT_SERVING */
+    uint64_t reloads;            /* configs installed after the first */
 };
 
 struct rls_service;
@@ -100,7 +112,9 @@ size_t rls_service_descriptor_stats(const struct rls_service *svc,
 /*
  * One grpc.health.v1.Health/Check call: req is the HealthCheckRequest's
  * bytes (without the gRPC prefix); on success *out (malloc'ed, the
- * caller frees) is the prefixed HealthCheckResponse, SERVING.  Fails with
+ * caller frees) is the prefixed HealthCheckResponse: SERVING, or
+ * NOT_SERVING while the config's ready callback says not ready (or, with
+ * healthy_needs_config, while no domain is loaded).  Fails with
  * -SLUICE_EPROTO (a malformed request), -SLUICE_ENOENT (a service name
  * other than "", "ratelimit" or envoy.service.ratelimit.v3.RateLimitService:
  * gRPC's NOT_FOUND) or -SLUICE_ENOMEM, with why set.

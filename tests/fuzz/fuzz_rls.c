@@ -3,8 +3,9 @@
  * server runs it on a request's DATA: gRPC framing (rls_grpc_frame), then
  * the RateLimitRequest protobuf, descriptor matching against a config with
  * nested, wildcard, unlimited, shadow and replaces rules, and key mapping,
- * deciding through a fake decider.  Every input must be answered (a framed
- * response that decodes) or refused with a reason and an error code that
+ * deciding through a fake decider, and the dynamic_metadata built from the
+ * request and the limits' metadata.  Every input must be answered (a framed
+ * response that decodes, dynamic_metadata included) or refused with a reason and an error code that
  * maps to a gRPC status; nothing may crash or leak (ASan).  The first byte
  * of the input also feeds grpc-timeout's parser.
  */
@@ -26,15 +27,18 @@ static const char config_text[] = "domain: d\n"
                                   "descriptors:\n"
                                   "  - key: k\n"
                                   "    rate_limit: {unit: second, requests_per_unit: 3}\n"
+                                  "    metadata: {name: k, svc: {a: 1, l: [x, ~, true]}}\n"
                                   "  - key: k\n"
                                   "    value: v\n"
                                   "    rate_limit: {unit: hour, requests_per_unit: 1, name: n}\n"
+                                  "    metadata: {name: kv, svc: {a: 2, b: 2.5}}\n"
                                   "    descriptors:\n"
                                   "      - key: s\n"
                                   "        shadow_mode: true\n"
                                   "        rate_limit: {unit: day, requests_per_unit: 0}\n"
                                   "  - key: w\n"
                                   "    value: a*\n"
+                                  "    metadata: {svc: flat, w: yes}\n"
                                   "    rate_limit: {unit: week, requests_per_unit: 2,\n"
                                   "                 replaces: [{name: n}]}\n"
                                   "  - key: u\n"
@@ -70,7 +74,7 @@ static void setup(void)
 {
     struct rls_config *cfg;
     char err[256];
-    struct rls_service_config sc = {.headers = 1};
+    struct rls_service_config sc = {.headers = 1, .dynamic_metadata = 1};
     if (rls_service_create(&sc, fake_decide, NULL, &svc) != 0 || rls_config_create(&cfg) != 0 ||
         rls_config_add_buffer(cfg, "fuzz.yaml", config_text, sizeof(config_text) - 1, err,
                               sizeof(err)) != 0)
@@ -81,7 +85,9 @@ static void setup(void)
 /* Seeds: framed requests, the same as tests/fuzz/corpus/fuzz_rls/seed-*:
  * one entry; two nested entries with hits_addend; a wildcard and a
  * replaced limit with a descriptor hits_addend of 0; a limit override in an
- * unknown domain; an unlimited key with an empty value. */
+ * unknown domain; an unlimited key with an empty value; a descriptor
+ * hits_addend of 0, an override and a request hits_addend (dynamic
+ * metadata's every field). */
 static const char s0[] =
     "\x00\x00\x00\x00\x0f\x0a\x01\x64\x12\x0a\x0a\x08\x0a\x01\x6b\x12\x03\x61\x62\x63";
 static const char s1[] = "\x00\x00\x00\x00\x17\x0a\x01\x64\x12\x10\x0a\x06\x0a\x01\x6b\x12\x01\x76"
@@ -91,9 +97,18 @@ static const char s2[] = "\x00\x00\x00\x00\x1d\x0a\x01\x64\x12\x0a\x0a\x08\x0a\x
 static const char s3[] = "\x00\x00\x00\x00\x13\x0a\x01\x78\x12\x0e\x0a\x06\x0a\x01\x6b\x12\x01\x76"
                          "\x12\x04\x08\x02\x10\x03";
 static const char s4[] = "\x00\x00\x00\x00\x0a\x0a\x01\x64\x12\x05\x0a\x03\x0a\x01\x75";
-static const char *const seeds[] = {s0, s1, s2, s3, s4, NULL};
-static size_t seed_lens[] = {sizeof(s0) - 1, sizeof(s1) - 1, sizeof(s2) - 1,
-                             sizeof(s3) - 1, sizeof(s4) - 1, 0};
+static const char s5[] = "\x00\x00\x00\x00\x35\x0a\x01\x64\x12\x0a\x0a\x06\x0a\x01\x6b\x12\x01\x76"
+                         "\x1a\x00\x12\x10\x0a\x08\x0a\x01\x77\x12\x03\x61\x62\x63\x12\x04\x08\x07"
+                         "\x10\x03\x12\x10\x0a\x06\x0a\x01\x6b\x12\x01\x7a\x0a\x06\x0a\x01\x73\x12"
+                         "\x01\x78\x18\x02";
+static const char *const seeds[] = {s0, s1, s2, s3, s4, s5, NULL};
+static size_t seed_lens[] = {sizeof(s0) - 1,
+                             sizeof(s1) - 1,
+                             sizeof(s2) - 1,
+                             sizeof(s3) - 1,
+                             sizeof(s4) - 1,
+                             sizeof(s5) - 1,
+                             0};
 
 const char *const *fuzz_seed_inputs(size_t **lens)
 {
@@ -117,7 +132,8 @@ static void fuzz_call(const uint8_t *msg, size_t msglen)
             __builtin_trap();
         Envoy__Service__Ratelimit__V3__RateLimitResponse *r =
             envoy__service__ratelimit__v3__rate_limit_response__unpack(NULL, rlen, rmsg);
-        if (r == NULL || r->n_statuses == 0)
+        if (r == NULL || r->n_statuses == 0 || r->dynamic_metadata == NULL ||
+            r->dynamic_metadata->n_fields < 2)
             __builtin_trap();
         envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
         free(out);

@@ -37,9 +37,14 @@ Not applicable here, and why (the rest of upstream's cases):
                        counters: here they are driven to the same state),
                        and quota.sh, token-quota.sh up to their one-minute
                        sleep (the window's end is another case's).
-Not done (features sluice lacks; see the README's RLS section):
-  - dynamic metadata in answers (TestMetadata*, multiservice-tokenquota.sh,
-    whose routing follows the metadata).
+  dynamic_metadata     TestMetadata (config_test.go, metadata.yaml) and
+                       ratelimit_test.go's TestMetadataReturnedForPassed-
+                       Descriptors, ...ForAllPassedDescriptors,
+                       TestOverlappingMetadataReturnsTheFirstValue, with
+                       RESPONSE_DYNAMIC_METADATA=true (DynamicMetadataTest);
+                       multiservice-tokenquota.sh up to its one-minute
+                       sleep, the service chosen from the answer's metadata
+                       as Envoy's route does (ScriptsTest).
 testConfigReload runs as upstream's (the directory is watched) and once
 more with a SIGHUP after each change.
 
@@ -430,7 +435,10 @@ class HealthTest(unittest.TestCase):
     """test/server/health_test.go's TestGrpcHealthCheck: the gRPC health
     service answers Check for the server ("") and for "ratelimit" (the name
     upstream registers) SERVING while the service runs; an unknown name is
-    NOT_FOUND, as grpc-go's health server answers it.  Messages are written
+    NOT_FOUND, as grpc-go's health server answers it.  NOT_SERVING while
+    the node is not ready (/ready's notion), and with
+    HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED while no domain is loaded
+    (TestGrpcHealthyWithAtLeastOneConfigLoaded).  Messages are written
     by hand from grpc.health.v1's published definition (field 1: service,
     a string; status, an enum with SERVING = 1)."""
 
@@ -451,6 +459,97 @@ class HealthTest(unittest.TestCase):
             self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
             # ShouldRateLimit still answers on the same connection
             self.assertEqual(s.req("rl", [("foo", "bar")]).overall_code, pb().RateLimitResponse.OK)
+
+    SERVING, NOT_SERVING = b"\x08\x01", b"\x08\x02"
+
+    def checker(self, s):
+        """Check(service) -> the HealthCheckResponse's bytes, for "" and
+        "ratelimit" (which must agree)."""
+        check = s.chan.unary_unary("/grpc.health.v1.Health/Check",
+                                   request_serializer=lambda b: b,
+                                   response_deserializer=lambda b: b)
+
+        def both():
+            a, b = check(b"", timeout=5), check(b"\x0a\x09ratelimit", timeout=5)
+            self.assertEqual(a, b)
+            return a
+        return both
+
+    def test_not_serving_while_not_ready(self):
+        # Envoy's and Kubernetes' gRPC probes must not send traffic to a
+        # node whose /ready says 503: a clustered node that no seed has
+        # answered is NOT_SERVING; once its peer runs, SERVING; the peer
+        # killed (a majority lost), NOT_SERVING again, as /ready says
+        import urllib.error
+        import urllib.request
+        import sluicetest
+
+        def ready(port):
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/ready" % port, timeout=5) as r:
+                    return r.status == 200
+            except urllib.error.HTTPError:
+                return False
+
+        tmp = tempfile.mkdtemp(prefix="sluice-health-")
+        key = os.path.join(tmp, "c.key")
+        sluicetest.write_cluster_key(key)
+        ga, gb = sluicetest.free_udp_ports(2)
+        http = free_tcp_port()
+        join = "127.0.0.1:%d,127.0.0.1:%d" % (ga, gb)
+        fast = ["--gossip-probe-interval-ms", "200", "--cluster-key-file", key, "--join", join]
+        peer = None
+        try:
+            with RlsDaemon(["examples/example.yaml"],
+                           args=["--http", "127.0.0.1:%d" % http, "--node-name", "a",
+                                 "--gossip-bind", "127.0.0.1:%d" % ga] + fast) as s:
+                check = self.checker(s)
+                self.assertFalse(ready(http))
+                self.assertEqual(check(), self.NOT_SERVING)
+                peer = sluicetest.Daemon("--node-name", "b", "--gossip-bind",
+                                         "127.0.0.1:%d" % gb, *fast, tmpdir=tmp,
+                                         socket_path=os.path.join(tmp, "b.sock"))
+                peer.start()
+                sluicetest.wait_until(lambda: check() == self.SERVING, timeout=30,
+                                      what="SERVING once the peer answers")
+                self.assertTrue(ready(http))
+                peer.kill()
+                sluicetest.wait_until(lambda: check() == self.NOT_SERVING, timeout=30,
+                                      what="NOT_SERVING once the peer is gone")
+                self.assertFalse(ready(http))
+                with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http,
+                                            timeout=5) as r:
+                    metrics = r.read().decode()
+                m = re.search(r"^sluice_rls_health_not_serving_total (\d+)", metrics, re.M)
+                self.assertTrue(m and int(m.group(1)) >= 2, metrics[-2000:])
+        finally:
+            if peer is not None:
+                if peer.proc is not None and peer.proc.poll() is None:
+                    peer.stop()
+                peer.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_healthy_with_at_least_one_config_loaded(self):
+        # TestGrpcHealthyWithAtLeastOneConfigLoaded, through sluiced: with
+        # HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true an empty config
+        # directory is NOT_SERVING, a file with a domain (the directory is
+        # watched) makes it SERVING, and removing it NOT_SERVING again
+        import sluicetest
+        env = {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}
+        with RlsDaemon([], env=env) as s:
+            check = self.checker(s)
+            self.assertEqual(check(), self.NOT_SERVING)
+            path = os.path.join(s.cfgdir, "a.yaml")
+            with open(path, "w") as f:
+                f.write("domain: a\n")
+            sluicetest.wait_until(lambda: check() == self.SERVING, timeout=10,
+                                  what="SERVING once a domain is loaded")
+            os.unlink(path)
+            sluicetest.wait_until(lambda: check() == self.NOT_SERVING, timeout=10,
+                                  what="NOT_SERVING once no domain is loaded")
+        # without the variable, an empty directory serves (upstream's default)
+        with RlsDaemon([]) as s:
+            self.assertEqual(self.checker(s)(), self.SERVING)
 
 
 # TestDetailedMetric's realisticExampleConfig (test/config/config_test.go),
@@ -619,6 +718,146 @@ class QuotaModeTest(unittest.TestCase):
         self.assertEqual(self.codes(resp), (R.OK, [R.OVER_LIMIT, R.OVER_LIMIT]))
 
 
+# test/service/ratelimit_test.go's TestMetadata* cases, the limits they
+# mock written as the YAML they stand for (one domain per case): QUOTA_MODE
+# and RESPONSE_DYNAMIC_METADATA are on in each, as there.
+METADATA_CASES = {
+    # TestMetadataReturnedForPassedDescriptors: regular (10/min) passes,
+    # quota (5/min, quota_mode) is over: only regular's metadata
+    "passed": """domain: quota-domain
+descriptors:
+  - key: regular
+    value: limit
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    metadata: {name: service_1}
+  - key: quota
+    value: limit
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {name: service_2}
+""",
+    # TestMetadataReturnedForAllPassedDescriptors: both pass, both given
+    "all": """domain: quota-domain
+descriptors:
+  - key: regular
+    value: limit
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    metadata: {name: service_1}
+  - key: quota
+    value: limit
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {some_other_name: service_2}
+""",
+    # TestOverlappingMetadataReturnsTheFirstValue: both pass, one name
+    "overlap": """domain: quota-domain
+descriptors:
+  - key: regular
+    value: limit
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    metadata: {name: service_1}
+  - key: quota
+    value: limit
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata: {name: service_2}
+""",
+}
+
+
+def metadata_of(resp):
+    """The answer's dynamic_metadata as plain Python values (Struct ->
+    dict, ListValue -> list, numbers as floats), or None when absent."""
+    if not resp.HasField("dynamic_metadata"):
+        return None
+    from google.protobuf import json_format
+    return json_format.MessageToDict(resp.dynamic_metadata)
+
+
+@unittest.skipUnless(HAVE_GRPC, "python3-grpcio / python3-grpc-tools are not installed")
+class DynamicMetadataTest(unittest.TestCase):
+    """RESPONSE_DYNAMIC_METADATA=true: every answer's dynamic_metadata (a
+    google.protobuf.Struct, decoded here by protobuf's own Python library)
+    echoes the request and merges the `metadata` of the limits that passed,
+    as src/service/ratelimit.go's ratelimitToMetadata builds it."""
+
+    ON = {"RESPONSE_DYNAMIC_METADATA": "true"}
+    REG, QUOTA = [("regular", "limit")], [("quota", "limit")]
+
+    def run_case(self, name, fill=()):
+        wait_for_window(60, 10)
+        env = dict(self.ON, QUOTA_MODE="true")
+        with RlsDaemon([], env=env, texts={"m.yaml": METADATA_CASES[name]}) as s:
+            for desc, n in fill:
+                for _ in range(n):
+                    s.req("quota-domain", desc)
+            return s.req("quota-domain", self.REG, self.QUOTA)
+
+    def test_metadata_returned_for_passed_descriptors(self):
+        R = pb().RateLimitResponse
+        resp = self.run_case("passed", [(self.QUOTA, 5)])
+        self.assertEqual((resp.overall_code, [st.code for st in resp.statuses]),
+                         (R.OK, [R.OK, R.OVER_LIMIT]))
+        self.assertEqual(metadata_of(resp)["metadata"], {"name": "service_1"})
+
+    def test_metadata_returned_for_all_passed_descriptors(self):
+        resp = self.run_case("all")
+        self.assertEqual(resp.overall_code, pb().RateLimitResponse.OK)
+        self.assertEqual(metadata_of(resp)["metadata"],
+                         {"name": "service_1", "some_other_name": "service_2"})
+
+    def test_overlapping_metadata_returns_the_first_value(self):
+        resp = self.run_case("overlap")
+        self.assertEqual(metadata_of(resp)["metadata"], {"name": "service_1"})
+
+    def test_metadata_config(self):
+        # TestMetadata (test/config/config_test.go, metadata.yaml): the
+        # limit found carries its descriptor's metadata; here it comes back
+        # in the answer
+        with RlsDaemon(["config/metadata.yaml"], env=self.ON) as s:
+            md = metadata_of(s.req("test-domain", [("key1", "value1"), ("subkey1", "something")]))
+            self.assertEqual(md["metadata"], {"name": "service_1"})
+            md = metadata_of(s.req("test-domain", [("key2", "something")]))
+            self.assertEqual(md["metadata"], {"service_with_quota": {"name": "service_2"}})
+            # the subvalue1 limit has no metadata of its own
+            md = metadata_of(s.req("test-domain", [("key1", "value1"), ("subkey1", "subvalue1")]))
+            self.assertNotIn("metadata", md)
+
+    def test_request_echoed(self):
+        # ratelimitToMetadata's other fields: the domain, each descriptor's
+        # "KEY=VALUE" entries, its override as text and its hits_addend,
+        # and the request's hits_addend when not 0
+        with RlsDaemon(["config/metadata.yaml"], env=self.ON) as s:
+            resp = s.req("test-domain", [("key2", "a"), ("x", "y")],
+                         {"entries": [("key1", "value1")], "limit": (42, 3), "hits": 0},
+                         hits=3)
+            self.assertEqual(metadata_of(resp), {
+                "domain": "test-domain",
+                "descriptors": [
+                    {"entries": ["key2=a", "x=y"]},
+                    {"entries": ["key1=value1"], "limit": "requests_per_unit:42 unit:HOUR",
+                     "hitsAddend": 0.0},
+                ],
+                "hitsAddend": 3.0,
+            })
+            # an over-limit descriptor gives no metadata; the others still do
+            for _ in range(20):
+                s.req("test-domain", [("key2", "b")])
+            resp = s.req("test-domain", [("key2", "b")],
+                         [("key1", "value1"), ("subkey1", "z")], hits=1)
+            R = pb().RateLimitResponse
+            self.assertEqual([st.code for st in resp.statuses], [R.OVER_LIMIT, R.OK])
+            self.assertEqual(metadata_of(resp)["metadata"], {"name": "service_1"})
+
+    def test_off_by_default(self):
+        with RlsDaemon(["config/metadata.yaml"]) as s:
+            resp = s.req("test-domain", [("key2", "a")])
+            self.assertEqual(resp.overall_code, pb().RateLimitResponse.OK)
+            self.assertIsNone(metadata_of(resp))
+
+
 # examples/envoy/proxy.yaml: each route's rate_limits, each a list of
 # (header, descriptor_key) request_headers actions.  Envoy sends one
 # descriptor per rate limit whose headers are all present.
@@ -680,7 +919,9 @@ class ScriptsTest(unittest.TestCase):
 
     def setUp(self):
         wait_for_window(60, 10)
-        self.s = RlsDaemon(["examples/example.yaml", "examples/config.yaml"]).__enter__()
+        # as integration-test/docker-compose-integration-test.yml runs it
+        self.s = RlsDaemon(["examples/example.yaml", "examples/config.yaml"],
+                           env={"RESPONSE_DYNAMIC_METADATA": "true"}).__enter__()
 
     def tearDown(self):
         self.s.__exit__(None, None, None)
@@ -707,6 +948,40 @@ class ScriptsTest(unittest.TestCase):
             if not done and resp.overall_code == R.OVER_LIMIT:
                 return 429
         return 200
+
+    def get_multiservice(self):
+        """/multiservice-tokenquota as Envoy runs it: the request path looks
+        at service_1 and service_2 with 0 hits; 429 if the answer says
+        OVER_LIMIT; else the route's header takes
+        %DYNAMIC_METADATA(envoy.filters.http.ratelimit:metadata:
+        service_with_quota:name)%, the load balancer picks that service,
+        and the response path charges 1 hit to the locality that served
+        (the service's name).  Returns 429 or the service's name."""
+        R = pb().RateLimitResponse
+        resp = self.s.req("rl", {"entries": [("service", "service_1")], "hits": 0},
+                          {"entries": [("service", "service_2")], "hits": 0})
+        if resp.overall_code == R.OVER_LIMIT:
+            return 429
+        name = metadata_of(resp)["metadata"]["service_with_quota"]["name"]
+        self.s.req("rl", {"entries": [("service", name)], "hits": 1})
+        return name
+
+    def test_multiservice_token_quota(self):
+        # multiservice-tokenquota.sh up to its one-minute sleep: each curl's
+        # grep says which service must answer ("from Service N"), or, for
+        # "Hello World from Service" followed by `if [ $? -eq 0 ]`, that the
+        # request must be refused
+        with open(os.path.join(ANCHORS, "scripts", "multiservice-tokenquota.sh")) as f:
+            text = f.read().split("sleep 60")[0]
+        want = []
+        for line in text.splitlines():
+            m = re.search(r'curl .*/multiservice-tokenquota \| grep "([^"]*)"', line)
+            if m:
+                n = re.search(r"from Service (\d)$", m.group(1))
+                want.append("service_" + n.group(1) if n else 429)
+        self.assertEqual(want, ["service_1", "service_1", "service_2", "service_2",
+                                "service_2", 429])
+        self.assertEqual([self.get_multiservice() for _ in want], want)
 
     def test_quota(self):
         # quota.sh: service_1 (1/min) and service_2 (2/min), both quota_mode

@@ -2,7 +2,10 @@
  * The envoyproxy/ratelimit YAML loader: the examples of envoyproxy/ratelimit's
  * README (written here from it) load and match as it documents them, the
  * service applies replaces and shadow_mode as documented, and every error
- * is refused naming its file and line.
+ * is refused naming its file and line.  Descriptor metadata is read with
+ * YAML 1.1's types and given back in dynamic_metadata as
+ * envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does; the health
+ * service follows readiness.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +20,7 @@
 #include <cmocka.h>
 
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "google/protobuf/struct.pb-c.h"
 #include "rls/config.h"
 #include "rls/service.h"
 #include "sluice/error.h"
@@ -591,6 +595,333 @@ static void test_units(void **state)
     assert_int_equal(rls_unit_parse("fortnight", &u), -SLUICE_EINVAL);
 }
 
+/* ---- metadata and dynamic_metadata ---- */
+
+/* The value of field k in struct m (a config value), or NULL. */
+static const struct rls_meta *meta_get(const struct rls_meta *m, const char *k)
+{
+    assert_non_null(m);
+    assert_int_equal(m->kind, RLS_META_STRUCT);
+    for (size_t i = 0; i < m->n; i++)
+        if (strcmp(m->keys[i], k) == 0)
+            return &m->items[i];
+    return NULL;
+}
+
+static void assert_meta_number(const struct rls_meta *m, double want)
+{
+    assert_non_null(m);
+    assert_int_equal(m->kind, RLS_META_NUMBER);
+    assert_true(m->number == want);
+}
+
+static void assert_meta_string(const struct rls_meta *m, const char *want)
+{
+    assert_non_null(m);
+    assert_int_equal(m->kind, RLS_META_STRING);
+    assert_string_equal(m->string, want);
+}
+
+/* Scalars are typed as YAML 1.1 types them (Go's yaml.v2, which
+ * envoyproxy/ratelimit reads its files with): null, bool, number, else a
+ * string; quoted scalars are strings.  Only a limit keeps its metadata. */
+static void test_metadata_values(void **state)
+{
+    (void)state;
+    struct rls_config *cfg = load("domain: m\n"
+                                  "descriptors:\n"
+                                  "  - key: k\n"
+                                  "    rate_limit: {unit: second, requests_per_unit: 1}\n"
+                                  "    metadata:\n"
+                                  "      s: plain words\n"
+                                  "      q: \"42\"\n"
+                                  "      i: 42\n"
+                                  "      big: 1_000_000\n"
+                                  "      hex: 0x1F\n"
+                                  "      oct: 0o17\n"
+                                  "      f: 1.5e3\n"
+                                  "      neg: -7\n"
+                                  "      b: yes\n"
+                                  "      bf: off\n"
+                                  "      qb: 'true'\n"
+                                  "      n: ~\n"
+                                  "      empty: \"\"\n"
+                                  "      ver: 1.2.3\n"
+                                  "      nested: {a: [1, two, {x: null}]}\n"
+                                  "      dup: 1\n"
+                                  "      dup: 2\n"
+                                  "  - key: nolimit\n"
+                                  "    metadata: {a: 1}\n"
+                                  "    descriptors:\n"
+                                  "      - key: leaf\n"
+                                  "        rate_limit: {unit: second, requests_per_unit: 1}\n"
+                                  "  - key: nometa\n"
+                                  "    rate_limit: {unit: second, requests_per_unit: 1}\n"
+                                  "    metadata: {}\n");
+    const struct rls_limit *l = match(cfg, "m", "k", "v", NULL);
+    assert_non_null(l);
+    const struct rls_meta *m = l->metadata;
+    assert_non_null(m);
+    assert_int_equal(m->n, 16); /* dup once */
+    assert_meta_string(meta_get(m, "s"), "plain words");
+    assert_meta_string(meta_get(m, "q"), "42");
+    assert_meta_number(meta_get(m, "i"), 42);
+    assert_meta_number(meta_get(m, "big"), 1000000);
+    assert_meta_number(meta_get(m, "hex"), 31);
+    assert_meta_number(meta_get(m, "oct"), 15);
+    assert_meta_number(meta_get(m, "f"), 1500);
+    assert_meta_number(meta_get(m, "neg"), -7);
+    assert_int_equal(meta_get(m, "b")->kind, RLS_META_BOOL);
+    assert_int_equal(meta_get(m, "b")->boolean, 1);
+    assert_int_equal(meta_get(m, "bf")->kind, RLS_META_BOOL);
+    assert_int_equal(meta_get(m, "bf")->boolean, 0);
+    assert_meta_string(meta_get(m, "qb"), "true");
+    assert_int_equal(meta_get(m, "n")->kind, RLS_META_NULL);
+    assert_meta_string(meta_get(m, "empty"), "");
+    assert_meta_string(meta_get(m, "ver"), "1.2.3");
+    const struct rls_meta *a = meta_get(meta_get(m, "nested"), "a");
+    assert_int_equal(a->kind, RLS_META_LIST);
+    assert_int_equal(a->n, 3);
+    assert_meta_number(&a->items[0], 1);
+    assert_meta_string(&a->items[1], "two");
+    assert_int_equal(meta_get(&a->items[2], "x")->kind, RLS_META_NULL);
+    assert_meta_number(meta_get(m, "dup"), 2); /* the later value, as a YAML map */
+    l = match(cfg, "m", "nolimit", "x", "leaf", "y", NULL);
+    assert_non_null(l);
+    assert_null(l->metadata); /* the metadata of a node without a limit stays there */
+    assert_null(match(cfg, "m", "nometa", "x", NULL)->metadata);
+    rls_config_free(cfg);
+}
+
+/* As expect_error, the message holding want somewhere. */
+static void expect_error_has(const char *text, const char *want)
+{
+    struct rls_config *cfg;
+    char err[512];
+    assert_int_equal(rls_config_create(&cfg), 0);
+    int rc = rls_config_add_buffer(cfg, "t.yaml", text, strlen(text), err, sizeof(err));
+    rls_config_free(cfg);
+    assert_int_equal(rc, -SLUICE_ECONFIG);
+    if (strstr(err, want) == NULL)
+        fail_msg("for:\n%s\nwant '...%s...'\ngot  '%s'", text, want, err);
+}
+
+static void test_metadata_errors(void **state)
+{
+    (void)state;
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    metadata: 5\n",
+                 "t.yaml:4: metadata: expected a mapping");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    metadata: [1]\n",
+                 "t.yaml:4: metadata: expected a mapping");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    metadata:\n      ? [a]\n      : 1\n",
+                 "t.yaml:5: metadata: a key must be a scalar");
+    /* aliases are followed: a value that would explode is refused */
+    expect_error_has("domain: d\ndescriptors:\n  - key: k\n    metadata:\n"
+                     "      a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+                     "      b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+                     "      c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+                     "      d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+                     "      e: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n",
+                     "metadata: more than 16384 values");
+    /* a list holding itself ends at the depth bound */
+    expect_error_has("domain: d\ndescriptors:\n  - key: k\n    metadata:\n      a: &a [1, *a]\n",
+                     "metadata nested deeper than 32 levels");
+}
+
+typedef Google__Protobuf__Struct pstruct_t;
+typedef Google__Protobuf__Value pvalue_t;
+
+static const pvalue_t *pfield(const pstruct_t *s, const char *k)
+{
+    assert_non_null(s);
+    for (size_t i = 0; i < s->n_fields; i++)
+        if (strcmp(s->fields[i]->key, k) == 0)
+            return s->fields[i]->value;
+    return NULL;
+}
+
+static const char *pstring(const pvalue_t *v)
+{
+    assert_non_null(v);
+    assert_int_equal(v->kind_case, GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE);
+    return v->string_value;
+}
+
+static const pstruct_t *pstruct(const pvalue_t *v)
+{
+    assert_non_null(v);
+    assert_int_equal(v->kind_case, GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE);
+    return v->struct_value;
+}
+
+static const char dm_config[] = "domain: dm\n"
+                                "descriptors:\n"
+                                "  - key: a\n"
+                                "    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+                                "    metadata: {name: from_a, svc: {region: eu, tier: 1}}\n"
+                                "  - key: b\n"
+                                "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+                                "    metadata: {name: from_b, other: 2.5,\n"
+                                "               svc: {region: us, zone: z1}, l: [true, ~]}\n"
+                                "  - key: c\n"
+                                "    detailed_metric: true\n"
+                                "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+                                "    metadata: {svc: flat, c_only: c}\n"
+                                "  - key: u\n"
+                                "    rate_limit: {unlimited: true}\n"
+                                "    metadata: {name: from_u, u_only: 1}\n";
+
+/* RESPONSE_DYNAMIC_METADATA: the answer echoes the request and merges the
+ * metadata of the limits that passed, the first value of a name winning,
+ * structs merged field by field; an over-limit or unlimited descriptor
+ * gives none; without the setting the field is absent. */
+static void test_dynamic_metadata(void **state)
+{
+    (void)state;
+    struct fake f = {0};
+    struct rls_service *svc;
+    struct rls_service_config sc = {.dynamic_metadata = 1};
+    assert_int_equal(rls_service_create(&sc, fake_decide, &f, &svc), 0);
+    rls_service_set_config(svc, load(dm_config));
+
+    const char *d1[] = {"a=1", "b=2", "c=3", "u=4"};
+    resp_t *r = call(svc, "dm", d1, 4);
+    assert_int_equal(r->overall_code, OK);
+    const pstruct_t *dm = r->dynamic_metadata;
+    assert_non_null(dm);
+    assert_string_equal(pstring(pfield(dm, "domain")), "dm");
+    assert_null(pfield(dm, "hitsAddend")); /* the request's 0 is left out */
+    const pvalue_t *ds = pfield(dm, "descriptors");
+    assert_int_equal(ds->kind_case, GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE);
+    assert_int_equal(ds->list_value->n_values, 4);
+    const pstruct_t *d0 = pstruct(ds->list_value->values[0]);
+    const pvalue_t *ents = pfield(d0, "entries");
+    assert_int_equal(ents->list_value->n_values, 1);
+    assert_string_equal(pstring(ents->list_value->values[0]), "a=1");
+    assert_null(pfield(d0, "limit"));
+    assert_null(pfield(d0, "hitsAddend"));
+    const pstruct_t *md = pstruct(pfield(dm, "metadata"));
+    assert_string_equal(pstring(pfield(md, "name")), "from_a");
+    assert_true(pfield(md, "other")->number_value == 2.5);
+    assert_string_equal(pstring(pfield(md, "c_only")), "c"); /* detailed_metric keeps it */
+    const pstruct_t *svcm = pstruct(pfield(md, "svc"));
+    assert_string_equal(pstring(pfield(svcm, "region")), "eu");
+    assert_true(pfield(svcm, "tier")->number_value == 1);
+    assert_string_equal(pstring(pfield(svcm, "zone")), "z1");
+    assert_int_equal(svcm->n_fields, 3);
+    const pvalue_t *l = pfield(md, "l");
+    assert_int_equal(l->list_value->n_values, 2);
+    assert_int_equal(l->list_value->values[0]->kind_case, GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE);
+    assert_int_equal(l->list_value->values[1]->kind_case, GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE);
+    assert_null(pfield(md, "u_only")); /* unlimited: not a passed limit */
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
+
+    /* the merge left a's own metadata as it was (b's zone is not in it) */
+    const char *da[] = {"a=1"};
+    for (int i = 0; i < 2; i++) {
+        r = call(svc, "dm", da, 1);
+        assert_int_equal(r->overall_code, OK);
+        svcm = pstruct(pfield(pstruct(pfield(r->dynamic_metadata, "metadata")), "svc"));
+        assert_int_equal(svcm->n_fields, 2);
+        assert_null(pfield(svcm, "zone"));
+        envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
+    }
+
+    /* a is now over its 3 per minute: b's name wins, a gives nothing */
+    const char *d2[] = {"a=1", "b=2"};
+    r = call(svc, "dm", d2, 2);
+    assert_int_equal(r->statuses[0]->code, OVER);
+    md = pstruct(pfield(r->dynamic_metadata, "metadata"));
+    assert_string_equal(pstring(pfield(md, "name")), "from_b");
+    assert_string_equal(pstring(pfield(pstruct(pfield(md, "svc")), "region")), "us");
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
+
+    /* nothing passed with metadata: no "metadata" field */
+    const char *d3[] = {"a=1", "zz=1"};
+    r = call(svc, "dm", d3, 2);
+    assert_null(pfield(r->dynamic_metadata, "metadata"));
+    assert_non_null(pfield(r->dynamic_metadata, "domain"));
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
+    rls_service_destroy(svc);
+
+    /* off (the default): no dynamic_metadata at all */
+    struct fake g = {0};
+    assert_int_equal(rls_service_create(NULL, fake_decide, &g, &svc), 0);
+    rls_service_set_config(svc, load(dm_config));
+    r = call(svc, "dm", d1, 4);
+    assert_null(r->dynamic_metadata);
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
+    rls_service_destroy(svc);
+}
+
+/* A metadata struct large enough to need multi-byte lengths at every
+ * level decodes back whole (the encoder moves content to fit them). */
+static void test_dynamic_metadata_long(void **state)
+{
+    (void)state;
+    static char text[65536];
+    size_t at = (size_t)snprintf(text, sizeof(text),
+                                 "domain: big\ndescriptors:\n  - key: k\n"
+                                 "    rate_limit: {unit: minute, requests_per_unit: 9}\n"
+                                 "    metadata:\n      outer:\n        inner:\n");
+    for (int i = 0; i < 400; i++)
+        at += (size_t)snprintf(text + at, sizeof(text) - at, "          f%03d: value-%03d\n", i, i);
+    struct fake f = {0};
+    struct rls_service *svc;
+    struct rls_service_config sc = {.dynamic_metadata = 1};
+    assert_int_equal(rls_service_create(&sc, fake_decide, &f, &svc), 0);
+    rls_service_set_config(svc, load(text));
+    const char *d[] = {"k=v"};
+    resp_t *r = call(svc, "big", d, 1);
+    const pstruct_t *in = pstruct(pfield(
+        pstruct(pfield(pstruct(pfield(r->dynamic_metadata, "metadata")), "outer")), "inner"));
+    assert_int_equal(in->n_fields, 400);
+    assert_string_equal(pstring(pfield(in, "f399")), "value-399");
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(r, NULL);
+    rls_service_destroy(svc);
+}
+
+/* The health service follows the daemon's readiness. */
+static int ready_flag;
+static int ready_fn(void *ud)
+{
+    (void)ud;
+    return ready_flag;
+}
+
+static void test_health_follows_readiness(void **state)
+{
+    (void)state;
+    struct fake f = {0};
+    struct rls_service *svc;
+    struct rls_service_config sc = {.ready = ready_fn, .healthy_needs_config = 1};
+    assert_int_equal(rls_service_create(&sc, fake_decide, &f, &svc), 0);
+    uint8_t *out;
+    size_t outlen;
+    char why[128];
+    const uint8_t req[] = {0x0a, 0x09, 'r', 'a', 't', 'e', 'l', 'i', 'm', 'i', 't'};
+    struct {
+        int ready, config;
+        uint8_t want;
+    } cases[] = {{1, 0, 2}, {1, 1, 1}, {0, 1, 2}, {1, 1, 1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ready_flag = cases[i].ready;
+        if (cases[i].config && i == 1)
+            rls_service_set_config(svc, load(dm_config));
+        assert_int_equal(rls_service_health(svc, req, sizeof(req), &out, &outlen, why, sizeof(why)),
+                         0);
+        assert_int_equal(outlen, 5 + 2);
+        assert_int_equal(out[5], 0x08);
+        assert_int_equal(out[6], cases[i].want); /* 1 SERVING, 2 NOT_SERVING */
+        free(out);
+    }
+    struct rls_service_stats st;
+    rls_service_get_stats(svc, &st);
+    assert_int_equal(st.health_checks, 2);
+    assert_int_equal(st.health_not_serving, 2);
+    rls_service_destroy(svc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -609,6 +940,11 @@ int main(void)
         cmocka_unit_test(test_duplicate_domain_across_files),
         cmocka_unit_test(test_load_dir),
         cmocka_unit_test(test_units),
+        cmocka_unit_test(test_metadata_values),
+        cmocka_unit_test(test_metadata_errors),
+        cmocka_unit_test(test_dynamic_metadata),
+        cmocka_unit_test(test_dynamic_metadata_long),
+        cmocka_unit_test(test_health_follows_readiness),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
