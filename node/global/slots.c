@@ -628,8 +628,11 @@ static struct slots_ledger *slots__ledger(struct slots *s, const char *key, size
                                           int64_t now)
 {
     struct slots_ledger *l = slots__find(s->ledgers, key, klen);
+    int64_t lost_until = 0;
     if (l != NULL && l->lost_until != 0 && create) {
-        /* Owned again: a new ledger (whose moved_at sees the other owner). */
+        /* Owned again: a new ledger (whose moved_at sees the other owner),
+         * which lends nothing new while the old one's loans may be held. */
+        lost_until = l->lost_until;
         slots__ledger_free(s, l);
         l = NULL;
     }
@@ -642,6 +645,7 @@ static struct slots_ledger *slots__ledger(struct slots *s, const char *key, size
     l->klen = klen;
     l->created = now;
     l->moved_at = slots__moved_at(s, key, klen);
+    l->hold_until = lost_until;
     if (slots__put(s->ledgers, key, klen, l) < 0) {
         free(l);
         return NULL;
