@@ -32,7 +32,7 @@
 /* An answer to an ask (see slots.h). */
 #define SLOTS_A_FREE 0 /* it lent nothing of the key that may still be held */
 #define SLOTS_A_BUSY 1 /* it did (or cannot tell): hold for hold_ms */
-#define SLOTS_A_WAIT 2 /* it still owns the key in its view, or does not know yet: ask again */
+#define SLOTS_A_WAIT 2 /* it still owns the key in its view: ask again */
 
 /* ---- state ---- */
 
@@ -1098,15 +1098,21 @@ static void slots__answer_ask(struct slots *s, const char *from, const struct sl
     a.klen = q->klen;
     a.nonce = q->nonce;
     a.state = SLOTS_A_FREE;
-    if (!s->known || strcmp(slots__owner(s, q->key, q->klen), s->name) == 0) {
-        /* Still the owner in this view (it may lend on), or it does not
-         * know yet whether a past life of it lent: ask again. */
+    if (strcmp(slots__owner(s, q->key, q->klen), s->name) == 0) {
+        /* Still the owner in this view (it may lend on): ask again. */
         a.state = SLOTS_A_WAIT;
     } else {
         struct slots_ledger *l = slots__ledger(s, q->key, q->klen, 0, now);
         if (l != NULL)
             until = slots__busy_until(s, l, now);
-        if (s->restarted) {
+        /* A past life of this node may have lent (its holders report as
+         * served by another life, which holds the new ledger anyway; this
+         * covers the ones that have not reported yet).  A node that does
+         * not know yet answers from its ledger alone: a node that never
+         * hears a push-pull answer (the first seed, when the others joined
+         * it) may not learn it for long, and a fresh cluster must not wait
+         * for it. */
+        if (s->known && s->restarted) {
             int64_t r = s->started + slots__margin(s->fresh_ns + (int64_t)q->ttl_ms * 1000000);
             if (r > until)
                 until = r;

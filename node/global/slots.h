@@ -47,9 +47,9 @@
  *   too) whether they lent slots that may still be held, and lends
  *   nothing beyond what is reported until each has answered: "free", or
  *   "busy" with how long to hold (fresh_ns + TTL after it stopped owning
- *   the key, or its own hold), or "wait" (it still owns the key in its
- *   view, or does not know yet whether a past life of it lent: asked
- *   again at every tick).  A member that loses a key keeps its ledger,
+ *   the key, its own hold, or fresh_ns + TTL after it restarted), or
+ *   "wait" (it still owns the key in its view: asked again at every
+ *   tick).  A member that loses a key keeps its ledger,
  *   lending nothing, while its loans may be held, to answer so.  An asked
  *   member that leaves the view makes the ledger hold for fresh_ns + TTL;
  *   one silent until fresh_ns + TTL after the ledger began is taken as
