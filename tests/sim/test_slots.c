@@ -15,7 +15,10 @@
  *     a few report periods, and never before the killed node's leases
  *     expired beyond n (the first check);
  *   - after every crash and at the end, nothing leaked: with demand again
- *     the survivors reach n.
+ *     the survivors reach n;
+ *   - members new to the cluster that win a hammered key (one, or two at
+ *     once) lend nothing the old owner's holders still have;
+ *   - a fresh cluster hammered at once serves within a second.
  */
 #include <setjmp.h>
 #include <stdarg.h>
