@@ -25,6 +25,14 @@
 #define SLOTS_RTIMES           16 /* report send times remembered (freshness) */
 #define SLOTS_IDLE_TICKS       50 /* an owned key idle this many ticks is forgotten */
 #define SLOTS_VIEWS            32 /* past views remembered (who owned a key lately) */
+#define SLOTS_ASK              2  /* members a new ledger asks whether they lent the key */
+
+#define SLOTS_HOLD_MAX_MS 604800000 /* the longest hold an answer may ask for (7 days) */
+
+/* An answer to an ask (see slots.h). */
+#define SLOTS_A_FREE 0 /* it lent nothing of the key that may still be held */
+#define SLOTS_A_BUSY 1 /* it did (or cannot tell): hold for hold_ms */
+#define SLOTS_A_WAIT 2 /* it still owns the key in its view: ask again */
 
 /* ---- state ---- */
 
@@ -73,6 +81,20 @@ struct slots_ledger { /* a key this node owns */
     int64_t hold_until; /* no free slots lent before */
     int64_t moved_at;   /* the last time another node may have owned it (0: never) */
     int64_t created;
+    /* The members that would own the key without this node, asked whether
+     * they lent it (a new ledger lends nothing beyond what is reported
+     * until they answer, or until ask_until). */
+    struct {
+        char name[64];
+        uint64_t nonce;
+        int done;
+    } ask[SLOTS_ASK];
+    int nask, asking; /* asked; not answered yet */
+    int asked;        /* the asks went out (once, when the ledger began) */
+    int64_t ask_until;
+    /* != 0: this node no longer owns the key; the ledger is kept, lending
+     * nothing, to answer the new owner's asks until its loans have ended */
+    int64_t lost_until;
     struct slots_peer *peers;
     size_t npeers, cap_peers;
     int idle;
@@ -110,6 +132,7 @@ struct slots {
     } past[SLOTS_VIEWS];
     size_t npast, past_head;
     int64_t past_lost; /* when the newest view dropped from the ring ended (0: none) */
+    uint64_t nonce;    /* of the last ask sent */
     struct slots_stats st;
 };
 
@@ -330,6 +353,14 @@ struct slots_grant {
     uint64_t to, grant, gseq, ack_rseq, flags;
 };
 
+/* An ask (kind 3: nonce, ttl_ms) or its answer (kind 4: nonce, state,
+ * hold_ms). */
+struct slots_ask {
+    const char *key;
+    size_t klen;
+    uint64_t nonce, ttl_ms, state, hold_ms;
+};
+
 struct slots__buf {
     uint8_t *p;
     size_t cap, len;
@@ -346,7 +377,7 @@ static int slots__write(void *data, const char *p, size_t n)
 }
 
 static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, const struct slots_report *r,
-                            const struct slots_grant *g)
+                            const struct slots_grant *g, int akind, const struct slots_ask *a)
 {
     struct slots__buf b = {buf, cap, 0};
     msgpack_packer pk;
@@ -379,6 +410,18 @@ static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, const struc
         e |= msgpack_pack_uint64(&pk, g->gseq);
         e |= msgpack_pack_uint64(&pk, g->ack_rseq);
         e |= msgpack_pack_uint64(&pk, g->flags);
+    } else if (a != NULL && (akind == 3 || akind == 4)) {
+        e |= msgpack_pack_array(&pk, akind == 3 ? 4 : 5);
+        e |= msgpack_pack_uint8(&pk, (uint8_t)akind);
+        e |= msgpack_pack_bin(&pk, a->klen);
+        e |= msgpack_pack_bin_body(&pk, a->key, a->klen);
+        e |= msgpack_pack_uint64(&pk, a->nonce);
+        if (akind == 3) {
+            e |= msgpack_pack_uint64(&pk, a->ttl_ms);
+        } else {
+            e |= msgpack_pack_uint64(&pk, a->state);
+            e |= msgpack_pack_uint64(&pk, a->hold_ms);
+        }
     } else {
         e = -1;
     }
@@ -445,10 +488,10 @@ static int slots__u(const msgpack_object *o, uint64_t max, uint64_t *v)
     return 0;
 }
 
-/* Decodes buf: 1 report (*r), 2 grant (*g), or a negative error.  Strings
- * point into buf. */
+/* Decodes buf: 1 report (*r), 2 grant (*g), 3 ask or 4 answer (*a), or a
+ * negative error.  Strings point into buf. */
 static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct slots_report *r,
-                         struct slots_grant *g)
+                         struct slots_grant *g, struct slots_ask *a)
 {
     msgpack_zone zone;
     msgpack_object root;
@@ -471,7 +514,7 @@ static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct 
         body->via.array.size < 2)
         goto out;
     const msgpack_object *f = body->via.array.ptr;
-    if (slots__u(&f[0], 2, &kind) < 0 || f[1].type != MSGPACK_OBJECT_BIN ||
+    if (slots__u(&f[0], 4, &kind) < 0 || f[1].type != MSGPACK_OBJECT_BIN ||
         f[1].via.bin.size == 0 || f[1].via.bin.size > WIRE_KEY_MAX)
         goto out;
     if (kind == 1 && body->via.array.size == 10) {
@@ -498,6 +541,19 @@ static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct 
             goto out;
         g->flags = v;
         rc = 2;
+    } else if ((kind == 3 && body->via.array.size == 4) ||
+               (kind == 4 && body->via.array.size == 5)) {
+        memset(a, 0, sizeof(*a));
+        a->key = f[1].via.bin.ptr;
+        a->klen = f[1].via.bin.size;
+        if (slots__u(&f[2], UINT64_MAX, &a->nonce) < 0 || a->nonce == 0)
+            goto out;
+        if (kind == 3 && (slots__u(&f[3], 86400000, &a->ttl_ms) < 0 || a->ttl_ms == 0))
+            goto out;
+        if (kind == 4 && (slots__u(&f[3], SLOTS_A_WAIT, &a->state) < 0 ||
+                          slots__u(&f[4], SLOTS_HOLD_MAX_MS, &a->hold_ms) < 0))
+            goto out;
+        rc = (int)kind;
     }
 out:
     msgpack_zone_destroy(&zone);
@@ -566,10 +622,20 @@ static void slots__need_free(struct slots *s, struct slots_need *n)
     free(n);
 }
 
+static void slots__ledger_free(struct slots *s, struct slots_ledger *l);
+
 static struct slots_ledger *slots__ledger(struct slots *s, const char *key, size_t klen, int create,
                                           int64_t now)
 {
     struct slots_ledger *l = slots__find(s->ledgers, key, klen);
+    int64_t lost_until = 0;
+    if (l != NULL && l->lost_until != 0 && create) {
+        /* Owned again: a new ledger (whose moved_at sees the other owner),
+         * which lends nothing new while the old one's loans may be held. */
+        lost_until = l->lost_until;
+        slots__ledger_free(s, l);
+        l = NULL;
+    }
     if (l != NULL || !create)
         return l;
     l = calloc(1, sizeof(*l) + klen);
@@ -579,6 +645,7 @@ static struct slots_ledger *slots__ledger(struct slots *s, const char *key, size
     l->klen = klen;
     l->created = now;
     l->moved_at = slots__moved_at(s, key, klen);
+    l->hold_until = lost_until;
     if (slots__put(s->ledgers, key, klen, l) < 0) {
         free(l);
         return NULL;
@@ -600,7 +667,8 @@ static void slots__ledger_free(struct slots *s, struct slots_ledger *l)
         s->ledger_list = l->next;
     if (l->next != NULL)
         l->next->prev = l->prev;
-    s->st.owned--;
+    if (l->lost_until == 0)
+        s->st.owned--;
     free(l->peers);
     free(l);
 }
@@ -713,7 +781,7 @@ static void slots__send_report(struct slots *s, struct slots_need *n, int64_t no
         slots__owner_report(s, s->name, s->life, &r, now);
         return;
     }
-    size_t len = slots__encode(buf, sizeof(buf), s->life, &r, NULL);
+    size_t len = slots__encode(buf, sizeof(buf), s->life, &r, NULL, 0, NULL);
     if (len > 0)
         (void)s->send(s->send_ud, owner, buf, len);
 }
@@ -864,7 +932,7 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
         p->target += extra;
         spare -= extra;
     }
-    int lend = s->known && slots__quorum(s) && now >= l->hold_until;
+    int lend = s->known && slots__quorum(s) && now >= l->hold_until && l->asking == 0;
     int64_t free_slots = n - used;
     for (size_t i = 0; i < l->npeers; i++) {
         struct slots_peer *p = &l->peers[i];
@@ -921,9 +989,192 @@ static void slots__send_grant(struct slots *s, struct slots_ledger *l, struct sl
         slots__node_grant(s, s->name, s->life, &g, now);
         return;
     }
-    size_t len = slots__encode(buf, sizeof(buf), s->life, NULL, &g);
+    size_t len = slots__encode(buf, sizeof(buf), s->life, NULL, &g, 0, NULL);
     if (len > 0)
         (void)s->send(s->send_ud, p->name, buf, len);
+}
+
+/* Lends what the ledger may lend now and sends the grants that made. */
+static void slots__lend(struct slots *s, struct slots_ledger *l, int64_t now)
+{
+    slots__allocate(s, l, now);
+    for (size_t i = 0; i < l->npeers; i++) {
+        struct slots_peer *p = &l->peers[i];
+        if (!p->ghost && p->ack_rseq != 0)
+            slots__send_grant(s, l, p, now);
+    }
+}
+
+/*
+ * Until when slots this ledger lent may still be held, or it cannot tell
+ * (a hold or its own asks still run); 0 when nothing it knows of is out.
+ * A lost ledger's answer was fixed when it was lost (no report reaches it
+ * since: its holders moved to the new owner or stopped being fresh).
+ */
+static int64_t slots__busy_until(const struct slots *s, const struct slots_ledger *l, int64_t now)
+{
+    int64_t until = l->lost_until, any = 0;
+    if (until == 0) {
+        for (size_t i = 0; i < l->npeers; i++)
+            any |= slots__bound(&l->peers[i]);
+        if (any != 0)
+            until = now + slots__margin(s->fresh_ns + l->ttl_ns);
+        if (l->hold_until > until)
+            until = l->hold_until;
+        if (l->asking > 0 && l->ask_until > until)
+            until = l->ask_until;
+    }
+    return until > now ? until : 0;
+}
+
+static void slots__send_ask(struct slots *s, const struct slots_ledger *l, int i)
+{
+    struct slots_ask a;
+    uint8_t buf[SLOTS_MSG_MAX];
+    memset(&a, 0, sizeof(a));
+    a.key = l->key;
+    a.klen = l->klen;
+    a.nonce = l->ask[i].nonce;
+    a.ttl_ms = (uint64_t)((l->ttl_ns + 999999) / 1000000);
+    if (a.ttl_ms == 0)
+        a.ttl_ms = 1;
+    size_t len = slots__encode(buf, sizeof(buf), s->life, NULL, NULL, 3, &a);
+    if (len > 0)
+        (void)s->send(s->send_ud, l->ask[i].name, buf, len);
+}
+
+/*
+ * A new ledger asks the SLOTS_ASK live members that rank highest for the
+ * key after this node (the one that owned it before this node joined, and
+ * the next, in case it joined too) whether they lent slots that may still
+ * be held, and lends nothing beyond what is reported until they answer.
+ * A node that has been a member all along knows the past owners from its
+ * past views; a node new to the cluster does not, and its first
+ * reporters (itself, nodes never served) are not all the holders.
+ */
+static void slots__start_asks(struct slots *s, struct slots_ledger *l, int64_t now)
+{
+    uint64_t kh = hrw_hash(l->key, l->klen);
+    l->asked = 1;
+    l->nask = 0;
+    l->ask_until = now + slots__margin(s->fresh_ns + l->ttl_ns);
+    for (int k = 0; k < SLOTS_ASK; k++) {
+        size_t best = SIZE_MAX;
+        uint64_t bs = 0;
+        for (size_t i = 0; i < s->nlive; i++) {
+            int taken = strcmp(s->live[i], s->name) == 0;
+            for (int j = 0; j < l->nask && !taken; j++)
+                taken = strcmp(s->live[i], l->ask[j].name) == 0;
+            uint64_t sc = hrw_score(kh, s->live_hash[i]);
+            if (!taken && (best == SIZE_MAX || sc > bs)) {
+                best = i;
+                bs = sc;
+            }
+        }
+        if (best == SIZE_MAX)
+            break;
+        memcpy(l->ask[k].name, s->live[best], sizeof(l->ask[k].name));
+        if (++s->nonce == 0)
+            s->nonce = 1;
+        l->ask[k].nonce = s->nonce;
+        l->ask[k].done = 0;
+        l->nask++;
+    }
+    l->asking = l->nask;
+    for (int k = 0; k < l->nask; k++)
+        slots__send_ask(s, l, k);
+}
+
+/* An ask from the owner of a key (this node would own it without that
+ * one): did this node lend slots of it that may still be held? */
+static void slots__answer_ask(struct slots *s, const char *from, const struct slots_ask *q,
+                              int64_t now)
+{
+    struct slots_ask a;
+    uint8_t buf[SLOTS_MSG_MAX];
+    int64_t until = 0;
+    memset(&a, 0, sizeof(a));
+    a.key = q->key;
+    a.klen = q->klen;
+    a.nonce = q->nonce;
+    a.state = SLOTS_A_FREE;
+    if (strcmp(slots__owner(s, q->key, q->klen), s->name) == 0) {
+        /* Still the owner in this view (it may lend on): ask again. */
+        a.state = SLOTS_A_WAIT;
+    } else {
+        struct slots_ledger *l = slots__ledger(s, q->key, q->klen, 0, now);
+        if (l != NULL)
+            until = slots__busy_until(s, l, now);
+        /* A past life of this node may have lent (its holders report as
+         * served by another life, which holds the new ledger anyway; this
+         * covers the ones that have not reported yet).  A node that does
+         * not know yet answers from its ledger alone: a node that never
+         * hears a push-pull answer (the first seed, when the others joined
+         * it) may not learn it for long, and a fresh cluster must not wait
+         * for it. */
+        if (s->known && s->restarted) {
+            int64_t r = s->started + slots__margin(s->fresh_ns + (int64_t)q->ttl_ms * 1000000);
+            if (r > until)
+                until = r;
+        }
+        if (until > now) {
+            int64_t ms = (until - now + 999999) / 1000000;
+            a.state = SLOTS_A_BUSY;
+            a.hold_ms = (uint64_t)(ms < SLOTS_HOLD_MAX_MS ? ms : SLOTS_HOLD_MAX_MS);
+        }
+    }
+    size_t len = slots__encode(buf, sizeof(buf), s->life, NULL, NULL, 4, &a);
+    if (len > 0)
+        (void)s->send(s->send_ud, from, buf, len);
+}
+
+/* An answer to one of this node's asks: a busy one holds the ledger's
+ * free slots for what it says; the last answer lets it lend. */
+static void slots__got_answer(struct slots *s, const char *from, const struct slots_ask *a,
+                              int64_t now)
+{
+    struct slots_ledger *l = slots__ledger(s, a->key, a->klen, 0, now);
+    if (l == NULL || l->lost_until != 0 || a->state == SLOTS_A_WAIT)
+        return; /* a wait: the ask goes again at the next tick */
+    for (int i = 0; i < l->nask; i++) {
+        if (l->ask[i].done || l->ask[i].nonce != a->nonce || strcmp(l->ask[i].name, from) != 0)
+            continue;
+        if (a->state == SLOTS_A_BUSY) {
+            int64_t h = now + (int64_t)a->hold_ms * 1000000;
+            if (h > l->hold_until)
+                l->hold_until = h;
+        }
+        l->ask[i].done = 1;
+        if (--l->asking == 0 && strcmp(slots__owner(s, l->key, l->klen), s->name) == 0)
+            slots__lend(s, l, now);
+        return;
+    }
+}
+
+/* The asks still unanswered at a tick: an asked member that left the view
+ * may have lent until now (hold for fresh + TTL); past ask_until, what an
+ * asked member lent before this ledger began has ended; else ask again
+ * (asks and answers may be lost). */
+static void slots__tick_asks(struct slots *s, struct slots_ledger *l, int64_t now)
+{
+    for (int i = 0; i < l->nask && l->asking > 0; i++) {
+        int present = 0;
+        if (l->ask[i].done)
+            continue;
+        for (size_t k = 0; k < s->nlive && !present; k++)
+            present = strcmp(s->live[k], l->ask[i].name) == 0;
+        if (now >= l->ask_until || !present) {
+            if (!present) {
+                int64_t h = now + slots__margin(s->fresh_ns + l->ttl_ns);
+                if (h > l->hold_until)
+                    l->hold_until = h;
+            }
+            l->ask[i].done = 1;
+            l->asking--;
+            continue;
+        }
+        slots__send_ask(s, l, i);
+    }
 }
 
 static void slots__owner_report(struct slots *s, const char *from, uint64_t from_life,
@@ -959,6 +1210,8 @@ static void slots__owner_report(struct slots *s, const char *from, uint64_t from
         if (h > l->hold_until)
             l->hold_until = h;
     }
+    if (!l->asked)
+        slots__start_asks(s, l, now);
     /* A node this ledger has not granted to yet may have applied grants of
      * an earlier ledger of this life: number the new ones above them, or
      * it would take them for old ones. */
@@ -1003,13 +1256,14 @@ int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t 
 {
     struct slots_report r;
     struct slots_grant g;
+    struct slots_ask a;
     uint64_t life;
     int rc;
     if (from == NULL || strlen(from) >= 64 || strcmp(from, s->name) == 0) {
         s->st.bad_packets++;
         return -SLUICE_EINVAL;
     }
-    rc = slots__decode(buf, len, &life, &r, &g);
+    rc = slots__decode(buf, len, &life, &r, &g, &a);
     if (rc < 0) {
         s->st.bad_packets++;
         return rc;
@@ -1017,8 +1271,12 @@ int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t 
     s->st.received++;
     if (rc == 1)
         slots__owner_report(s, from, life, &r, now);
-    else
+    else if (rc == 2)
         slots__node_grant(s, from, life, &g, now);
+    else if (rc == 3)
+        slots__answer_ask(s, from, &a, now);
+    else
+        slots__got_answer(s, from, &a, now);
     return 0;
 }
 
@@ -1047,12 +1305,26 @@ void slots_tick(struct slots *s, int64_t now)
     }
     for (l = s->ledger_list; l != NULL; l = ln) {
         ln = l->next;
-        if (strcmp(slots__owner(s, l->key, l->klen), s->name) != 0) {
-            /* No longer the owner: the reporters move to the new one, whose
-             * ledger starts from their reports. */
-            slots__ledger_free(s, l);
+        if (l->lost_until != 0) {
+            if (now >= l->lost_until)
+                slots__ledger_free(s, l);
             continue;
         }
+        if (strcmp(slots__owner(s, l->key, l->klen), s->name) != 0) {
+            /* No longer the owner: the reporters move to the new one, whose
+             * ledger starts from their reports.  While slots it lent may
+             * still be held, the ledger stays to tell the new owner so. */
+            int64_t until = slots__busy_until(s, l, now);
+            if (until > now) {
+                l->lost_until = until;
+                s->st.owned--;
+            } else {
+                slots__ledger_free(s, l);
+            }
+            continue;
+        }
+        if (l->asking > 0)
+            slots__tick_asks(s, l, now);
         slots__reclaim(s, l, now);
         int64_t any = 0;
         for (size_t i = 0; i < l->npeers; i++)
@@ -1066,12 +1338,7 @@ void slots_tick(struct slots *s, int64_t now)
         /* Lend what freed up (silent peers reclaimed, caps given back);
          * grants go out with the answers to reports, and to peers below
          * their target now. */
-        slots__allocate(s, l, now);
-        for (size_t i = 0; i < l->npeers; i++) {
-            struct slots_peer *p = &l->peers[i];
-            if (!p->ghost && p->ack_rseq != 0)
-                slots__send_grant(s, l, p, now); /* a grant made above */
-        }
+        slots__lend(s, l, now);
     }
 }
 

@@ -38,7 +38,23 @@
  *   counts as such): that owner may have lent to nodes that have not
  *   reported yet, so the first reporters (never served, or served by this
  *   very life in an earlier spell of ownership) are not all the holders.
- *   A key new to the cluster is served at once.
+ *   A key new to the cluster is served after one round trip (asks).
+ * - Asks.  A node new to the cluster has no past views: the owner before
+ *   it joined is unknown to it, and its first reporters (itself, nodes
+ *   never served) are not all the holders.  So every new ledger asks the
+ *   SLOTS_ASK (2) live members that rank next for the key (the one that
+ *   owned it before this node joined, and the next, in case it joined
+ *   too) whether they lent slots that may still be held, and lends
+ *   nothing beyond what is reported until each has answered: "free", or
+ *   "busy" with how long to hold (fresh_ns + TTL after it stopped owning
+ *   the key, its own hold, or fresh_ns + TTL after it restarted), or
+ *   "wait" (it still owns the key in its view: asked again at every
+ *   tick).  A member that loses a key keeps its ledger,
+ *   lending nothing, while its loans may be held, to answer so.  An asked
+ *   member that leaves the view makes the ledger hold for fresh_ns + TTL;
+ *   one silent until fresh_ns + TTL after the ledger began is taken as
+ *   free (what it lent before then has ended).  In a fresh cluster this
+ *   costs one round trip.
  * - Majority.  An owner answers "fresh" and lends free slots only while
  *   more than half of the members it knows (alive, suspect, dead but not
  *   yet forgotten) are alive.  A minority side of a partition therefore
@@ -63,7 +79,7 @@
  *            | 0x94 | version | 0x03 | 0xcf + 8 B | body           |
  *            +------+---------+------+------------+------ ... -----+
  *   from   = the sender's life id
- *   body   = report | grant
+ *   body   = report | grant | ask | answer
  *   report = fixarray(10) [ 1 key:bin limit:uint ttl_ms:uint cap:uint
  *            held:uint want:uint gseq:uint rseq:uint served_by:uint64 ]
  *            (node -> owner; served_by: the owner life whose grant set cap,
@@ -73,6 +89,12 @@
  *            (owner -> node; to: the node life it answers; flags
  *            SLOTS_F_FRESH: the owner has a majority, the ack makes the
  *            node fresh)
+ *   ask    = fixarray(4)  [ 3 key:bin nonce:uint ttl_ms:uint ]
+ *            (a new owner -> a member that ranks next for the key)
+ *   answer = fixarray(5)  [ 4 key:bin nonce:uint state:uint hold_ms:uint ]
+ *            (-> the owner that asked, echoing its nonce; state 0 free,
+ *            1 busy: lend nothing beyond what is reported for hold_ms,
+ *            2 wait: ask again)
  *
  * Nothing on the wire is a time; TTLs are durations.  Everything runs on
  * one thread.  Functions return 0 or a negative enum sluice_err.
