@@ -55,7 +55,7 @@
 #define SPLIT_HEADROOM 3.0
 
 /* A limit as the replica keeps it: the fields of struct algo_params it
- * needs (32 bytes instead of 96; a node may hold one per key twice), with
+ * needs (32 bytes instead of 160; a node may hold one per key twice), with
  * the key's partition policy and flags in what would be padding. */
 struct rlimit {
     int64_t burst, count, period_ns;
@@ -66,6 +66,8 @@ struct rlimit {
     uint8_t bucket; /* algo_has_burst(kind), kept: asked on every decision */
 };
 _Static_assert(sizeof(struct rlimit) == 32, "struct rlimit: 32 bytes, as its comment says");
+_Static_assert(sizeof(struct algo_params) == 160,
+               "struct algo_params: 160 bytes, as rlimit's comment says");
 
 /* Units a fresh key admits at once: burst + 1, or the count of a window. */
 static inline int64_t replica__limit(const struct rlimit *l)
@@ -191,7 +193,7 @@ struct okey {
     uint32_t idx;
     int64_t created_at, computed_at;
     /* The cluster's bucket as a GCRA: the consumption reported and, for
-     * share keys, assumed (see "The cluster's bucket"); optimistic keys
+     * share keys, assumed (replica_owner.c, "The cluster's bucket"); optimistic keys
      * repay what goes beyond it (replica_owner_debt). */
     int64_t tat;
     uint32_t n, cap;
@@ -199,6 +201,7 @@ struct okey {
     float repay; /* units admitted on credit past the cluster's bucket, still to
                     be repaid (see replica_owner_on_report) */
 };
+_Static_assert(sizeof(struct okey) == 88, "struct okey: 88 bytes, as replica.h's bounds say");
 
 struct replica {
     char name[REPLICA_NAME_MAX + 1];
