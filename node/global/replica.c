@@ -365,6 +365,8 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
     return 0;
 }
 
+/* ---- passes ------------------------------------------------------------------- */
+
 /* The visits a node visit's outcome costs. */
 static size_t replica__cost(int v, size_t left)
 {

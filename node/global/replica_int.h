@@ -297,25 +297,31 @@ int replica_idx_push(struct replica__idxv *v, uint32_t i);
  * -SLUICE_ENOMEM when out of memory (the array is unchanged). */
 int replica_push(struct table_entry ***arr, size_t *n, size_t *cap, struct table_entry *e);
 /* Queues a report (t 0, rep) or a lease (t 1, lease) for member id's life
- * in its pending batch, sent at the end of the tick or receive; 0, or
- * -SLUICE_ENOMEM, or -SLUICE_ETOOBIG for an entry larger than a message. */
+ * in its pending batch, sent when full or at the end of the tick or
+ * receive; 0, or -SLUICE_ENOMEM, or -SLUICE_ETOOBIG for an entry larger
+ * than a message. */
 int replica_append(struct replica *r, uint32_t id, int t, uint64_t life,
                    const struct wire_report *rep, const struct wire_lease *lease);
 
 /* ---- replica_node.c: the node side ------------------------------------------------ */
 
-/* replica_throttle past its argument checks (same results). */
+/* replica_throttle's decision once replica.c has checked the arguments
+ * and moved the clock: finds or makes the key, decides qty on its lease
+ * bucket or window.  0, or -SLUICE_EFULL (key table full, nothing to
+ * evict), -SLUICE_ENOMEM, or the algorithm's error. */
 int replica_node_decide(struct replica *r, const char *key, size_t klen,
                         const struct algo_params *p, enum policy_partition pol, int64_t qty,
                         int64_t now_ns, struct algo_result *out);
-/* replica_note_demand. */
+/* replica_note_demand (replica.h): units refused without a decision, counted
+ * as demand. */
 void replica_node_note_demand(struct replica *r, const char *key, size_t klen, int64_t qty,
                               int64_t now_ns);
 /* Visits node key i in a pass; returns 0, VISIT_REPORTED or VISIT_DROPPED. */
 #define VISIT_REPORTED 1
 #define VISIT_DROPPED  2
 int replica_node_visit(struct replica *r, size_t i, int64_t now);
-/* A lease entry received from member from for this node's life life. */
+/* A lease entry received from member from (not this node), addressed to
+ * life (a past life's is stale). */
 void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
                            const struct wire_lease *l);
 /* A lease from this node's own owner side (see replica_owner.c). */
