@@ -37,7 +37,7 @@
  *    burst outweighs its rate (15 a minute, burst 15, on many nodes) would
  *    admit a fraction of one central bucket.  The owner therefore keeps the
  *    central bucket too, fed by what its reporters admitted, and grants
- *    what no node holds to the nodes with room (replica.c, "The cluster's
+ *    what no node holds to the nodes with room (replica_owner.c, "The cluster's
  *    bucket").  Its account errs on the side of holding: a moved key's
  *    unknown past counts as spent, a silent node as spending.
  *  - Free units (availability first).  Shares and grants alone keep each
@@ -85,7 +85,7 @@
  * Bounds.  Node side: at most max_keys global keys (the daemon's --max-keys,
  *   evict or refuse as --on-full says), about 200 bytes each; a key whose
  *   bucket is full and that saw no request for gc_grace_ns is dropped.
- *   Owner side: at most max_owned key records, each 88 bytes plus 80 per
+ *   Owner side: at most max_owned key records, each 88 bytes plus 64 per
  *   reporting node; a record with no live reporter is dropped after a
  *   silence window (phantom_max_ns for reserved shares).
  *

@@ -1,0 +1,360 @@
+/*
+ * replica_int.h: the replica's internals, shared by its three files and by
+ * no one else (not in include/, and no other module includes it).
+ *
+ *   replica.c        the API of replica.h: create/destroy, throttle, tick,
+ *                    receive, views, introspection; the member table, the
+ *                    key tables and their queues, outgoing batches, passes
+ *   replica_node.c   the node side: the keys this node serves (decisions,
+ *                    demand, reports, leases applied)
+ *   replica_owner.c  the owner side: the keys this node owns (reports
+ *                    received, the split, grants, free units, debt, leases
+ *                    sent)
+ *
+ * A key this node both owns and serves crosses between the sides only
+ * through replica_owner_on_report (its report) and replica_node_deliver
+ * (its lease).  No I/O: time is an argument, sending a callback.
+ */
+#ifndef SLUICE_REPLICA_INT_H
+#define SLUICE_REPLICA_INT_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "replica.h"
+#include "table.h"
+#include "wire.h"
+#include "num.h"
+
+#define DEMAND_TAU_S     1.0                /* demand estimate: shortest EWMA time constant */
+#define DEMAND_TAU_MAX_S 10.0               /* ... and longest */
+#define DEMAND_EVENTS    20.0               /* requests a time constant should span */
+#define ACTIVE_EVERY     5                  /* intervals between reports of an uncontested key */
+#define IDLE_AFTER_NS    (1000 * 1000000LL) /* no request this long + full bucket: idle */
+#define SHARE_EPS        0.05               /* relative share decrease worth a lease */
+#define SHARE_UP_EPS     0.25               /* ... and increase, unasked (replica_owner__compute) */
+#define FREE_DEMAND_MAX                                                                            \
+    6.0 /* total demand, in rates, beyond which free units stop over-committing */
+#define BACK_AFTER        50   /* intervals of silence after which a report is a return */
+#define FIRST_TOUCH_BURST 64.0 /* first touches on credit at once, per node */
+#define FIRST_TOUCH_RATE  32.0 /* ... and per second */
+#define FREE_TTL          8    /* intervals a lease's free units stay valid */
+#define FREE_AHEAD        4    /* intervals of refill a lease's free units count on */
+/* Intervals without a lease after which a report carries the limit again. */
+#define KNOWN_FOR           8
+#define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
+/* Bounded work per replica_tick call (see "A pass" at replica_tick): key
+ * visits per call, and background visits per interval beyond the keys
+ * with news (every key is visited every interval up to SWEEP_MAX keys,
+ * every n / SWEEP_MAX intervals beyond). */
+#define TURN_VISITS  1024
+#define SWEEP_MAX    16384
+#define REPORT_COST  2 /* a report built, in key visits */
+#define COMPUTE_COST 4 /* an owner's computation, in key visits */
+/* Nobody is leased more than SPLIT_HEADROOM x its own demand (replica_owner_split). */
+#define SPLIT_HEADROOM 3.0
+
+/* A limit as the replica keeps it: the fields of struct algo_params it
+ * needs (32 bytes instead of 160; a node may hold one per key twice), with
+ * the key's partition policy and flags in what would be padding. */
+struct rlimit {
+    int64_t burst, count, period_ns;
+    int32_t precision;
+    uint8_t kind;
+    uint8_t policy; /* enum policy_partition */
+    uint8_t flags;  /* NK_* (node side) or OK_* (owner side) */
+    uint8_t bucket; /* algo_has_burst(kind), kept: asked on every decision */
+};
+_Static_assert(sizeof(struct rlimit) == 32, "struct rlimit: 32 bytes, as its comment says");
+_Static_assert(sizeof(struct algo_params) == 160,
+               "struct algo_params: 160 bytes, as rlimit's comment says");
+
+/* Units a fresh key admits at once: burst + 1, or the count of a window. */
+static inline int64_t replica__limit(const struct rlimit *l)
+{
+    return l->bucket ? l->burst + 1 : l->count;
+}
+
+/* Nanoseconds per unit of the whole limit's rate. */
+static inline double replica__em(const struct rlimit *l)
+{
+    return (double)l->period_ns / (double)l->count;
+}
+
+static inline void replica__limit_of(struct rlimit *l, const struct algo_params *p)
+{
+    l->burst = p->burst;
+    l->count = p->count;
+    l->period_ns = p->period_ns;
+    l->precision = (int32_t)p->precision;
+    l->kind = (uint8_t)p->kind;
+    l->bucket = (uint8_t)algo_has_burst(p->kind);
+}
+
+/* ---- members ------------------------------------------------------------- */
+
+/* A name the replica has heard of.  Ids index r->mem and stay valid for the
+ * replica's life (names are few: members, past and present). */
+struct member {
+    char name[REPLICA_NAME_MAX + 1];
+    uint64_t hash;
+    uint8_t in_view;    /* in the last view (live or unreachable) */
+    uint8_t was_viewed; /* in some view once: absent now means gone */
+    uint8_t live;       /* alive or suspect: may own keys */
+    /* Pending outgoing batches (one per message type), allocated while a
+     * tick or a receive fills them. */
+    struct wire_writer out[2];
+    uint8_t *outbuf[2];
+};
+
+/* ---- node side: a key this node serves ---------------------------------- */
+
+#define NK_YOUNG    0x01u /* created while young: waits for a settled owner */
+#define NK_DIRTY    0x02u /* report at the next tick */
+#define NK_IDLE     0x04u /* the idle report went out */
+#define NK_LEASED   0x08u /* a lease arrived at least once */
+#define NK_DEGRADED 0x10u /* owner silent: the node keeps its last lease */
+#define NK_GROWN    0x20u /* past its first second: demand is an EWMA */
+#define NK_HOT      0x40u /* queued for a visit in this pass or the next (r->hot) */
+#define NK_KNOWN                                                                                   \
+    0x80u /* its owner answered with the limit as reported: reports                                \
+             may leave the limit out (replica_node__report) */
+
+/* Local state of a window algorithm under a lease: its own params with the
+ * node's share of the count, then the algorithm's state. */
+struct wloc {
+    struct algo_params p;
+    int64_t state[];
+};
+
+struct nkey {
+    struct rlimit p;
+    uint32_t idx;        /* in r->nk */
+    uint16_t view_gen;   /* owner computed under this view (low bits) */
+    uint16_t owner;      /* member id */
+    float share, fshare; /* the lease; the share held while the cluster was whole */
+    float demand, acc;   /* units/s; units requested since the last tick (since
+                            born while the key is young: see replica_node__demand) */
+    double tokens;       /* the lease bucket */
+    int64_t last_ns;     /* last refill */
+    int64_t last_req, last_lease;
+    uint32_t last_report, born; /* ms, mod 2^32 (replica_node__ms): only recent ages matter */
+    uint64_t admitted;
+    uint32_t granted_m; /* grants received, running total (thousandths, mod 2^32) */
+    uint32_t leased_by; /* wire_life_tag of the owner life that last leased it,
+                           settled; 0: none (see replica_owner_on_report) */
+    float free;         /* units it may still admit beyond its bucket, on the
+                           cluster's credit, until FREE_TTL after last_lease */
+    float level;        /* the cluster's level at the last lease (units), less
+                           what this node admitted since */
+    float others;       /* the other nodes' demand at the last lease, units/s */
+    uint32_t credit;    /* units admitted on credit (free units), running total */
+    uint32_t visited;   /* ms (replica_node__ms) of the last visit: demand's time step */
+    struct wloc *w;     /* window kinds only */
+};
+
+/* ---- owner side: a key this node aggregates ------------------------------ */
+
+#define REP_YOUNG 0x01u
+#define REP_IDLE  0x02u
+#define REP_FRESH 0x04u /* reported since the last lease computation */
+
+/* Owner-side key flags (okey.p.flags). */
+#define OK_FRESH  0x01u /* reported on since its last computation */
+#define OK_QUEUED 0x02u /* queued for a computation (r->ohot) */
+
+/* 64 bytes: owner records are many (one per key and reporting node). */
+struct orep {
+    uint64_t life;
+    int64_t last_at;
+    uint64_t admitted;
+    float demand, share, sent_share;
+    float tokens;           /* units left in its bucket at its last report */
+    uint32_t g_sent, g_ack; /* grants sent to this life / acknowledged (running
+                               totals in thousandths, mod 2^32) */
+    uint16_t member;
+    uint16_t fshare_q;        /* its frozen share in 1/FSHARE_ONE (rounded down) */
+    uint16_t period_cs;       /* its report period in centiseconds (rounded up) */
+    uint16_t free, sent_free; /* free units (replica_owner__free), and as last sent */
+    uint8_t flags;
+    uint32_t credit; /* its credit total at its last report (wire field credit) */
+};
+_Static_assert(sizeof(struct orep) == 64, "struct orep: 64 bytes, as its comment says");
+
+#define FSHARE_ONE 65535.0
+
+static inline double replica__rep_fshare(const struct orep *rp)
+{
+    return (double)rp->fshare_q / FSHARE_ONE;
+}
+
+struct okey {
+    struct rlimit p;
+    uint32_t idx;
+    int64_t created_at, computed_at;
+    /* The cluster's bucket as a GCRA: the consumption reported and, for
+     * share keys, assumed (replica_owner.c, "The cluster's bucket"); optimistic keys
+     * repay what goes beyond it (replica_owner_debt). */
+    int64_t tat;
+    uint32_t n, cap;
+    struct orep *reps;
+    float repay; /* units admitted on credit past the cluster's bucket, still to
+                    be repaid (see replica_owner_on_report) */
+};
+_Static_assert(sizeof(struct okey) == 88, "struct okey: 88 bytes, as replica.h's bounds say");
+
+struct replica {
+    char name[REPLICA_NAME_MAX + 1];
+    uint64_t life;
+    uint32_t self;
+    int64_t interval, young, grace, silence, phantom_max;
+    size_t max_msg;
+    enum policy_partition default_policy;
+    replica_send_fn send;
+    void *send_ud;
+
+    struct member *mem;
+    size_t nmem, capmem;
+    uint32_t *live;
+    uint64_t *live_hash;
+    size_t nlive;
+    int complete;
+    uint16_t view_gen; /* bumped on every change of the live set */
+    int64_t view_changed_at;
+
+    struct table *nodes;
+    struct table_entry **nk;
+    size_t nnk, capnk, cursor;
+    struct table *owned;
+    struct table_entry **ok;
+    size_t nok, capok;
+
+    int64_t now, born, next_tick;
+    int synced;
+    size_t tick_budget; /* report bytes per pass */
+    /* The pass in progress (replica_tick): keys with news are queued in
+     * hot (node side) and ohot (owner side) as indexes into nk and ok, a
+     * pass takes them over as work and owork; a sweep visits the others a
+     * slice per pass. */
+    struct replica__idxv {
+        uint32_t *v;
+        size_t n, cap;
+    } hot, urgent, uwork, work, ohot, owork; /* urgent: due keys a pass's byte
+                                                budget left unreported, first in
+                                                the next (uwork) */
+    size_t uwpos, wpos, owpos;               /* next entry of uwork / work / owork */
+    size_t sweep, sweep_left;                /* node sweep: cursor into nk, visits left this pass */
+    size_t osweep, osweep_left;              /* owner sweep: cursor into ok, visits left */
+    int in_pass, sweep_all;                  /* sweep_all: the view changed, visit every key soon */
+    size_t budget;                           /* report bytes left in this pass */
+    int64_t every, oevery;                   /* report and refresh periods of quiet keys */
+    uint64_t nreps;                          /* owner records held (sum of okey.n) */
+    double ft_tokens; /* first touches on credit (replica_node__first_touch) */
+    int64_t ft_last;
+    struct replica_stats st;
+};
+
+static inline struct nkey *nkey_of(struct table_entry *e)
+{
+    return (struct nkey *)table_entry_value(e);
+}
+
+static inline struct okey *okey_of(struct table_entry *e)
+{
+    return (struct okey *)table_entry_value(e);
+}
+
+/* ---- shared helpers ---------------------------------------------------------- */
+
+static inline int replica__young(const struct replica *r, int64_t now)
+{
+    return !r->synced && now - r->born < r->young;
+}
+
+/* Units per ns of the whole limit. */
+static inline double replica__rate(const struct rlimit *p)
+{
+    return (double)p->count / (double)p->period_ns;
+}
+
+/* Nanoseconds until units come at rate_per_ns: 0 for none, INT64_MAX for
+ * never (no rate, or beyond the range). */
+static inline int64_t replica__ns_for(double units, double rate_per_ns)
+{
+    if (units <= 0)
+        return 0;
+    if (rate_per_ns <= 0)
+        return INT64_MAX;
+    double t = ceil(units / rate_per_ns);
+    return t >= 9.2e18 ? INT64_MAX : (int64_t)t;
+}
+
+/* ---- replica.c: tables and batches ---------------------------------------------- */
+
+/* Appends i to v; -SLUICE_ENOMEM (and i is lost) when out of memory. */
+int replica_idx_push(struct replica__idxv *v, uint32_t i);
+/* Appends e to the array *arr of *n entries (capacity *cap), growing it;
+ * -SLUICE_ENOMEM when out of memory (the array is unchanged). */
+int replica_push(struct table_entry ***arr, size_t *n, size_t *cap, struct table_entry *e);
+/* Queues a report (t 0, rep) or a lease (t 1, lease) for member id's life
+ * in its pending batch, sent when full or at the end of the tick or
+ * receive; 0, or -SLUICE_ENOMEM, or -SLUICE_ETOOBIG for an entry larger
+ * than a message. */
+int replica_append(struct replica *r, uint32_t id, int t, uint64_t life,
+                   const struct wire_report *rep, const struct wire_lease *lease);
+
+/* ---- replica_node.c: the node side ------------------------------------------------ */
+
+/* replica_throttle's decision once replica.c has checked the arguments
+ * and moved the clock: finds or makes the key, decides qty on its lease
+ * bucket or window.  0, or -SLUICE_EFULL (key table full, nothing to
+ * evict), -SLUICE_ENOMEM, or the algorithm's error. */
+int replica_node_decide(struct replica *r, const char *key, size_t klen,
+                        const struct algo_params *p, enum policy_partition pol, int64_t qty,
+                        int64_t now_ns, struct algo_result *out);
+/* replica_note_demand (replica.h): units refused without a decision, counted
+ * as demand. */
+void replica_node_note_demand(struct replica *r, const char *key, size_t klen, int64_t qty,
+                              int64_t now_ns);
+/* Visits node key i in a pass; returns 0, VISIT_REPORTED or VISIT_DROPPED. */
+#define VISIT_REPORTED 1
+#define VISIT_DROPPED  2
+int replica_node_visit(struct replica *r, size_t i, int64_t now);
+/* A lease entry received from member from (not this node), addressed to
+ * life (a past life's is stale). */
+void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
+                           const struct wire_lease *l);
+/* A lease from this node's own owner side (see replica_owner.c). */
+void replica_node_deliver(struct replica *r, const char *key, size_t klen, uint64_t life,
+                          const struct wire_lease *l, int64_t now);
+/* The member that owns node key k by the current view (recomputed once per
+ * view change). */
+uint32_t replica_node_owner(struct replica *r, struct nkey *k, const char *key, size_t klen);
+/* Refills k's lease bucket up to now. */
+void replica_node_refill(struct nkey *k, int64_t now);
+/* k's bucket capacity under share. */
+double replica_node_cap(const struct nkey *k, double share);
+/* The node table's drain and free callbacks (struct table_config). */
+int64_t replica_node_drain(void *ud, const struct table_entry *e);
+void replica_node_free(void *ud, struct table_entry *e);
+
+/* ---- replica_owner.c: the owner side ---------------------------------------------- */
+
+/* A report entry from member from's life life (from may be this node). */
+void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
+                             const struct wire_report *e);
+/* Computes owner key i in a pass if due; returns 0, OV_COMPUTED or OV_DROPPED. */
+#define OV_COMPUTED 1
+#define OV_DROPPED  2
+int replica_owner_visit(struct replica *r, size_t i, int64_t now);
+/* Sets rp->share of every live reporter of o: avail split by demand. */
+void replica_owner_split(struct replica *r, struct okey *o, double avail, double dsum, int64_t now);
+/* Whether reporter rp still speaks for itself at now. */
+int replica_owner_rep_live(const struct replica *r, const struct orep *rp, int64_t now);
+/* An optimistic key's debt in ns (<= 0: none). */
+int64_t replica_owner_debt(const struct okey *o, int64_t now);
+/* The owned table's drain and free callbacks (struct table_config). */
+int64_t replica_owner_drain(void *ud, const struct table_entry *e);
+void replica_owner_free(void *ud, struct table_entry *e);
+
+#endif

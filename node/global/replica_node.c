@@ -1,0 +1,767 @@
+/*
+ * replica_node: the node side of the replica (see replica.h), the keys this
+ * node serves.  It decides requests on a key's lease bucket (its share of
+ * the limit, free units, first touches), estimates the key's demand,
+ * reports to the key's owner and applies the leases that come back.  A key
+ * this node also owns is reported to its own owner side
+ * (replica_owner_on_report) and leased through replica_node_deliver, with
+ * no message either way.  The shared state (struct replica, struct nkey)
+ * is in replica_int.h; no I/O here.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hrw.h"
+#include "replica_int.h"
+#include "sluice/error.h"
+
+/* A time in ms mod 2^32, and the ns since one (valid up to 49 days). */
+static uint32_t replica_node__ms(int64_t ns)
+{
+    return (uint32_t)(uint64_t)(ns / NUM_NS_PER_MS);
+}
+
+static int64_t replica_node__since(uint32_t then_ms, int64_t now)
+{
+    return (int64_t)(uint32_t)(replica_node__ms(now) - then_ms) * NUM_NS_PER_MS;
+}
+
+/* ---- the lease bucket -------------------------------------------------------- */
+
+static int replica_node__windowed(const struct rlimit *p)
+{
+    return !p->bucket;
+}
+
+/* The bucket's capacity under a share: the share of the burst, at least one
+ * unit; a key under pressure (demand above its share of the rate) gets one
+ * unit more, or a node whose capacity is about one unit would throw away
+ * the refill that comes while it waits for its next request (9% of its
+ * share at 10x demand).  Idle nodes have no headroom, so N nodes bursting
+ * at once after a quiet spell still admit about one burst. */
+double replica_node_cap(const struct nkey *k, double share)
+{
+    double c = share * (double)replica__limit(&k->p);
+    if (c < 1.0)
+        c = 1.0;
+    if (k->demand > share * (double)k->p.count * 1e9 / (double)k->p.period_ns)
+        c += 1.0;
+    return c;
+}
+
+void replica_node_refill(struct nkey *k, int64_t now)
+{
+    if (now <= k->last_ns)
+        return;
+    double dt = (double)(now - k->last_ns);
+    double rate = replica__rate(&k->p);
+    double es = k->share;
+    double cap = replica_node_cap(k, es);
+    k->tokens += dt * rate * es;
+    if (k->tokens > cap)
+        k->tokens = cap;
+    k->last_ns = now;
+}
+
+/* (Re)builds the window state for the current share. */
+static int replica_node__window_apply(struct nkey *k)
+{
+    double es = k->share;
+    int64_t cnt = (int64_t)floor(es * (double)k->p.count);
+    if (cnt < 1)
+        cnt = 1;
+    if (k->w != NULL && k->w->p.count == cnt)
+        return 0;
+    struct algo_params np;
+    if (algo_params_init(&np, (enum algo_kind)k->p.kind, k->p.burst, cnt, k->p.period_ns,
+                         k->p.precision) != 0)
+        return -SLUICE_EINVAL;
+    if (k->w != NULL && k->w->p.phase_ns != 0)
+        (void)algo_params_set_phase(&np, k->w->p.phase_ns); /* keep the calendar alignment */
+    size_t sz = algo_state_size(&np);
+    if (k->w != NULL && algo_state_size(&k->w->p) == sz) {
+        k->w->p = np; /* same layout: keep the counters, new count */
+        return 0;
+    }
+    struct wloc *w = malloc(sizeof(*w) + sz);
+    if (w == NULL)
+        return -SLUICE_ENOMEM;
+    w->p = np;
+    algo_init(&np, w->state);
+    if (k->w != NULL) {
+        algo_free(&k->w->p, k->w->state);
+        free(k->w);
+    }
+    k->w = w;
+    return 0;
+}
+
+static void replica_node__set_share(struct nkey *k, double share, int64_t now)
+{
+    replica_node_refill(k, now);
+    k->share = (float)share;
+    double cap = replica_node_cap(k, k->share);
+    if (k->tokens > cap)
+        k->tokens = cap;
+    if (replica_node__windowed(&k->p))
+        (void)replica_node__window_apply(k);
+}
+
+/* ---- owners ---------------------------------------------------------------------- */
+
+/* The share of a key before its first lease: 1/N of the live members; none
+ * for a young life (a restarted node that has not heard the whole cluster
+ * must not think itself alone, nor trust a view it has barely built). */
+static double replica_node__default_share(const struct replica *r, int64_t now)
+{
+    if (replica__young(r, now))
+        return 0.0;
+    return 1.0 / (double)(r->nlive > 0 ? r->nlive : 1);
+}
+
+uint32_t replica_node_owner(struct replica *r, struct nkey *k, const char *key, size_t klen)
+{
+    if (k->view_gen != r->view_gen) {
+        /* Keys still waiting for their first lease hold 1/N of the new N. */
+        if (!(k->p.flags & NK_LEASED))
+            replica_node__set_share(k, replica_node__default_share(r, r->now), r->now);
+        uint32_t old = k->owner;
+        size_t i = hrw_pick(hrw_hash(key, klen), r->live_hash, r->nlive);
+        k->owner = (uint16_t)r->live[i];
+        k->view_gen = r->view_gen;
+        if (k->owner != old)
+            k->p.flags = (uint8_t)((k->p.flags & ~NK_KNOWN) | NK_DIRTY);
+    }
+    return k->owner;
+}
+
+/* ---- key queues and the table's callbacks ------------------------------------- */
+
+/* Queues node key k for a visit in the next pass (or in this one, if the
+ * pass has not reached it yet).  Every key flagged NK_HOT has an entry in
+ * hot or work holding its current index (replica_node_free keeps that true
+ * when a key moves). */
+static void replica_node__queue_on(struct nkey *k, struct replica__idxv *v)
+{
+    if (!(k->p.flags & NK_HOT) && replica_idx_push(v, k->idx) == 0)
+        k->p.flags |= NK_HOT;
+}
+
+static void replica_node__queue(struct replica *r, struct nkey *k)
+{
+    replica_node__queue_on(k, &r->hot);
+}
+
+/* After a request or a lease: a key with news is visited at the next pass. */
+static void replica_node__touch(struct replica *r, struct nkey *k)
+{
+    if ((k->p.flags & NK_DIRTY) || k->acc > 0.0F)
+        replica_node__queue(r, k);
+}
+
+int64_t replica_node_drain(void *ud, const struct table_entry *e)
+{
+    struct replica *r = ud;
+    const struct nkey *k = (const struct nkey *)table_entry_value((struct table_entry *)e);
+    /* Droppable once idle was reported and nothing came since for the grace;
+     * an entry that was never reported is kept until it is. */
+    if (!(k->p.flags & NK_IDLE) || (k->p.flags & NK_DIRTY))
+        return INT64_MAX;
+    int64_t t = k->last_req > k->last_lease ? k->last_req : k->last_lease;
+    t = t > INT64_MAX - r->grace ? INT64_MAX : t + r->grace;
+    /* A key the cluster had drained at its last lease is kept until the
+     * cluster's bucket has refilled (at most max_keys of them, and evicted
+     * first as any key): made anew, it would admit a first unit on credit
+     * (replica_node__key_init) against a bucket that may still be empty. */
+    double lack = (double)replica__limit(&k->p) - (double)k->level;
+    if ((k->p.flags & NK_LEASED) && lack > 0.0) {
+        double full = (double)k->last_lease + lack * replica__em(&k->p);
+        if (full > (double)t)
+            t = full >= 9e18 ? INT64_MAX : (int64_t)full;
+    }
+    return t;
+}
+
+void replica_node_free(void *ud, struct table_entry *e)
+{
+    struct replica *r = ud;
+    struct nkey *k = nkey_of(e);
+    if (k->w != NULL) {
+        algo_free(&k->w->p, k->w->state);
+        free(k->w);
+        k->w = NULL;
+    }
+    uint32_t i = k->idx;
+    if (i < r->nnk && r->nk[i] == e) {
+        r->nk[i] = r->nk[--r->nnk];
+        if (i < r->nnk) {
+            struct nkey *m = nkey_of(r->nk[i]);
+            m->idx = i;
+            /* Its queued entry names its old index: queue it anew. */
+            if (m->p.flags & NK_HOT) {
+                m->p.flags &= (uint8_t)~NK_HOT;
+                replica_node__queue(r, m);
+            }
+        }
+    }
+}
+
+/* ---- deciding ------------------------------------------------------------------ */
+
+/* Whether a first touch may take a unit on credit: a node-wide bucket of
+ * FIRST_TOUCH_BURST first touches refilled at FIRST_TOUCH_RATE a second.
+ * Spread demand makes first touches rare on each node, and they all pass;
+ * a node that meets thousands of new keys at once (a cluster hammered from
+ * its start) gives credit to a few, so first touches add at most
+ * N x (FIRST_TOUCH_BURST + FIRST_TOUCH_RATE x window) over all keys. */
+static int replica_node__first_touch(struct replica *r, int64_t now)
+{
+    if (now > r->ft_last) {
+        r->ft_tokens += (double)(now - r->ft_last) * FIRST_TOUCH_RATE / (double)NUM_NS_PER_S;
+        if (r->ft_tokens > FIRST_TOUCH_BURST)
+            r->ft_tokens = FIRST_TOUCH_BURST;
+        r->ft_last = now;
+    }
+    if (r->ft_tokens < 1.0)
+        return 0;
+    r->ft_tokens -= 1.0;
+    return 1;
+}
+
+/* A fresh key: the first lease has not come.  Its share is 1/N of the
+ * limit; an established node starts with that share of the burst plus a
+ * hash-spread fraction of a unit (so all N bursting at once admit about one
+ * burst in total), a young one with less than one unit. */
+static void replica_node__key_init(struct replica *r, struct nkey *k, const char *key, size_t klen,
+                                   const struct algo_params *p, enum policy_partition pol,
+                                   int64_t now)
+{
+    replica__limit_of(&k->p, p);
+    k->p.policy = (uint8_t)pol;
+    k->view_gen = (uint16_t)(r->view_gen - 1u);
+    k->owner = (uint16_t)r->self;
+    k->p.flags = NK_DIRTY;
+    double n = r->nlive > 0 ? (double)r->nlive : 1.0;
+    k->share = (float)replica_node__default_share(r, now);
+    k->last_ns = k->last_lease = now;
+    k->last_report = replica_node__ms(now);
+    k->last_req = now;
+    k->born = k->visited = replica_node__ms(now);
+    /* The fractional part is spread by a hash of (key, node): were every
+     * node to start at the same fraction, all would wait for their first
+     * whole unit together and the cluster would lose N/2 units of rate. */
+    double u = (double)(hrw_score(hrw_hash(key, klen), r->mem[r->self].hash) >> 11) *
+               (1.0 / 9007199254740992.0);
+    if (replica__young(r, now)) {
+        k->p.flags |= NK_YOUNG;
+        k->tokens = u < 0.999 ? u : 0.999; /* no whole unit: no fresh quota */
+    } else {
+        /* Optimistic keys (availability first) start with at least one
+         * unit, so the first request for a key on any node is allowed even
+         * when the burst is smaller than the cluster (the first lease then
+         * trims it to the node's share); share keys keep to their 1/N, so N
+         * nodes starting at once admit one burst, not N units. */
+        k->tokens = (double)p->limit / n + u;
+        if (pol == POLICY_PARTITION_OPTIMISTIC && k->tokens < 1.0)
+            k->tokens = 1.0;
+        double cap = replica_node_cap(k, k->share);
+        if (k->tokens > cap)
+            k->tokens = cap;
+        /* First touch: when its part of the burst is less than a unit, one
+         * unit on the cluster's credit, as a lease's free units
+         * (replica_owner__free), until the owner answers.  Demand spread thin
+         * over many nodes is mostly first touches, and a node that has not
+         * heard of the key has no reason to think it drained (a node keeps
+         * the keys it knows drained until they refill: replica_node_drain). */
+        k->free = 0.0F;
+        if (k->tokens < 1.0 && replica_node__first_touch(r, now))
+            k->free = 1.0F;
+    }
+    if (replica_node__windowed(&k->p))
+        (void)replica_node__window_apply(k);
+}
+
+static int replica_node__params_equal(const struct rlimit *a, const struct algo_params *b)
+{
+    return a->kind == b->kind && a->burst == b->burst && a->count == b->count &&
+           a->period_ns == b->period_ns && a->precision == b->precision;
+}
+
+/* The cluster's level as this node can tell: the owner's at the last
+ * lease, less what this node admitted since, plus the refill since, less
+ * what the other nodes' demand took meanwhile (their expected use: the
+ * owner's level is an estimate a lease old, so this is too). */
+static double replica_node__level(const struct nkey *k, int64_t now)
+{
+    double dt = now > k->last_lease ? (double)(now - k->last_lease) : 0.0;
+    double lv =
+        (double)k->level + dt * (replica__rate(&k->p) - (double)k->others / (double)NUM_NS_PER_S);
+    double limit = (double)replica__limit(&k->p);
+    return lv > limit ? limit : lv;
+}
+
+/* Admits qty on the free units of k's last lease if they are still valid
+ * and enough (see replica_owner__free); 1 if it did. */
+static int replica_node__use_free(struct replica *r, struct nkey *k, int64_t qty)
+{
+    if (qty <= 0 || (double)k->free < (double)qty ||
+        r->now - k->last_lease > FREE_TTL * r->interval)
+        return 0;
+    if ((k->p.flags & NK_LEASED) && replica_node__level(k, r->now) < (double)qty)
+        return 0;
+    k->free -= (float)qty;
+    k->admitted += (uint64_t)qty;
+    k->credit += (uint32_t)qty;
+    k->p.flags |= NK_DIRTY; /* the owner hears of it at the next tick */
+    r->st.free_admits++;
+    return 1;
+}
+
+static void replica_node__bucket_decide(struct replica *r, struct nkey *k, int64_t qty,
+                                        struct algo_result *out)
+{
+    double es = k->share;
+    double cap = replica_node_cap(k, es);
+    double rate = replica__rate(&k->p) * es;
+    double need = (double)qty;
+    out->limit = replica__limit(&k->p);
+    if (qty > replica__limit(&k->p)) {
+        out->limited = qty > 0;
+        out->retry_after_ns = ALGO_NEVER;
+    } else if (qty == 0 || k->tokens >= need || (need > cap && k->tokens >= cap)) {
+        out->limited = 0;
+        out->retry_after_ns = ALGO_NEVER;
+        if (qty > 0) {
+            k->tokens -= need;
+            k->admitted += (uint64_t)qty;
+            if (k->tokens < 0)
+                r->st.debt_events++;
+        }
+    } else if (replica_node__use_free(r, k, qty)) {
+        out->limited = 0;
+        out->retry_after_ns = ALGO_NEVER;
+    } else {
+        out->limited = 1;
+        double want = need > cap ? cap : need;
+        int64_t t = replica__ns_for(want - k->tokens, rate);
+        out->retry_after_ns = t == INT64_MAX ? r->interval : t;
+    }
+    out->remaining = k->tokens > 0 ? (int64_t)floor(k->tokens) : 0;
+    int64_t reset = replica__ns_for(cap - k->tokens, rate);
+    out->reset_after_ns = reset == INT64_MAX ? r->interval : reset;
+}
+
+int replica_node_decide(struct replica *r, const char *key, size_t klen,
+                        const struct algo_params *p, enum policy_partition pol, int64_t qty,
+                        int64_t now_ns, struct algo_result *out)
+{
+    struct table_entry *e = table_find(r->nodes, key, klen);
+    struct nkey *k;
+    if (e == NULL) {
+        size_t before = table_count(r->nodes);
+        struct table_stats ts0, ts1;
+        table_get_stats(r->nodes, &ts0);
+        int rc = table_insert(r->nodes, key, klen, sizeof(struct nkey), 0, now_ns, &e);
+        if (rc != 0) {
+            if (rc == -SLUICE_EFULL)
+                r->st.refused_full++;
+            return rc;
+        }
+        table_get_stats(r->nodes, &ts1);
+        r->st.evicted += ts1.evicted - ts0.evicted;
+        (void)before;
+        k = nkey_of(e);
+        k->idx = (uint32_t)r->nnk;
+        if (replica_push(&r->nk, &r->nnk, &r->capnk, e) != 0) {
+            table_delete(r->nodes, e);
+            return -SLUICE_ENOMEM;
+        }
+        replica_node__key_init(r, k, key, klen, p, pol, now_ns);
+    } else {
+        k = nkey_of(e);
+        if (!replica_node__params_equal(&k->p, p)) {
+            replica__limit_of(&k->p, p);
+            k->p.flags = (uint8_t)((k->p.flags & ~NK_KNOWN) | NK_DIRTY);
+            replica_node__set_share(k, k->share, now_ns);
+        }
+        if (k->p.policy != (uint8_t)pol)
+            k->p.flags = (uint8_t)(k->p.flags & ~NK_KNOWN);
+        k->p.policy = (uint8_t)pol;
+    }
+    replica_node_refill(k, now_ns);
+    r->st.decisions++;
+    if (qty > 0) {
+        /* Demand is what could be admitted: a quantity beyond the limit is
+         * refused on every node and must not pull the key's share here. */
+        if (qty <= replica__limit(&k->p))
+            k->acc += (float)qty;
+        k->last_req = now_ns;
+        if (k->p.flags & NK_IDLE)
+            k->p.flags = (uint8_t)((k->p.flags & ~NK_IDLE) | NK_DIRTY);
+    }
+    if (k->w != NULL) {
+        /* A fixed window's phase (calendar alignment) is this node's own and
+         * not on the wire: the local caller's holds. */
+        if (k->w->p.phase_ns != p->phase_ns)
+            (void)algo_params_set_phase(&k->w->p, p->phase_ns);
+        /* A window's count is split by share, rounded down; a node whose
+         * part is less than a unit admits only on free units (a count of
+         * one per node would admit N per window), once its owner has
+         * answered. */
+        int none = (k->p.flags & NK_LEASED) && qty > 0 &&
+                   floor((double)k->share * (double)k->p.count) < 1.0;
+        int rc = algo_decide(&k->w->p, k->w->state, none ? 0 : qty, now_ns, out);
+        if (rc != 0) {
+            replica_node__touch(r, k);
+            return rc;
+        }
+        if (none) {
+            out->limited = 1;
+            if (out->retry_after_ns == ALGO_NEVER)
+                out->retry_after_ns = r->interval;
+        }
+        out->limit = k->p.count;
+        if (!out->limited && qty > 0)
+            k->admitted += (uint64_t)qty;
+        else if (out->limited && qty <= k->p.count && replica_node__use_free(r, k, qty)) {
+            out->limited = 0;
+            out->retry_after_ns = ALGO_NEVER;
+        }
+    } else {
+        replica_node__bucket_decide(r, k, qty, out);
+    }
+    if (!out->limited && qty > 0)
+        k->level -= (float)qty;
+    if (k->p.flags & NK_LEASED) {
+        /* What a caller sees is the cluster's: its level as this node can
+         * tell (replica_node__level), not this node's part of it. */
+        double lv = replica_node__level(k, now_ns);
+        out->remaining = lv >= 1.0 ? (int64_t)floor(lv) : 0;
+    }
+    replica_node__touch(r, k);
+    if (out->limited && qty > 0) {
+        r->st.limited++;
+        if (k->p.flags & NK_YOUNG)
+            r->st.young_denials++;
+    }
+    return 0;
+}
+
+void replica_node_note_demand(struct replica *r, const char *key, size_t klen, int64_t qty,
+                              int64_t now_ns)
+{
+    struct table_entry *e = table_find(r->nodes, key, klen);
+    if (e == NULL || qty <= 0)
+        return;
+    struct nkey *k = nkey_of(e);
+    if (qty > replica__limit(&k->p))
+        return; /* could never be admitted: not demand (see replica_throttle) */
+    k->acc += (float)qty;
+    k->last_req = now_ns > k->last_req ? now_ns : k->last_req;
+    if (k->p.flags & NK_IDLE)
+        k->p.flags = (uint8_t)((k->p.flags & ~NK_IDLE) | NK_DIRTY);
+    replica_node__touch(r, k);
+}
+
+/* ---- leases and reports ------------------------------------------------ */
+
+static void replica_node__apply_lease(struct replica *r, struct nkey *k, const struct wire_lease *l,
+                                      int64_t now)
+{
+    uint64_t owner_life = l->owner_life, flags = l->flags, grant_m = l->grant_milli;
+    double share = (double)l->share / (double)WIRE_ONE;
+    k->last_lease = now;
+    k->p.flags |= NK_KNOWN;
+    k->free = (float)l->free;
+    k->level = (float)((double)l->level_milli / 1000.0 -
+                       (double)(uint32_t)((uint32_t)k->admitted - (uint32_t)l->seen));
+    k->others = (float)((double)l->demand_milli / 1000.0);
+    if (flags & WIRE_L_SETTLED)
+        k->leased_by = (uint32_t)wire_life_tag(owner_life);
+    k->p.flags &= (uint8_t)~NK_DEGRADED;
+    /* A young life takes only leases from owners that know the cluster (a
+     * settled owner, past its own young period): the owner a restarted node
+     * finds first may be another restarted node with nothing. */
+    if (replica__young(r, now) && !(flags & WIRE_L_SETTLED)) {
+        share = 0.0;
+        k->free = 0.0F;
+    }
+    double before = k->tokens;
+    replica_node__set_share(k, share, now);
+    /* A node that does not use the key (it only peeked, or stopped asking)
+     * and is leased nothing by a settled owner gives back what it holds,
+     * for the nodes that ask (it gets a share again when it asks). */
+    if (share <= 0.0 && k->demand <= 0.0F && k->acc <= 0.0F && (flags & WIRE_L_SETTLED) &&
+        k->tokens > 0.0)
+        k->tokens = 0.0;
+    /* Units a smaller share threw away go back to the cluster's bucket
+     * once the owner hears of it: tell it now, even if the key is idle. */
+    if (k->tokens < before - 0.01)
+        k->p.flags |= NK_DIRTY;
+    if (!(k->p.flags & NK_LEASED)) {
+        /* The first lease trims the first-touch unit to the node's part of
+         * the burst: a node leased nothing keeps nothing (the floor of one
+         * unit in the capacity only lets a small share gather its refill). */
+        double part = share * (double)replica__limit(&k->p);
+        double whole = floor(k->tokens);
+        if (part < 1.0 && whole >= 1.0) /* keep the fraction: it spreads the nodes */
+            k->tokens = k->tokens - whole + floor(part);
+    }
+    uint32_t ahead = (uint32_t)grant_m - k->granted_m;
+    if (ahead != 0 && ahead < 0x80000000u) {
+        /* Units of the cluster's bucket nobody held: the owner's running
+         * total (mod 2^32), so a grant whose lease was lost arrives with
+         * the next one and none is added twice.  Beyond the bucket's
+         * capacity they are lost (the owner sizes them to fit). */
+        double g = (double)ahead / 1000.0;
+        /* The owner granted what nobody held as of the report it saw; what
+         * this node admitted since (on free units, or tokens it held then)
+         * may already have spent some of it. */
+        double unseen = (double)(uint32_t)((uint32_t)k->admitted - (uint32_t)l->seen);
+        k->tokens += g > unseen ? g - unseen : 0.0;
+        k->granted_m = (uint32_t)grant_m;
+        double cap = replica_node_cap(k, k->share);
+        if (k->tokens > cap)
+            k->tokens = cap;
+    }
+    k->p.flags = (uint8_t)((k->p.flags & ~NK_YOUNG) | NK_LEASED);
+    if (flags & WIRE_L_SETTLED) {
+        k->fshare = (float)share;
+        r->synced = 1; /* an owner that knows the cluster has answered */
+    }
+}
+
+/* A lease from member from (not this node) to this node's life: applied
+ * to the key only if from owns it by this node's view (two owners' splits
+ * must not mix); a lease for an earlier life, or from another owner, is
+ * counted stale and dropped, one for a key this node no longer holds is
+ * dropped. */
+void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
+                           const struct wire_lease *l)
+{
+    r->st.lease_entries_received++;
+    if (life != r->life) {
+        r->st.stale_leases++;
+        return;
+    }
+    struct table_entry *e = table_find(r->nodes, l->key, l->klen);
+    if (e == NULL)
+        return;
+    struct nkey *k = nkey_of(e);
+    /* Only the owner by this node's view: two owners' splits must not mix. */
+    if (replica_node_owner(r, k, l->key, l->klen) != from) {
+        r->st.stale_leases++;
+        return;
+    }
+    replica_node__apply_lease(r, k, l, r->now);
+    replica_node__touch(r, k);
+}
+
+/* The one way the owner side leases to this node's own node side (a key
+ * this node both owns and serves): no message, the lease is applied at
+ * once.  As from any owner: only to this life (life: the life the owner's
+ * record is for) and only while this node owns the key by its own view (a
+ * record left from an earlier view must not lease); otherwise nothing
+ * happens. */
+void replica_node_deliver(struct replica *r, const char *key, size_t klen, uint64_t life,
+                          const struct wire_lease *l, int64_t now)
+{
+    struct table_entry *ne = table_find(r->nodes, key, klen);
+    if (ne != NULL && life == r->life && replica_node_owner(r, nkey_of(ne), key, klen) == r->self)
+        replica_node__apply_lease(r, nkey_of(ne), l, now);
+}
+
+/* Demand: requested units per second, refused ones included.  A young key
+ * (its first second) uses the average since its first request, that
+ * request left out (the key was made by it; the time before it is
+ * unknown): far steadier than one interval's count, whose Poisson noise
+ * would hand a quiet node a large share and waste it.  Then an EWMA over
+ * DEMAND_TAU_S, one step per visit (dt: since the key's previous visit). */
+static void replica_node__demand(struct replica *r, struct nkey *k, int64_t now)
+{
+    double age = (double)replica_node__since(k->born, now) / (double)NUM_NS_PER_S;
+    if (!(k->p.flags & NK_GROWN)) {
+        k->visited = replica_node__ms(now);
+        if (age <= 0.0)
+            return;
+        double avg = ((double)k->acc - 1.0) / age;
+        k->demand = (float)(avg > 0.0 ? avg : 0.0);
+        if (age >= DEMAND_TAU_S) {
+            k->p.flags |= NK_GROWN;
+            k->acc = 0.0F;
+        }
+        return;
+    }
+    int64_t dt = replica_node__since(k->visited, now);
+    k->visited = replica_node__ms(now);
+    if (dt <= 0)
+        return;
+    double sec = (double)dt / (double)NUM_NS_PER_S;
+    double inst = (double)k->acc / sec;
+    /* The time constant spans about DEMAND_EVENTS requests (at least
+     * DEMAND_TAU_S, at most DEMAND_TAU_MAX_S): a node with a request every
+     * few seconds would otherwise see its estimate leap tenfold at each
+     * one, and a share leased on a leap is wasted (an underestimate costs
+     * nothing: the others get the share). */
+    double rate = inst > (double)k->demand ? inst : (double)k->demand;
+    double tau = rate > 0.0 ? DEMAND_EVENTS / rate : DEMAND_TAU_MAX_S;
+    if (tau < DEMAND_TAU_S)
+        tau = DEMAND_TAU_S;
+    if (tau > DEMAND_TAU_MAX_S)
+        tau = DEMAND_TAU_MAX_S;
+    double a = sec / (tau + sec);
+    k->demand += (float)(a * (inst - (double)k->demand));
+    if (k->demand < 1e-6F)
+        k->demand = 0.0F;
+    k->acc = 0.0F;
+}
+
+/* Whether the key's own rate share is under pressure: report every
+ * interval then. */
+static int replica_node__contested(const struct nkey *k)
+{
+    double own = replica__rate(&k->p) * (double)NUM_NS_PER_S * k->share;
+    return k->demand > 0.0 && (k->demand >= 0.5 * own || k->tokens < 1.0);
+}
+
+static int replica_node__full(const struct nkey *k)
+{
+    return k->tokens >= replica_node_cap(k, k->share) - 1e-9;
+}
+
+/* Idle: the bucket is full again and nothing was asked for IDLE_AFTER_NS
+ * (nor two intervals): the key is reported idle once, then dropped after
+ * the grace. */
+static int replica_node__idle(const struct replica *r, const struct nkey *k, int64_t now)
+{
+    int64_t quiet = IDLE_AFTER_NS > 2 * r->interval ? IDLE_AFTER_NS : 2 * r->interval;
+    return replica_node__full(k) && now - k->last_req >= quiet;
+}
+
+/* Whether k is out of units and free units while its key is far enough
+ * from hammered for free units to be given (the owner answers such a
+ * report at once; a hammered key waits for the owner's tick: answering
+ * every report of every node would multiply the leases). */
+static int replica_node__needs(const struct nkey *k)
+{
+    double rate = replica__rate(&k->p) * (double)NUM_NS_PER_S;
+    return k->tokens < 1.0 && k->free < 1.0F && k->acc > 0.0F &&
+           (double)k->demand + (double)k->others < FREE_DEMAND_MAX * rate;
+}
+
+/* Queues k's report to its owner (or hands it to itself); returns the
+ * bytes it takes, 0 if nothing was sent. */
+static size_t replica_node__report(struct replica *r, struct table_entry *e, int64_t now)
+{
+    struct nkey *k = nkey_of(e);
+    uint32_t owner = replica_node_owner(r, k, table_entry_key(e), e->klen);
+    int idle = replica_node__idle(r, k, now);
+    if (idle) {
+        k->demand = 0.0F; /* what is left of the EWMA is history */
+        k->acc = 0.0F;
+    }
+    int contested = replica_node__contested(k);
+    struct wire_report w = {
+        .key = table_entry_key(e),
+        .klen = e->klen,
+        .kind = (uint8_t)k->p.kind,
+        .policy = k->p.policy,
+        .burst = k->p.burst,
+        .count = k->p.count,
+        .period_ns = k->p.period_ns,
+        .precision = k->p.precision,
+        .demand_milli = (uint64_t)(k->demand * 1000.0 + 0.5),
+        .admitted = k->admitted,
+        .frozen_share = (uint64_t)(k->fshare * (double)WIRE_ONE),
+        .period_ms = (uint64_t)((contested ? r->interval : r->every) / 1000000LL),
+        .flags = (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) |
+                            (idle ? WIRE_R_IDLE : 0) | (replica_node__needs(k) ? WIRE_R_NEED : 0)),
+        .tokens_milli = k->tokens > 0.0 ? (uint64_t)(k->tokens * 1000.0) : 0,
+        .granted_milli = k->granted_m,
+        .leased_by = k->leased_by,
+        .credit = k->credit,
+    };
+    if (w.frozen_share > WIRE_ONE)
+        w.frozen_share = WIRE_ONE;
+    if (owner != r->self && (k->p.flags & NK_KNOWN) &&
+        now - k->last_lease <= KNOWN_FOR * r->interval) {
+        /* The owner has the limit (it answered with a lease lately, and
+         * neither the limit nor the owner changed since): a report leaves
+         * it out, a third of its bytes.  An owner that lost the record
+         * drops such reports, sends no lease, and the next report after
+         * KNOWN_FOR intervals carries the limit again. */
+        w.kind = 0;
+        w.policy = 0;
+        w.burst = w.count = w.period_ns = w.precision = 0;
+    }
+    k->last_report = replica_node__ms(now);
+    k->p.flags &= (uint8_t)~NK_DIRTY;
+    if (idle)
+        k->p.flags |= NK_IDLE;
+    r->st.report_entries_sent++;
+    if (owner == r->self) {
+        replica_owner_on_report(r, r->self, r->life, &w);
+        return 0;
+    }
+    size_t before = r->mem[owner].outbuf[0] ? r->mem[owner].out[0].len : 0;
+    if (replica_append(r, owner, 0, r->life, &w, NULL) != 0)
+        return 0;
+    size_t after = r->mem[owner].out[0].len;
+    return after > before ? after - before : 64;
+}
+
+/* Whether k is due for a report at now. */
+static int replica_node__due(const struct replica *r, const struct nkey *k, int64_t now)
+{
+    if (k->p.flags & NK_DIRTY)
+        return 1;
+    if (replica_node__idle(r, k, now))
+        return !(k->p.flags & NK_IDLE); /* one idle report, then silence */
+    int64_t every = replica_node__contested(k) ? r->interval : r->every;
+    return replica_node__since(k->last_report, now) >= every - NUM_NS_PER_MS; /* ms-rounded */
+}
+
+/* Visits node key i: demand, refill, owner, degradation; reports it when
+ * dirty (always) or due (within the pass's byte budget); keeps it queued
+ * while contested; drops it once drained.  Returns VISIT_DROPPED if it was
+ * dropped (another key now sits at i), VISIT_REPORTED if a report was
+ * built, else 0. */
+int replica_node_visit(struct replica *r, size_t i, int64_t now)
+{
+    int rc = 0;
+    struct table_entry *e = r->nk[i];
+    struct nkey *k = nkey_of(e);
+    k->p.flags &= (uint8_t)~NK_HOT;
+    replica_node__demand(r, k, now);
+    replica_node_refill(k, now);
+    uint32_t owner = replica_node_owner(r, k, table_entry_key(e), e->klen);
+    /* Asked, no answer for two silence windows: shown as degraded (the
+     * node keeps its last lease until the key moves to a live owner). */
+    if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence)
+        k->p.flags |= NK_DEGRADED;
+    int starved = 0;
+    if (k->p.flags & NK_DIRTY) {
+        rc = VISIT_REPORTED;
+    } else if (replica_node__due(r, k, now)) {
+        rc = r->budget > 0 ? VISIT_REPORTED : 0;
+        starved = r->budget == 0;
+    }
+    if (rc == VISIT_REPORTED) {
+        size_t b = replica_node__report(r, e, now);
+        r->budget = b > r->budget ? 0 : r->budget - b;
+    }
+    if (replica_node_drain(r, e) <= now) {
+        r->st.gc_keys++;
+        table_delete(r->nodes, e); /* moves the last key to i */
+        return VISIT_DROPPED;
+    }
+    /* A due key the budget could not take goes first in the next pass (a
+     * fair rotation: those reported queue up behind it); a contested one
+     * is checked every interval. */
+    if (starved)
+        replica_node__queue_on(k, &r->urgent);
+    else if (replica_node__contested(k))
+        replica_node__queue(r, k);
+    return rc;
+}

@@ -1,0 +1,680 @@
+/*
+ * replica_owner: the owner side of the replica (see replica.h), the keys
+ * this node owns by rendezvous hashing (hrw.h).  It keeps a record per key
+ * and reporting node from the reports it receives, the cluster's bucket of
+ * the key (a GCRA), splits the key's limit between the reporters by demand,
+ * grants the units nobody holds, gives free units, tracks debt and its
+ * repayment, and sends the leases.  A lease for this node's own node side
+ * goes through replica_node_deliver, the one way into the node side.  The
+ * shared state (struct replica, struct okey, struct orep) is in
+ * replica_int.h; no I/O here.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replica_int.h"
+#include "sluice/error.h"
+
+/* Queues owner key o for a computation. */
+static void replica_owner__oqueue(struct replica *r, struct okey *o)
+{
+    if (!(o->p.flags & OK_QUEUED) && replica_idx_push(&r->ohot, o->idx) == 0)
+        o->p.flags |= OK_QUEUED;
+}
+
+int64_t replica_owner_drain(void *ud, const struct table_entry *e)
+{
+    (void)ud;
+    const struct okey *o = (const struct okey *)table_entry_value((struct table_entry *)e);
+    return o->n == 0 ? 0 : INT64_MAX;
+}
+
+void replica_owner_free(void *ud, struct table_entry *e)
+{
+    struct replica *r = ud;
+    struct okey *o = okey_of(e);
+    r->nreps -= o->n;
+    free(o->reps);
+    o->reps = NULL;
+    uint32_t i = o->idx;
+    if (i < r->nok && r->ok[i] == e) {
+        r->ok[i] = r->ok[--r->nok];
+        if (i < r->nok) {
+            struct okey *m = okey_of(r->ok[i]);
+            m->idx = i;
+            if (m->p.flags & OK_QUEUED) {
+                m->p.flags &= (uint8_t)~OK_QUEUED;
+                replica_owner__oqueue(r, m);
+            }
+        }
+    }
+}
+
+/* ---- reports received ------------------------------------------------------ */
+
+static struct orep *replica_owner__rep(struct okey *o, uint32_t member)
+{
+    for (uint32_t i = 0; i < o->n; i++)
+        if (o->reps[i].member == member)
+            return &o->reps[i];
+    return NULL;
+}
+
+/* Units of the cluster's bucket o->tat taken at now. */
+static double replica_owner__used(const struct okey *o, int64_t now)
+{
+    return o->tat > now ? (double)(o->tat - now) / replica__em(&o->p) : 0.0;
+}
+
+/* Units below empty that are report timing, not excess: one unit and an
+ * interval's refill (the debt rule of replica_owner__compute and the credit rule
+ * of replica_owner_on_report both allow it). */
+static double replica_owner__timing(const struct replica *r, const struct okey *o)
+{
+    return 1.0 + (double)r->interval / replica__em(&o->p);
+}
+
+/* Pours units into the cluster's bucket o->tat (a GCRA) at now;
+ * negative units give some back, never below a full bucket. */
+static void replica_owner__pour(struct okey *o, double units, int64_t now)
+{
+    double add = units * replica__em(&o->p);
+    int64_t base = o->tat > now ? o->tat : now;
+    if (add >= 0.0)
+        o->tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
+    else
+        o->tat = (double)(base - now) > -add ? base + (int64_t)add : now;
+}
+
+static void replica_owner__compute(struct replica *r, struct table_entry *te, int64_t now);
+
+void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
+                             const struct wire_report *e)
+{
+    struct algo_params p;
+    /* A report without the limit (count 0: left out) is for a record this
+     * owner holds; one with it must carry a valid limit. */
+    int bare = e->count == 0 && e->burst == 0 && e->period_ns == 0;
+    if (!bare && (e->kind >= ALGO_KIND_COUNT_ || !algo_can_be_global((enum algo_kind)e->kind) ||
+                  algo_params_init(&p, (enum algo_kind)e->kind, e->burst, e->count, e->period_ns,
+                                   e->precision) != 0)) {
+        r->st.bad_packets++;
+        return;
+    }
+    r->st.report_entries_received++;
+    struct table_entry *te = table_find(r->owned, e->key, e->klen);
+    struct okey *o;
+    if (te == NULL) {
+        if (e->flags & WIRE_R_GONE)
+            return;
+        if (bare) {
+            /* Not known here (a new life, a record dropped): no lease goes
+             * back, and the reporter sends the limit again. */
+            r->st.bare_unknown++;
+            return;
+        }
+        if (table_insert(r->owned, e->key, e->klen, sizeof(struct okey), 0, r->now, &te) != 0)
+            return;
+        o = okey_of(te);
+        o->idx = (uint32_t)r->nok;
+        if (replica_push(&r->ok, &r->nok, &r->capok, te) != 0) {
+            table_delete(r->owned, te);
+            return;
+        }
+        o->created_at = r->now;
+        o->computed_at = r->now;
+        o->tat = r->now;
+    } else {
+        o = okey_of(te);
+    }
+    if (!bare) {
+        replica__limit_of(&o->p, &p);
+        o->p.policy = e->policy == POLICY_PARTITION_OPTIMISTIC ? POLICY_PARTITION_OPTIMISTIC
+                                                               : POLICY_PARTITION_SHARE;
+    }
+    struct orep *rp = replica_owner__rep(o, from);
+    if (e->flags & WIRE_R_GONE) {
+        if (rp != NULL) {
+            *rp = o->reps[--o->n];
+            r->nreps--;
+        }
+        o->p.flags |= OK_FRESH;
+        replica_owner__oqueue(r, o);
+        return;
+    }
+    if (rp == NULL) {
+        if (o->n == o->cap) {
+            uint32_t nc = o->cap ? o->cap * 2 : 1; /* most keys: one reporter */
+            struct orep *a = realloc(o->reps, nc * sizeof(*a));
+            if (a == NULL)
+                return;
+            o->reps = a;
+            o->cap = nc;
+        }
+        rp = &o->reps[o->n++];
+        r->nreps++;
+        memset(rp, 0, sizeof(*rp));
+        rp->member = (uint16_t)from;
+        rp->sent_share = -1.0;
+    }
+    int same_life = rp->life == life && rp->last_at > 0;
+    int share = o->p.policy == POLICY_PARTITION_SHARE;
+    uint32_t granted = (uint32_t)e->granted_milli;
+    /* Units the reporter admitted on credit since its last report (all of
+     * this life's if the record is new to it or its counts restarted). */
+    uint32_t credit = (uint32_t)e->credit;
+    uint32_t dcredit =
+        same_life && e->admitted >= rp->admitted ? (uint32_t)(credit - rp->credit) : credit;
+    if (!same_life) {
+        rp->life = life;
+        rp->sent_share = -1.0; /* a new life needs its lease */
+        rp->g_sent = rp->g_ack = granted;
+        /* The cluster's bucket learns what this life took before this
+         * owner heard of it: all of it if no settled owner ever leased it
+         * the key (a new key, a new life); nothing if this owner's life
+         * did (it was counted then); and if another owner did (a moved
+         * key, or this owner's past life), this one cannot know what the
+         * key's other users took meanwhile: a share key's bucket is taken
+         * as empty (it refills before the owner grants), an optimistic
+         * key's is not (availability first). */
+        if (e->leased_by == 0) {
+            replica_owner__pour(o, (double)e->admitted, r->now);
+        } else if (e->leased_by != wire_life_tag(r->life)) {
+            /* Taken as empty now, unless emptier. */
+            double used = replica_owner__used(o, r->now);
+            double limit = (double)replica__limit(&o->p);
+            if (share && used < limit)
+                replica_owner__pour(o, limit - used, r->now);
+        } else if (share) {
+            /* Back after this owner let it go (and took what it held out
+             * of the bucket): what it still holds is counted as held. */
+            replica_owner__pour(o, -(double)e->tokens_milli / 1000.0, r->now);
+        }
+    } else if (e->admitted >= rp->admitted) {
+        /* What a side admitted beyond the limit during a partition arrives
+         * here at once after healing (optimistic keys repay it).  A share
+         * key's node kept to its last share while silent (BACK_AFTER
+         * intervals or more: a partition, not a report late in a long
+         * rotation): what it admitted then was that share's refill, spent
+         * long ago, so it may empty the bucket but not put it in debt. */
+        int back = share && r->now - rp->last_at > BACK_AFTER * r->interval;
+        int64_t empty = r->now + (int64_t)((double)replica__limit(&o->p) * replica__em(&o->p));
+        int64_t tat0 = o->tat;
+        replica_owner__pour(o, (double)(e->admitted - rp->admitted), r->now);
+        if (back && o->tat > empty)
+            o->tat = tat0 > empty ? tat0 : empty;
+    } else {
+        /* The node dropped the key and made it anew: its counts restarted. */
+        replica_owner__pour(o, (double)e->admitted, r->now);
+        rp->g_sent = rp->g_ack = granted;
+    }
+    /* Running totals compared mod 2^32: ahead means another owner granted
+     * meanwhile; more outstanding than a whole burst means the node's
+     * total restarted. */
+    if ((uint32_t)(granted - rp->g_sent) < 0x80000000u ||
+        (double)(uint32_t)(rp->g_sent - granted) > 1000.0 * (double)replica__limit(&o->p))
+        rp->g_sent = granted;
+    rp->g_ack = granted;
+    rp->credit = credit;
+    if (share && o->p.bucket && dcredit > 0 && dcredit <= e->admitted) {
+        /* Credit is taken on the cluster's bucket: what went past it (a
+         * key hammered on many nodes from its first request, each taking
+         * its first touch) is repaid before the shares refill anyone, so
+         * the excess is a burst, not a lasting rate.  Report timing alone
+         * (a unit, an interval's refill) is not an excess. */
+        double over = replica_owner__used(o, r->now) - (double)replica__limit(&o->p) -
+                      replica_owner__timing(r, o);
+        if (over > 0.0)
+            o->repay += (float)(over < (double)dcredit ? over : (double)dcredit);
+    }
+    rp->tokens = (float)((double)e->tokens_milli / 1000.0);
+    rp->demand = (float)((double)e->demand_milli / 1000.0);
+    rp->fshare_q = (uint16_t)floor((double)e->frozen_share / (double)WIRE_ONE * FSHARE_ONE);
+    rp->admitted = e->admitted;
+    uint64_t cs = (e->period_ms + 9) / 10;
+    rp->period_cs = (uint16_t)(cs < 1 ? 1 : cs > 65535 ? 65535 : cs);
+    rp->last_at = r->now;
+    rp->flags = (uint8_t)(REP_FRESH | ((e->flags & WIRE_R_YOUNG) ? REP_YOUNG : 0) |
+                          ((e->flags & WIRE_R_IDLE) ? REP_IDLE : 0));
+    o->p.flags |= OK_FRESH;
+    replica_owner__oqueue(r, o);
+    /* A node out of units and free units asks: answer now, not at this
+     * owner's next tick (the lease goes out with this receive's batch). */
+    if ((e->flags & WIRE_R_NEED) && from != r->self)
+        replica_owner__compute(r, te, r->now);
+}
+
+/* Whether a reporter still speaks for itself: it reported within three of
+ * its periods (at least a silence window). */
+int replica_owner_rep_live(const struct replica *r, const struct orep *rp, int64_t now)
+{
+    int64_t win = (int64_t)rp->period_cs * 30000000LL;
+    if (win < r->silence)
+        win = r->silence;
+    /* A report is proof of life: a member this node's membership has not
+     * learnt yet (a restarted owner hears the reporters before gossip has
+     * told it of them) counts; one that was in a view and is gone does not. */
+    const struct member *m = &r->mem[rp->member];
+    return now - rp->last_at <= win && (m->in_view || !m->was_viewed);
+}
+
+/* A silent reporter whose share is released rather than held: the failure
+ * detector calls it unreachable and this node sees a strict majority of
+ * the members it knows.  A side that has lost the majority (or an even
+ * split) cannot tell a death from a partition and holds every silent
+ * share; a majority lets a dead minority's share go, so a crash costs the
+ * others nothing for long. */
+static int replica_owner__majority(const struct replica *r)
+{
+    size_t known = 0;
+    for (size_t i = 0; i < r->nmem; i++)
+        known += r->mem[i].in_view;
+    return 2 * r->nlive > known;
+}
+
+static int replica_owner__presumed_dead(const struct replica *r, const struct orep *rp)
+{
+    const struct member *m = &r->mem[rp->member];
+    if (!m->in_view || m->live)
+        return 0;
+    return replica_owner__majority(r);
+}
+
+/* How far an optimistic key's reported consumption is beyond what the
+ * limit allows (ns; <= 0: none).  The allowance is the burst plus 2 s of
+ * the rate, so reports that arrive late or together never look like debt. */
+int64_t replica_owner_debt(const struct okey *o, int64_t now)
+{
+    double tol = (double)replica__limit(&o->p) * replica__em(&o->p) + 2.0 * (double)NUM_NS_PER_S;
+    double over = (double)o->tat - (double)now - tol;
+    return over > 9e18 ? INT64_MAX : (int64_t)over;
+}
+
+/* Demand-weighted split of avail among the live reporters: shares in
+ * proportion to demand (requested units per second, refused ones included,
+ * so every saturated node stays saturated in proportion and none wastes its
+ * refill waiting for requests), but nobody above SPLIT_HEADROOM x its own
+ * demand: what such a node could not use goes to the others, again by
+ * demand (a few rounds settle it).  With no demand at all, equal shares.
+ * Writes each live reporter's rp->share. */
+void replica_owner_split(struct replica *r, struct okey *o, double avail, double dsum, int64_t now)
+{
+    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
+    uint32_t nl = 0;
+    for (uint32_t i = 0; i < o->n; i++)
+        if (replica_owner_rep_live(r, &o->reps[i], now)) {
+            o->reps[i].share = -1.0; /* not fixed yet */
+            nl++;
+        }
+    if (nl == 0)
+        return;
+    if (dsum <= 0.0) {
+        for (uint32_t i = 0; i < o->n; i++)
+            if (o->reps[i].share < -0.5)
+                o->reps[i].share = (float)(avail / (double)nl);
+        return;
+    }
+    double left = avail, dleft = dsum;
+    for (int round = 0; round < 4 && dleft > 0.0; round++) {
+        int capped = 0;
+        for (uint32_t i = 0; i < o->n; i++) {
+            struct orep *rp = &o->reps[i];
+            if (rp->share > -0.5)
+                continue;
+            double d = (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
+            double cap = SPLIT_HEADROOM * d / rate;
+            if (left * d / dleft > cap) {
+                rp->share = (float)cap;
+                capped = 1;
+            }
+        }
+        if (!capped)
+            break;
+        left = avail;
+        dleft = 0.0;
+        for (uint32_t i = 0; i < o->n; i++) {
+            struct orep *rp = &o->reps[i];
+            if (!replica_owner_rep_live(r, rp, now))
+                continue;
+            if (rp->share > -0.5)
+                left -= rp->share;
+            else
+                dleft += (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
+        }
+        if (left < 0.0)
+            left = 0.0;
+    }
+    for (uint32_t i = 0; i < o->n; i++) {
+        struct orep *rp = &o->reps[i];
+        if (rp->share > -0.5 || !replica_owner_rep_live(r, rp, now))
+            continue;
+        double d = (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
+        rp->share = (float)(dleft > 0.0 ? left * d / dleft : 0.0);
+    }
+}
+
+/*
+ * The cluster's bucket.  Shares split the rate, and each node's bucket
+ * holds its share of the burst; but a share that shrinks throws its extra
+ * units away and one that grows gets none, so a key whose burst matters more
+ * than its rate (15 a minute with a burst of 15, spread over many nodes)
+ * would admit far less than one central bucket.  So the owner keeps that
+ * central bucket as a GCRA (o->tat) fed by the units its reporters
+ * admitted, and knows what each holds: its last report's tokens, plus what
+ * it refilled since at the share it was leased, plus grants it has not
+ * acknowledged.  A silent reporter may be spending: it counts as holding
+ * what it held plus all it could have refilled since; a presumed-dead one
+ * holds nothing.
+ *
+ * What the central bucket has beyond all that is granted to the live
+ * reporters with room in their buckets, in proportion to the room (leases
+ * carry the running total, rp->g_sent), by a settled owner only (a new or
+ * cut-off one does not know enough).  The account errs on the side of
+ * holding: what it cannot know (a moved key's past, a silent node's
+ * spending) counts as taken, so a grant never makes a unit twice.
+ */
+
+/* Units rp holds, by its owner's account; *room: what its bucket could
+ * take at its new share.  -1 for a reporter presumed dead. */
+static double replica_owner__held(const struct replica *r, const struct orep *rp, int64_t now,
+                                  double em, double limit, double *room)
+{
+    double had = rp->sent_share > 0.0F ? rp->sent_share : 0.0;
+    double since = now > rp->last_at ? (double)(now - rp->last_at) : 0.0;
+    /* Leased nothing, a node cannot spend a part of a unit: it is not
+     * held (a share later refills it, a unit early at most). */
+    double h = had > 0.0 ? rp->tokens + had * since / em : floor(rp->tokens);
+    double out = (double)(uint32_t)(rp->g_sent - rp->g_ack) / 1000.0;
+    *room = 0.0;
+    if (replica_owner_rep_live(r, rp, now)) {
+        double cap = had * limit < 1.0 ? 1.0 : had * limit;
+        if (h > cap + 1.0)
+            h = cap + 1.0; /* a bucket holds no more (headroom included) */
+        /* Only a node that asks gets grants: units given to one that only
+         * peeked would sit there while the others are refused. */
+        if (rp->share > 0.0F && rp->demand > 0.0F && !(rp->flags & REP_IDLE)) {
+            double room_ = (rp->share * limit < 1.0 ? 1.0 : rp->share * limit) - h - out;
+            *room = room_ > 0.0 ? room_ : 0.0;
+        }
+    } else if (replica_owner__presumed_dead(r, rp)) {
+        return -1.0; /* what it held died with it */
+    }
+    return h + out;
+}
+
+/* Grants the central bucket's units that nobody holds to the live
+ * reporters with room, in proportion to the room (see above).  What the
+ * nodes hold beyond the bucket (the first units of a key each node takes
+ * before its owner hears of it) leaves nothing to grant. */
+static void replica_owner__grant(const struct replica *r, struct okey *o, int64_t now)
+{
+    double em = replica__em(&o->p);
+    double limit = (double)replica__limit(&o->p);
+    double slack = limit - replica_owner__used(o, now), roomsum = 0.0, room;
+    for (uint32_t i = 0; i < o->n; i++) {
+        double h = replica_owner__held(r, &o->reps[i], now, em, limit, &room);
+        if (h > 0.0)
+            slack -= h;
+        roomsum += room;
+    }
+    if (slack < 0.001 || roomsum <= 0.0) /* parts of a unit too: they complete one */
+        return;
+    double give = slack < roomsum ? slack : roomsum;
+    for (uint32_t i = 0; i < o->n; i++) {
+        struct orep *rp = &o->reps[i];
+        (void)replica_owner__held(r, rp, now, em, limit, &room);
+        if (room > 0.0)
+            rp->g_sent +=
+                (uint32_t)ceil(give * room / roomsum * 1000.0); /* whole units stay whole */
+    }
+}
+
+/*
+ * Free units: availability first.  Shares and grants alone keep each node
+ * to its part of the cluster's bucket, so demand spread thin over many nodes
+ * (each seeing a trickle) is refused on the node it lands on while the
+ * cluster's bucket is nearly full.  So while the owner's bucket has more
+ * than the demand it knows of can take before the next lease (its level,
+ * less the total demand over FREE_HORIZON intervals), each node that asks
+ * may admit `free` units beyond its own bucket until its next lease (or
+ * FREE_TTL intervals): its part of that spare by demand, at least one unit.
+ * What they admit is reported and poured into the cluster's bucket, so the
+ * spare shrinks and, near the limit, free units stop and the shares alone
+ * decide.  Far from the limit a node thus never needs a lease to admit;
+ * near it, the cluster's remaining units are shared out.  The free units
+ * outstanding at once are at most the spare plus one unit per node with
+ * demand: the bound of replica.h.
+ */
+static void replica_owner__free(const struct replica *r, struct okey *o, double dsum, int settled,
+                                int64_t now)
+{
+    double limit = (double)replica__limit(&o->p);
+    double spare = limit - replica_owner__used(o, now);
+    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
+    /* Below the limit the bucket refills faster than it drains: what it
+     * will have by the time the next leases are in use counts too. */
+    double ahead = spare + FREE_AHEAD * (double)r->interval / replica__em(&o->p);
+    uint32_t nl = 0;
+    double dall = 0.0; /* every reporter's demand, late ones included */
+    for (uint32_t i = 0; i < o->n; i++) {
+        nl += (uint32_t)replica_owner_rep_live(r, &o->reps[i], now);
+        dall += (o->reps[i].flags & REP_IDLE) ? 0.0 : o->reps[i].demand;
+    }
+    for (uint32_t i = 0; i < o->n; i++) {
+        struct orep *rp = &o->reps[i];
+        double d = (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
+        double f = 0.0;
+        /* A young life (a restart) gets no credit: no fresh quota. */
+        if (settled && spare >= 1.0 && replica_owner_rep_live(r, rp, now) &&
+            !(rp->flags & REP_YOUNG)) {
+            /* What the bucket has ahead (its spare plus FREE_AHEAD
+             * intervals of refill) by demand plus the same in equal parts,
+             * rounded up: the free units of all nodes sum to at most twice
+             * that plus one unit per node. */
+            if (dall < FREE_DEMAND_MAX * rate) {
+                double part = (dsum > 0.0 ? d / dsum : 0.0) + 1.0 / (double)nl;
+                f = ceil(ahead * part);
+                if (f < 1.0)
+                    f = 1.0;
+            }
+            /* Demand this far beyond the rate takes any spare at once: the
+             * grants share it out (replica_owner__grant); free units on top
+             * would give it twice. */
+            if (f > ahead)
+                f = ceil(ahead);
+            if (f > WIRE_FREE_MAX)
+                f = WIRE_FREE_MAX;
+        }
+        rp->free = (uint16_t)f;
+    }
+}
+
+/* Splits a key's limit between its reporters and sends the leases that
+ * changed or were asked for. */
+static void replica_owner__compute(struct replica *r, struct table_entry *te, int64_t now)
+{
+    struct okey *o = okey_of(te);
+    double reserved = 0.0, dsum = 0.0;
+    uint32_t nlive = 0;
+    /* Drop reporters that are gone; sum live demand and reserved shares. */
+    for (uint32_t i = 0; i < o->n;) {
+        struct orep *rp = &o->reps[i];
+        int live = replica_owner_rep_live(r, rp, now);
+        int idle = (rp->flags & REP_IDLE) != 0;
+        int gone = !r->mem[rp->member].in_view && r->mem[rp->member].was_viewed;
+        if (!live && (idle || gone || now - rp->last_at > r->phantom_max)) {
+            /* A node that went quiet still holds what its bucket held and
+             * may spend it when it comes back: out of the cluster's bucket
+             * until it reports again (replica_owner_on_report gives back what
+             * it then still holds).  A gone node's units went with it. */
+            if (!gone && o->p.bucket && o->p.policy == POLICY_PARTITION_SHARE && rp->tokens > 0.0F)
+                replica_owner__pour(o, ceil(rp->tokens), now);
+            *rp = o->reps[--o->n];
+            r->nreps--;
+            continue;
+        }
+        if (live) {
+            nlive++;
+            dsum += idle ? 0.0 : rp->demand;
+        } else if (o->p.policy == POLICY_PARTITION_SHARE && !idle &&
+                   !replica_owner__presumed_dead(r, rp)) {
+            reserved += rp->share;
+        }
+        i++;
+    }
+    o->p.flags &= (uint8_t)~OK_FRESH;
+    if (o->repay > 0.0F && now > o->computed_at) {
+        /* Repaying: the refill since the last computation went to nobody
+         * (avail 0 below), so it pays the credit back. */
+        double paid = (double)(now - o->computed_at) / replica__em(&o->p);
+        o->repay = (double)o->repay > paid ? (float)((double)o->repay - paid) : 0.0F;
+    }
+    o->computed_at = now;
+    if (nlive == 0)
+        return;
+    int64_t since = o->created_at > r->view_changed_at ? o->created_at : r->view_changed_at;
+    /* Settled: the view has held still for a silence window, this owner is
+     * not new to it, and the view is whole or this side is a strict
+     * majority (whose silent minority is presumed dead). */
+    int whole = r->complete || replica_owner__majority(r);
+    int settled = whole && now - since >= r->silence && now - r->born >= r->silence &&
+                  !replica__young(r, now);
+    double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
+    if (o->p.policy == POLICY_PARTITION_OPTIMISTIC && replica_owner_debt(o, now) > 0)
+        avail = 0.0; /* repaying: nobody admits until the cluster is back */
+    if (o->p.policy == POLICY_PARTITION_SHARE && o->p.bucket) {
+        /* Free units and first touches can take the cluster's bucket below
+         * empty (the bound of replica.h): the shares shrink until the debt
+         * is repaid, so the overshoot is a window's, not a lasting rate.
+         * One unit and an interval's refill are report timing, not debt. */
+        double limit = (double)replica__limit(&o->p);
+        /* Each node with demand may hold a whole unit however small its
+         * share, and one more under pressure (replica_node_cap): spending what
+         * they hold takes the bucket that far below empty with no excess
+         * over the leases (a hammered key on 100 nodes would otherwise
+         * look in debt most of the time and shrink its own rate). */
+        double held = 0.0;
+        for (uint32_t i = 0; i < o->n; i++) {
+            const struct orep *rp = &o->reps[i];
+            if (!replica_owner_rep_live(r, rp, now) || (rp->flags & REP_IDLE) || rp->demand <= 0.0F)
+                continue;
+            double part = (rp->sent_share > 0.0F ? rp->sent_share : 0.0) * limit;
+            held += (part < 1.0 ? 1.0 - part : 0.0) + 1.0;
+        }
+        double debt = replica_owner__used(o, now) - limit - replica_owner__timing(r, o) - held;
+        if (debt > 0.0)
+            avail = debt >= 0.5 * limit ? 0.0 : avail * limit / (limit + debt);
+        if (o->repay > 0.0F)
+            avail = 0.0;
+    }
+    if (avail < 0.0)
+        avail = 0.0;
+    int caution = o->p.policy == POLICY_PARTITION_SHARE && !settled;
+    replica_owner_split(r, o, avail, dsum, now);
+    if (caution) {
+        /* Until the owner has heard everyone through a settled, complete
+         * view, nobody grows beyond the share it held when the cluster was
+         * whole, and reporters without one split what those leave. */
+        double held = 0.0, fresh = 0.0;
+        for (uint32_t i = 0; i < o->n; i++) {
+            struct orep *rp = &o->reps[i];
+            if (!replica_owner_rep_live(r, rp, now))
+                continue;
+            if (rp->fshare_q > 0) {
+                if (rp->share > replica__rep_fshare(rp))
+                    rp->share = (float)replica__rep_fshare(rp);
+                held += rp->share;
+            } else {
+                fresh += rp->share;
+            }
+        }
+        double room = avail - held;
+        if (room < 0.0)
+            room = 0.0;
+        for (uint32_t i = 0; fresh > room && i < o->n; i++) {
+            struct orep *rp = &o->reps[i];
+            if (replica_owner_rep_live(r, rp, now) && rp->fshare_q == 0)
+                rp->share *= (float)(room / fresh);
+        }
+    }
+    if (settled && o->p.bucket)
+        replica_owner__grant(r, o, now);
+    /* Free units need a whole view and an owner past its young period, not
+     * a settled record: a record this owner made anew starts from what its
+     * reporters say they took (a new key's first touches included), and one
+     * that moved here or whose past this owner cannot know is taken as
+     * empty (replica_owner_on_report), which leaves no spare. */
+    replica_owner__free(r, o, dsum, whole && !replica__young(r, now), now);
+    double lvl = (double)replica__limit(&o->p) - replica_owner__used(o, now);
+    int64_t level_m = lvl < -9e15  ? (int64_t)-9e18
+                      : lvl > 9e15 ? (int64_t)9e18
+                                   : (int64_t)(lvl * 1000.0); /* no overflow for huge limits */
+    for (uint32_t i = 0; i < o->n; i++) {
+        struct orep *rp = &o->reps[i];
+        if (!replica_owner_rep_live(r, rp, now))
+            continue;
+        double w = rp->share;
+        double diff = fabs(w - rp->sent_share);
+        /* Unasked, a share goes out when it shrank (the bound needs it) or
+         * grew a lot; a small rise waits for the reporter's next report,
+         * which every lease answers.  Demand estimates wander by a few
+         * percent on every report, so a key asked on a hundred nodes would
+         * otherwise send each of them a lease at nearly every report of
+         * any (most of a fleet's replication traffic). */
+        double eps = w < rp->sent_share ? SHARE_EPS : SHARE_UP_EPS;
+        int changed = rp->sent_share < 0.0 || diff > eps * (rp->sent_share + 0.01) ||
+                      rp->free != rp->sent_free;
+        /* A grant not acknowledged yet goes out again (running total). */
+        if (!changed && !(rp->flags & REP_FRESH) && rp->g_sent == rp->g_ack)
+            continue;
+        rp->flags &= (uint8_t)~REP_FRESH;
+        rp->sent_share = (float)w;
+        rp->sent_free = rp->free;
+        uint64_t lflags = settled ? WIRE_L_SETTLED : 0;
+        uint64_t s = (uint64_t)(w * (double)WIRE_ONE);
+        if (s > WIRE_ONE)
+            s = WIRE_ONE;
+        double others = dsum - ((rp->flags & REP_IDLE) ? 0.0 : rp->demand);
+        struct wire_lease l = {table_entry_key(te),
+                               te->klen,
+                               s,
+                               lflags,
+                               rp->g_sent,
+                               rp->free,
+                               level_m,
+                               (uint64_t)(others <= 0.0   ? 0.0
+                                          : others > 1e15 ? 1e18
+                                                          : others * 1000.0),
+                               (uint32_t)rp->admitted,
+                               r->life};
+        if (rp->member == r->self) {
+            /* This node's own node side: no message (it checks, as for any
+             * owner, that this node owns the key by its own view). */
+            replica_node_deliver(r, table_entry_key(te), te->klen, rp->life, &l, now);
+            continue;
+        }
+        if (replica_append(r, rp->member, 1, rp->life, NULL, &l) == 0)
+            r->st.lease_entries_sent++;
+    }
+}
+
+/* Computes owner key i if it is due (reported on, or not refreshed for
+ * oevery); drops it when no reporter is left.  Returns OV_DROPPED if it
+ * was dropped (another key now sits at i), OV_COMPUTED if it was computed
+ * and kept, 0 if it was only looked at. */
+int replica_owner_visit(struct replica *r, size_t i, int64_t now)
+{
+    struct table_entry *te = r->ok[i];
+    struct okey *o = okey_of(te);
+    o->p.flags &= (uint8_t)~OK_QUEUED;
+    if (!(o->p.flags & OK_FRESH) && now - o->computed_at < r->oevery && o->n > 0)
+        return 0;
+    replica_owner__compute(r, te, now);
+    if (o->n == 0) { /* every reporter idle, gone or silent for long */
+        r->st.owned_gc++;
+        table_delete(r->owned, te); /* moves the last key to i */
+        return OV_DROPPED;
+    }
+    return OV_COMPUTED;
+}

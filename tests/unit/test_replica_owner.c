@@ -1,0 +1,162 @@
+/*
+ * Unit tests: the owner side of the replica (replica_owner.c) alone,
+ * through its private entry points (replica_int.h): a key's limit split
+ * between reporters of known demand, with no network and no node side.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replica_int.h"
+
+#define SEC 1000000000LL
+#define NOW (10 * SEC)
+
+static int sendfn(void *ud, const char *to, const uint8_t *buf, size_t len)
+{
+    (void)ud;
+    (void)to;
+    (void)buf;
+    (void)len;
+    return 0;
+}
+
+/* A replica "a" whose view holds a, b and c, all live (member ids 0, 1, 2). */
+static int setup(void **state)
+{
+    struct replica_config cfg = {0};
+    cfg.node_name = "a";
+    cfg.life_id = 1;
+    cfg.send = sendfn;
+    struct replica *r;
+    if (replica_create(&r, &cfg, 0) != 0)
+        return -1;
+    struct replica_member m[3] = {{"a", 1}, {"b", 1}, {"c", 1}};
+    if (replica_set_view(r, m, 3, 1, 0) != 0) {
+        replica_destroy(r);
+        return -1;
+    }
+    *state = r;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    replica_destroy(*state);
+    return 0;
+}
+
+/* An owner record of count units a second with three reporters (members
+ * 0, 1, 2) of the given demands (units/s), all reporting at NOW. */
+static void okey_init(struct okey *o, struct orep reps[3], int64_t count, const double demand[3])
+{
+    memset(o, 0, sizeof(*o));
+    o->p.count = count;
+    o->p.burst = count;
+    o->p.period_ns = SEC;
+    o->p.bucket = 1;
+    o->p.policy = POLICY_PARTITION_SHARE;
+    memset(reps, 0, 3 * sizeof(*reps));
+    for (int i = 0; i < 3; i++) {
+        reps[i].member = (uint16_t)i;
+        reps[i].life = 1;
+        reps[i].last_at = NOW;
+        reps[i].demand = (float)demand[i];
+        reps[i].sent_share = -1.0F;
+        reps[i].period_cs = 10;
+    }
+    o->reps = reps;
+    o->n = o->cap = 3;
+}
+
+/* Demand far above the rate: the whole limit goes out in proportion to
+ * demand (10:20:30 gets 1/6, 1/3, 1/2). */
+static void test_shares_in_proportion_to_demand(void **state)
+{
+    struct replica *r = *state;
+    struct okey o;
+    struct orep reps[3];
+    const double d[3] = {10.0, 20.0, 30.0};
+    okey_init(&o, reps, 30, d);
+    replica_owner_split(r, &o, 1.0, 60.0, NOW);
+    assert_true(fabs(reps[0].share - 1.0 / 6.0) < 1e-6);
+    assert_true(fabs(reps[1].share - 2.0 / 6.0) < 1e-6);
+    assert_true(fabs(reps[2].share - 3.0 / 6.0) < 1e-6);
+    /* What is available is split, no more: half of it leaves half. */
+    replica_owner_split(r, &o, 0.5, 60.0, NOW);
+    assert_true(fabs(reps[0].share - 0.5 / 6.0) < 1e-6);
+    assert_true(fabs(reps[2].share - 1.5 / 6.0) < 1e-6);
+}
+
+/* Demand well under the rate: nobody is leased more than SPLIT_HEADROOM x
+ * its own demand (10 of 300/s is a thirtieth of the rate: leased a
+ * tenth), and what they could not use stays unleased. */
+static void test_shares_capped_by_headroom(void **state)
+{
+    struct replica *r = *state;
+    struct okey o;
+    struct orep reps[3];
+    const double d[3] = {10.0, 20.0, 30.0};
+    okey_init(&o, reps, 300, d);
+    replica_owner_split(r, &o, 1.0, 60.0, NOW);
+    for (int i = 0; i < 3; i++)
+        assert_true(fabs(reps[i].share - SPLIT_HEADROOM * d[i] / 300.0) < 1e-6);
+    double sum = 0.0;
+    for (int i = 0; i < 3; i++)
+        sum += reps[i].share;
+    assert_true(fabs(sum - 0.6) < 1e-6);
+}
+
+/* No demand at all: equal shares.  An idle reporter counts no demand. */
+static void test_no_demand_equal_shares_and_idle(void **state)
+{
+    struct replica *r = *state;
+    struct okey o;
+    struct orep reps[3];
+    const double none[3] = {0.0, 0.0, 0.0};
+    okey_init(&o, reps, 30, none);
+    replica_owner_split(r, &o, 1.0, 0.0, NOW);
+    for (int i = 0; i < 3; i++)
+        assert_true(fabs(reps[i].share - 1.0 / 3.0) < 1e-6);
+    const double d[3] = {50.0, 50.0, 50.0};
+    okey_init(&o, reps, 30, d);
+    reps[1].flags = REP_IDLE;
+    replica_owner_split(r, &o, 1.0, 100.0, NOW);
+    assert_true(fabs(reps[0].share - 0.5) < 1e-6);
+    assert_true(reps[1].share == 0.0F);
+    assert_true(fabs(reps[2].share - 0.5) < 1e-6);
+}
+
+/* A reporter silent past its window does not speak for itself: the live
+ * ones split the whole by their demand and its share is left as it was. */
+static void test_silent_reporter_left_out(void **state)
+{
+    struct replica *r = *state;
+    struct okey o;
+    struct orep reps[3];
+    const double d[3] = {10.0, 30.0, 60.0};
+    okey_init(&o, reps, 30, d);
+    reps[2].last_at = NOW - 60 * SEC;
+    reps[2].share = 0.25F;
+    assert_false(replica_owner_rep_live(r, &reps[2], NOW));
+    assert_true(replica_owner_rep_live(r, &reps[0], NOW));
+    replica_owner_split(r, &o, 1.0, 40.0, NOW);
+    assert_true(fabs(reps[0].share - 0.25) < 1e-6);
+    assert_true(fabs(reps[1].share - 0.75) < 1e-6);
+    assert_true(reps[2].share == 0.25F);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_shares_in_proportion_to_demand, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shares_capped_by_headroom, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_demand_equal_shares_and_idle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silent_reporter_left_out, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
