@@ -51,7 +51,7 @@
  * Shares are fixed point, WIRE_ONE (2^32) = the whole limit; units are in
  * thousandths.  Integers use msgpack's smallest encoding: a report for
  * "user:42" is about 50 bytes (about 38 once its owner knows the limit:
- * the limit's fields are left out, replica.c), a lease about 30.  Bad values, a map key
+ * the limit's fields are left out, replica_node.c), a lease about 30.  Bad values, a map key
  * that is not an unsigned integer, a field twice or trailing bytes are
  * errors.
  */
