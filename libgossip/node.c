@@ -48,7 +48,7 @@
 #define TS_WINDOW_NS  (30000 * MS)
 #define REAP_CHECK_NS (1000 * MS)
 #define JOIN_RETRY_NS (2000 * MS)
-/* Seeds that are not live members get a push-pull from each node every
+/* Seeds that are not alive members get a push-pull from each node every
  * SEED_RETRY_NS, or live x SEED_RETRY_PER_NS in a larger cluster (about
  * 1 / SEED_RETRY_PER_NS exchanges a second over the cluster): see
  * seed_reconnect. */
@@ -1539,7 +1539,7 @@ static int addr_of_alive_member(const struct gossip_node *n, const struct gossip
 }
 
 /* Every SEED_RETRY_NS (longer in a large cluster), one seed (in turn) that
- * is neither this node nor a live member gets a push-pull.  Members believed
+ * is neither this node nor an alive member gets a push-pull.  Members believed
  * dead are tried at the periodic push-pull, but only until their tombstones
  * expire: a partition longer than that leaves two clusters that have
  * forgotten each other, each whole in its own eyes, and so does a cluster
