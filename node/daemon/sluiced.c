@@ -323,6 +323,13 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
     }
 }
 
+/* A key a reload turned global carries what it used as a local key (the
+ * cluster's replica asks once, as it creates the key). */
+static int64_t daemon_carry(void *ud, const char *key, size_t klen, const struct algo_params *p)
+{
+    return limiter_used(ud, key, klen, p);
+}
+
 static void on_maintain(uv_timer_t *t)
 {
     struct daemon *d = t->data;
@@ -923,6 +930,8 @@ int main(int argc, char **argv)
     clopt.max_keys = lcfg.max_keys ? lcfg.max_keys : LIMITER_DEFAULT_MAX_KEYS;
     clopt.evict = lcfg.overflow == LIMITER_OVERFLOW_EVICT;
     clopt.on_full_allow = lcfg.overflow == LIMITER_OVERFLOW_ALLOW;
+    clopt.carry = daemon_carry;
+    clopt.carry_ud = d.lim;
     rc = cluster_start(&d.loop, &clopt, &d.cluster, clerr, sizeof(clerr));
     if (rc < 0) {
         log_error("cluster: %s", clerr);

@@ -618,6 +618,34 @@ int64_t limiter_clock(const struct limiter *lim)
     return lim->last_now;
 }
 
+int64_t limiter_used(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p)
+{
+    int64_t now = lim->last_now;
+    struct table_entry *e = table_find(lim->table, key, klen);
+    if (e == NULL)
+        return 0;
+    if (e->tag != limiter__tag(p->kind))
+        return limiter__carry_across(e, p, NULL, now);
+    size_t ssz = algo_state_size(p), off = p->kind == ALGO_GCRA ? 0 : LIMITER_HDR;
+    int64_t tmp[LIMITER_TMP_WORDS];
+    if (ssz == 0 || ssz > sizeof(tmp))
+        return 0;
+    if (off != 0) {
+        const struct limiter__hdr *h = table_entry_value(e);
+        int64_t a, b;
+        limiter__shape(p, &a, &b);
+        if (h->shape_a != a || h->shape_b != b)
+            return limiter__carry(p, h, now);
+    }
+    /* A peek on a copy: the state stays the table's, unchanged. */
+    memcpy(tmp, (const char *)table_entry_value(e) + off, ssz);
+    struct algo_result r;
+    if (algo_decide(p, tmp, 0, now, &r) < 0 || r.limit <= 0)
+        return 0;
+    int64_t used = r.limit - (r.remaining > 0 ? r.remaining : 0);
+    return used <= 0 ? 0 : used < p->limit ? used : p->limit;
+}
+
 static const struct algo_params *limiter__req_params(const struct limiter_req *q)
 {
     return q->pol != NULL ? &q->pol->algo : q->p;
