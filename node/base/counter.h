@@ -60,4 +60,16 @@ static inline uint64_t counter_value(const struct counter_row *r, const void *st
     return v;
 }
 
+/* Adds every row of t in the stats struct at src to the same row at dst:
+ * one set of counters from several instances of a module (the two HTTP
+ * listeners), a row added to the table being summed with it.  Fields of
+ * the struct that no row names are left as they are in dst. */
+static inline void counter_table_add(const struct counter_table *t, void *dst, const void *src)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        uint64_t v = counter_value(&t->rows[i], dst) + counter_value(&t->rows[i], src);
+        memcpy((char *)dst + t->rows[i].off, &v, sizeof(v));
+    }
+}
+
 #endif
