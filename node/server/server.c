@@ -150,7 +150,7 @@ struct server {
     int tcp_sweep_init;
     uint64_t tcp_logged_at; /* uv_now of the last eviction/timeout log line */
     uint64_t tcp_unlogged_evictions, tcp_unlogged_timeouts;
-    uint64_t now_ns;
+    uint64_t now_ns; /* monotonic, read once at the start of the current read batch */
     struct server_stats stats;
     int listening;
     int bound;
@@ -263,14 +263,9 @@ struct clientmem_budget *server_memory_budget(struct server *s)
     return &s->budget;
 }
 
-uint64_t server_now_ns(const struct server *s)
-{
-    return s->now_ns;
-}
-
 int64_t server_client_now_ns(const struct server_client *c)
 {
-    return (int64_t)(c != NULL ? server_now_ns(server_client_server(c)) : uv_hrtime());
+    return (int64_t)(c != NULL ? server_client_server(c)->now_ns : uv_hrtime());
 }
 
 struct server *server_client_server(const struct server_client *c)

@@ -186,10 +186,8 @@ void server_reset_loop_max(struct server *s);
  * listeners join with their own pools (clientmem.h); owned by s, so they
  * must leave it before s is destroyed. */
 struct clientmem_budget *server_memory_budget(struct server *s);
-/* Monotonic nanoseconds read once at the start of the current read batch. */
-uint64_t server_now_ns(const struct server *s);
-
-/* The clock a handler decides with: server_now_ns of c's server, or the
+/* The clock a handler decides with: the monotonic nanoseconds c's server
+ * read once at the start of the current read batch, or the
  * monotonic clock when c is NULL (handlers called directly by tests). */
 int64_t server_client_now_ns(const struct server_client *c);
 
