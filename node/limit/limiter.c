@@ -33,6 +33,7 @@
 #include "table.h"
 #include "num.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +71,9 @@ struct limiter__hdr {
     int64_t shape_a, shape_b;
 };
 #define LIMITER_HDR ((size_t)sizeof(struct limiter__hdr))
+_Static_assert(offsetof(struct limiter__hdr, drain_at) == 0 &&
+                   sizeof(((struct limiter__hdr *)0)->drain_at) == 8,
+               "the drain time is the first 8 bytes of every value area (file comment)");
 
 static uint8_t limiter__tag(enum algo_kind k)
 {

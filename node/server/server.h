@@ -117,7 +117,8 @@ enum { SERVER_CONTINUE = 0, SERVER_CLOSE_AFTER_REPLY = 1 };
 /* Client memory budget when not configured (--max-client-memory's default):
  * 64 MiB, within the example Kubernetes limit next to a full key table. */
 #define SERVER_DEFAULT_MAX_CLIENT_MEMORY (64u * 1024 * 1024)
-#define SERVER_CLIENT_MEMORY_UNLIMITED   ((size_t)-1)
+_Static_assert(SERVER_DEFAULT_MAX_CLIENT_MEMORY == 64u << 20, "the comment above says 64 MiB");
+#define SERVER_CLIENT_MEMORY_UNLIMITED ((size_t)-1)
 
 /*
  * Executes one command (argc >= 1; the pointers are valid only during the
