@@ -7,9 +7,12 @@
  * const table beside it: per field, its INFO name, its metric family (the
  * text after "sluice_"), whether it is a running total or a gauge, and a
  * line of help.  INFO prints "info:value", /metrics prints the family with
- * the same value, so the two cannot disagree; adding a counter is the field
- * and one row.  The help of every family names its INFO field, which is how
- * a test (and a person) pairs them.
+ * the same value, so the two cannot disagree; adding a counter is the field,
+ * its increment and one row.  A row may name a field of a struct nested in
+ * the stats struct (COUNTER_ROW(struct daemon_rls_stats, srv.errors, ...)),
+ * so a module's stats are read where another keeps them, never copied field
+ * by field.  The help of every family names its INFO field, which is how a
+ * test (and a person) pairs them.
  *
  * Tables are static data; nothing here allocates or fails.
  */

@@ -97,7 +97,8 @@ struct commands_lease_stats {
 };
 /* Fills *out (all zero for a NULL l).  Never fails. */
 void commands_lease_get_stats(const struct commands_lease *l, struct commands_lease_stats *out);
-/* INFO's "# Leases" section (CRLF lines, then a blank line). */
+/* INFO's "# Leases" section, with the global slots' counters when
+ * clustered (CRLF lines, then a blank line). */
 void commands_lease_info(const struct commands_lease *l, struct resp_buf *text);
 /* struct commands_lease_stats' rows for INFO's "# Leases" and /metrics. */
 extern const struct counter_table commands_lease_counters;
