@@ -22,7 +22,8 @@
  * state differs from a fresh key's: a decision that leaves the key drained
  * (a peek, a refused oversize quantity, a key touched after it drained)
  * deletes or never creates the entry, and the table's rotating reclaim
- * frees keys that drain untouched.  Memory thus follows the number of keys
+ * frees keys that drain untouched (a key SL.ACQUIRE paced stays
+ * LIMITER_PACE_KEEP_NS longer).  Memory thus follows the number of keys
  * actually being limited.
  */
 #include "limiter.h"
@@ -56,8 +57,9 @@ struct limiter {
     struct algo_params a_params;
     int a_valid;
     uint64_t touched_drained; /* entries deleted because a call left them drained */
-    /* The counters limiter_counters renders; keys, reclaimed and evicted
-     * are the table's, filled in by limiter_get_stats. */
+    /* The counters limiter_counters renders; limiter_get_stats fills in
+     * keys and evicted from the table, and reclaimed as the table's plus
+     * touched_drained. */
     struct limiter_stats st;
     struct policy_set *policies;   /* one reference, or NULL */
     int has_match;                 /* some policy has a match prefix */
