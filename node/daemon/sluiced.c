@@ -235,14 +235,7 @@ static void daemon_listener_stats(struct daemon *d, struct daemon_counters *x)
             continue;
         struct http_stats hs;
         http_get_stats(hs_list[i], &hs);
-        x->http.requests += hs.requests;
-        x->http.bad_requests += hs.bad_requests;
-        x->http.too_big += hs.too_big;
-        x->http.timeouts += hs.timeouts;
-        x->http.refused += hs.refused;
-        x->http.evicted += hs.evicted;
-        x->http.mem_evicted += hs.mem_evicted;
-        x->http.open_conns += hs.open_conns;
+        counter_table_add(&http_counters, &x->http, &hs);
     }
     daemon_rls_get_stats(d->rls, &x->rls);
 }
