@@ -134,6 +134,7 @@ void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s
     s->shadowed_global = st.shadowed_global;
     s->health_checks = st.health_checks;
     s->health_not_serving = st.health_not_serving;
+    s->health_watches = st.health_watches;
     s->errors = st.errors;
     s->reloads = st.reloads;
     s->reload_failures = d->reload_failures;
@@ -146,6 +147,7 @@ void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s
         s->timeouts = vs.timeouts;
         s->memory_disconnects = vs.memory_evicted;
         s->deferred_reads = vs.deferred_reads;
+        s->watching = vs.watching;
         s->errors = vs.errors; /* the service's, and the server's own (method, framing) */
     }
 }
@@ -181,6 +183,10 @@ static const struct counter_row daemon_rls__rows[] = {
       "grpc.health.v1.Health/Check calls answered SERVING."),
     R(health_not_serving, "rls_health_not_serving", "rls_health_not_serving_total", COUNTER_TOTAL,
       "grpc.health.v1.Health/Check calls answered NOT_SERVING (the node not ready, as /ready)."),
+    R(health_watches, "rls_health_watches", "rls_health_watches_total", COUNTER_TOTAL,
+      "grpc.health.v1.Health/Watch calls started."),
+    R(watching, "grpc_health_watching", "rls_health_watching", COUNTER_GAUGE,
+      "grpc.health.v1.Health/Watch streams open now (at most 16 per connection, 1024 in all)."),
     R(errors, "rls_errors", "rls_errors_total", COUNTER_TOTAL,
       "gRPC calls answered with an error status."),
     R(connected, "grpc_connections", "rls_connections", COUNTER_GAUGE,
@@ -207,6 +213,12 @@ static const struct counter_row daemon_rls__rows[] = {
 #undef R
 
 const struct counter_table daemon_rls_counters = COUNTER_TABLE(daemon_rls__rows);
+
+void daemon_rls_health_changed(struct daemon_rls *d)
+{
+    if (d != NULL)
+        rls_server_health_changed(d->srv);
+}
 
 void daemon_rls_close(struct daemon_rls *d)
 {

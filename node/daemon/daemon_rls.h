@@ -53,8 +53,9 @@ int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
 /* The service's and its gRPC listener's counters (zero when off). */
 struct daemon_rls_stats {
     uint64_t calls, over_limit, shadowed, shadowed_global, health_checks, health_not_serving,
-        errors, reloads, reload_failures;
-    uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects, deferred_reads;
+        health_watches, errors, reloads, reload_failures;
+    uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects, deferred_reads,
+        watching;
 };
 /* Fills *out (all zero for a NULL d).  Never fails. */
 void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *out);
@@ -67,6 +68,9 @@ size_t daemon_rls_descriptor_stats(const struct daemon_rls *d, struct metrics_ke
 /* struct daemon_rls_stats' rows for INFO's "# Listeners" and /metrics. */
 extern const struct counter_table daemon_rls_counters;
 
+/* The node's readiness changed (a drain began): open health watches hear
+ * it now.  NULL ok. */
+void daemon_rls_health_changed(struct daemon_rls *d);
 /* Closes the listener and connections (the loop runs the closes); NULL ok. */
 void daemon_rls_close(struct daemon_rls *d);
 /* Frees everything, after the loop has run the closes; NULL ok. */
