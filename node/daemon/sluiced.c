@@ -155,10 +155,10 @@ static void usage(FILE *f)
             "  --help                   print this help and exit\n"
             "\n"
             "Signals: SIGINT and SIGTERM shut down cleanly and remove the socket (SIGTERM\n"
-            "after --shutdown-drain, if set).  SIGHUP\n"
-            "reloads the policies from --config FILE (a bad file keeps the running ones and\n"
-            "logs why); so does `sluicectl reload`.  SIGHUP also re-reads the cluster key\n"
-            "file, so keys rotate without a restart (install, use, remove).\n");
+            "after --shutdown-drain, if set).  SIGHUP reloads the policies from --config\n"
+            "FILE (a bad file keeps the running ones and logs why); so does `sluicectl\n"
+            "reload`.  SIGHUP also re-reads the cluster key file, so keys rotate without\n"
+            "a restart (install, use, remove).\n");
     cluster_flags_usage(f);
 }
 
