@@ -50,6 +50,7 @@ struct acquire_waiter {
     acquire_decide_fn decide;
     void *decide_ud;
     int64_t next_try_ns;
+    int promised;  /* next_try_ns is a refusal's promise (the waiter's slot) */
     int wake_only; /* acquire_submit_woken */
     int dry_run;
     int64_t qty;
@@ -314,9 +315,20 @@ static void acquire__refusal(struct acquire *a, struct acquire_waiter *w, int64_
  * (INT64_MAX: it cannot fit; the deadline will answer).  Other traffic, here
  * or on other nodes, may push the fit later: the timer then asks again.
  */
+static int64_t acquire__credit(const struct algo_params *p);
+
 static int acquire__poll(struct acquire_waiter *w, int64_t now)
 {
-    int rc = w->decide(w->decide_ud, w->q->key, w->q->klen, &w->p, w->pol, w->qty, &w->r);
+    /* Charged at its slot when the timer woke it late (whole milliseconds,
+     * the loop's slack), as a local waiter is (acquire__process): the
+     * lateness is not lost from the schedule.  Not before the request came,
+     * not further back than the catch-up (none for windows and leases). */
+    int64_t at = now;
+    if (w->promised && !w->wake_only && w->next_try_ns < now && w->next_try_ns >= w->start_ns &&
+        now - w->next_try_ns <= acquire__credit(&w->p))
+        at = w->next_try_ns;
+    w->promised = 0;
+    int rc = w->decide(w->decide_ud, w->q->key, w->q->klen, &w->p, w->pol, w->qty, at, &w->r);
     if (rc < 0) {
         memset(&w->r, 0, sizeof(w->r));
         w->r.limited = 1;
@@ -327,10 +339,14 @@ static int acquire__poll(struct acquire_waiter *w, int64_t now)
     }
     if (!w->r.limited)
         return 0;
-    if (w->r.retry_after_ns == ALGO_NEVER)
+    if (w->r.retry_after_ns == ALGO_NEVER) {
         w->next_try_ns = INT64_MAX;
-    else
-        w->next_try_ns = num_add_sat(now, w->r.retry_after_ns > 0 ? w->r.retry_after_ns : 1);
+    } else {
+        /* Counted from the reading it was decided at; due now at the
+         * latest means the next turn asks again. */
+        w->next_try_ns = num_add_sat(at, w->r.retry_after_ns > 0 ? w->r.retry_after_ns : 1);
+        w->promised = 1;
+    }
     return 1;
 }
 
@@ -360,8 +376,10 @@ static struct acquire_waiter *acquire__process(struct acquire_queue *q, int64_t 
             /* What freed this one's units may have freed more: the next
              * waiter of a wake-only key is asked now (and stops the round
              * if they do not fit: one waiter woken at a time). */
-            if (!w->r.limited && q->head != NULL && q->head->wake_only)
+            if (!w->r.limited && q->head != NULL && q->head->wake_only) {
                 q->head->next_try_ns = now;
+                q->head->promised = 0;
+            }
             continue;
         }
         /* Served at the time it was due when it fit then (the timer wakes
@@ -617,7 +635,7 @@ static int acquire__submit(struct acquire *a, const struct acquire_req *req,
          * if the refusal says it may fit before the deadline (wake-only:
          * unless it can never fit).  Dry-run policies are answered allowed
          * by the decider. */
-        rc = decide(decide_ud, req->key, req->klen, p, req->pol, req->qty, r);
+        rc = decide(decide_ud, req->key, req->klen, p, req->pol, req->qty, now_ns, r);
         if (rc < 0)
             return rc;
         if (!r->limited || req->timeout_ns == 0)
@@ -685,6 +703,7 @@ static int acquire__submit(struct acquire *a, const struct acquire_req *req,
     w->decide = decide;
     w->decide_ud = decide_ud;
     w->next_try_ns = next_try;
+    w->promised = decide != NULL && q->head == NULL && next_try != INT64_MAX && next_try > now_ns;
     w->wake_only = wake_only;
     w->qty = req->qty;
     w->start_ns = now_ns;
@@ -726,6 +745,7 @@ void acquire_wake(struct acquire *a, const char *key, size_t klen)
     if (q == NULL || q->head == NULL || q->head->decide == NULL)
         return;
     q->head->next_try_ns = 0;
+    q->head->promised = 0;
     /* Served on the next loop turn, not inside the caller's handler: an
      * answer unblocks a client, whose next commands must not run there. */
     uv_timer_start(&q->timer, acquire__on_timer, 0, 0);

@@ -80,14 +80,19 @@ int acquire_submit(struct acquire *a, const struct acquire_req *req, int64_t now
 
 /*
  * Decides qty units of key under p (pol: the policy p came from, or NULL)
- * somewhere other than the limiter, taking them if they fit now; fills *r
- * as algo_decide would, and on a refusal r->retry_after_ns says when they
- * may fit (ALGO_NEVER: never).  Returns 0 or a negative error.  Used for
+ * somewhere other than the limiter, taking them if they fit as of at_ns;
+ * fills *r as algo_decide would, and on a refusal r->retry_after_ns says
+ * when, counted from at_ns, they may fit (ALGO_NEVER: never).  at_ns is a
+ * reading of uv_hrtime: the time of the call for a new request, or, for a
+ * waiter the timer woke after the time its last refusal promised (its
+ * slot), that slot, if it is no further back than the catch-up (see
+ * acquire.c): the waiter is charged at its slot, so a paced caller keeps
+ * its rate despite late wake-ups.  Returns 0 or a negative error.  Used for
  * global keys, whose state is the cluster replica's.
  */
 typedef int (*acquire_decide_fn)(void *ud, const char *key, size_t klen,
                                  const struct algo_params *p, const struct policy *pol, int64_t qty,
-                                 struct algo_result *r);
+                                 int64_t at_ns, struct algo_result *r);
 
 /*
  * acquire_submit for a key decided by decide(decide_ud, ...) instead of the

@@ -223,7 +223,8 @@ static struct conc_owner *lease__owner(struct commands_lease *l, struct server_c
  * the queue is woken then (acquire_submit_woken).
  */
 static int lease__decide(void *ud, const char *key, size_t klen, const struct algo_params *p,
-                         const struct policy *pol, int64_t qty, struct algo_result *r)
+                         const struct policy *pol, int64_t qty, int64_t at_ns,
+                         struct algo_result *r)
 {
     struct lease_req *q = ud;
     struct commands_lease *l = q->l;
@@ -233,6 +234,7 @@ static int lease__decide(void *ud, const char *key, size_t klen, const struct al
     int rc;
     (void)p;
     (void)pol;
+    (void)at_ns; /* leases are not paced: a slot frees when its holder says so */
     if (s != NULL)
         cap = slots_cap(s, key, klen, q->limit, q->ttl_ns, conc_held(l->conc, key, klen), qty,
                         cluster_now_ns(l->cl));

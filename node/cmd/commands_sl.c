@@ -418,10 +418,11 @@ static int commands_sl__is_global(const struct commands_sl *sl, const struct sl_
 }
 
 /* The acquire layer's decider for global keys: the decision entry, on a
- * reading of the clock taken now (the layer asks when a waiter is due). */
+ * reading of the clock taken now, charged at at_ns when the layer says the
+ * waiter's slot came earlier (a late wake-up: acquire.h). */
 static int commands_sl__global_decide(void *ud, const char *key, size_t klen,
                                       const struct algo_params *p, const struct policy *pol,
-                                      int64_t qty, struct algo_result *r)
+                                      int64_t qty, int64_t at_ns, struct algo_result *r)
 {
     struct commands_sl *sl = ud;
     struct decide d = {sl->lim, sl->cl};
@@ -430,7 +431,8 @@ static int commands_sl__global_decide(void *ud, const char *key, size_t klen,
                            .pol = pol,
                            .p = pol != NULL ? NULL : p,
                            .scope = POLICY_SCOPE_GLOBAL, /* the caller found it global */
-                           .qty = qty};
+                           .qty = qty,
+                           .at_ns = at_ns};
     return decide_run(&d, &q, (int64_t)uv_hrtime(), r);
 }
 

@@ -72,6 +72,7 @@ struct readiness {
     int64_t accepted_at; /* last time an accepted packet arrived (or start) */
     int64_t auth_at;     /* last time a packet failed authentication (0: never) */
     int ever_joined;
+    int draining; /* readiness_set_draining: overrides the rest */
     int64_t warned_at[WARN_MAX_];
     int warned[WARN_MAX_];
 };
@@ -312,9 +313,15 @@ void readiness_tick(struct readiness *r, int64_t now)
     readiness__set(r, 1, "none");
 }
 
+void readiness_set_draining(struct readiness *r)
+{
+    if (r != NULL)
+        r->draining = 1;
+}
+
 int readiness_ready(const struct readiness *r)
 {
-    return r == NULL || r->ready;
+    return r == NULL || (r->ready && !r->draining);
 }
 
 const char *readiness_state(const struct readiness *r)
@@ -324,5 +331,8 @@ const char *readiness_state(const struct readiness *r)
 
 const char *readiness_reason(const struct readiness *r)
 {
+    if (r != NULL && r->draining)
+        return "draining: shutting down after SIGTERM, still answering until the drain period "
+               "ends";
     return r == NULL ? "none" : r->reason;
 }

@@ -39,6 +39,12 @@ void readiness_destroy(struct readiness *r);
 /* Re-evaluates (at most every 250 ms) and logs the warnings that are due. */
 void readiness_tick(struct readiness *r, int64_t now_ns);
 
+/* The daemon is shutting down and drains (SIGTERM with a drain period):
+ * not ready from now on, whatever the cluster says, with the reason
+ * "draining: ...", so probes and health checks send traffic elsewhere
+ * while the daemon still answers.  NULL ok; never undone. */
+void readiness_set_draining(struct readiness *r);
+
 /* 1 when ready.  NULL is ready (no readiness tracking). */
 int readiness_ready(const struct readiness *r);
 
@@ -46,7 +52,7 @@ int readiness_ready(const struct readiness *r);
 const char *readiness_state(const struct readiness *r);
 
 /* Why not ready, as "<code>: <detail>" with code one of alone,
- * partitioned, refused, not_synced; "none" when ready.  Owned by r, valid
+ * partitioned, refused, not_synced, draining; "none" when ready.  Owned by r, valid
  * until the next readiness_tick. */
 const char *readiness_reason(const struct readiness *r);
 

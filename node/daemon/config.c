@@ -487,6 +487,17 @@ static int config__sluiced_key(struct config_parser *ps, const char *k, const ch
             cfg->http_idle_timeout_ms = (uint64_t)ms;
         else
             cfg->grpc_idle_timeout_ms = (uint64_t)ms;
+    } else if (strcmp(k, "shutdown_drain") == 0) {
+        /* seconds, or a duration (5s, 500ms); at most an hour */
+        int64_t ns;
+        rc = config__uint(v, 10, 3600, &u);
+        if (rc == 0)
+            ns = (int64_t)u * 1000000000;
+        else if (config_parse_duration(v, &ns) < 0 || ns > INT64_C(3600) * 1000000000)
+            BAD("shutdown_drain: expected seconds or a duration up to 1h, like 5s or 500ms, got "
+                "'%s'",
+                v);
+        cfg->shutdown_drain_ms = (uint64_t)(ns / 1000000);
     } else if (strcmp(k, "max_client_memory") == 0) {
         rc = config__uint(v, 10, UINT64_C(1) << 48, &u);
         if (rc < 0 || (u != 0 && u < 1024 * 1024))

@@ -66,6 +66,7 @@ struct config {
     uint64_t http_idle_timeout_ms; /* http_idle_timeout */
     uint32_t grpc_max_connections; /* grpc_max_connections */
     uint64_t grpc_idle_timeout_ms; /* grpc_idle_timeout (0: never) */
+    uint64_t shutdown_drain_ms;    /* shutdown_drain: SIGTERM's drain period (0: none) */
     /* [cluster] */
     int cluster;       /* 1 when a [cluster] section is present */
     char *node_name;   /* NULL: the host name */

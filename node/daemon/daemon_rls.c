@@ -164,6 +164,10 @@ static const struct counter_row daemon_rls__rows[] = {
     R(svc.health_not_serving, "rls_health_not_serving", "rls_health_not_serving_total",
       COUNTER_TOTAL,
       "grpc.health.v1.Health/Check calls answered NOT_SERVING (the node not ready, as /ready)."),
+    R(svc.health_watches, "rls_health_watches", "rls_health_watches_total", COUNTER_TOTAL,
+      "grpc.health.v1.Health/Watch calls started."),
+    R(srv.watching, "grpc_health_watching", "rls_health_watching", COUNTER_GAUGE,
+      "grpc.health.v1.Health/Watch streams open now (at most 16 per connection, 1024 in all)."),
     R(srv.errors, "rls_errors", "rls_errors_total", COUNTER_TOTAL,
       "gRPC calls answered with an error status."),
     R(srv.connected, "grpc_connections", "rls_connections", COUNTER_GAUGE,
@@ -190,6 +194,12 @@ static const struct counter_row daemon_rls__rows[] = {
 #undef R
 
 const struct counter_table daemon_rls_counters = COUNTER_TABLE(daemon_rls__rows);
+
+void daemon_rls_health_changed(struct daemon_rls *d)
+{
+    if (d != NULL)
+        rls_server_health_changed(d->srv);
+}
 
 void daemon_rls_close(struct daemon_rls *d)
 {

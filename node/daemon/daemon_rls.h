@@ -71,6 +71,9 @@ size_t daemon_rls_descriptor_stats(const struct daemon_rls *d, struct metrics_ke
 /* struct daemon_rls_stats' rows for INFO's "# Listeners" and /metrics. */
 extern const struct counter_table daemon_rls_counters;
 
+/* The node's readiness changed (a drain began): open health watches hear
+ * it now.  NULL ok. */
+void daemon_rls_health_changed(struct daemon_rls *d);
 /* Closes the listener and connections (the loop runs the closes); NULL ok. */
 void daemon_rls_close(struct daemon_rls *d);
 /* Frees everything, after the loop has run the closes; NULL ok. */

@@ -141,6 +141,12 @@ static void usage(FILE *f)
             "                           sliding-log\n"
             "  --ratelimit-headers      add RateLimit-Limit, -Remaining and -Reset to the\n"
             "                           service's answers (LIMIT_RESPONSE_HEADERS_ENABLED)\n"
+            "  --shutdown-drain S       on SIGTERM, drain for S seconds (or a duration:\n"
+            "                           5s, 500ms; at most 1h) before exiting: /ready, the\n"
+            "                           gRPC health service (Check and Watch) and INFO's\n"
+            "                           cluster_state say not ready at once while every\n"
+            "                           listener still answers; a second SIGTERM or a\n"
+            "                           SIGINT exits at once.  Default 0: exit at once\n"
             "  --config FILE            read the configuration (deploy/sluice.conf documents\n"
             "                           it): its [sluiced] settings, named policies and\n"
             "                           cluster; flags given here override the file.  An\n"
@@ -148,10 +154,11 @@ static void usage(FILE *f)
             "  --version                print the version and exit\n"
             "  --help                   print this help and exit\n"
             "\n"
-            "Signals: SIGINT and SIGTERM shut down cleanly and remove the socket.  SIGHUP\n"
-            "reloads the policies from --config FILE (a bad file keeps the running ones and\n"
-            "logs why); so does `sluicectl reload`.  SIGHUP also re-reads the cluster key\n"
-            "file, so keys rotate without a restart (install, use, remove).\n");
+            "Signals: SIGINT and SIGTERM shut down cleanly and remove the socket (SIGTERM\n"
+            "after --shutdown-drain, if set).  SIGHUP reloads the policies from --config\n"
+            "FILE (a bad file keeps the running ones and logs why); so does `sluicectl\n"
+            "reload`.  SIGHUP also re-reads the cluster key file, so keys rotate without\n"
+            "a restart (install, use, remove).\n");
     cluster_flags_usage(f);
 }
 
@@ -194,6 +201,9 @@ struct daemon {
     struct reload reload; /* the config file's policies for SL.RELOAD and SIGHUP */
     uv_signal_t sigint, sigterm, sighup;
     uv_timer_t maintain;
+    uv_timer_t drain;  /* SIGTERM's drain period, then the shutdown */
+    uint64_t drain_ms; /* --shutdown-drain; 0: SIGTERM shuts down at once */
+    int draining;      /* SIGTERM came: not ready, still answering */
     struct commands_sl *sl;
     struct server *srv;
     struct commands *cmds;
@@ -382,14 +392,45 @@ static void daemon_shutdown(struct daemon *d)
     }
     cluster_stop(d->cluster, NULL, NULL);
     uv_close((uv_handle_t *)&d->maintain, NULL);
+    uv_close((uv_handle_t *)&d->drain, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
 }
 
+static void on_drained(uv_timer_t *t)
+{
+    struct daemon *d = t->data;
+    log_info("drain period over, shutting down");
+    daemon_shutdown(d);
+}
+
+/*
+ * SIGTERM with a drain period: the node says it is not ready (/ready 503,
+ * gRPC health NOT_SERVING, open Watch streams told at once) so that
+ * Kubernetes and Envoy stop sending it work, while every listener keeps
+ * answering for drain_ms; then the shutdown.  Without one, and for SIGINT
+ * (a person at a terminal) or a second signal, the shutdown is at once.
+ */
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct daemon *d = h->data;
-    log_info("received %s, shutting down", signum == SIGINT ? "SIGINT" : "SIGTERM");
+    const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
+    if (d->draining) {
+        log_info("received %s while draining, shutting down now", name);
+        daemon_shutdown(d);
+        return;
+    }
+    if (signum == SIGTERM && d->drain_ms > 0) {
+        d->draining = 1;
+        readiness_set_draining(d->ready);
+        daemon_rls_health_changed(d->rls);
+        log_info("received SIGTERM, draining for %llu ms: not ready (/ready 503, gRPC health "
+                 "NOT_SERVING) while still answering; a second SIGTERM or a SIGINT stops at once",
+                 (unsigned long long)d->drain_ms);
+        uv_timer_start(&d->drain, on_drained, d->drain_ms, 0);
+        return;
+    }
+    log_info("received %s, shutting down", name);
     daemon_shutdown(d);
 }
 
@@ -502,6 +543,7 @@ enum {
     OPT_RL_CONFIG,
     OPT_RL_ALGORITHM,
     OPT_RL_HEADERS,
+    OPT_SHUTDOWN_DRAIN,
     OPT_VERSION,
     OPT_HELP,
 };
@@ -572,6 +614,7 @@ int main(int argc, char **argv)
         {"ratelimit-config", required_argument, NULL, OPT_RL_CONFIG},
         {"ratelimit-algorithm", required_argument, NULL, OPT_RL_ALGORITHM},
         {"ratelimit-headers", no_argument, NULL, OPT_RL_HEADERS},
+        {"shutdown-drain", required_argument, NULL, OPT_SHUTDOWN_DRAIN},
         {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, OPT_HELP},
         CLUSTER_FLAGS_LONG_OPTIONS,
@@ -588,6 +631,7 @@ int main(int argc, char **argv)
     struct http_throttle_config htcfg = {0};
     struct daemon_rls_options rlsopt = {0};
     struct http_config hcfg = {0};
+    uint64_t drain_ms = 0; /* --shutdown-drain */
     struct cluster_options clopt;
     cluster_options_init(&clopt);
     int opt;
@@ -636,6 +680,7 @@ int main(int argc, char **argv)
         hcfg.idle_timeout_ms = file_cfg.http_idle_timeout_ms;
         rlsopt.max_connections = file_cfg.grpc_max_connections;
         rlsopt.idle_timeout_ms = file_cfg.grpc_idle_timeout_ms;
+        drain_ms = file_cfg.shutdown_drain_ms;
     }
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
@@ -713,6 +758,20 @@ int main(int argc, char **argv)
             }
             hcfg.idle_timeout_ms = (uint64_t)v * 1000;
             break;
+        case OPT_SHUTDOWN_DRAIN: {
+            int64_t ns;
+            if (parse_size(optarg, 0, 3600, &v) == 0) {
+                ns = (int64_t)v * 1000000000;
+            } else if (config_parse_duration(optarg, &ns) < 0 || ns > INT64_C(3600) * 1000000000) {
+                fprintf(stderr,
+                        "sluiced: --shutdown-drain: expected seconds or a duration up to 1h, "
+                        "like 5s or 500ms, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            drain_ms = (uint64_t)(ns / 1000000);
+            break;
+        }
         case OPT_GRPC_IDLE:
             if (parse_size(optarg, 0, 86400 * 365, &v) < 0) {
                 fprintf(stderr, "sluiced: --grpc-idle-timeout: expected seconds, got '%s'\n",
@@ -1056,6 +1115,9 @@ int main(int argc, char **argv)
     uv_timer_init(&d.loop, &d.maintain);
     d.maintain.data = &d;
     uv_timer_start(&d.maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
+    uv_timer_init(&d.loop, &d.drain);
+    d.drain.data = &d;
+    d.drain_ms = drain_ms;
     uv_signal_init(&d.loop, &d.sigint);
     uv_signal_init(&d.loop, &d.sigterm);
     d.sigint.data = &d;

@@ -65,7 +65,8 @@ int decide_run_slow(const struct decide *d, const struct decide_req *q, int64_t 
         return rc;
     int global = d->cl != NULL && cluster_is_global(d->cl, q->pol, q->scope, p->kind);
     if (global) {
-        rc = decide__global(d, q, p, now_ns, out);
+        int64_t at = q->at_ns > 0 && q->at_ns < now_ns ? q->at_ns : now_ns;
+        rc = decide__global(d, q, p, at, out);
         if (rc == 0)
             limiter_settle_policy(d->lim, q->pol, q->qty, out, NULL);
         return rc;

@@ -61,6 +61,13 @@ struct decide_req {
     int scope;                   /* inline: enum policy_scope given, -1: default */
     int64_t qty;                 /* >= 0 */
     enum decide_op op;
+    /* A global key only: the reading to decide at when it is earlier than
+     * now_ns (a paced SL.ACQUIRE waiter's slot, that its timer woke after:
+     * acquire.h), so the lateness stays in the key's refill instead of
+     * being lost from the schedule; 0 or later: now_ns.  A local key's
+     * waiter is charged at its slot by the acquire layer itself
+     * (limiter_acquire_take). */
+    int64_t at_ns;
 };
 
 /* 1 when q's key is decided by the cluster (cluster_is_global on its
@@ -73,7 +80,8 @@ int decide_is_global(const struct decide *d, const struct decide_req *q);
 int64_t decide_clock(const struct decide *d, int global, int64_t now_ns);
 
 /*
- * Decides q at now_ns and fills *out (durations in ns, the cluster's
+ * Decides q at now_ns (a global key at q->at_ns when that is earlier) and
+ * fills *out (durations in ns, the cluster's
  * remaining for a global key).  DECIDE_CHARGE counts qty whatever the key
  * holds (limiter_charge) on a local key; on a global key it is counted as
  * an admission the node reports to the key's owner, so every node sees it,

@@ -20,6 +20,19 @@
  *                                <--------   DATA [0][len:4][RateLimitResponse]
  *                                <--------   HEADERS grpc-status 0  END_STREAM
  *
+ * Health/Watch is the one server-streaming call: its answer's HEADERS go
+ * out at once, then one DATA [0][len:4][HealthCheckResponse] with the
+ * status now, then one more each time the status changes; the stream
+ * stays open until the client cancels it, its grpc-timeout passes
+ * (trailers DEADLINE_EXCEEDED) or the connection closes.  The status is
+ * polled every RLS_WATCH_POLL_MS while a watch is open (readiness is a
+ * poll too), and re-read at once when the daemon says it changed
+ * (rls_server_health_changed: a drain).  A stream holds at most one
+ * unsent message: a client that does not read (HTTP/2 flow control) gets
+ * the latest status, not every one in between.  Watches are capped per
+ * connection (RLS_MAX_WATCHES_PER_CONN) and per listener (max_watches);
+ * past either the call is answered RESOURCE_EXHAUSTED.
+ *
  * Errors answer "trailers only" (one HEADERS with grpc-status, grpc-message
  * and END_STREAM): an unknown path UNIMPLEMENTED, a bad message
  * INVALID_ARGUMENT, an oversize one RESOURCE_EXHAUSTED (answered as soon as
@@ -69,6 +82,8 @@
 
 #define RLS_PATH            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 #define RLS_HEALTH_PATH     "/grpc.health.v1.Health/Check"
+#define RLS_WATCH_PATH      "/grpc.health.v1.Health/Watch"
+#define RLS_WATCH_POLL_MS   100
 #define RLS_LOG_INTERVAL_MS 10000
 #define RLS_TURN_BYTES      (256 * 1024)
 /* nghttp2's allocations carry their size in front, kept aligned. */
@@ -78,7 +93,7 @@ struct rls_stream {
     struct rls_stream *prev, *next; /* the connection's open streams */
     int32_t id;
     int method_post, grpc_ctype;
-    int path_ok;         /* 1: ShouldRateLimit, 2: Health/Check */
+    int path_ok;         /* 1: ShouldRateLimit, 2: Health/Check, 3: Health/Watch */
     char path[128];      /* for the UNIMPLEMENTED message, truncated */
     int64_t deadline_ns; /* 0: none */
     int bad_timeout;
@@ -88,6 +103,16 @@ struct rls_stream {
     size_t len, cap;
     uint8_t *resp; /* gRPC-framed response being sent */
     size_t resp_len, resp_off;
+    /* A Watch: in the server's list while streaming. */
+    struct rls_conn *conn;
+    struct rls_stream *w_prev, *w_next;
+    int watching;
+    int w_known;    /* a name Check knows (else SERVICE_UNKNOWN, forever) */
+    int w_status;   /* the last status queued */
+    int w_deferred; /* the data provider said DEFERRED: resume it */
+    int w_end;      /* a grpc-status to end with once the message is out; -1: none */
+    uint8_t w_msg[RLS_HEALTH_MSG_MAX];
+    size_t w_len, w_off; /* the one unsent message */
 };
 
 struct rls_conn {
@@ -109,6 +134,7 @@ struct rls_conn {
     size_t held;               /* rbuf's bytes read but not yet processed (a turn's budget) */
     int queued;                /* in the server's queue for a later turn */
     struct rls_conn *q_prev, *q_next;
+    size_t watches; /* Health/Watch streams open */
     char rbuf[16384];
 };
 
@@ -132,6 +158,9 @@ struct rls_server {
     struct clientmem_pool pool;
     uv_timer_t sweep; /* handshake and idle deadlines, once a second */
     int sweep_init;
+    struct rls_stream *watches; /* Health/Watch streams, every connection's */
+    uv_timer_t watch_poll;      /* re-reads the status while a watch is open */
+    int watch_init;
     uint64_t logged_at, logged_evicted, logged_timeouts, logged_mem;
     char err[512];
 };
@@ -247,8 +276,29 @@ static void rls_server__log(struct rls_server *srv)
     srv->logged_mem = s->memory_evicted;
 }
 
+/* Takes st out of the watch list and the counts (a no-op for others). */
+static void rls_server__unwatch(struct rls_conn *c, struct rls_stream *st)
+{
+    struct rls_server *srv = c->srv;
+    if (!st->watching)
+        return;
+    st->watching = 0;
+    if (st->w_prev != NULL)
+        st->w_prev->w_next = st->w_next;
+    else
+        srv->watches = st->w_next;
+    if (st->w_next != NULL)
+        st->w_next->w_prev = st->w_prev;
+    st->w_prev = st->w_next = NULL;
+    c->watches--;
+    srv->stats.watching--;
+    if (srv->stats.watching == 0 && srv->watch_init)
+        uv_timer_stop(&srv->watch_poll);
+}
+
 static void rls_server__stream_free(struct rls_conn *c, struct rls_stream *st)
 {
+    rls_server__unwatch(c, st);
     if (st->prev != NULL)
         st->prev->next = st->next;
     else
@@ -276,6 +326,7 @@ static void rls_server__on_closed(uv_handle_t *h)
     struct rls_stream *st = c->streams;
     while (st != NULL) {
         struct rls_stream *next = st->next;
+        rls_server__unwatch(c, st);
         free(st->body);
         free(st->resp);
         free(st);
@@ -549,6 +600,138 @@ static ssize_t rls_server__read_resp(nghttp2_session *h2, int32_t id, uint8_t *b
     return (ssize_t)n;
 }
 
+/* A watch's data: its one unsent message, else DEFERRED until the status
+ * changes; once w_end is set, the trailers with that status end it. */
+static ssize_t rls_server__read_watch(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len,
+                                      uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    struct rls_stream *st = src->ptr;
+    size_t n = st->w_len - st->w_off;
+    (void)ud;
+    if (n == 0 && st->w_end < 0) {
+        st->w_deferred = 1;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    if (n > len)
+        n = len;
+    memcpy(buf, st->w_msg + st->w_off, n);
+    st->w_off += n;
+    if (st->w_off == st->w_len && st->w_end >= 0) {
+        char code[12];
+        snprintf(code, sizeof(code), "%d", st->w_end);
+        nghttp2_nv trailers[] = {NV("grpc-status", code)};
+        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        if (nghttp2_submit_trailer(h2, id, trailers, 1) != 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
+    return (ssize_t)n;
+}
+
+/* Queues status on a watch (replacing a message not yet sent: the client
+ * wants the latest) and wakes its data provider; the caller flushes. */
+static void rls_server__watch_send(struct rls_conn *c, struct rls_stream *st, int status)
+{
+    st->w_status = status;
+    st->w_len = rls_service_health_pack(status, st->w_msg);
+    st->w_off = 0;
+    if (st->w_deferred) {
+        st->w_deferred = 0;
+        nghttp2_session_resume_data(c->h2, st->id);
+    }
+}
+
+/* Ends a watch with trailers carrying status (its deadline passed). */
+static void rls_server__watch_end(struct rls_conn *c, struct rls_stream *st, int status)
+{
+    st->w_end = status;
+    if (st->w_deferred) {
+        st->w_deferred = 0;
+        nghttp2_session_resume_data(c->h2, st->id);
+    }
+    rls_server__unwatch(c, st);
+}
+
+/* Every open watch: ends those past their deadline, and sends the status
+ * to those that last heard another.  The known names share one status,
+ * read once. */
+static void rls_server__watch_poll(struct rls_server *srv)
+{
+    if (srv->watches == NULL)
+        return;
+    int status = rls_service_health_status(srv->svc);
+    int64_t now = (int64_t)uv_hrtime();
+    struct rls_stream *next;
+    for (struct rls_stream *st = srv->watches; st != NULL; st = next) {
+        next = st->w_next;
+        struct rls_conn *c = st->conn;
+        if (c->closing)
+            continue;
+        if (st->deadline_ns != 0 && now > st->deadline_ns) {
+            rls_server__watch_end(c, st, RLS_GRPC_DEADLINE_EXCEEDED);
+        } else if (st->w_known && st->w_status != status) {
+            rls_server__watch_send(c, st, status);
+        } else {
+            continue;
+        }
+        rls_server__flush(c);
+        rls_server__account(c);
+    }
+}
+
+static void rls_server__on_watch_poll(uv_timer_t *t)
+{
+    rls_server__watch_poll(t->data);
+}
+
+void rls_server_health_changed(struct rls_server *srv)
+{
+    if (srv != NULL && !srv->closed)
+        rls_server__watch_poll(srv);
+}
+
+/* Health/Watch: the first message now, the stream kept open. */
+static void rls_server__watch(struct rls_conn *c, struct rls_stream *st, const uint8_t *msg,
+                              size_t msglen)
+{
+    struct rls_server *srv = c->srv;
+    char why[160];
+    int known;
+    if (c->watches >= RLS_MAX_WATCHES_PER_CONN || srv->stats.watching >= srv->cfg.max_watches) {
+        rls_server__fail(c, st, "200", RLS_GRPC_RESOURCE_EXHAUSTED,
+                         c->watches >= RLS_MAX_WATCHES_PER_CONN
+                             ? "too many health watches on this connection"
+                             : "too many health watches on this listener");
+        return;
+    }
+    int rc = rls_service_health_watch(srv->svc, msg, msglen, &known, why, sizeof(why));
+    if (rc < 0) {
+        rls_server__fail(c, st, "200", rls_service_grpc_status(rc), why);
+        return;
+    }
+    st->answered = 1;
+    st->conn = c;
+    st->w_known = known;
+    st->w_end = -1;
+    srv->stats.requests++;
+    rls_server__watch_send(
+        c, st, known ? rls_service_health_status(srv->svc) : RLS_HEALTH_SERVICE_UNKNOWN);
+    nghttp2_nv nva[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                        NV("grpc-accept-encoding", "identity")};
+    nghttp2_data_provider dp = {.source.ptr = st, .read_callback = rls_server__read_watch};
+    if (nghttp2_submit_response(c->h2, st->id, nva, sizeof(nva) / sizeof(nva[0]), &dp) != 0)
+        return; /* the stream is gone (reset meanwhile): nothing to watch */
+    st->watching = 1;
+    st->w_prev = NULL;
+    st->w_next = srv->watches;
+    if (st->w_next != NULL)
+        st->w_next->w_prev = st;
+    srv->watches = st;
+    c->watches++;
+    if (srv->stats.watching++ == 0 && srv->watch_init)
+        uv_timer_start(&srv->watch_poll, rls_server__on_watch_poll, RLS_WATCH_POLL_MS,
+                       RLS_WATCH_POLL_MS);
+}
+
 static void rls_server__answer(struct rls_conn *c, struct rls_stream *st)
 {
     struct rls_server *srv = c->srv;
@@ -591,6 +774,10 @@ static void rls_server__answer(struct rls_conn *c, struct rls_stream *st)
         rls_server__fail(c, st, "200", RLS_GRPC_INTERNAL,
                          rc < 0 ? "request message missing or truncated"
                                 : "more than one request message in a unary call");
+        return;
+    }
+    if (st->path_ok == 3) {
+        rls_server__watch(c, st, msg, msglen);
         return;
     }
     uint8_t *out;
@@ -653,6 +840,7 @@ static int rls_server__on_header(nghttp2_session *h2, const nghttp2_frame *f, co
     } else if (rls_server__eq(name, namelen, ":path")) {
         st->path_ok = rls_server__eq(value, valuelen, RLS_PATH)          ? 1
                       : rls_server__eq(value, valuelen, RLS_HEALTH_PATH) ? 2
+                      : rls_server__eq(value, valuelen, RLS_WATCH_PATH)  ? 3
                                                                          : 0;
         size_t n = valuelen < sizeof(st->path) - 1 ? valuelen : sizeof(st->path) - 1;
         memcpy(st->path, value, n);
@@ -919,6 +1107,8 @@ int rls_server_create(uv_loop_t *loop, const struct rls_server_config *cfg, stru
         s->cfg.max_conn_output = 1024 * 1024;
     if (s->cfg.handshake_timeout_ms == 0)
         s->cfg.handshake_timeout_ms = RLS_DEFAULT_HANDSHAKE_MS;
+    if (s->cfg.max_watches == 0)
+        s->cfg.max_watches = RLS_DEFAULT_MAX_WATCHES;
     s->pool.heaviest = rls_server__heaviest;
     s->pool.evict = rls_server__evict;
     s->pool.ud = s;
@@ -962,6 +1152,10 @@ int rls_server_start(struct rls_server *srv)
     srv->sweep_init = 1;
     uv_timer_start(&srv->sweep, rls_server__on_sweep, 1000, 1000);
     uv_unref((uv_handle_t *)&srv->sweep);
+    uv_timer_init(srv->loop, &srv->watch_poll);
+    srv->watch_poll.data = srv;
+    srv->watch_init = 1;
+    uv_unref((uv_handle_t *)&srv->watch_poll);
     return 0;
 }
 
@@ -984,6 +1178,10 @@ void rls_server_close(struct rls_server *srv)
     }
     if (srv->sweep_init)
         uv_close((uv_handle_t *)&srv->sweep, NULL);
+    if (srv->watch_init) {
+        srv->watch_init = 0;
+        uv_close((uv_handle_t *)&srv->watch_poll, NULL);
+    }
     if (srv->listener_open)
         uv_close((uv_handle_t *)&srv->listener, NULL);
     for (struct rls_conn *c = srv->conns; c != NULL; c = c->next)

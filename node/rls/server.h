@@ -22,6 +22,9 @@ struct clientmem_budget;
 
 #define RLS_DEFAULT_MAX_CONNECTIONS 1024
 #define RLS_DEFAULT_HANDSHAKE_MS    10000
+/* Health/Watch streams open at once, per connection and per listener. */
+#define RLS_MAX_WATCHES_PER_CONN 16
+#define RLS_DEFAULT_MAX_WATCHES  1024
 
 struct rls_server_config {
     const char *bind; /* "HOST:PORT" or "[V6]:PORT"; port 0 picks one */
@@ -44,6 +47,7 @@ struct rls_server_config {
     size_t max_message;     /* largest request message; 0: 65536 */
     size_t max_conn_input;  /* request bytes one connection may buffer; 0: 256 KiB */
     size_t max_conn_output; /* unsent bytes before reading pauses; 0: 1 MiB */
+    size_t max_watches;     /* Health/Watch streams at once; 0: RLS_DEFAULT_MAX_WATCHES */
 };
 
 struct rls_server_stats {
@@ -57,6 +61,7 @@ struct rls_server_stats {
     uint64_t errors;               /* of which with a non-OK grpc-status */
     uint64_t protocol_errors;      /* connections ended with GOAWAY for bad HTTP/2 */
     uint64_t deferred_reads;       /* reads held for a later loop turn's budget */
+    uint64_t watching;             /* Health/Watch streams open now */
 };
 
 struct rls_server;
@@ -69,6 +74,10 @@ int rls_server_create(uv_loop_t *loop, const struct rls_server_config *cfg, stru
 int rls_server_start(struct rls_server *srv);
 const char *rls_server_error(const struct rls_server *srv);
 void rls_server_close(struct rls_server *srv);
+/* The health status may have changed (the daemon started draining): every
+ * Health/Watch stream hears the new one now rather than at the next poll.
+ * NULL ok. */
+void rls_server_health_changed(struct rls_server *srv);
 void rls_server_destroy(struct rls_server *srv);
 void rls_server_get_stats(const struct rls_server *srv, struct rls_server_stats *out);
 

@@ -668,20 +668,31 @@ done:
 }
 
 /*
- * grpc.health.v1.Health/Check, as envoyproxy/ratelimit's health server
- * answers it: the server as a whole ("") and the service by its name
+ * grpc.health.v1.Health, as envoyproxy/ratelimit's health server answers
+ * it: the server as a whole ("") and the service by its name
  * ("ratelimit", and its full gRPC name) are SERVING while the node is
  * ready, NOT_SERVING while it is not (the daemon's callback: /ready's
- * notion), or while no domain is loaded under healthy_needs_config (as
- * HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED); any other name is NOT_FOUND.
+ * notion, which also says not ready while the daemon drains before it
+ * exits), or while no domain is loaded under healthy_needs_config (as
+ * HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).  Any other name is NOT_FOUND
+ * for Check and SERVICE_UNKNOWN for Watch, as health.proto says.
+ *
+ * Both calls take a HealthCheckRequest (field 1, service, a string) and
+ * answer HealthCheckResponse messages (field 1, status, an enum):
+ *
+ *   [0][len:4] 0x08 STATUS       (7 bytes with the gRPC prefix)
+ *
  * The decoder allocates from the call's arena, bounded by the message's
  * size as a ShouldRateLimit call.
  */
-int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, uint8_t **out,
-                       size_t *outlen, char *why, size_t whylen)
+static const char *const rls_service__health_names[] = {
+    "", "ratelimit", "envoy.service.ratelimit.v3.RateLimitService"};
+
+/* The request's service name: *known 1 when it is one of ours.  Fails
+ * with -SLUICE_EPROTO (malformed) or -SLUICE_ENOMEM, why set. */
+static int rls_service__health_name(struct rls_service *svc, const uint8_t *req, size_t len,
+                                    int *known, char *why, size_t whylen)
 {
-    static const char *const names[] = {"", "ratelimit",
-                                        "envoy.service.ratelimit.v3.RateLimitService"};
     struct rls_arena *a = &svc->arena;
     ProtobufCAllocator alloc = {rls_service__alloc, rls_service__free, a};
     a->used = 0;
@@ -696,35 +707,68 @@ int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, 
                  a->exhausted ? "out of memory" : "malformed HealthCheckRequest");
         return a->exhausted ? -SLUICE_ENOMEM : -SLUICE_EPROTO;
     }
-    int known = 0;
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        known = known || strcmp(q->service, names[i]) == 0;
-    if (!known) {
+    *known = 0;
+    for (size_t i = 0; i < sizeof(rls_service__health_names) / sizeof(rls_service__health_names[0]);
+         i++)
+        *known = *known || strcmp(q->service, rls_service__health_names[i]) == 0;
+    if (!*known)
         snprintf(why, whylen, "unknown service %.64s", q->service);
-        grpc__health__v1__health_check_request__free_unpacked(q, &alloc);
-        svc->stats.errors++;
-        return -SLUICE_ENOENT;
-    }
     grpc__health__v1__health_check_request__free_unpacked(q, &alloc);
-    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    return 0;
+}
+
+int rls_service_health_status(struct rls_service *svc)
+{
     int serving = svc->cfg.ready == NULL || svc->cfg.ready(svc->cfg.ready_ud);
     if (svc->cfg.healthy_needs_config && rls_config_domains(svc->config) == 0)
         serving = 0;
-    resp.status = serving ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                          : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    return serving ? RLS_HEALTH_SERVING : RLS_HEALTH_NOT_SERVING;
+}
+
+size_t rls_service_health_pack(int status, uint8_t out[RLS_HEALTH_MSG_MAX])
+{
+    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    resp.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)status;
     size_t size = grpc__health__v1__health_check_response__get_packed_size(&resp);
-    uint8_t *buf = malloc(RLS_GRPC_PREFIX + size);
+    /* One enum field below 128: at most 2 bytes (none for UNKNOWN, 0). */
+    if (size > RLS_HEALTH_MSG_MAX - RLS_GRPC_PREFIX)
+        return 0;
+    rls_grpc_prefix(out, size);
+    grpc__health__v1__health_check_response__pack(&resp, out + RLS_GRPC_PREFIX);
+    return RLS_GRPC_PREFIX + size;
+}
+
+int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, uint8_t **out,
+                       size_t *outlen, char *why, size_t whylen)
+{
+    int known;
+    int rc = rls_service__health_name(svc, req, len, &known, why, whylen);
+    if (rc < 0)
+        return rc;
+    if (!known) {
+        svc->stats.errors++;
+        return -SLUICE_ENOENT;
+    }
+    int status = rls_service_health_status(svc);
+    uint8_t *buf = malloc(RLS_HEALTH_MSG_MAX);
     if (buf == NULL) {
         snprintf(why, whylen, "out of memory");
         return -SLUICE_ENOMEM;
     }
-    rls_grpc_prefix(buf, size);
-    grpc__health__v1__health_check_response__pack(&resp, buf + RLS_GRPC_PREFIX);
+    *outlen = rls_service_health_pack(status, buf);
     *out = buf;
-    *outlen = RLS_GRPC_PREFIX + size;
-    if (serving)
+    if (status == RLS_HEALTH_SERVING)
         svc->stats.health_checks++;
     else
         svc->stats.health_not_serving++;
     return 0;
+}
+
+int rls_service_health_watch(struct rls_service *svc, const uint8_t *req, size_t len, int *known,
+                             char *why, size_t whylen)
+{
+    int rc = rls_service__health_name(svc, req, len, known, why, whylen);
+    if (rc == 0)
+        svc->stats.health_watches++;
+    return rc;
 }

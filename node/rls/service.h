@@ -59,6 +59,7 @@ struct rls_service_stats {
     uint64_t errors;             /* calls answered with an error status */
     uint64_t health_checks;      /* grpc.health.v1 Check calls answered SERVING */
     uint64_t health_not_serving; /* ... answered NOT_SERVING */
+    uint64_t health_watches;     /* grpc.health.v1 Watch calls started */
     uint64_t reloads;            /* configs installed after the first */
 };
 
@@ -109,6 +110,16 @@ struct rls_descriptor_stat {
 size_t rls_service_descriptor_stats(const struct rls_service *svc,
                                     const struct rls_descriptor_stat **out);
 
+/* grpc.health.v1's ServingStatus values (health.proto). */
+enum rls_health_status {
+    RLS_HEALTH_SERVING = 1,
+    RLS_HEALTH_NOT_SERVING = 2,
+    RLS_HEALTH_SERVICE_UNKNOWN = 3, /* Watch only */
+};
+
+/* A HealthCheckResponse with its gRPC prefix fits in this many bytes. */
+#define RLS_HEALTH_MSG_MAX 16
+
 /*
  * One grpc.health.v1.Health/Check call: req is the HealthCheckRequest's
  * bytes (without the gRPC prefix); on success *out (malloc'ed, the
@@ -121,6 +132,25 @@ size_t rls_service_descriptor_stats(const struct rls_service *svc,
  */
 int rls_service_health(struct rls_service *svc, const uint8_t *req, size_t len, uint8_t **out,
                        size_t *outlen, char *why, size_t whylen);
+
+/*
+ * The start of a grpc.health.v1.Health/Watch call: parses req (as Check's)
+ * and sets *known to 1 when the name is one Check answers, 0 otherwise
+ * (the server then streams SERVICE_UNKNOWN, and keeps the call open, as
+ * health.proto says).  Fails with -SLUICE_EPROTO or -SLUICE_ENOMEM, why
+ * set.  The stream's messages come from rls_service_health_status() and
+ * rls_service_health_pack(); the server owns the stream.
+ */
+int rls_service_health_watch(struct rls_service *svc, const uint8_t *req, size_t len, int *known,
+                             char *why, size_t whylen);
+
+/* The status of the known names now: RLS_HEALTH_SERVING or
+ * RLS_HEALTH_NOT_SERVING, as Check would answer (counts nothing). */
+int rls_service_health_status(struct rls_service *svc);
+
+/* Writes the prefixed HealthCheckResponse for status into out; returns
+ * its length (0 only for a status that does not fit, none of the enum). */
+size_t rls_service_health_pack(int status, uint8_t out[RLS_HEALTH_MSG_MAX]);
 
 void rls_service_get_stats(const struct rls_service *svc, struct rls_service_stats *out);
 

@@ -175,6 +175,23 @@ class Daemon:
         s.connect(self.path)
         return s
 
+    def info(self, section=""):
+        """INFO [section]'s text, read over the Unix socket."""
+        s = self.connect()
+        try:
+            s.sendall(resp_command("INFO", section) if section else resp_command("INFO"))
+            head = recv_until(s, b"\r\n", limit=64)
+            n = int(head[1:head.index(b"\r\n")])
+            body = head[head.index(b"\r\n") + 2:]
+            while len(body) < n + 2:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+        finally:
+            s.close()
+        return body[:n].decode()
+
 
 def rss_kb(pid):
     """The resident set of process pid in kB (None once it is gone)."""

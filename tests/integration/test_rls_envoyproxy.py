@@ -557,6 +557,80 @@ class HealthTest(unittest.TestCase):
         with RlsDaemon([]) as s:
             self.assertEqual(self.checker(s)(), self.SERVING)
 
+    def watcher(self, s):
+        return s.chan.unary_stream("/grpc.health.v1.Health/Watch",
+                                   request_serializer=lambda b: b,
+                                   response_deserializer=lambda b: b)
+
+    def test_grpc_health_watch(self):
+        # grpc.health.v1.Health/Watch as health.proto defines it: the first
+        # message is the status now, then one each time it changes (here a
+        # domain loaded and removed under
+        # HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED), for "" and "ratelimit";
+        # an unknown name hears SERVICE_UNKNOWN (3) and the call stays open
+        import grpc
+        import sluicetest
+        env = {"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}
+        with RlsDaemon([], env=env) as s:
+            watch = self.watcher(s)
+            calls = [watch(b"", timeout=60), watch(b"\x0a\x09ratelimit", timeout=60)]
+            unknown = watch(b"\x0a\x03foo", timeout=60)
+            for c in calls:
+                self.assertEqual(next(c), self.NOT_SERVING)
+            self.assertEqual(next(unknown), b"\x08\x03")
+            path = os.path.join(s.cfgdir, "a.yaml")
+            with open(path, "w") as f:
+                f.write("domain: a\n")
+            for c in calls:
+                self.assertEqual(next(c), self.SERVING)
+            os.unlink(path)
+            for c in calls:
+                self.assertEqual(next(c), self.NOT_SERVING)
+            self.assertFalse(unknown.done())
+            # A malformed request is refused, as Check refuses it.
+            with self.assertRaises(grpc.RpcError) as e:
+                next(watch(b"\x0a\x09rate", timeout=5))
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            # ShouldRateLimit and Check still answer beside the open watches.
+            self.assertEqual(s.req("a", [("k", "v")]).overall_code, pb().RateLimitResponse.OK)
+            self.assertEqual(self.checker(s)(), self.NOT_SERVING)
+            # grpc-timeout ends a watch with DEADLINE_EXCEEDED.
+            short = watch(b"", timeout=1)
+            self.assertEqual(next(short), self.NOT_SERVING)
+            with self.assertRaises(grpc.RpcError) as e:
+                next(short)
+            self.assertEqual(e.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+            for c in calls + [unknown]:
+                c.cancel()
+            sluicetest.wait_until(lambda: "grpc_health_watching:0" in s.d.info("listeners"),
+                                  timeout=10, what="the cancelled watches closed")
+
+    def test_grpc_health_watch_bounded(self):
+        # At most 16 watches on one connection: the 17th is refused with
+        # RESOURCE_EXHAUSTED, and a cancelled one frees its place.
+        import grpc
+        with RlsDaemon(["examples/example.yaml"]) as s:
+            watch = self.watcher(s)
+            calls = [watch(b"", timeout=60) for _ in range(16)]
+            for c in calls:
+                self.assertEqual(next(c), self.SERVING)
+            with self.assertRaises(grpc.RpcError) as e:
+                next(watch(b"", timeout=5))
+            self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            calls.pop().cancel()
+            ok = None
+            for _ in range(50):
+                try:
+                    ok = watch(b"", timeout=60)
+                    self.assertEqual(next(ok), self.SERVING)
+                    break
+                except grpc.RpcError:
+                    ok = None
+                    time.sleep(0.1)
+            self.assertIsNotNone(ok, "a watch after one was cancelled")
+            for c in calls + [ok]:
+                c.cancel()
+
 
 # TestDetailedMetric's realisticExampleConfig (test/config/config_test.go),
 # as the YAML it stands for.

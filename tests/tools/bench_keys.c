@@ -156,12 +156,14 @@ struct bench_lease_req {
 
 /* The decider SL.LEASE gives the wait queue: a local key's cap is its n. */
 static int bench_lease_decide(void *ud, const char *key, size_t klen, const struct algo_params *p,
-                              const struct policy *pol, int64_t qty, struct algo_result *r)
+                              const struct policy *pol, int64_t qty, int64_t at_ns,
+                              struct algo_result *r)
 {
     struct bench_lease_req *q = ud;
     int rc = conc_acquire(q->c, key, klen, 4, qty, q->ttl, NULL, q->now, &q->res);
     (void)p;
     (void)pol;
+    (void)at_ns;
     if (rc < 0)
         return rc;
     memset(r, 0, sizeof(*r));

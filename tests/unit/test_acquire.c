@@ -483,7 +483,9 @@ static void test_close_with_waiters(void **state)
  * left, each check first finds that another node consumed since the last
  * one: avail_ns moves to push_ns after max(avail_ns, now), so the time the
  * previous refusal promised is stale when it is kept.  An allowed decision
- * takes one slot: avail_ns moves to now + step_ns.  Every call is recorded.
+ * takes one slot: avail_ns moves to now + step_ns.  "now" is the reading
+ * the layer asks to decide at (at_ns), as the replica decides.  Every call
+ * is recorded, with that reading and the clock when it was made.
  */
 struct fake {
     int refusals; /* refuse this many more times whatever the clock */
@@ -493,18 +495,22 @@ struct fake {
     int64_t avail_ns, push_ns, step_ns, retry_ns;
     int calls;
     int64_t asked_qty[64];
+    int64_t asked_at[64], asked_clock[64];
     const struct policy *asked_pol;
 };
 
 static int fake_decide(void *ud, const char *key, size_t klen, const struct algo_params *p,
-                       const struct policy *pol, int64_t qty, struct algo_result *r)
+                       const struct policy *pol, int64_t qty, int64_t at_ns, struct algo_result *r)
 {
     struct fake *fk = ud;
-    int64_t now = (int64_t)uv_hrtime();
+    int64_t now = at_ns;
     (void)key;
     (void)klen;
-    if (fk->calls < 64)
+    if (fk->calls < 64) {
         fk->asked_qty[fk->calls] = qty;
+        fk->asked_at[fk->calls] = at_ns;
+        fk->asked_clock[fk->calls] = (int64_t)uv_hrtime();
+    }
     fk->calls++;
     fk->asked_pol = pol;
     if (fk->fail < 0)
@@ -571,6 +577,40 @@ static void test_via_refuse_then_allow(void **state)
     assert_int_equal(fk.calls, 4);
     assert_true(f->log.r[0].waited_ns >= 15 * MS - MS);
     assert_int_equal(acquire_waiting(f->a), 0);
+}
+
+/* Pacing on a global key: a waiter the timer wakes after its slot (the
+ * time its refusal promised) is charged at that slot, not at the wake-up,
+ * so the lateness is not lost from the schedule; woken later than the
+ * catch-up (20 ms here), it is charged when it wakes. */
+static void test_via_charged_at_slot(void **state)
+{
+    struct fixture *f = *state;
+    struct algo_params p = mkp(ALGO_GCRA, 0, 100, S); /* one unit every 10 ms */
+    for (int stall = 0; stall < 2; stall++) {
+        int64_t t0 = (int64_t)uv_hrtime();
+        struct fake fk = {.avail_ns = t0 + 5 * MS, .step_ns = 10 * MS};
+        int64_t slot = fk.avail_ns;
+        struct ctx c = {.id = 1};
+        assert_int_equal(submit_via(f, &c, &fk, stall ? "slot2" : "slot1", &p, 1, 10 * S, NULL), 0);
+        if (stall) {
+            /* The loop held up well past the slot and the catch-up. */
+            while ((int64_t)uv_hrtime() < slot + 40 * MS)
+                uv_sleep(5);
+        }
+        uv_run(&f->loop, UV_RUN_DEFAULT);
+        assert_int_equal(f->log.n, stall + 1);
+        assert_int_equal(f->log.r[stall].limited, 0);
+        assert_int_equal(fk.calls, 2);
+        assert_true(fk.asked_at[0] < slot);
+        assert_true(fk.asked_clock[1] >= slot); /* woken at or after the slot */
+        if (stall)
+            assert_true(fk.asked_at[1] >= slot + 40 * MS); /* too late: charged now */
+        else
+            assert_int_equal(fk.asked_at[1], slot); /* charged at the slot */
+        /* the next slot follows the charged one, not the wake-up */
+        assert_int_equal(fk.avail_ns, fk.asked_at[1] + 10 * MS);
+    }
 }
 
 /* Each refusal's promise is made stale by other nodes' consumption: the
@@ -802,6 +842,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_policy_retained, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_with_waiters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_via_refuse_then_allow, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_via_charged_at_slot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_via_fit_moves_later, setup, teardown),
         cmocka_unit_test_setup_teardown(test_via_deadline_and_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_via_fifo, setup, teardown),

@@ -100,6 +100,35 @@ static void test_empty_is_defaults(void **unused)
     config_free(&cfg);
 }
 
+/* shutdown_drain: seconds or a duration, up to an hour; absent is 0. */
+static void test_shutdown_drain(void **unused)
+{
+    (void)unused;
+    char err[256];
+    struct config cfg;
+    const struct {
+        const char *text;
+        uint64_t ms;
+    } good[] = {{"[sluiced]\nshutdown_drain = 5\n", 5000},
+                {"[sluiced]\nshutdown_drain = 500ms\n", 500},
+                {"[sluiced]\nshutdown_drain = 1h\n", 3600000},
+                {"[sluiced]\nshutdown_drain = 0\n", 0},
+                {"[sluiced]\n", 0}};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        assert_int_equal(
+            config_load_buffer("t", good[i].text, strlen(good[i].text), &cfg, err, sizeof(err)), 0);
+        assert_int_equal(cfg.shutdown_drain_ms, good[i].ms);
+        config_free(&cfg);
+    }
+    const char *bad[] = {"[sluiced]\nshutdown_drain = 2h\n", "[sluiced]\nshutdown_drain = -1\n",
+                         "[sluiced]\nshutdown_drain = soon\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(config_load_buffer("t", bad[i], strlen(bad[i]), &cfg, err, sizeof(err)),
+                         -SLUICE_ECONFIG);
+        assert_non_null(strstr(err, "shutdown_drain"));
+    }
+}
+
 static void test_listener_crowd_keys(void **unused)
 {
     char err[256];
@@ -400,10 +429,15 @@ int main(void)
 {
     (void)test_seed("test_config");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_example_loads),          cmocka_unit_test(test_empty_is_defaults),
-        cmocka_unit_test(test_errors_name_their_line), cmocka_unit_test(test_warmup_policy),
-        cmocka_unit_test(test_lines_nul_and_size),     cmocka_unit_test(test_rate_and_duration),
-        cmocka_unit_test(test_listener_crowd_keys),    cmocka_unit_test(test_policy_set),
+        cmocka_unit_test(test_example_loads),
+        cmocka_unit_test(test_empty_is_defaults),
+        cmocka_unit_test(test_errors_name_their_line),
+        cmocka_unit_test(test_warmup_policy),
+        cmocka_unit_test(test_lines_nul_and_size),
+        cmocka_unit_test(test_rate_and_duration),
+        cmocka_unit_test(test_listener_crowd_keys),
+        cmocka_unit_test(test_shutdown_drain),
+        cmocka_unit_test(test_policy_set),
         cmocka_unit_test(test_concurrency_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -922,6 +922,46 @@ static void test_health_follows_readiness(void **state)
     rls_service_destroy(svc);
 }
 
+/* Watch's start and messages: known names follow readiness, an unknown
+ * one is SERVICE_UNKNOWN (not an error), a malformed request is refused. */
+static void test_health_watch(void **state)
+{
+    (void)state;
+    struct fake f = {0};
+    struct rls_service *svc;
+    struct rls_service_config sc = {.ready = ready_fn};
+    assert_int_equal(rls_service_create(&sc, fake_decide, &f, &svc), 0);
+    char why[128];
+    int known = -1;
+    const uint8_t rl[] = {0x0a, 0x09, 'r', 'a', 't', 'e', 'l', 'i', 'm', 'i', 't'};
+    const uint8_t foo[] = {0x0a, 0x03, 'f', 'o', 'o'};
+    const uint8_t bad[] = {0x0a, 0x09, 'r'};
+    assert_int_equal(rls_service_health_watch(svc, rl, sizeof(rl), &known, why, sizeof(why)), 0);
+    assert_int_equal(known, 1);
+    assert_int_equal(rls_service_health_watch(svc, NULL, 0, &known, why, sizeof(why)), 0);
+    assert_int_equal(known, 1); /* "": the server as a whole */
+    assert_int_equal(rls_service_health_watch(svc, foo, sizeof(foo), &known, why, sizeof(why)), 0);
+    assert_int_equal(known, 0);
+    assert_int_equal(rls_service_health_watch(svc, bad, sizeof(bad), &known, why, sizeof(why)),
+                     -SLUICE_EPROTO);
+    ready_flag = 1;
+    assert_int_equal(rls_service_health_status(svc), RLS_HEALTH_SERVING);
+    ready_flag = 0;
+    assert_int_equal(rls_service_health_status(svc), RLS_HEALTH_NOT_SERVING);
+    uint8_t msg[RLS_HEALTH_MSG_MAX];
+    const int statuses[] = {RLS_HEALTH_SERVING, RLS_HEALTH_NOT_SERVING, RLS_HEALTH_SERVICE_UNKNOWN};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(rls_service_health_pack(statuses[i], msg), 7);
+        const uint8_t want[] = {0, 0, 0, 0, 2, 0x08, (uint8_t)statuses[i]};
+        assert_memory_equal(msg, want, 7);
+    }
+    struct rls_service_stats st;
+    rls_service_get_stats(svc, &st);
+    assert_int_equal(st.health_watches, 3);
+    assert_int_equal(st.health_checks + st.health_not_serving, 0); /* status reads count none */
+    rls_service_destroy(svc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -945,6 +985,7 @@ int main(void)
         cmocka_unit_test(test_dynamic_metadata),
         cmocka_unit_test(test_dynamic_metadata_long),
         cmocka_unit_test(test_health_follows_readiness),
+        cmocka_unit_test(test_health_watch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
