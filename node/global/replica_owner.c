@@ -201,7 +201,21 @@ void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
         int back = share && r->now - rp->last_at > BACK_AFTER * r->interval;
         int64_t empty = r->now + (int64_t)((double)replica__limit(&o->p) * replica__em(&o->p));
         int64_t tat0 = o->tat;
-        replica_owner__pour(o, (double)(e->admitted - rp->admitted), r->now);
+        /* The units came over the time since its last report, not at
+         * once: poured from then (at most two report periods back), a
+         * node that admits at the rate keeps the bucket where one central
+         * GCRA would, where poured at now a report's batch looked like a
+         * debt (a key of burst 0 at its rate on one node, reported every
+         * 100 to 150 ms: 10 to 15 units at once, and its share went to 0
+         * for a fifth of a second at a time). */
+        int64_t since = rp->last_at, span = 2 * (int64_t)rp->period_cs * 10000000LL;
+        if (span < 2 * r->interval)
+            span = 2 * r->interval;
+        if (since < r->now - span)
+            since = r->now - span;
+        int64_t base = o->tat > since ? o->tat : since;
+        double add = (double)(e->admitted - rp->admitted) * replica__em(&o->p);
+        o->tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
         if (back && o->tat > empty)
             o->tat = tat0 > empty ? tat0 : empty;
     } else {

@@ -162,6 +162,62 @@ static void test_lone_node(void **state)
     assert_true(ok >= 9 && ok <= 11);
 }
 
+/* A key without a burst (burst 0, 100 a second) asked at just under its
+ * rate on one node, a request every 10.5 ms: one central GCRA admits every
+ * request, and so must the cluster once the owner has answered (before,
+ * the node holds 1/N of the rate), alone or with others that do not ask.
+ * Reports poured at once used to look like debt: 60% admitted on a real
+ * daemon, in runs of 20 refusals. */
+static void paced_no_burst(int nodes, int tick_ms)
+{
+    for (int i = 0; i < nodes; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(nodes);
+    run_ms(1000);
+    struct algo_params p = limit(0, 100, SEC);
+    int ok = 0, n = 0, run = 0, worst = 0; /* worst: printed */
+    int64_t t = 0;
+    for (int step = 0; step < 4000; step++) { /* 4 s in 1 ms steps */
+        net.now += MS;
+        for (int i = 0; i < nodes && step % tick_ms == 0; i++)
+            for (int slice = 0; slice < 100000 && net.now >= replica_next_deadline(net.r[i]);
+                 slice++)
+                replica_tick(net.r[i], net.now);
+        pump();
+        t += 1000;
+        if (t >= 10500) {
+            t -= 10500;
+            int a = ask(0, "nb", &p, 1);
+            if (step < 300) /* the owner's first answer */
+                continue;
+            ok += a;
+            n++;
+            run = a ? 0 : run + 1;
+            if (run > worst)
+                worst = run;
+        }
+    }
+    fprintf(stderr,
+            "no burst, %d node(s), ticks every %d ms: admitted %d of %d, longest refusal run %d\n",
+            nodes, tick_ms, ok, n, worst);
+    assert_true(ok == n);
+}
+
+static void test_paced_no_burst(void **state)
+{
+    (void)state;
+    /* The daemon's loop ticks the replica late now and then: a tick every
+     * 150 ms makes every report span one and a half intervals. */
+    for (int nodes = 1; nodes <= N; nodes += 2)
+        for (int tick_ms = 1; tick_ms <= 150; tick_ms += 149) {
+            paced_no_burst(nodes, tick_ms);
+            for (int i = 0; i < N; i++) {
+                replica_destroy(net.r[i]);
+                net.r[i] = NULL;
+            }
+        }
+}
+
 /* Three nodes with demand: the owner's shares never sum above one, and
  * the demanding node gets most of the limit once others go idle. */
 static void test_shares_follow_demand(void **state)
@@ -632,6 +688,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lone_node, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paced_no_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shares_follow_demand, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lone_consumer_whole_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_burst_follows_users, setup, teardown),
