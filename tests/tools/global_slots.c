@@ -116,8 +116,10 @@ static struct sim {
     int demand;
     int measuring;
     int64_t max_inflight;
-    int64_t expect; /* the living hold n again by then (the bound) */
-    int owner;      /* the key's owner in the view (-1: none yet) */
+    int64_t expect;      /* the living hold n again by then (the bound) */
+    int owner;           /* the key's owner in the view (-1: none yet) */
+    int64_t owner_since; /* when it became the owner */
+    int was_live[NMAX];  /* in the last view */
     double util_sum;
     int64_t util_ms;
 } S;
@@ -240,7 +242,24 @@ static void set_views(void)
     int owner = nl > 0 ? who[hrw_pick(hrw_hash(KEY, KLEN), mh, nl)] : -1;
     if (S.owner >= 0 && owner != S.owner && bound_at(S.now) > S.expect)
         S.expect = bound_at(S.now);
+    if (owner != S.owner)
+        S.owner_since = S.now;
     S.owner = owner;
+    /* A new ledger asks the members that rank next for the key whether
+     * they lent slots (slots.h); one that leaves the view before it answers
+     * may have lent until then, so the ledger holds for fresh + TTL from
+     * the moment it is seen gone: a death while the owner's ledger is
+     * young starts the wait again at its detection. */
+    int live_now[NMAX] = {0};
+    for (size_t k = 0; k < nl; k++)
+        live_now[who[k]] = 1;
+    for (int i = 0; i < S.nn; i++) {
+        if (S.was_live[i] && !live_now[i] && i != owner &&
+            S.now - S.owner_since <= S.fresh + S.ttl + (S.fresh + S.ttl) / 100 + 50 * MS &&
+            bound_at(S.now) > S.expect)
+            S.expect = bound_at(S.now);
+        S.was_live[i] = live_now[i];
+    }
     for (int i = 0; i < S.nn; i++)
         if (S.n[i].alive && slots_set_view(S.n[i].s, live, nl, (size_t)S.nn, S.now) < 0)
             abort();
