@@ -124,7 +124,8 @@ struct gossip_node {
     int conflict, claim_pending;
     int joined, prior_life; /* an exchange answered; our name had a past life */
     int64_t next_stranger;
-    int64_t next_verdict; /* a dead member's new life told its verdict (on_alive) */
+    int64_t next_ask_back; /* not joined yet: asking a peer that asked us */
+    int64_t next_verdict;  /* a dead member's new life told its verdict (on_alive) */
     struct gossip_addr conflict_addr, claim_addr;
     uint32_t claim_inc;
     int64_t claim_deadline, conflict_reply_at;
@@ -679,8 +680,11 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
     if (!m->is_self && other_life_news(n, m, life))
         return;
     if (m->is_self) {
-        if (!n->joined)
-            n->prior_life = 1; /* news of our name before we joined: a past life */
+        /* News of our name before we joined, from another life: a past
+         * life.  Of this life it is only a peer that knew us first (it
+         * probed us while our join was on its way, or lost). */
+        if (!n->joined && life != n->cfg.life_id)
+            n->prior_life = 1;
         if (!n->left)
             refute(n, inc);
         return;
@@ -768,8 +772,8 @@ static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_
         }
     }
     if (m->is_self) {
-        if (!n->joined)
-            n->prior_life = 1;
+        if (!n->joined && life != n->cfg.life_id)
+            n->prior_life = 1; /* as in on_suspect */
         if (!n->left)
             refute(n, inc);
         return;
@@ -1478,6 +1482,18 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
             snd->pp_replied_xid = m->seq;
             snd->pp_replied_life = p->life;
             pushpull_send(n, from, m->seq, 0);
+            if (!n->joined && n->now >= n->next_ask_back) {
+                /* A peer joins us, but no exchange of ours has been
+                 * answered: the first seed, whose own join went out before
+                 * its peers ran.  Ask the peer back at once rather than at
+                 * the next periodic push-pull (up to 30 s away), so this
+                 * node counts as joined one round trip after it does.  At
+                 * most one such exchange per STRANGER_NS; it stands for a
+                 * join retry too. */
+                n->next_ask_back = n->now + STRANGER_NS;
+                n->next_join = n->now + JOIN_RETRY_NS;
+                pushpull_start(n, from);
+            }
         }
     }
     gossip_node_flush(n); /* replies the application queued from its callbacks */
@@ -1570,8 +1586,20 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
     if (n->join_pending || (n->nseeds > 0 && n->live <= 1 && !n->left && now >= n->next_join)) {
         n->join_pending = 0;
         n->next_join = now + JOIN_RETRY_NS;
+        /* Not our own address: every node may list itself among the seeds
+         * (one seed list for all), and our packet would only come back to
+         * us as our own. */
         for (size_t i = 0; i < n->nseeds; i++)
-            pushpull_start(n, &n->seeds[i]);
+            if (!gossip_addr_equal(&n->seeds[i], &n->cfg.advertise))
+                pushpull_start(n, &n->seeds[i]);
+    } else if (!n->joined && n->live > 1 && !n->left && now >= n->next_join) {
+        /* Members know us, but no exchange of ours was answered yet (it was
+         * lost, or went out before they ran): one live member gets one,
+         * every JOIN_RETRY_NS until an answer comes. */
+        struct member *peer;
+        n->next_join = now + JOIN_RETRY_NS;
+        if (pick_random(n, 1, NULL, want_live, &peer) == 1)
+            pushpull_start(n, &peer->addr);
     }
     if (n->leave_pending) {
         /* Told directly to every live member (up to LEAVE_FANOUT), not left
@@ -1675,7 +1703,7 @@ int64_t gossip_node_next_deadline(const struct gossip_node *n)
     EARLIER(n->next_reap);
     if (n->join_pending || n->leave_pending)
         EARLIER(n->now);
-    if (n->nseeds > 0 && n->live <= 1 && !n->left)
+    if (!n->left && ((n->nseeds > 0 && n->live <= 1) || (!n->joined && n->live > 1)))
         EARLIER(n->next_join);
     if (!n->left) {
         if (!n->probe.active) {
