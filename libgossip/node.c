@@ -107,6 +107,7 @@ struct gossip_node {
     uint32_t seq, pp_xid;
     uint64_t app_seq, last_ts, packet_id, pp_cursor;
     int awareness, left, leave_pending, join_pending, probe_turn;
+    int revived_pending; /* we refuted our death: tell every live member (tick) */
     struct gossip_addr seeds[MAX_SEEDS];
     size_t nseeds, seed_turn;
     int64_t now, next_probe, next_gossip, next_pushpull, next_reap, next_join, next_seed;
@@ -774,8 +775,10 @@ static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_
     if (m->is_self) {
         if (!n->joined && life != n->cfg.life_id)
             n->prior_life = 1; /* as in on_suspect */
-        if (!n->left)
+        if (!n->left) {
             refute(n, inc);
+            n->revived_pending = 1;
+        }
         return;
     }
     m->incarnation = inc;
@@ -1390,10 +1393,13 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         case PROTO_DEAD:
             /* A full-state dead entry only makes us suspect (the member may
              * still refute); gossip of a death is acted on directly. */
-            if (pushpull)
+            if (pushpull) {
+                uint32_t inc = n->self->incarnation;
                 on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->life, m->from.ptr,
                            m->from.len);
-            else
+                if (n->self->incarnation != inc)
+                    n->revived_pending = 1; /* we refuted a death: see tick */
+            } else
                 on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 0, m->from.ptr,
                         m->from.len);
             break;
@@ -1618,6 +1624,29 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
         for (size_t i = 0; i < k; i++)
             send_one(n, &peers[i]->addr, &msg);
     }
+    if (n->revived_pending && n->joined) {
+        /* We refuted a verdict of death (or a leave of our name): members
+         * that hold it neither probe nor gossip to us, and the refutation's
+         * gossip, a few retransmissions, can miss some of them; they would
+         * learn it only from our next packet to them, up to a probe round
+         * away (longer under Lifeguard's slowed probes).  Tell every live
+         * member directly (up to LEAVE_FANOUT; gossip tells the rest), once
+         * the packet that accused us was read, so members it taught us are
+         * told too, and not before our join is answered: a new life is
+         * told of its death as its join is read, before the answer that
+         * names the members. */
+        struct member *peers[LEAVE_FANOUT];
+        size_t k = 0;
+        n->revived_pending = 0;
+        for (size_t i = 0; i < n->t.n && k < LEAVE_FANOUT; i++)
+            if (!n->t.v[i]->is_self && is_live(n->t.v[i]))
+                peers[k++] = n->t.v[i];
+        struct proto_msg msg;
+        member_msg(n->self, n, &msg);
+        if (!n->left && !n->conflict && msg.type == PROTO_ALIVE)
+            for (size_t i = 0; i < k; i++)
+                send_one(n, &peers[i]->addr, &msg);
+    }
     if (!n->left) {
         struct probe *p = &n->probe;
         if (p->active && !p->acked && !p->indirect_sent && now >= p->timeout_at)
@@ -1701,7 +1730,7 @@ int64_t gossip_node_next_deadline(const struct gossip_node *n)
             d = (x);                                                                               \
     } while (0)
     EARLIER(n->next_reap);
-    if (n->join_pending || n->leave_pending)
+    if (n->join_pending || n->leave_pending || (n->revived_pending && n->joined))
         EARLIER(n->now);
     if (!n->left && ((n->nseeds > 0 && n->live <= 1) || (!n->joined && n->live > 1)))
         EARLIER(n->next_join);
