@@ -65,6 +65,8 @@ struct probe {
     int active, acked, indirect_sent;
     char target[GOSSIP_NAME_MAX + 1];
     size_t target_len;
+    uint32_t target_inc; /* the target's incarnation and life when pinged */
+    uint64_t target_life;
     uint32_t seq;
     int64_t timeout_at, end_at;
     int expected_nacks, nacks;
@@ -814,8 +816,12 @@ static void probe_finish(struct gossip_node *n)
      * confirmation (Lifeguard): it shortens the suspicion everywhere.
      * Without it a suspicion started by one accuser and spread by gossip
      * runs to its maximum timeout, since nobody else ever accuses. */
+    /* Only of the incarnation we pinged: a member that refuted, or came
+     * back in a new life, while the probe ran (a probe of a member then
+     * suspect, that died and restarted) is not the one that failed to
+     * answer, and a suspicion of it would undo its refutation. */
     struct member *m = member_find(&n->t, p->target, p->target_len);
-    if (m != NULL && !m->reaped &&
+    if (m != NULL && !m->reaped && m->incarnation == p->target_inc && m->life == p->target_life &&
         (m->state == GOSSIP_MEMBER_ALIVE || m->state == GOSSIP_MEMBER_SUSPECT)) {
         m->probe_failed = n->now;
         on_suspect(n, m->name, m->name_len, m->incarnation, m->life, n->name, n->name_len);
@@ -864,6 +870,8 @@ static void probe_start(struct gossip_node *n)
     p->active = 1;
     memcpy(p->target, m->name, m->name_len + 1);
     p->target_len = m->name_len;
+    p->target_inc = m->incarnation;
+    p->target_life = m->life;
     p->seq = ++n->seq;
     p->timeout_at = n->now + n->cfg.probe_timeout_ms * MS;
     p->end_at = n->now + interval;
