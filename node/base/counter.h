@@ -7,9 +7,12 @@
  * const table beside it: per field, its INFO name, its metric family (the
  * text after "sluice_"), whether it is a running total or a gauge, and a
  * line of help.  INFO prints "info:value", /metrics prints the family with
- * the same value, so the two cannot disagree; adding a counter is the field
- * and one row.  The help of every family names its INFO field, which is how
- * a test (and a person) pairs them.
+ * the same value, so the two cannot disagree; adding a counter is the field,
+ * its increment and one row.  A row may name a field of a struct nested in
+ * the stats struct (COUNTER_ROW(struct daemon_rls_stats, srv.errors, ...)),
+ * so a module's stats are read where another keeps them, never copied field
+ * by field.  The help of every family names its INFO field, which is how a
+ * test (and a person) pairs them.
  *
  * Tables are static data; nothing here allocates or fails.
  */
@@ -58,6 +61,18 @@ static inline uint64_t counter_value(const struct counter_row *r, const void *st
     uint64_t v;
     memcpy(&v, (const char *)stats + r->off, sizeof(v));
     return v;
+}
+
+/* Adds every row of t in the stats struct at src to the same row at dst:
+ * one set of counters from several instances of a module (the two HTTP
+ * listeners), a row added to the table being summed with it.  Fields of
+ * the struct that no row names are left as they are in dst. */
+static inline void counter_table_add(const struct counter_table *t, void *dst, const void *src)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        uint64_t v = counter_value(&t->rows[i], dst) + counter_value(&t->rows[i], src);
+        memcpy((char *)dst + t->rows[i].off, &v, sizeof(v));
+    }
 }
 
 #endif

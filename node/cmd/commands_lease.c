@@ -591,20 +591,12 @@ int commands_lease_renew(struct commands_sl *sl, struct server_client *c, int re
 
 void commands_lease_get_stats(const struct commands_lease *l, struct commands_lease_stats *out)
 {
-    struct conc_stats st;
     memset(out, 0, sizeof(*out));
     if (l == NULL)
         return;
-    conc_get_stats(l->conc, &st);
-    out->keys = st.keys;
-    out->leases = st.leases;
-    out->held = st.held;
+    conc_get_stats(l->conc, &out->conc);
     out->waiting = l->waiting;
-    out->granted = st.granted;
     out->refused = l->refused;
-    out->released = st.released;
-    out->expired = st.expired;
-    out->disconnect = st.disconnects;
     out->global_granted = l->global_granted;
     out->global_refused = l->global_refused;
 }
@@ -612,23 +604,25 @@ void commands_lease_get_stats(const struct commands_lease *l, struct commands_le
 #define LEASE_ROW(field, info, metric, kind, help)                                                 \
     COUNTER_ROW(struct commands_lease_stats, field, info, metric, kind, help)
 static const struct counter_row commands_lease__rows[] = {
-    LEASE_ROW(keys, "lease_keys", "lease_keys", COUNTER_GAUGE,
+    LEASE_ROW(conc.keys, "lease_keys", "lease_keys", COUNTER_GAUGE,
               "Keys with concurrency leases held on this node."),
-    LEASE_ROW(leases, "leases", "leases", COUNTER_GAUGE, "Concurrency leases alive on this node."),
-    LEASE_ROW(held, "leases_held", "leases_held", COUNTER_GAUGE,
+    LEASE_ROW(conc.leases, "leases", "leases", COUNTER_GAUGE,
+              "Concurrency leases alive on this node."),
+    LEASE_ROW(conc.held, "leases_held", "leases_held", COUNTER_GAUGE,
               "Units held by concurrency leases on this node."),
     LEASE_ROW(waiting, "leases_waiting", "leases_waiting", COUNTER_GAUGE,
               "SL.LEASE requests waiting for a unit."),
-    LEASE_ROW(granted, "leases_granted", "leases_granted_total", COUNTER_TOTAL,
+    LEASE_ROW(conc.granted, "leases_granted", "leases_granted_total", COUNTER_TOTAL,
               "Concurrency leases granted."),
     LEASE_ROW(refused, "leases_refused", "leases_refused_total", COUNTER_TOTAL,
               "SL.LEASE requests answered limited."),
-    LEASE_ROW(released, "leases_released", "leases_released_total", COUNTER_TOTAL,
+    LEASE_ROW(conc.released, "leases_released", "leases_released_total", COUNTER_TOTAL,
               "Leases ended by SL.RELEASE or DELETE /v1/lease."),
-    LEASE_ROW(expired, "leases_expired", "leases_expired_total", COUNTER_TOTAL,
+    LEASE_ROW(conc.expired, "leases_expired", "leases_expired_total", COUNTER_TOTAL,
               "Leases ended by their TTL."),
-    LEASE_ROW(disconnect, "leases_released_by_disconnect", "leases_released_by_disconnect_total",
-              COUNTER_TOTAL, "Leases ended because the connection that took them closed."),
+    LEASE_ROW(conc.disconnects, "leases_released_by_disconnect",
+              "leases_released_by_disconnect_total", COUNTER_TOTAL,
+              "Leases ended because the connection that took them closed."),
     LEASE_ROW(global_granted, "leases_global_granted", "leases_global_granted_total", COUNTER_TOTAL,
               "Concurrency leases granted on global keys (from lent slots)."),
     LEASE_ROW(global_refused, "leases_global_refused", "leases_global_refused_total", COUNTER_TOTAL,

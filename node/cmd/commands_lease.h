@@ -52,6 +52,7 @@
 
 #include "acquire.h"
 #include "commands_sl.h"
+#include "concurrency.h"
 #include "limiter.h"
 #include "resp.h"
 #include "server.h"
@@ -83,21 +84,21 @@ int commands_lease_release(struct commands_sl *sl, struct server_client *c, int 
 int commands_lease_renew(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                          const char **argv, const size_t *argvlen, struct resp_buf *out);
 
+/* The concurrency table's counters as it keeps them (keys, leases and
+ * units held now; leases granted, released, expired, ended by a
+ * disconnect), which commands_lease_counters' rows read in place, and the
+ * commands' own. */
 struct commands_lease_stats {
-    uint64_t keys;           /* keys with leases held on this node now */
-    uint64_t leases;         /* leases alive now */
-    uint64_t held;           /* units held now */
+    struct conc_stats conc;  /* its refused is not shown: SL.LEASE's refused below is */
     uint64_t waiting;        /* SL.LEASE requests waiting now */
-    uint64_t granted;        /* leases granted */
     uint64_t refused;        /* SL.LEASE answered limited */
-    uint64_t released;       /* leases ended by SL.RELEASE (or DELETE /v1/lease) */
-    uint64_t expired;        /* leases ended by their TTL */
-    uint64_t disconnect;     /* leases ended because their connection closed */
     uint64_t global_granted; /* leases granted on global keys */
     uint64_t global_refused; /* SL.LEASE on global keys answered limited */
 };
+/* Fills *out (all zero for a NULL l).  Never fails. */
 void commands_lease_get_stats(const struct commands_lease *l, struct commands_lease_stats *out);
-/* INFO's "# Leases" section (CRLF lines, then a blank line). */
+/* INFO's "# Leases" section, with the global slots' counters when
+ * clustered (CRLF lines, then a blank line). */
 void commands_lease_info(const struct commands_lease *l, struct resp_buf *text);
 /* struct commands_lease_stats' rows for INFO's "# Leases" and /metrics. */
 extern const struct counter_table commands_lease_counters;

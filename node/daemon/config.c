@@ -926,7 +926,8 @@ static void config__finish(struct config_parser *ps)
     }
 }
 
-int config_defaults(struct config *cfg)
+/* Fills cfg with the defaults (what an empty file gives).  -SLUICE_ENOMEM. */
+static int config__defaults(struct config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->socket_mode = 0660;
@@ -995,7 +996,7 @@ int config_load_buffer(const char *name, const char *buf, size_t len, struct con
         config__fail(&ps, 0, -SLUICE_ETOOBIG, "file larger than %u bytes", CONFIG_MAX_BYTES);
         return ps.rc;
     }
-    rc = config_defaults(cfg);
+    rc = config__defaults(cfg);
     if (rc < 0) {
         config__fail(&ps, 0, rc, "out of memory");
         return rc;

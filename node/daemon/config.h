@@ -84,9 +84,6 @@ struct config {
     size_t npolicies;
 };
 
-/* Fills cfg with the defaults (what an empty file gives).  -SLUICE_ENOMEM. */
-int config_defaults(struct config *cfg);
-
 /*
  * Reads and validates the file at path into *cfg (which need not be
  * initialised).  On failure returns -SLUICE_ECONFIG (bad content),

@@ -123,31 +123,13 @@ static int daemon_rls__ready(void *ud)
 
 void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *s)
 {
-    struct rls_service_stats st;
     memset(s, 0, sizeof(*s));
     if (d == NULL)
         return;
-    rls_service_get_stats(d->svc, &st);
-    s->calls = st.calls;
-    s->over_limit = st.over_limit;
-    s->shadowed = st.shadowed;
-    s->shadowed_global = st.shadowed_global;
-    s->health_checks = st.health_checks;
-    s->health_not_serving = st.health_not_serving;
-    s->errors = st.errors;
-    s->reloads = st.reloads;
+    rls_service_get_stats(d->svc, &s->svc);
+    if (d->srv != NULL)
+        rls_server_get_stats(d->srv, &s->srv);
     s->reload_failures = d->reload_failures;
-    if (d->srv != NULL) {
-        struct rls_server_stats vs;
-        rls_server_get_stats(d->srv, &vs);
-        s->connected = vs.connected;
-        s->protocol_errors = vs.protocol_errors;
-        s->evictions = vs.evicted;
-        s->timeouts = vs.timeouts;
-        s->memory_disconnects = vs.memory_evicted;
-        s->deferred_reads = vs.deferred_reads;
-        s->errors = vs.errors; /* the service's, and the server's own (method, framing) */
-    }
 }
 
 size_t daemon_rls_descriptor_stats(const struct daemon_rls *d, struct metrics_keyed *out,
@@ -169,36 +151,37 @@ size_t daemon_rls_descriptor_stats(const struct daemon_rls *d, struct metrics_ke
     COUNTER_ROW(struct daemon_rls_stats, field, info, metric, kind, help)
 
 static const struct counter_row daemon_rls__rows[] = {
-    R(calls, "rls_calls", "rls_calls_total", COUNTER_TOTAL,
+    R(svc.calls, "rls_calls", "rls_calls_total", COUNTER_TOTAL,
       "ShouldRateLimit calls answered (Envoy's rate limit service)."),
-    R(over_limit, "rls_over_limit", "rls_over_limit_total", COUNTER_TOTAL,
+    R(svc.over_limit, "rls_over_limit", "rls_over_limit_total", COUNTER_TOTAL,
       "ShouldRateLimit answers with overall_code OVER_LIMIT."),
-    R(shadowed, "rls_shadow_mode", "rls_shadow_mode_total", COUNTER_TOTAL,
+    R(svc.shadowed, "rls_shadow_mode", "rls_shadow_mode_total", COUNTER_TOTAL,
       "Descriptors over their limit answered OK by shadow_mode."),
-    R(shadowed_global, "rls_global_shadow_mode", "rls_global_shadow_mode_total", COUNTER_TOTAL,
+    R(svc.shadowed_global, "rls_global_shadow_mode", "rls_global_shadow_mode_total", COUNTER_TOTAL,
       "ShouldRateLimit answers OVER_LIMIT turned OK by SHADOW_MODE=true."),
-    R(health_checks, "rls_health_checks", "rls_health_checks_total", COUNTER_TOTAL,
+    R(svc.health_checks, "rls_health_checks", "rls_health_checks_total", COUNTER_TOTAL,
       "grpc.health.v1.Health/Check calls answered SERVING."),
-    R(health_not_serving, "rls_health_not_serving", "rls_health_not_serving_total", COUNTER_TOTAL,
+    R(svc.health_not_serving, "rls_health_not_serving", "rls_health_not_serving_total",
+      COUNTER_TOTAL,
       "grpc.health.v1.Health/Check calls answered NOT_SERVING (the node not ready, as /ready)."),
-    R(errors, "rls_errors", "rls_errors_total", COUNTER_TOTAL,
+    R(srv.errors, "rls_errors", "rls_errors_total", COUNTER_TOTAL,
       "gRPC calls answered with an error status."),
-    R(connected, "grpc_connections", "rls_connections", COUNTER_GAUGE,
+    R(srv.connected, "grpc_connections", "rls_connections", COUNTER_GAUGE,
       "HTTP/2 connections open on the gRPC listener."),
-    R(protocol_errors, "grpc_protocol_errors", "rls_protocol_errors_total", COUNTER_TOTAL,
+    R(srv.protocol_errors, "grpc_protocol_errors", "rls_protocol_errors_total", COUNTER_TOTAL,
       "gRPC connections ended with GOAWAY for malformed HTTP/2."),
-    R(evictions, "grpc_evictions", "rls_evictions_total", COUNTER_TOTAL,
+    R(srv.evicted, "grpc_evictions", "rls_evictions_total", COUNTER_TOTAL,
       "gRPC connections closed for a newcomer over --grpc-max-connections (silent ones first, "
       "then the longest idle)."),
-    R(timeouts, "grpc_timeouts", "rls_timeouts_total", COUNTER_TOTAL,
+    R(srv.timeouts, "grpc_timeouts", "rls_timeouts_total", COUNTER_TOTAL,
       "gRPC connections closed silent 10 s after connecting or idle past --grpc-idle-timeout."),
-    R(memory_disconnects, "grpc_memory_disconnects", "rls_memory_disconnects_total", COUNTER_TOTAL,
+    R(srv.memory_evicted, "grpc_memory_disconnects", "rls_memory_disconnects_total", COUNTER_TOTAL,
       "gRPC connections closed, heaviest first, over max_client_memory (HTTP/2 streams "
       "included)."),
-    R(deferred_reads, "grpc_deferred_reads", "rls_deferred_reads_total", COUNTER_TOTAL,
+    R(srv.deferred_reads, "grpc_deferred_reads", "rls_deferred_reads_total", COUNTER_TOTAL,
       "gRPC reads held for a later event loop turn, that turn's HTTP/2 input (256 KiB) being "
       "spent."),
-    R(reloads, "rls_reloads", "rls_reloads_total", COUNTER_TOTAL,
+    R(svc.reloads, "rls_reloads", "rls_reloads_total", COUNTER_TOTAL,
       "Rate limit YAML directory reloads."),
     R(reload_failures, "rls_reload_failures", "rls_reload_failures_total", COUNTER_TOTAL,
       "Rate limit YAML reloads refused (the running config kept)."),

@@ -13,6 +13,8 @@
 
 #include "counter.h"
 #include "metrics.h"
+#include "rls/server.h"
+#include "rls/service.h"
 
 struct limiter;
 struct cluster;
@@ -50,11 +52,13 @@ int daemon_rls_start(uv_loop_t *loop, struct limiter *lim, struct cluster *clust
  * the error with err naming file and line.  0 when there is no directory. */
 int daemon_rls_reload(struct daemon_rls *d, char *err, size_t errlen);
 
-/* The service's and its gRPC listener's counters (zero when off). */
+/* The service's and its gRPC listener's counters as they keep them (zero
+ * when off), which daemon_rls_counters' rows read in place: a counter of
+ * either is its field there and one row here. */
 struct daemon_rls_stats {
-    uint64_t calls, over_limit, shadowed, shadowed_global, health_checks, health_not_serving,
-        errors, reloads, reload_failures;
-    uint64_t connected, protocol_errors, evictions, timeouts, memory_disconnects, deferred_reads;
+    struct rls_service_stats svc;
+    struct rls_server_stats srv; /* its errors count the service's too */
+    uint64_t reload_failures;    /* YAML reloads refused */
 };
 /* Fills *out (all zero for a NULL d).  Never fails. */
 void daemon_rls_get_stats(const struct daemon_rls *d, struct daemon_rls_stats *out);

@@ -235,14 +235,7 @@ static void daemon_listener_stats(struct daemon *d, struct daemon_counters *x)
             continue;
         struct http_stats hs;
         http_get_stats(hs_list[i], &hs);
-        x->http.requests += hs.requests;
-        x->http.bad_requests += hs.bad_requests;
-        x->http.too_big += hs.too_big;
-        x->http.timeouts += hs.timeouts;
-        x->http.refused += hs.refused;
-        x->http.evicted += hs.evicted;
-        x->http.mem_evicted += hs.mem_evicted;
-        x->http.open_conns += hs.open_conns;
+        counter_table_add(&http_counters, &x->http, &hs);
     }
     daemon_rls_get_stats(d->rls, &x->rls);
 }
@@ -321,6 +314,13 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
         metrics_snapshot_add(s, 1, &counters_replica, &x->replica);
         s->synced = replica_synced(r) ? 1 : 0;
     }
+}
+
+/* A key a reload turned global carries what it used as a local key (the
+ * cluster's replica asks once, as it creates the key). */
+static int64_t daemon_carry(void *ud, const char *key, size_t klen, const struct algo_params *p)
+{
+    return limiter_used(ud, key, klen, p);
 }
 
 static void on_maintain(uv_timer_t *t)
@@ -923,6 +923,8 @@ int main(int argc, char **argv)
     clopt.max_keys = lcfg.max_keys ? lcfg.max_keys : LIMITER_DEFAULT_MAX_KEYS;
     clopt.evict = lcfg.overflow == LIMITER_OVERFLOW_EVICT;
     clopt.on_full_allow = lcfg.overflow == LIMITER_OVERFLOW_ALLOW;
+    clopt.carry = daemon_carry;
+    clopt.carry_ud = d.lim;
     rc = cluster_start(&d.loop, &clopt, &d.cluster, clerr, sizeof(clerr));
     if (rc < 0) {
         log_error("cluster: %s", clerr);

@@ -455,6 +455,8 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     rc_cfg.evict = o->evict;
     rc_cfg.send = cluster__send;
     rc_cfg.send_ud = c;
+    rc_cfg.carry = o->carry;
+    rc_cfg.carry_ud = o->carry_ud;
     /* Kept for the log line of failed lookups; none if out of memory. */
     c->join = o->join != NULL ? strdup(o->join) : NULL;
     /* A lone first node (no seeds) has no past to recover. */

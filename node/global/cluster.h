@@ -65,6 +65,11 @@ struct cluster_options {
     int evict;                  /* --on-full evict: make room for a new global key */
     int on_full_allow;          /* --on-full allow: a new key beyond max_keys is allowed */
     char *join_buf;             /* owned by the options; see above */
+    /* Units a key used as a local key before a reload made its policy
+     * global (replica.h's replica_carry_fn, here without the replica's
+     * header); NULL: such keys start fresh. */
+    int64_t (*carry)(void *ud, const char *key, size_t klen, const struct algo_params *p);
+    void *carry_ud;
 };
 
 /* Sets every field to "not given". */

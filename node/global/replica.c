@@ -238,6 +238,8 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->default_policy = cfg->default_policy;
     r->send = cfg->send;
     r->send_ud = cfg->send_ud;
+    r->carry = cfg->carry;
+    r->carry_ud = cfg->carry_ud;
     r->now = r->born = now_ns;
     r->next_tick = now_ns;
     r->every = r->oevery = ACTIVE_EVERY * r->interval;

@@ -107,6 +107,12 @@
  * The replica calls it from replica_tick and replica_receive only. */
 typedef int (*replica_send_fn)(void *ud, const char *to, const uint8_t *buf, size_t len);
 
+/* Units of p's limit that key used before it was a global key here (its
+ * local state, when a reload turned its policy global), asked once as the
+ * key is created on this node; 0: none.  Optional. */
+typedef int64_t (*replica_carry_fn)(void *ud, const char *key, size_t klen,
+                                    const struct algo_params *p);
+
 struct replica_config {
     const char *node_name; /* required, 1..REPLICA_NAME_MAX bytes; copied */
     uint64_t life_id;      /* this process's life (random per start) */
@@ -122,6 +128,8 @@ struct replica_config {
     size_t max_msg;         /* largest message send may carry; 0 = 1200 */
     replica_send_fn send;
     void *send_ud;
+    replica_carry_fn carry; /* NULL: keys start fresh */
+    void *carry_ud;
 };
 
 #define REPLICA_NAME_MAX 64

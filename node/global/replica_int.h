@@ -212,6 +212,8 @@ struct replica {
     enum policy_partition default_policy;
     replica_send_fn send;
     void *send_ud;
+    replica_carry_fn carry;
+    void *carry_ud;
 
     struct member *mem;
     size_t nmem, capmem;

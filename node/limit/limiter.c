@@ -22,7 +22,8 @@
  * state differs from a fresh key's: a decision that leaves the key drained
  * (a peek, a refused oversize quantity, a key touched after it drained)
  * deletes or never creates the entry, and the table's rotating reclaim
- * frees keys that drain untouched.  Memory thus follows the number of keys
+ * frees keys that drain untouched (a key SL.ACQUIRE paced stays
+ * LIMITER_PACE_KEEP_NS longer).  Memory thus follows the number of keys
  * actually being limited.
  */
 #include "limiter.h"
@@ -33,6 +34,7 @@
 #include "table.h"
 #include "num.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,8 +57,10 @@ struct limiter {
     struct algo_params a_params;
     int a_valid;
     uint64_t touched_drained; /* entries deleted because a call left them drained */
-    uint64_t overflow_denied, overflow_allowed, decisions, limited;
-    uint64_t dry_run_would_limit, reinitialised;
+    /* The counters limiter_counters renders; limiter_get_stats fills in
+     * keys and evicted from the table, and reclaimed as the table's plus
+     * touched_drained. */
+    struct limiter_stats st;
     struct policy_set *policies;   /* one reference, or NULL */
     int has_match;                 /* some policy has a match prefix */
     struct algo_params log_params; /* any valid sliding-log params: frees rings */
@@ -69,6 +73,9 @@ struct limiter__hdr {
     int64_t shape_a, shape_b;
 };
 #define LIMITER_HDR ((size_t)sizeof(struct limiter__hdr))
+_Static_assert(offsetof(struct limiter__hdr, drain_at) == 0 &&
+                   sizeof(((struct limiter__hdr *)0)->drain_at) == 8,
+               "the drain time is the first 8 bytes of every value area (file comment)");
 
 static uint8_t limiter__tag(enum algo_kind k)
 {
@@ -324,7 +331,7 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
     if (now < lim->last_now)
         now = lim->last_now;
     lim->last_now = now;
-    if (op == OP_DECIDE && (lim->decisions & (RECLAIM_EVERY - 1)) == 0)
+    if (op == OP_DECIDE && (lim->st.decisions & (RECLAIM_EVERY - 1)) == 0)
         table_reclaim_step(lim->table, now, RECLAIM_BUCKETS);
     /* From here on the key is seen at `at` (a waiter's due time, at most
      * now); the table's clock above stays now. */
@@ -335,7 +342,7 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
     if (e != NULL && e->tag != limiter__tag(p->kind)) {
         carry = limiter__carry_across(e, p, pol, now);
         table_delete(lim->table, e);
-        lim->reinitialised++;
+        lim->st.reinitialised++;
         e = NULL;
     } else if (e != NULL && off != 0) {
         struct limiter__hdr *h = table_entry_value(e);
@@ -344,7 +351,7 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
         if (h->shape_a != a || h->shape_b != b) {
             carry = limiter__carry(p, h, now);
             table_delete(lim->table, e);
-            lim->reinitialised++;
+            lim->st.reinitialised++;
             e = NULL;
         }
     }
@@ -421,10 +428,10 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
             algo_free(p, st);
             int decides = op == OP_DECIDE || op == OP_CHARGE;
             if (rc == -SLUICE_EFULL && decides && lim->cfg.overflow == LIMITER_OVERFLOW_ALLOW) {
-                lim->overflow_allowed++;
+                lim->st.overflow_allowed++;
             } else if (rc == -SLUICE_EFULL && decides) {
                 /* Fail closed (limiter__deny_full). */
-                lim->overflow_denied++;
+                lim->st.overflow_denied++;
                 limiter__deny_full(p, out);
             } else if (rc != -SLUICE_EFULL) {
                 return rc;
@@ -434,9 +441,9 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
         algo_free(p, st);
     }
     if (op == OP_DECIDE || op == OP_CHARGE) {
-        lim->decisions++;
+        lim->st.decisions++;
         if (out->limited)
-            lim->limited++;
+            lim->st.limited++;
     }
     return 0;
 }
@@ -476,7 +483,7 @@ void limiter_settle_policy(struct limiter *lim, const struct policy *pol, int64_
     if (pol == NULL)
         return;
     if (out->limited && pol->dry_run) {
-        lim->dry_run_would_limit++;
+        lim->st.dry_run_would_limit++;
         out->limited = 0;
         out->retry_after_ns = ALGO_NEVER;
     }
@@ -507,9 +514,9 @@ int limiter_overflow_answer(struct limiter *lim, const struct algo_params *p, in
     if (rc < 0)
         return rc;
     if (qty > 0 && allow) {
-        lim->overflow_allowed++;
+        lim->st.overflow_allowed++;
     } else if (qty > 0) {
-        lim->overflow_denied++;
+        lim->st.overflow_denied++;
         limiter__deny_full(p, out);
     }
     return 0;
@@ -618,6 +625,34 @@ int64_t limiter_clock(const struct limiter *lim)
     return lim->last_now;
 }
 
+int64_t limiter_used(struct limiter *lim, const char *key, size_t klen, const struct algo_params *p)
+{
+    int64_t now = lim->last_now;
+    struct table_entry *e = table_find(lim->table, key, klen);
+    if (e == NULL)
+        return 0;
+    if (e->tag != limiter__tag(p->kind))
+        return limiter__carry_across(e, p, NULL, now);
+    size_t ssz = algo_state_size(p), off = p->kind == ALGO_GCRA ? 0 : LIMITER_HDR;
+    int64_t tmp[LIMITER_TMP_WORDS];
+    if (ssz == 0 || ssz > sizeof(tmp))
+        return 0;
+    if (off != 0) {
+        const struct limiter__hdr *h = table_entry_value(e);
+        int64_t a, b;
+        limiter__shape(p, &a, &b);
+        if (h->shape_a != a || h->shape_b != b)
+            return limiter__carry(p, h, now);
+    }
+    /* A peek on a copy: the state stays the table's, unchanged. */
+    memcpy(tmp, (const char *)table_entry_value(e) + off, ssz);
+    struct algo_result r;
+    if (algo_decide(p, tmp, 0, now, &r) < 0 || r.limit <= 0)
+        return 0;
+    int64_t used = r.limit - (r.remaining > 0 ? r.remaining : 0);
+    return used <= 0 ? 0 : used < p->limit ? used : p->limit;
+}
+
 static const struct algo_params *limiter__req_params(const struct limiter_req *q)
 {
     return q->pol != NULL ? &q->pol->algo : q->p;
@@ -661,13 +696,13 @@ int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n,
         outs[i].limited = delay != 0;
         outs[i].retry_after_ns = delay != 0 ? delay : ALGO_NEVER;
         if (delay != 0 && q->pol != NULL && q->pol->dry_run)
-            lim->dry_run_would_limit++;
+            lim->st.dry_run_would_limit++;
         else if (delay != 0)
             ok = 0;
     }
-    lim->decisions++;
+    lim->st.decisions++;
     if (!ok) {
-        lim->limited++;
+        lim->st.limited++;
         *allowed = 0;
         limiter__count_multi(reqs, n, 1);
         return 0;
@@ -681,9 +716,9 @@ int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n,
         int refused = 0;
         rc = limiter__run(lim, q->key, q->klen, p, q->pol, OP_DECIDE, q->qty, now_ns, &outs[i],
                           NULL);
-        lim->decisions--; /* one decision for the whole request */
+        lim->st.decisions--; /* one decision for the whole request */
         if (rc == 0 && outs[i].limited) {
-            lim->limited--;
+            lim->st.limited--;
             if (q->pol != NULL && q->pol->dry_run) {
                 outs[i].limited = 0;
                 outs[i].retry_after_ns = ALGO_NEVER;
@@ -699,7 +734,7 @@ int limiter_multi(struct limiter *lim, const struct limiter_req *reqs, size_t n,
             }
             if (rc < 0)
                 return rc;
-            lim->limited++;
+            lim->st.limited++;
             *allowed = 0;
             limiter__count_multi(reqs, n, 1);
             return 0;
@@ -768,7 +803,7 @@ limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_
         now_ns = lim->last_now;
     lim->last_now = now_ns;
 
-    if ((lim->decisions & (RECLAIM_EVERY - 1)) == 0)
+    if ((lim->st.decisions & (RECLAIM_EVERY - 1)) == 0)
         table_reclaim_step(lim->table, now_ns, RECLAIM_BUCKETS);
 
     e = table_find(lim->table, key, klen);
@@ -782,7 +817,7 @@ limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_
         if (algo_params_init(&ap, ALGO_GCRA, max_burst, count, period_s * GCRA_NS_PER_SEC, 0) == 0)
             units = limiter__carry_across(e, &ap, NULL, now_ns);
         table_delete(lim->table, e);
-        lim->reinitialised++;
+        lim->st.reinitialised++;
         e = NULL;
         if (units > 0)
             tat = num_add_sat(
@@ -804,11 +839,11 @@ limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_
     } else if (!gcra_is_drained(tat, now_ns)) {
         rc = table_insert(lim->table, key, klen, sizeof(tat), LIMITER_TAG_GCRA, now_ns, &e);
         if (rc == -SLUICE_EFULL && lim->cfg.overflow == LIMITER_OVERFLOW_ALLOW) {
-            lim->overflow_allowed++;
+            lim->st.overflow_allowed++;
         } else if (rc == -SLUICE_EFULL) {
             /* Fail closed: answer as a limited fresh key would, retrying
              * after one emission interval. */
-            lim->overflow_denied++;
+            lim->st.overflow_denied++;
             r.limited = 1;
             r.remaining = 0;
             r.retry_after_ns = p->emission_ns;
@@ -819,9 +854,9 @@ limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_
         }
     }
 
-    lim->decisions++;
+    lim->st.decisions++;
     if (r.limited)
-        lim->limited++;
+        lim->st.limited++;
     *out = r;
     return 0;
 }
@@ -933,15 +968,10 @@ void limiter_get_stats(const struct limiter *lim, struct limiter_stats *out)
     struct table_stats ts;
 
     table_get_stats(lim->table, &ts);
+    *out = lim->st;
     out->keys = ts.keys;
     out->reclaimed = ts.reclaimed + lim->touched_drained;
     out->evicted = ts.evicted;
-    out->overflow_denied = lim->overflow_denied;
-    out->overflow_allowed = lim->overflow_allowed;
-    out->decisions = lim->decisions;
-    out->limited = lim->limited;
-    out->dry_run_would_limit = lim->dry_run_would_limit;
-    out->reinitialised = lim->reinitialised;
 }
 
 static const struct counter_row limiter__rows[] = {

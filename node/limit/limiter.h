@@ -247,6 +247,16 @@ int limiter_acquire_take(struct limiter *lim, const char *key, size_t klen,
  * an older reading is seen at this time). */
 int64_t limiter_clock(const struct limiter *lim);
 
+/*
+ * Units of p's limit that key's local state has used at the limiter's
+ * clock (0 if the key holds none, or is drained), at most p's limit: what
+ * a key whose policy a reload made global carries into the cluster
+ * instead of a fresh quota.  A state of another algorithm or shape is read
+ * as a change of algorithm carries it.  Reads only; never fails.
+ */
+int64_t limiter_used(struct limiter *lim, const char *key, size_t klen,
+                     const struct algo_params *p);
+
 /* Gives back up to qty units (algo_refund: never beyond a fresh key).  An
  * absent key or one of another algorithm is left alone.  Errors as
  * limiter_decide. */

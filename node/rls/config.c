@@ -67,7 +67,7 @@ struct rls_domain {
 struct rls_config {
     struct rls_domain *domains;
     size_t ndomains, cap;
-    int merge; /* rls_config_set_merge */
+    int merge; /* rls_config__set_merge */
 };
 
 /* ---- units ---- */
@@ -156,7 +156,11 @@ int rls_config_create(struct rls_config **out)
     return *out == NULL ? -SLUICE_ENOMEM : 0;
 }
 
-void rls_config_set_merge(struct rls_config *cfg, int on)
+/* on: a file whose domain is already loaded adds its descriptors to it
+ * (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of being refused as
+ * a duplicate domain; a descriptor both define is still refused
+ * ("duplicate descriptor composite key").  Off by default. */
+static void rls_config__set_merge(struct rls_config *cfg, int on)
 {
     if (cfg != NULL)
         cfg->merge = on != 0;
@@ -874,7 +878,7 @@ int rls_config_load_dir(const char *dir, struct rls_config **out, char *err, siz
     if (rc == 0)
         rc = rls_config_create(&cfg);
     if (rc == 0)
-        rls_config_set_merge(cfg, rls_config_env_true("MERGE_DOMAIN_CONFIG"));
+        rls_config__set_merge(cfg, rls_config_env_true("MERGE_DOMAIN_CONFIG"));
     qsort(names, n, sizeof(char *), rls_config__name_cmp);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         size_t plen = strlen(dir) + strlen(names[i]) + 2;

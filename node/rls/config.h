@@ -61,7 +61,9 @@ struct rls_entry {
  * read) or -SLUICE_ENOMEM; *out is then untouched.  An empty directory is a
  * valid config with no domains.  With MERGE_DOMAIN_CONFIG true in the
  * environment (envoyproxy/ratelimit's variable: 1, t, T, true, TRUE, True)
- * files of one domain are merged (rls_config_set_merge).
+ * a file whose domain is already loaded adds its descriptors to it instead
+ * of being refused as a duplicate domain (a descriptor both define is
+ * still refused: "duplicate descriptor composite key").
  */
 int rls_config_load_dir(const char *dir, struct rls_config **out, char *err, size_t errlen);
 
@@ -73,12 +75,6 @@ int rls_config_env_true(const char *name);
 /* An empty config, to which files are added with rls_config_add_buffer.
  * -SLUICE_ENOMEM. */
 int rls_config_create(struct rls_config **out);
-
-/* on: a file whose domain is already loaded adds its descriptors to it
- * (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of being refused as
- * a duplicate domain; a descriptor both define is still refused
- * ("duplicate descriptor composite key").  Off by default. */
-void rls_config_set_merge(struct rls_config *cfg, int on);
 
 /*
  * Adds one file's text (name is used in messages).  Fails with

@@ -86,7 +86,7 @@ struct metrics_snapshot {
     size_t nmembers;
     struct metrics_label_value drops[METRICS_MAX_LABELS]; /* by reason */
     size_t ndrops;
-    struct metrics_section cluster[METRICS_MAX_SECTIONS]; /* gossip, replica */
+    struct metrics_section cluster[METRICS_MAX_SECTIONS]; /* gossip, slots, replica */
     size_t ncluster;
     int synced; /* 0 or 1 */
 };

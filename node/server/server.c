@@ -21,6 +21,13 @@
 #include "sluice/error.h"
 
 #define READ_CHUNK (64 * 1024)
+_Static_assert(READ_CHUNK == 64 * 1024, "server.h: reading stops at max_request + 64 KiB queued");
+/* out_soft_limit's and out_hard_limit's defaults (server.h). */
+#define OUT_SOFT_DEFAULT ((size_t)256 * 1024)
+#define OUT_HARD_DEFAULT ((size_t)16 << 20)
+_Static_assert(OUT_SOFT_DEFAULT == 256 * 1024, "server.h: out_soft_limit 0 = 256 KiB");
+_Static_assert(OUT_HARD_DEFAULT == 16 * 1024 * 1024,
+               "server.h: out_hard_limit 0 = 16 MiB, and server_client_out_limit(NULL)");
 /* An output buffer this large is freed once empty instead of being kept. */
 #define OUT_KEEP_CAP   (64 * 1024)
 #define LISTEN_BACKLOG 4096
@@ -150,7 +157,7 @@ struct server {
     int tcp_sweep_init;
     uint64_t tcp_logged_at; /* uv_now of the last eviction/timeout log line */
     uint64_t tcp_unlogged_evictions, tcp_unlogged_timeouts;
-    uint64_t now_ns;
+    uint64_t now_ns; /* monotonic, read once at the start of the current read batch */
     struct server_stats stats;
     int listening;
     int bound;
@@ -200,8 +207,8 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
     s->max_clients = cfg->max_clients ? cfg->max_clients : SERVER_DEFAULT_MAX_CLIENTS;
     s->max_request = cfg->max_request ? cfg->max_request : RESP_DEFAULT_MAX_REQUEST;
     s->max_args = cfg->max_args ? cfg->max_args : RESP_DEFAULT_MAX_ARGS;
-    s->soft_limit = cfg->out_soft_limit ? cfg->out_soft_limit : 256 * 1024;
-    s->hard_limit = cfg->out_hard_limit ? cfg->out_hard_limit : 16 * 1024 * 1024;
+    s->soft_limit = cfg->out_soft_limit ? cfg->out_soft_limit : OUT_SOFT_DEFAULT;
+    s->hard_limit = cfg->out_hard_limit ? cfg->out_hard_limit : OUT_HARD_DEFAULT;
     if (s->hard_limit < s->soft_limit)
         s->hard_limit = s->soft_limit;
     s->in_limit = s->max_request + READ_CHUNK;
@@ -263,14 +270,9 @@ struct clientmem_budget *server_memory_budget(struct server *s)
     return &s->budget;
 }
 
-uint64_t server_now_ns(const struct server *s)
-{
-    return s->now_ns;
-}
-
 int64_t server_client_now_ns(const struct server_client *c)
 {
-    return (int64_t)(c != NULL ? server_now_ns(server_client_server(c)) : uv_hrtime());
+    return (int64_t)(c != NULL ? server_client_server(c)->now_ns : uv_hrtime());
 }
 
 struct server *server_client_server(const struct server_client *c)
@@ -461,7 +463,7 @@ void server_client_drop_reply(struct server_client *c, size_t mark)
 
 size_t server_client_out_limit(const struct server_client *c)
 {
-    return c != NULL ? c->srv->hard_limit : (size_t)16 << 20;
+    return c != NULL ? c->srv->hard_limit : OUT_HARD_DEFAULT;
 }
 
 /* One line per MEM_LOG_INTERVAL_MS about the clients closed over budget

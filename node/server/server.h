@@ -117,7 +117,8 @@ enum { SERVER_CONTINUE = 0, SERVER_CLOSE_AFTER_REPLY = 1 };
 /* Client memory budget when not configured (--max-client-memory's default):
  * 64 MiB, within the example Kubernetes limit next to a full key table. */
 #define SERVER_DEFAULT_MAX_CLIENT_MEMORY (64u * 1024 * 1024)
-#define SERVER_CLIENT_MEMORY_UNLIMITED   ((size_t)-1)
+_Static_assert(SERVER_DEFAULT_MAX_CLIENT_MEMORY == 64u << 20, "the comment above says 64 MiB");
+#define SERVER_CLIENT_MEMORY_UNLIMITED ((size_t)-1)
 
 /*
  * Executes one command (argc >= 1; the pointers are valid only during the
@@ -186,10 +187,8 @@ void server_reset_loop_max(struct server *s);
  * listeners join with their own pools (clientmem.h); owned by s, so they
  * must leave it before s is destroyed. */
 struct clientmem_budget *server_memory_budget(struct server *s);
-/* Monotonic nanoseconds read once at the start of the current read batch. */
-uint64_t server_now_ns(const struct server *s);
-
-/* The clock a handler decides with: server_now_ns of c's server, or the
+/* The clock a handler decides with: the monotonic nanoseconds c's server
+ * read once at the start of the current read batch, or the
  * monotonic clock when c is NULL (handlers called directly by tests). */
 int64_t server_client_now_ns(const struct server_client *c);
 

@@ -12,7 +12,9 @@
 
 #include "sluice/error.h"
 
-int tcp_split_hostport(const char *s, char *host, size_t hlen, char *port, size_t plen)
+/* Splits "HOST:PORT" or "[V6]:PORT" ("*:PORT" and ":PORT" mean 0.0.0.0)
+ * into host and port; the port must be decimal.  0 or -1. */
+static int tcp__split_hostport(const char *s, char *host, size_t hlen, char *port, size_t plen)
 {
     const char *colon = strrchr(s, ':');
     if (colon == NULL || colon[1] == '\0' || strlen(colon + 1) >= plen)
@@ -43,7 +45,7 @@ int tcp_listen(uv_loop_t *loop, uv_tcp_t *t, const char *bind, uv_connection_cb 
 {
     char host[256], portstr[8];
     *opened = 0;
-    if (tcp_split_hostport(bind, host, sizeof(host), portstr, sizeof(portstr)) < 0) {
+    if (tcp__split_hostport(bind, host, sizeof(host), portstr, sizeof(portstr)) < 0) {
         snprintf(err, errlen, "'%s' is not HOST:PORT", bind);
         return -SLUICE_EINVAL;
     }

@@ -9,10 +9,6 @@
 #include <stddef.h>
 #include <uv.h>
 
-/* Splits "HOST:PORT" or "[V6]:PORT" ("*:PORT" and ":PORT" mean 0.0.0.0)
- * into host and port; the port must be decimal.  0 or -1. */
-int tcp_split_hostport(const char *s, char *host, size_t hlen, char *port, size_t plen);
-
 /*
  * Resolves bind, initialises t on loop, binds and listens (backlog 128)
  * with cb.  *opened is set to 1 once t is initialised (the caller then

@@ -16,7 +16,9 @@ Three nodes gossip on 127.0.0.1 and load one config file.  Checked:
   6. SL.CHARGE on a global key is counted cluster-wide: after a charge on
      one node another node's requests wait (the key's bucket is spent);
   7. a dry-run global policy answers allowed and counts its refusals in
-     dry_run_would_limit, as a local one does.
+     dry_run_would_limit, as a local one does;
+  8. a reload that turns a local policy global carries what its keys used
+     as local keys into the cluster: no fresh quota.
 
 Every wait is bounded; every process is stopped at the end, even on failure.
 """
@@ -86,6 +88,13 @@ algorithm = fixed-window
 rate = 5 per 1h
 scope = local
 match = lm:
+
+[policy lg]
+algorithm = gcra
+burst = 4
+rate = 5 per 1h
+scope = local
+match = lg:
 """
 
 
@@ -434,6 +443,41 @@ def test_global_dry_run_counted(c):
     print("ok: a dry-run global policy's refusals are counted (%d)" % (after - before))
 
 
+def test_reload_local_to_global(c):
+    key = "lg:1"
+    with c.client(0) as r:
+        # The whole limit (burst 4: 5 at once, 5 an hour), used as a local key.
+        used = sum(allowed(r.execute_command("SL.THROTTLE", key)) for _ in range(7))
+    assert used == 5, used
+    with open(c.conf) as f:
+        text = f.read()
+    with open(c.conf, "w") as f:
+        f.write(text.replace("scope = local\nmatch = lg:", "scope = global\nmatch = lg:"))
+    for i in range(N):
+        with c.client(i) as r:
+            r.execute_command("SL.RELOAD")
+    with c.client(0) as r:
+        reps = []
+        for _ in range(10):
+            reps.append(r.execute_command("SL.THROTTLE", key))
+            time.sleep(0.1)
+    after0 = sum(allowed(rep) for rep in reps)
+    # A fresh quota would admit the whole limit again on node 0 (its first
+    # touch, then the owner's grants); carried, the key is spent.
+    assert after0 == 0, "node 0 admitted %d after the reload: %s" % (after0, reps)
+    wait_owner_knows(c, key, {0: 5}, holder=0)
+    others = 0
+    for i in (1, 2):
+        with c.client(i) as r:
+            others += sum(allowed(r.execute_command("SL.THROTTLE", key)) for _ in range(3))
+    print("local to global: node 0 used %d as a local key, then admitted %d of 10 as a global "
+          "one; nodes 1-2 admitted %d" % (used, after0, others))
+    # The others admit at most their first-touch part of the burst (1/3 of
+    # 5 plus a fraction, each), as after any use on another node.
+    assert others <= 2 * (5 // 3 + 1), others
+    print("ok: a reload from local to global scope carries the keys' use")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="sluice-clsl-")
     c = Nodes(tmp)
@@ -449,6 +493,7 @@ def main():
         test_resp3_per_connection(c)
         test_global_charge(c)
         test_global_dry_run_counted(c)
+        test_reload_local_to_global(c)
         failed = False
     finally:
         bad = c.stop()

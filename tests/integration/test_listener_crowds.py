@@ -235,8 +235,14 @@ class HttpCrowdTest(unittest.TestCase):
             self.assertGreater(i["http_evictions"], 0)
             self.assertLessEqual(i["http_connections"], 256 + 2)
             self.assertEqual(metric(port, "http_evictions_total"), info(d)["http_evictions"])
+            # The /metrics answers the crowd asked for waited for later
+            # turns, /health's never; both sides count them.
+            self.assertGreater(i["http_deferred"], 0)
+            m = metric(port, "http_deferred_total")
+            self.assertTrue(i["http_deferred"] <= m <= info(d)["http_deferred"], m)
             print("ok: 300 pipelining connections that never read: /health and /v1/throttle "
-                  "answered 10 of 10, %d connections evicted" % i["http_evictions"])
+                  "answered 10 of 10, %d connections evicted, %d /metrics answers deferred"
+                  % (i["http_evictions"], i["http_deferred"]))
             for s in crowd:
                 s.close()
 

@@ -264,9 +264,15 @@ class MetricsTest(unittest.TestCase):
 INFO_OF = re.compile(r"^# HELP (%s) .*\(INFO ([a-z0-9_]+)\)$" % NAME, re.M)
 
 
+# INFO's numeric fields that count nothing (who and since when this process
+# is), so have no family in /metrics.
+INFO_ONLY = {"process_id", "uptime_in_seconds", "cluster_enabled", "incarnation"}
+
+
 class InfoAgreesTest(unittest.TestCase):
-    """Every counter /metrics shows is an INFO field with the same value, on
-    two clustered nodes that replicate a global key (reports and leases move,
+    """Every counter /metrics shows is an INFO field with the same value and
+    every counter INFO shows is a family (or a labelled series), on two
+    clustered nodes that replicate a global key (reports and leases move,
     so a count of messages and a count of entries differ)."""
 
     def test_every_counter_agrees(self):
@@ -312,6 +318,29 @@ class InfoAgreesTest(unittest.TestCase):
                     if series.startswith("sluice_gossip_drops_total{"):
                         reason = series.split('"')[1]
                         self.assertLessEqual(int(before["gossip_drops_" + reason]), v)
+                        self.assertLessEqual(v, int(after["gossip_drops_" + reason]))
+                # ...and every counter INFO shows is a family: a table
+                # rendered in INFO alone (or a hand-written INFO line) fails.
+                paired = {field for _, field in pairs}
+                for field, value in before.items():
+                    if not isinstance(value, int) or field in INFO_ONLY:
+                        continue
+                    if field.startswith("members_"):  # labelled, by state
+                        series = 'sluice_cluster_members{state="%s"}' % field[len("members_"):]
+                    elif field.startswith("gossip_drops_"):  # labelled, by reason
+                        series = ('sluice_gossip_drops_total{reason="%s"}'
+                                  % field[len("gossip_drops_"):])
+                    else:
+                        if field not in paired:
+                            self.fail("INFO %s has no /metrics family" % field)
+                        continue
+                    self.assertIn(series, m, "INFO %s" % field)
+                    lo, hi = sorted((int(before[field]), int(after[field])))
+                    self.assertTrue(lo <= m[series] <= hi, "%s=%d, INFO %s %d..%d"
+                                    % (series, m[series], field, lo, hi))
+                # The two readiness flags: strings in INFO, 0/1 gauges here.
+                self.assertEqual(m["sluice_synced"], 1 if before["synced"] == "yes" else 0)
+                self.assertEqual(m["sluice_ready"], 1 if before["cluster_state"] == "ok" else 0)
                 # The fixed disagreement: messages in one, entries in the other.
                 self.assertLess(m["sluice_reports_sent_total"],
                                 m["sluice_report_entries_sent_total"])

@@ -31,6 +31,7 @@
 #include "replica.h"
 #include "resp.h"
 #include "server.h"
+#include "slots.h"
 #include "sluice/error.h"
 #include "testutil.h"
 
@@ -372,13 +373,17 @@ static void test_render_grammar(void **state)
 }
 
 /* Every counter table the daemon renders (sluiced.c), each with a stats
- * struct big enough for any of them. */
+ * struct big enough for any of them; the last NCLUSTER are the cluster's
+ * (rendered after its labelled families).  A table the daemon renders in
+ * only one of INFO and /metrics is caught on a live node by
+ * tests/integration/test_metrics.py (InfoAgreesTest). */
 static const struct counter_table *const all_tables[] = {
     &limiter_counters, &server_client_counters, &server_command_counters, &server_tcp_counters,
     &http_counters,    &commands_sl_counters,   &daemon_rls_counters,     &commands_lease_counters,
-    &counters_gossip,  &counters_replica,
+    &counters_gossip,  &slots_counters,         &counters_replica,
 };
-#define NTABLES (sizeof(all_tables) / sizeof(all_tables[0]))
+#define NTABLES  (sizeof(all_tables) / sizeof(all_tables[0]))
+#define NCLUSTER 3
 
 /* The value of "name:" in INFO text, or -1. */
 static long long info_value(const char *text, const char *name)
@@ -410,7 +415,7 @@ static void test_info_and_metrics_agree(void **state)
         assert_true(all_tables[t]->n > 0);
         for (size_t k = 0; k < all_tables[t]->n; k++)
             assert_true(all_tables[t]->rows[k].off + 8 <= sizeof(stats[t]));
-        metrics_snapshot_add(&s, t >= NTABLES - 2, all_tables[t], stats[t]);
+        metrics_snapshot_add(&s, t >= NTABLES - NCLUSTER, all_tables[t], stats[t]);
         info_counters(&info, all_tables[t], stats[t]);
         rows += all_tables[t]->n;
     }
@@ -445,6 +450,55 @@ static void test_info_and_metrics_agree(void **state)
     assert_int_equal(paired, rows);
     metrics_buf_free(&b);
     resp_buf_free(&info);
+}
+
+/* Each row is well formed: a running total's family ends in _total and a
+ * gauge's does not (Prometheus' naming), names are lower-case
+ * [a-z0-9_], and no two rows of a table read the same field (a row copied
+ * and left unedited). */
+static void test_counter_tables_well_formed(void **state)
+{
+    (void)state;
+    for (size_t t = 0; t < NTABLES; t++) {
+        const struct counter_table *tab = all_tables[t];
+        for (size_t k = 0; k < tab->n; k++) {
+            const struct counter_row *r = &tab->rows[k];
+            size_t ml = strlen(r->metric);
+            int total = ml > 6 && strcmp(r->metric + ml - 6, "_total") == 0;
+            if (total != (r->kind == COUNTER_TOTAL))
+                fail_msg("%s: kind %d", r->metric, (int)r->kind);
+            assert_int_equal(strspn(r->metric, "abcdefghijklmnopqrstuvwxyz0123456789_"), ml);
+            assert_int_equal(strspn(r->info, "abcdefghijklmnopqrstuvwxyz0123456789_"),
+                             strlen(r->info));
+            assert_true(strlen(r->help) > 0 && r->help[strlen(r->help) - 1] != '\n');
+            for (size_t j = 0; j < k; j++)
+                if (tab->rows[j].off == r->off)
+                    fail_msg("%s and %s read one field", tab->rows[j].metric, r->metric);
+        }
+    }
+}
+
+/* counter_table_add sums every row (two HTTP listeners are one set of
+ * counters) and leaves fields no row names alone. */
+static void test_counter_table_add(void **state)
+{
+    (void)state;
+    struct http_stats a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    uint64_t *pa = (uint64_t *)(void *)&a, *pb = (uint64_t *)(void *)&b;
+    for (size_t i = 0; i < sizeof(a) / sizeof(uint64_t); i++) {
+        pa[i] = 100 + i;
+        pb[i] = 1000 * (i + 1);
+    }
+    struct http_stats sum = a;
+    counter_table_add(&http_counters, &sum, &b);
+    for (size_t k = 0; k < http_counters.n; k++) {
+        const struct counter_row *r = &http_counters.rows[k];
+        assert_int_equal(counter_value(r, &sum), counter_value(r, &a) + counter_value(r, &b));
+    }
+    assert_int_equal(sum.deferred, a.deferred + b.deferred);
+    assert_int_equal(sum.too_big, a.too_big); /* no row: not summed */
 }
 
 /* ---- the server over loopback ---- */
@@ -762,6 +816,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info_and_metrics_agree),
+        cmocka_unit_test(test_counter_tables_well_formed),
+        cmocka_unit_test(test_counter_table_add),
         cmocka_unit_test(test_parse_get_every_split),
         cmocka_unit_test(test_parse_variants),
         cmocka_unit_test(test_parse_malformed),
