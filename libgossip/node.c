@@ -65,6 +65,8 @@ struct probe {
     int active, acked, indirect_sent;
     char target[GOSSIP_NAME_MAX + 1];
     size_t target_len;
+    uint32_t target_inc; /* the target's incarnation and life when pinged */
+    uint64_t target_life;
     uint32_t seq;
     int64_t timeout_at, end_at;
     int expected_nacks, nacks;
@@ -107,6 +109,7 @@ struct gossip_node {
     uint32_t seq, pp_xid;
     uint64_t app_seq, last_ts, packet_id, pp_cursor;
     int awareness, left, leave_pending, join_pending, probe_turn;
+    int revived_pending; /* we refuted our death: tell every live member (tick) */
     struct gossip_addr seeds[MAX_SEEDS];
     size_t nseeds, seed_turn;
     int64_t now, next_probe, next_gossip, next_pushpull, next_reap, next_join, next_seed;
@@ -124,7 +127,8 @@ struct gossip_node {
     int conflict, claim_pending;
     int joined, prior_life; /* an exchange answered; our name had a past life */
     int64_t next_stranger;
-    int64_t next_verdict; /* a dead member's new life told its verdict (on_alive) */
+    int64_t next_ask_back; /* not joined yet: asking a peer that asked us */
+    int64_t next_verdict;  /* a dead member's new life told its verdict (on_alive) */
     struct gossip_addr conflict_addr, claim_addr;
     uint32_t claim_inc;
     int64_t claim_deadline, conflict_reply_at;
@@ -679,8 +683,11 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
     if (!m->is_self && other_life_news(n, m, life))
         return;
     if (m->is_self) {
-        if (!n->joined)
-            n->prior_life = 1; /* news of our name before we joined: a past life */
+        /* News of our name before we joined, from another life: a past
+         * life.  Of this life it is only a peer that knew us first (it
+         * probed us while our join was on its way, or lost). */
+        if (!n->joined && life != n->cfg.life_id)
+            n->prior_life = 1;
         if (!n->left)
             refute(n, inc);
         return;
@@ -768,10 +775,12 @@ static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_
         }
     }
     if (m->is_self) {
-        if (!n->joined)
-            n->prior_life = 1;
-        if (!n->left)
+        if (!n->joined && life != n->cfg.life_id)
+            n->prior_life = 1; /* as in on_suspect */
+        if (!n->left) {
             refute(n, inc);
+            n->revived_pending = 1;
+        }
         return;
     }
     m->incarnation = inc;
@@ -807,8 +816,12 @@ static void probe_finish(struct gossip_node *n)
      * confirmation (Lifeguard): it shortens the suspicion everywhere.
      * Without it a suspicion started by one accuser and spread by gossip
      * runs to its maximum timeout, since nobody else ever accuses. */
+    /* Only of the incarnation we pinged: a member that refuted, or came
+     * back in a new life, while the probe ran (a probe of a member then
+     * suspect, that died and restarted) is not the one that failed to
+     * answer, and a suspicion of it would undo its refutation. */
     struct member *m = member_find(&n->t, p->target, p->target_len);
-    if (m != NULL && !m->reaped &&
+    if (m != NULL && !m->reaped && m->incarnation == p->target_inc && m->life == p->target_life &&
         (m->state == GOSSIP_MEMBER_ALIVE || m->state == GOSSIP_MEMBER_SUSPECT)) {
         m->probe_failed = n->now;
         on_suspect(n, m->name, m->name_len, m->incarnation, m->life, n->name, n->name_len);
@@ -857,6 +870,8 @@ static void probe_start(struct gossip_node *n)
     p->active = 1;
     memcpy(p->target, m->name, m->name_len + 1);
     p->target_len = m->name_len;
+    p->target_inc = m->incarnation;
+    p->target_life = m->life;
     p->seq = ++n->seq;
     p->timeout_at = n->now + n->cfg.probe_timeout_ms * MS;
     p->end_at = n->now + interval;
@@ -1386,10 +1401,13 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         case PROTO_DEAD:
             /* A full-state dead entry only makes us suspect (the member may
              * still refute); gossip of a death is acted on directly. */
-            if (pushpull)
+            if (pushpull) {
+                uint32_t inc = n->self->incarnation;
                 on_suspect(n, m->name.ptr, m->name.len, m->incarnation, m->life, m->from.ptr,
                            m->from.len);
-            else
+                if (n->self->incarnation != inc)
+                    n->revived_pending = 1; /* we refuted a death: see tick */
+            } else
                 on_dead(n, m->name.ptr, m->name.len, m->incarnation, m->life, 0, m->from.ptr,
                         m->from.len);
             break;
@@ -1478,6 +1496,18 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
             snd->pp_replied_xid = m->seq;
             snd->pp_replied_life = p->life;
             pushpull_send(n, from, m->seq, 0);
+            if (!n->joined && n->now >= n->next_ask_back) {
+                /* A peer joins us, but no exchange of ours has been
+                 * answered: the first seed, whose own join went out before
+                 * its peers ran.  Ask the peer back at once rather than at
+                 * the next periodic push-pull (up to 30 s away), so this
+                 * node counts as joined one round trip after it does.  At
+                 * most one such exchange per STRANGER_NS; it stands for a
+                 * join retry too. */
+                n->next_ask_back = n->now + STRANGER_NS;
+                n->next_join = n->now + JOIN_RETRY_NS;
+                pushpull_start(n, from);
+            }
         }
     }
     gossip_node_flush(n); /* replies the application queued from its callbacks */
@@ -1570,8 +1600,20 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
     if (n->join_pending || (n->nseeds > 0 && n->live <= 1 && !n->left && now >= n->next_join)) {
         n->join_pending = 0;
         n->next_join = now + JOIN_RETRY_NS;
+        /* Not our own address: every node may list itself among the seeds
+         * (one seed list for all), and our packet would only come back to
+         * us as our own. */
         for (size_t i = 0; i < n->nseeds; i++)
-            pushpull_start(n, &n->seeds[i]);
+            if (!gossip_addr_equal(&n->seeds[i], &n->cfg.advertise))
+                pushpull_start(n, &n->seeds[i]);
+    } else if (!n->joined && n->live > 1 && !n->left && now >= n->next_join) {
+        /* Members know us, but no exchange of ours was answered yet (it was
+         * lost, or went out before they ran): one live member gets one,
+         * every JOIN_RETRY_NS until an answer comes. */
+        struct member *peer;
+        n->next_join = now + JOIN_RETRY_NS;
+        if (pick_random(n, 1, NULL, want_live, &peer) == 1)
+            pushpull_start(n, &peer->addr);
     }
     if (n->leave_pending) {
         /* Told directly to every live member (up to LEAVE_FANOUT), not left
@@ -1589,6 +1631,29 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
                                 .life = n->cfg.life_id};
         for (size_t i = 0; i < k; i++)
             send_one(n, &peers[i]->addr, &msg);
+    }
+    if (n->revived_pending && n->joined) {
+        /* We refuted a verdict of death (or a leave of our name): members
+         * that hold it neither probe nor gossip to us, and the refutation's
+         * gossip, a few retransmissions, can miss some of them; they would
+         * learn it only from our next packet to them, up to a probe round
+         * away (longer under Lifeguard's slowed probes).  Tell every live
+         * member directly (up to LEAVE_FANOUT; gossip tells the rest), once
+         * the packet that accused us was read, so members it taught us are
+         * told too, and not before our join is answered: a new life is
+         * told of its death as its join is read, before the answer that
+         * names the members. */
+        struct member *peers[LEAVE_FANOUT];
+        size_t k = 0;
+        n->revived_pending = 0;
+        for (size_t i = 0; i < n->t.n && k < LEAVE_FANOUT; i++)
+            if (!n->t.v[i]->is_self && is_live(n->t.v[i]))
+                peers[k++] = n->t.v[i];
+        struct proto_msg msg;
+        member_msg(n->self, n, &msg);
+        if (!n->left && !n->conflict && msg.type == PROTO_ALIVE)
+            for (size_t i = 0; i < k; i++)
+                send_one(n, &peers[i]->addr, &msg);
     }
     if (!n->left) {
         struct probe *p = &n->probe;
@@ -1673,9 +1738,9 @@ int64_t gossip_node_next_deadline(const struct gossip_node *n)
             d = (x);                                                                               \
     } while (0)
     EARLIER(n->next_reap);
-    if (n->join_pending || n->leave_pending)
+    if (n->join_pending || n->leave_pending || (n->revived_pending && n->joined))
         EARLIER(n->now);
-    if (n->nseeds > 0 && n->live <= 1 && !n->left)
+    if (!n->left && ((n->nseeds > 0 && n->live <= 1) || (!n->joined && n->live > 1)))
         EARLIER(n->next_join);
     if (!n->left) {
         if (!n->probe.active) {

@@ -8,7 +8,10 @@ One config file, a global concurrency policy (limit 6, ttl 3s).  Checked:
   2. a node killed with kill -9 keeps its slots until its leases can have
      expired: while they may live, the survivors never hold more than
      6 minus them; afterwards the survivors get all 6 back (nothing leaks);
-  3. a local concurrency key on a clustered node is not shared.
+  3. a local concurrency key on a clustered node is not shared;
+  4. in a fresh cluster, the first node started (the first seed, whose own
+     join went out before its peers ran) lends the keys it owns as soon as
+     the others have joined it, not only after its next periodic exchange.
 Every wait is bounded; every process is stopped at the end, even on failure.
 """
 import os
@@ -173,6 +176,24 @@ class TestLeaseCluster(unittest.TestCase):
             self.assertEqual(self.lease(i, "lj:x")[0], 1)
         for i in survivors:
             self.assertEqual(self.nodes[i].stop(), 0)
+
+    def test_first_seed_lends_at_once(self):
+        # Twelve keys asked of node0, each waiting up to 3 s: about half are
+        # owned by node0 itself, which lends nothing until its gossip layer
+        # counts it as joined (its answer from a peer).  That must come
+        # within a round trip of the peers joining it, not at a push-pull
+        # up to 30 s later.
+        t0 = time.monotonic()
+        refused = []
+        for k in range(12):
+            key = "jobs:k%d" % k
+            if self.lease(0, key, 3000)[0] != 0:
+                refused.append(key)
+        owned = self.client(0).info("leases")["global_lease_owned_keys"]
+        print("first seed: 12 keys asked, %d refused, %d owned by it, %.1f s"
+              % (len(refused), owned, time.monotonic() - t0))
+        self.assertGreaterEqual(owned, 1, "node0 should own some of the keys")
+        self.assertEqual(refused, [], "the first seed should lend at once")
 
 
 if __name__ == "__main__":

@@ -168,6 +168,60 @@ static void test_seeds_restarted_together_rejoin(void **state)
     gossip_sim_destroy(s);
 }
 
+static void thin_gossip(struct gossip_config *cfg, int i)
+{
+    (void)i;
+    /* Dissemination at its thinnest: one peer per round, each piece of
+     * news sent once.  Gossip then reaches few members, and what it misses
+     * must come some other way. */
+    cfg->gossip_nodes = 1;
+    cfg->retransmit_mult = 1;
+}
+
+/* A member declared dead comes back in a new life (restarted from nothing,
+ * incarnation 0): it refutes the verdict it hears when it joins.  The
+ * members that hold the verdict neither probe it nor gossip to it, so one
+ * that the refutation's gossip missed would count it dead until its next
+ * packet to that member, up to a probe round away (seconds more under
+ * Lifeguard).  The refuting member tells every live member directly, so
+ * each view is whole a round trip after it joins, however thin the gossip. */
+static void test_refutation_reaches_everyone(void **state)
+{
+    (void)state;
+    struct gossip_sim *s;
+    const int n = 8;
+    assert_int_equal(gossip_sim_create(&s, seed, NULL), 0);
+    sim_cluster(s, n, NULL, thin_gossip);
+    assert_true(sim_converge(s, (size_t)n, 100 * MSEC, 30 * SEC) >= 0);
+    assert_int_equal(gossip_sim_kill(s, 1), 0);
+    int gone = 0;
+    for (int64_t t = 0; t < 60 * SEC && !gone; t += 500 * MSEC) {
+        gossip_sim_run(s, 500 * MSEC);
+        gone = 1;
+        for (int i = 0; i < n; i++)
+            gone &= i == 1 || sim_state_of(s, i, "node-001") == GOSSIP_MEMBER_DEAD;
+    }
+    assert_true(gone);
+    assert_int_equal(gossip_sim_restart_fresh(s, 1, 0), 0);
+    int64_t whole = -1;
+    for (int64_t t = 0; t <= 10 * SEC; t += 10 * MSEC) {
+        int all = 1;
+        for (int i = 0; i < n; i++)
+            all &= sim_state_of(s, i, "node-001") == GOSSIP_MEMBER_ALIVE;
+        if (all) {
+            whole = t;
+            break;
+        }
+        gossip_sim_run(s, 10 * MSEC);
+    }
+    fprintf(stderr, "  restarted from nothing, thin gossip: alive in all %d views after %lld ms\n",
+            n, (long long)(whole / MSEC));
+    /* The join exchange and the announcement: a few round trips (1-1.5 ms
+     * each here); well under one probe interval (1 s). */
+    assert_true(whole >= 0 && whole < 500 * MSEC);
+    gossip_sim_destroy(s);
+}
+
 int main(void)
 {
     seed = test_seed("test_gossip_restart");
@@ -175,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_quick_restart_gets_state),
         cmocka_unit_test(test_restart_after_death_gets_state),
         cmocka_unit_test(test_seeds_restarted_together_rejoin),
+        cmocka_unit_test(test_refutation_reaches_everyone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
