@@ -224,8 +224,9 @@ void readiness_tick(struct readiness *r, int64_t now)
         r->auth_at = now;
     }
     /* Joined: an exchange we started was answered, or another member is
-     * alive (the first seed's own join goes out before its peers run;
-     * they join it instead, and it never retries). */
+     * alive (the first seed's own join goes out before its peers run; they
+     * join it instead, and its own exchange is answered a round trip
+     * later, or at its 2 s retry under loss). */
     r->ever_joined |= gossip_node_joined(g, NULL) || gossip_node_num_live(g) > 1;
 
     struct readiness__walk w = {r, now};

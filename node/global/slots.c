@@ -1108,10 +1108,10 @@ static void slots__answer_ask(struct slots *s, const char *from, const struct sl
         /* A past life of this node may have lent (its holders report as
          * served by another life, which holds the new ledger anyway; this
          * covers the ones that have not reported yet).  A node that does
-         * not know yet answers from its ledger alone: a node that never
-         * hears a push-pull answer (the first seed, when the others joined
-         * it) may not learn it for long, and a fresh cluster must not wait
-         * for it. */
+         * not know yet answers from its ledger alone: it learns whether it
+         * had a past life only once its join is answered (for the first
+         * seed, one round trip after a peer joins it, or a 2 s retry under
+         * loss), and a fresh cluster must not wait for it. */
         if (s->known && s->restarted) {
             int64_t r = s->started + slots__margin(s->fresh_ns + (int64_t)q->ttl_ms * 1000000);
             if (r > until)
