@@ -1285,16 +1285,30 @@ static int drop(struct gossip_node *n, int reason, int err)
     return err;
 }
 
-int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, const uint8_t *pkt,
-                        size_t len, int64_t now_ns)
+/*
+ * Receiving a packet, in stages as tarantool's swim_on_input dispatches to
+ * swim_process_*: open and decode it (receive__open), settle a packet under
+ * this node's own name (receive__from_self), check the sender's replay
+ * window (receive__window), act on each message (receive__dispatch), note
+ * what the packet says of its sender (receive__sender), then answer and
+ * merge its push-pull exchanges (receive__pushpulls).
+ */
+
+/* What receive__window learnt of the sender, for the later stages. */
+struct receive__ctx {
+    int pushpull;   /* the packet holds a push-pull */
+    int newer_life; /* it brings the sender's new incarnation or life */
+    int other_life; /* another life of the name that moves nothing yet */
+};
+
+/* Opens pkt (with the keyring, if any) and decodes it into n->pkt.  0, or
+ * the error of the drop it counts (short, no key, version, auth,
+ * malformed). */
+static int receive__open(struct gossip_node *n, const uint8_t *pkt, size_t len)
 {
     const uint8_t *plain = pkt;
     size_t plain_len = len;
     int rc;
-    if (now_ns > n->now)
-        n->now = now_ns;
-    n->st.packets_received++;
-    n->st.bytes_received += len;
     if (pkt == NULL || len == 0 || len > PKT_MAX)
         return drop(n, GOSSIP_DROP_SHORT, -GOSSIP_EPROTO);
     if (n->cfg.keyring != NULL) {
@@ -1309,32 +1323,43 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         }
         plain = n->opened;
     }
-    struct proto_packet *p = &n->pkt;
-    rc = proto_decode(plain, plain_len, p);
+    rc = proto_decode(plain, plain_len, &n->pkt);
     if (rc != 0)
         return drop(n, rc == -GOSSIP_EVERSION ? GOSSIP_DROP_VERSION : GOSSIP_DROP_MALFORMED, rc);
-    if (p->sender.len == n->name_len && memcmp(p->sender.ptr, n->name, n->name_len) == 0) {
-        /* Our name from another life: a second process, or a previous life
-         * of ours.  A CONFLICT it carries settles who keeps the name; any
-         * other packet gets our CONFLICT in answer. */
-        if (p->life != n->cfg.life_id && !n->left) {
-            int answered = 0;
-            for (size_t i = 0; i < p->nmsgs; i++)
-                if (p->msgs[i].type == PROTO_CONFLICT && p->msgs[i].name.len == n->name_len &&
-                    memcmp(p->msgs[i].name.ptr, n->name, n->name_len) == 0) {
-                    on_conflict(n, from, p->life, p->msgs[i].uptime_ms);
-                    answered = 1;
-                }
-            if (!answered) {
-                send_conflict(n, from, p->life);
-                conflict_seen(n, from, p->life);
-            }
-        }
-        return drop(n, GOSSIP_DROP_SELF, -GOSSIP_EPROTO);
-    }
-    if (n->left)
-        return drop(n, GOSSIP_DROP_LEFT, -GOSSIP_ESTATE);
+    return 0;
+}
 
+/* Whether p is under this node's own name (then it is dropped); from
+ * another life, it settles who keeps the name. */
+static int receive__from_self(struct gossip_node *n, const struct gossip_addr *from,
+                              const struct proto_packet *p)
+{
+    if (p->sender.len != n->name_len || memcmp(p->sender.ptr, n->name, n->name_len) != 0)
+        return 0;
+    /* Our name from another life: a second process, or a previous life
+     * of ours.  A CONFLICT it carries settles who keeps the name; any
+     * other packet gets our CONFLICT in answer. */
+    if (p->life != n->cfg.life_id && !n->left) {
+        int answered = 0;
+        for (size_t i = 0; i < p->nmsgs; i++)
+            if (p->msgs[i].type == PROTO_CONFLICT && p->msgs[i].name.len == n->name_len &&
+                memcmp(p->msgs[i].name.ptr, n->name, n->name_len) == 0) {
+                on_conflict(n, from, p->life, p->msgs[i].uptime_ms);
+                answered = 1;
+            }
+        if (!answered) {
+            send_conflict(n, from, p->life);
+            conflict_seen(n, from, p->life);
+        }
+    }
+    return 1;
+}
+
+/* The sender's replay window and life (*c); 0, or -GOSSIP_EREPLAY for a
+ * stale packet or a past life's (counted as a drop). */
+static int receive__window(struct gossip_node *n, const struct gossip_addr *from,
+                           const struct proto_packet *p, struct receive__ctx *c)
+{
     /* Timestamp window: the sender's clock now is estimated as the newest
      * timestamp seen from it plus the time elapsed here since; a packet
      * stamped more than TS_WINDOW_NS before that is a replay, unless it
@@ -1374,7 +1399,16 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
     if (snd != NULL && snd->has_ts && !newer_life &&
         p->timestamp + (uint64_t)TS_WINDOW_NS < snd->max_ts + (uint64_t)(n->now - snd->max_ts_at))
         return drop(n, GOSSIP_DROP_STALE, -GOSSIP_EREPLAY);
+    c->pushpull = pushpull;
+    c->newer_life = newer_life;
+    c->other_life = other_life;
+    return 0;
+}
 
+/* Acts on each message of p (push-pulls come later: receive__pushpulls). */
+static void receive__dispatch(struct gossip_node *n, const struct gossip_addr *from,
+                              const struct proto_packet *p, int pushpull)
+{
     for (size_t i = 0; i < p->nmsgs; i++) {
         const struct proto_msg *m = &p->msgs[i];
         switch (m->type) {
@@ -1433,8 +1467,16 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
             break; /* only meaningful from our own name (above) */
         }
     }
+}
 
-    snd = member_find(&n->t, p->sender.ptr, p->sender.len);
+/* What the packet says of its sender once its messages are applied: an
+ * exchange with a member not counted live, the header as an alive message,
+ * the replay window moved on.  Returns the sender as now known (or NULL). */
+static struct member *receive__sender(struct gossip_node *n, const struct gossip_addr *from,
+                                      const struct proto_packet *p, const struct receive__ctx *c)
+{
+    struct member *snd = member_find(&n->t, p->sender.ptr, p->sender.len);
+    int pushpull = c->pushpull, newer_life = c->newer_life, other_life = c->other_life;
     if ((snd == NULL || snd->reaped || !is_live(snd)) && !pushpull && !n->left &&
         n->now >= n->next_stranger) {
         /* A sealed packet from a member we do not count as live (we
@@ -1473,6 +1515,13 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
         }
         snd->has_ts = 1;
     }
+    return snd;
+}
+
+/* Answers and merges the push-pull exchanges of p (snd: its sender). */
+static void receive__pushpulls(struct gossip_node *n, const struct gossip_addr *from,
+                               const struct proto_packet *p, struct member *snd)
+{
     for (size_t i = 0; i < p->nmsgs; i++) {
         const struct proto_msg *m = &p->msgs[i];
         if (m->type != PROTO_PUSHPULL)
@@ -1510,6 +1559,30 @@ int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, c
             }
         }
     }
+}
+
+int gossip_node_receive(struct gossip_node *n, const struct gossip_addr *from, const uint8_t *pkt,
+                        size_t len, int64_t now_ns)
+{
+    if (now_ns > n->now)
+        n->now = now_ns;
+    n->st.packets_received++;
+    n->st.bytes_received += len;
+    int rc = receive__open(n, pkt, len);
+    if (rc != 0)
+        return rc;
+    const struct proto_packet *p = &n->pkt;
+    if (receive__from_self(n, from, p))
+        return drop(n, GOSSIP_DROP_SELF, -GOSSIP_EPROTO);
+    if (n->left)
+        return drop(n, GOSSIP_DROP_LEFT, -GOSSIP_ESTATE);
+    struct receive__ctx c;
+    rc = receive__window(n, from, p, &c);
+    if (rc != 0)
+        return rc;
+    receive__dispatch(n, from, p, c.pushpull);
+    struct member *snd = receive__sender(n, from, p, &c);
+    receive__pushpulls(n, from, p, snd);
     gossip_node_flush(n); /* replies the application queued from its callbacks */
     return 0;
 }
