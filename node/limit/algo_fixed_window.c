@@ -139,6 +139,15 @@ static int algo_fixed_window_params(struct algo_params *q, int64_t burst, int64_
     return 0;
 }
 
+/* algo_params_set_phase's work (ALGO_KNOB_PHASE): 0 <= phase < period. */
+static int algo_fixed_window_knob(struct algo_params *q, enum algo_knob knob, const int64_t *v)
+{
+    if (knob != ALGO_KNOB_PHASE || v[0] < 0 || v[0] >= q->period_ns)
+        return -SLUICE_EINVAL;
+    q->phase_ns = v[0];
+    return 0;
+}
+
 const struct algo_ops algo_fixed_window_ops = {
     .name = "fixed-window",
     .flags = ALGO_F_GLOBAL,
@@ -152,4 +161,5 @@ const struct algo_ops algo_fixed_window_ops = {
     .consume = algo_fixed_window_consume,
     .over = algo_fixed_window_over,
     .free = NULL,
+    .knob = algo_fixed_window_knob,
 };

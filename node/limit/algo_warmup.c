@@ -232,8 +232,13 @@ static int algo_warmup_params(struct algo_params *q, int64_t burst, int64_t prec
     return algo_wu__derive(q);
 }
 
-int algo_warmup__set(struct algo_params *q, int64_t warmup_ns, int64_t cold_factor)
+/* algo_params_set_warmup's work (ALGO_KNOB_WARMUP), once algo.c has
+ * checked q: the pair is derived on a copy, so q is unchanged on error. */
+static int algo_warmup_knob(struct algo_params *q, enum algo_knob knob, const int64_t *v)
 {
+    if (knob != ALGO_KNOB_WARMUP)
+        return -SLUICE_EINVAL;
+    int64_t warmup_ns = v[0], cold_factor = v[1];
     struct algo_params t = *q;
     if (warmup_ns < 1 || cold_factor < 1 || cold_factor > ALGO_COLD_FACTOR_MAX)
         return -SLUICE_EINVAL;
@@ -260,4 +265,5 @@ const struct algo_ops algo_warmup_ops = {
     .consume = algo_warmup_consume,
     .over = algo_warmup_over,
     .free = NULL,
+    .knob = algo_warmup_knob,
 };
