@@ -1058,6 +1058,124 @@ static int daemon_create_commands(struct daemon *d, struct daemon_options *o)
     return rc;
 }
 
+/* A listener failed to start: closes the ones started (the Unix socket's
+ * server, --http, --http-decisions) and stops the cluster, then runs the
+ * loop until their handles are closed. */
+static void daemon_close_listeners(struct daemon *d)
+{
+    http_close(d->http);
+    http_close(d->dhttp);
+    server_close(d->srv);
+    cluster_stop(d->cluster, NULL, NULL);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+}
+
+/* --http: /metrics, /health and /ready, and the decisions (/v1/throttle,
+ * /v1/lease) unless --http-decisions puts them elsewhere.  0, or a negative
+ * error code, logged, the listeners closed (daemon_close_listeners). */
+static int daemon_start_http(struct daemon *d, struct daemon_options *o)
+{
+    int rc;
+    o->hcfg.bind = o->metrics_addr;
+    o->hcfg.budget = server_memory_budget(d->srv);
+    rc = http_create(&d->loop, &o->hcfg, &d->http);
+    if (rc == 0)
+        rc = metrics_attach(d->http, daemon_collect, d, &d->metrics);
+    if (rc == 0)
+        rc = http_route(d->http, "/ready", daemon_on_ready, d);
+    if (rc == 0 && strcmp(o->decisions, "on") == 0)
+        rc = http_throttle_attach(d->http, d->lim, d->cluster, &o->htcfg, &d->throttle);
+    /* Leases spend slots: they go where the decisions go. */
+    if (rc == 0 && strcmp(o->decisions, "on") == 0)
+        rc = http_lease_attach(d->http, d->cmds, &d->lease);
+    if (rc == 0 && http_start(d->http) < 0) {
+        log_error("%s", http_error(d->http));
+        rc = -SLUICE_EIO;
+    } else if (rc < 0) {
+        log_error("cannot create the HTTP listener: %s", sluice_strerror(rc));
+    }
+    if (rc < 0) {
+        daemon_close_listeners(d);
+        return rc;
+    }
+    log_info("HTTP on http://%s (/metrics, /health, /ready%s%s)", o->metrics_addr,
+             strcmp(o->decisions, "on") == 0 ? ", " : "",
+             strcmp(o->decisions, "on") == 0 ? HTTP_THROTTLE_PATH ", " HTTP_LEASE_PATH : "");
+    return 0;
+}
+
+/* --http-decisions HOST:PORT: the decision endpoints on a listener of their
+ * own.  0, or a negative error code, logged, the listeners closed. */
+static int daemon_start_decisions(struct daemon *d, struct daemon_options *o)
+{
+    int rc;
+    /* The decision endpoint alone on a listener of its own: whoever may
+     * read the metrics need not be able to spend keys.  Same caps,
+     * timeouts and memory budget as the --http listener. */
+    struct http_config dcfg = o->hcfg;
+    dcfg.bind = o->decisions;
+    dcfg.budget = server_memory_budget(d->srv);
+    rc = http_create(&d->loop, &dcfg, &d->dhttp);
+    if (rc == 0)
+        rc = http_throttle_attach(d->dhttp, d->lim, d->cluster, &o->htcfg, &d->throttle);
+    if (rc == 0)
+        rc = http_lease_attach(d->dhttp, d->cmds, &d->lease);
+    if (rc == 0 && http_start(d->dhttp) < 0) {
+        log_error("%s", http_error(d->dhttp));
+        rc = -SLUICE_EIO;
+    } else if (rc < 0) {
+        log_error("cannot create the decision listener: %s", sluice_strerror(rc));
+    }
+    if (rc < 0) {
+        daemon_close_listeners(d);
+        return rc;
+    }
+    log_info("HTTP decisions on http://%s (%s)", o->decisions, HTTP_THROTTLE_PATH);
+    return 0;
+}
+
+/* --grpc and --ratelimit-config: Envoy's rate limit service, and a watch on
+ * the config directory.  0, or a negative error code, logged, with *status
+ * 2 for a bad config (else 1) and the listeners closed. */
+static int daemon_start_rls(struct daemon *d, struct daemon_options *o, int *status)
+{
+    int rc;
+    char rerr[512];
+    o->rlsopt.budget = server_memory_budget(d->srv);
+    o->rlsopt.ready = d->ready;
+    rc = daemon_rls_start(&d->loop, d->lim, d->cluster, &o->rlsopt, &d->rls, rerr, sizeof(rerr));
+    if (rc < 0) {
+        log_error("ratelimit: %s", rerr);
+        daemon_close_listeners(d);
+        *status = rc == -SLUICE_ECONFIG ? 2 : 1;
+        return rc;
+    }
+    if (o->rlsopt.config_dir != NULL)
+        daemon_watch_rls_dir(d, o->rlsopt.config_dir);
+    return 0;
+}
+
+/* The maintenance timer, SIGTERM's drain timer and the signal handlers
+ * (SIGINT, SIGTERM, SIGHUP).  Cannot fail. */
+static void daemon_start_signals(struct daemon *d, struct daemon_options *o)
+{
+    uv_timer_init(&d->loop, &d->maintain);
+    d->maintain.data = d;
+    uv_timer_start(&d->maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
+    uv_timer_init(&d->loop, &d->drain);
+    d->drain.data = d;
+    d->drain_ms = o->drain_ms;
+    uv_signal_init(&d->loop, &d->sigint);
+    uv_signal_init(&d->loop, &d->sigterm);
+    d->sigint.data = d;
+    d->sigterm.data = d;
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+    uv_signal_init(&d->loop, &d->sighup);
+    d->sighup.data = d;
+    uv_signal_start(&d->sighup, on_sighup, SIGHUP);
+}
+
 /* Step 6, start the listeners: creates the Unix socket's server, starts
  * --http (metrics, /ready, decisions), --http-decisions and the gRPC
  * ratelimit service, the timers and signal handlers, and last the Unix
@@ -1083,100 +1201,17 @@ static int daemon_start_listeners(struct daemon *d, struct daemon_options *o, in
     /* Every other listener before the Unix socket: the socket is what
      * clients and supervisors wait for, so once it exists all of them
      * answer. */
-    if (o->metrics_addr != NULL) {
-        o->hcfg.bind = o->metrics_addr;
-        o->hcfg.budget = server_memory_budget(d->srv);
-        rc = http_create(&d->loop, &o->hcfg, &d->http);
-        if (rc == 0)
-            rc = metrics_attach(d->http, daemon_collect, d, &d->metrics);
-        if (rc == 0)
-            rc = http_route(d->http, "/ready", daemon_on_ready, d);
-        if (rc == 0 && strcmp(o->decisions, "on") == 0)
-            rc = http_throttle_attach(d->http, d->lim, d->cluster, &o->htcfg, &d->throttle);
-        /* Leases spend slots: they go where the decisions go. */
-        if (rc == 0 && strcmp(o->decisions, "on") == 0)
-            rc = http_lease_attach(d->http, d->cmds, &d->lease);
-        if (rc == 0 && http_start(d->http) < 0) {
-            log_error("%s", http_error(d->http));
-            rc = -SLUICE_EIO;
-        } else if (rc < 0) {
-            log_error("cannot create the HTTP listener: %s", sluice_strerror(rc));
-        }
-        if (rc < 0) {
-            http_close(d->http);
-            server_close(d->srv);
-            cluster_stop(d->cluster, NULL, NULL);
-            uv_run(&d->loop, UV_RUN_DEFAULT);
-            return rc;
-        }
-        log_info("HTTP on http://%s (/metrics, /health, /ready%s%s)", o->metrics_addr,
-                 strcmp(o->decisions, "on") == 0 ? ", " : "",
-                 strcmp(o->decisions, "on") == 0 ? HTTP_THROTTLE_PATH ", " HTTP_LEASE_PATH : "");
-    }
-    if (strcmp(o->decisions, "on") != 0 && strcmp(o->decisions, "off") != 0) {
-        /* The decision endpoint alone on a listener of its own: whoever may
-         * read the metrics need not be able to spend keys.  Same caps,
-         * timeouts and memory budget as the --http listener. */
-        struct http_config dcfg = o->hcfg;
-        dcfg.bind = o->decisions;
-        dcfg.budget = server_memory_budget(d->srv);
-        rc = http_create(&d->loop, &dcfg, &d->dhttp);
-        if (rc == 0)
-            rc = http_throttle_attach(d->dhttp, d->lim, d->cluster, &o->htcfg, &d->throttle);
-        if (rc == 0)
-            rc = http_lease_attach(d->dhttp, d->cmds, &d->lease);
-        if (rc == 0 && http_start(d->dhttp) < 0) {
-            log_error("%s", http_error(d->dhttp));
-            rc = -SLUICE_EIO;
-        } else if (rc < 0) {
-            log_error("cannot create the decision listener: %s", sluice_strerror(rc));
-        }
-        if (rc < 0) {
-            http_close(d->dhttp);
-            http_close(d->http);
-            server_close(d->srv);
-            cluster_stop(d->cluster, NULL, NULL);
-            uv_run(&d->loop, UV_RUN_DEFAULT);
-            return rc;
-        }
-        log_info("HTTP decisions on http://%s (%s)", o->decisions, HTTP_THROTTLE_PATH);
-    }
-    if (o->rlsopt.grpc != NULL || o->rlsopt.config_dir != NULL) {
-        char rerr[512];
-        o->rlsopt.budget = server_memory_budget(d->srv);
-        o->rlsopt.ready = d->ready;
-        rc =
-            daemon_rls_start(&d->loop, d->lim, d->cluster, &o->rlsopt, &d->rls, rerr, sizeof(rerr));
-        if (rc < 0) {
-            log_error("ratelimit: %s", rerr);
-            http_close(d->http);
-            http_close(d->dhttp);
-            server_close(d->srv);
-            cluster_stop(d->cluster, NULL, NULL);
-            uv_run(&d->loop, UV_RUN_DEFAULT);
-            *status = rc == -SLUICE_ECONFIG ? 2 : 1;
-            return rc;
-        }
-        if (o->rlsopt.config_dir != NULL)
-            daemon_watch_rls_dir(d, o->rlsopt.config_dir);
-    }
+    if (o->metrics_addr != NULL)
+        rc = daemon_start_http(d, o);
+    if (rc == 0 && strcmp(o->decisions, "on") != 0 && strcmp(o->decisions, "off") != 0)
+        rc = daemon_start_decisions(d, o);
+    if (rc == 0 && (o->rlsopt.grpc != NULL || o->rlsopt.config_dir != NULL))
+        rc = daemon_start_rls(d, o, status);
+    if (rc < 0)
+        return rc; /* the listeners are closed */
     /* Signals before the socket exists: a client or supervisor that sees it
      * may stop us at once (libuv holds the signal until the loop runs). */
-    uv_timer_init(&d->loop, &d->maintain);
-    d->maintain.data = d;
-    uv_timer_start(&d->maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
-    uv_timer_init(&d->loop, &d->drain);
-    d->drain.data = d;
-    d->drain_ms = o->drain_ms;
-    uv_signal_init(&d->loop, &d->sigint);
-    uv_signal_init(&d->loop, &d->sigterm);
-    d->sigint.data = d;
-    d->sigterm.data = d;
-    uv_signal_start(&d->sigint, on_signal, SIGINT);
-    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
-    uv_signal_init(&d->loop, &d->sighup);
-    d->sighup.data = d;
-    uv_signal_start(&d->sighup, on_sighup, SIGHUP);
+    daemon_start_signals(d, o);
     const struct server_config *s = &o->scfg;
     size_t http_conns = o->hcfg.max_conns ? o->hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS;
     daemon_raise_nofile(
