@@ -513,7 +513,7 @@ static const char *find_config_flag(int argc, char **argv)
     return path;
 }
 
-/* The configuration file, kept for the process's lifetime (its strings are
+/* The configuration file, kept until daemon_shutdown_free (its strings are
  * used as flag values). */
 static struct config file_cfg;
 
@@ -674,7 +674,7 @@ static int daemon_load_config(struct daemon_options *o, int argc, char **argv)
         fprintf(stderr, "sluiced: %s: cannot build the policies\n", o->config_path);
         return 2;
     }
-    /* [sluiced] gives the defaults the flags below may override. */
+    /* [sluiced] gives the defaults the flags (daemon_parse_options) override. */
     o->socket_path = file_cfg.socket;
     o->scfg.socket_mode = file_cfg.socket_mode;
     o->scfg.max_clients = file_cfg.max_clients;
@@ -718,7 +718,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
     while ((opt = getopt_long(argc, argv, "h", daemon_long_options, NULL)) != -1) {
         switch (opt) {
         case OPT_CONFIG:
-            break; /* read above */
+            break; /* read by daemon_load_config */
         case OPT_SOCKET:
             o->socket_path = optarg;
             break;
