@@ -277,7 +277,12 @@ void algo_free(const struct algo_params *p, void *state);
 /* ---- per-algorithm entry points, dispatched by algo.c ---- */
 
 /* What the rest of sluice asks of an algorithm besides its state machine:
- * adding one is its algo_*.c file (with these ops) and a row in algo.c. */
+ * adding one is its algo_*.c file (with these ops; limit/ is globbed),
+ * its enum algo_kind value and extern ops here, and a row in algo.c's
+ * table.  A knob of its own adds an enum algo_knob value and a public
+ * setter (here and in algo.c), and its spelling where limits are read:
+ * config.c's policy keys and commands_sl.c's SL.THROTTLE words and
+ * SL.POLICIES rows. */
 #define ALGO_F_GLOBAL 1u /* consume() is meaningful across nodes */
 #define ALGO_F_BURST  2u /* a bucket: burst is meaningful (see algo_has_burst) */
 
