@@ -68,12 +68,12 @@ void commands_destroy(struct commands *cmds)
 
 /* The protocol is the connection's (server_client_proto): it goes away
  * with the connection, so nothing here has to be pruned. */
-static int client_resp3(const struct server_client *c)
+static int commands__client_resp3(const struct server_client *c)
 {
     return server_client_proto(c) == 3;
 }
 
-static int reply_arity(struct resp_buf *out, const char *name)
+static int commands__reply_arity(struct resp_buf *out, const char *name)
 {
     resp_add_errorf(out, "ERR wrong number of arguments for '%s' command", name);
     return SERVER_CONTINUE;
@@ -83,8 +83,8 @@ static int reply_arity(struct resp_buf *out, const char *name)
 
 #define CELL_ERR "Cell error: Store error: "
 
-static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t argc,
-                        const char **argv, const size_t *argvlen, struct resp_buf *out)
+static int commands__throttle(struct commands *cmds, struct server_client *c, size_t argc,
+                              const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     if (argc != 5 && argc != 6) {
         resp_add_error(out, CELL_ERR "Usage: cl.throttle <key> <max_burst> <count per period> "
@@ -160,7 +160,7 @@ static int cmd_throttle(struct commands *cmds, struct server_client *c, size_t a
 #define ECHO_MAX_BYTES        (16u * 1024)
 #define CLIENT_NAME_MAX_BYTES 256u
 
-static int reply_echo(struct resp_buf *out, const char *cmd, const char *msg, size_t len)
+static int commands__reply_echo(struct resp_buf *out, const char *cmd, const char *msg, size_t len)
 {
     if (len > ECHO_MAX_BYTES)
         resp_add_errorf(out, "ERR %s message too long (%zu bytes, at most %u)", cmd, len,
@@ -170,33 +170,33 @@ static int reply_echo(struct resp_buf *out, const char *cmd, const char *msg, si
     return SERVER_CONTINUE;
 }
 
-static int cmd_ping(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                    const size_t *argvlen, struct resp_buf *out)
+static int commands__ping(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     if (argc > 2)
-        return reply_arity(out, "ping");
+        return commands__reply_arity(out, "ping");
     if (argc == 2)
-        reply_echo(out, "PING", argv[1], argvlen[1]);
+        commands__reply_echo(out, "PING", argv[1], argvlen[1]);
     else
         resp_add_raw(out, "+PONG\r\n", 7);
     return SERVER_CONTINUE;
 }
 
-static int cmd_echo(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                    const size_t *argvlen, struct resp_buf *out)
+static int commands__echo(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
-    return reply_echo(out, "ECHO", argv[1], argvlen[1]);
+    return commands__reply_echo(out, "ECHO", argv[1], argvlen[1]);
 }
 
-static int cmd_quit(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                    const size_t *argvlen, struct resp_buf *out)
+static int commands__quit(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     resp_add_simple(out, "OK");
     return SERVER_CLOSE_AFTER_REPLY;
 }
 
-static int cmd_select(struct commands *cmds, struct server_client *c, size_t argc,
-                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+static int commands__select(struct commands *cmds, struct server_client *c, size_t argc,
+                            const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     int64_t db;
     if (args_parse_int64(argv[1], argvlen[1], &db) < 0)
@@ -211,7 +211,7 @@ static int cmd_select(struct commands *cmds, struct server_client *c, size_t arg
 /* Redis refuses names with spaces, newlines or other special characters;
  * sluice also refuses names longer than CLIENT_NAME_MAX_BYTES.  Returns 0, or
  * -1 with the error reply added to out. */
-static int check_name(struct resp_buf *out, const char *name, size_t len)
+static int commands__check_name(struct resp_buf *out, const char *name, size_t len)
 {
     if (len > CLIENT_NAME_MAX_BYTES) {
         resp_add_errorf(out, "ERR Client name is too long (%zu bytes, at most %u)", len,
@@ -230,7 +230,7 @@ static int check_name(struct resp_buf *out, const char *name, size_t len)
 
 /* 1 when pass (len bytes) is the configured password; the time taken does
  * not depend on where they differ. */
-static int auth_matches(const struct commands *cmds, const char *pass, size_t len)
+static int commands__auth_matches(const struct commands *cmds, const char *pass, size_t len)
 {
     size_t want = strlen(cmds->requirepass);
     unsigned char diff = (unsigned char)(len != want);
@@ -241,10 +241,11 @@ static int auth_matches(const struct commands *cmds, const char *pass, size_t le
 
 /* AUTH [default] password against requirepass: +OK and the connection is
  * authenticated, or WRONGPASS.  1 when it passed. */
-static int auth_check(struct commands *cmds, struct server_client *c, const char *user, size_t ulen,
-                      const char *pass, size_t plen, struct resp_buf *out)
+static int commands__auth_check(struct commands *cmds, struct server_client *c, const char *user,
+                                size_t ulen, const char *pass, size_t plen, struct resp_buf *out)
 {
-    if ((user == NULL || args_is(user, ulen, "default")) && auth_matches(cmds, pass, plen)) {
+    if ((user == NULL || args_is(user, ulen, "default")) &&
+        commands__auth_matches(cmds, pass, plen)) {
         server_client_set_authed(c);
         return 1;
     }
@@ -252,11 +253,11 @@ static int auth_check(struct commands *cmds, struct server_client *c, const char
     return 0;
 }
 
-static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                     const size_t *argvlen, struct resp_buf *out)
+static int commands__hello(struct commands *cmds, struct server_client *c, size_t argc,
+                           const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     size_t i = 1;
-    int64_t ver = client_resp3(c) ? 3 : 2;
+    int64_t ver = commands__client_resp3(c) ? 3 : 2;
     if (argc >= 2) {
         if (args_parse_int64(argv[1], argvlen[1], &ver) < 0) {
             resp_add_error(out, "ERR Protocol version is not an integer or out of range");
@@ -276,7 +277,8 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
         if (args_is(argv[i], argvlen[i], "AUTH") && i + 2 < argc) {
             /* Without requirepass the socket's permissions are the gate. */
             if (cmds->requirepass != NULL &&
-                !auth_check(cmds, c, argv[i + 1], argvlen[i + 1], argv[i + 2], argvlen[i + 2], out))
+                !commands__auth_check(cmds, c, argv[i + 1], argvlen[i + 1], argv[i + 2],
+                                      argvlen[i + 2], out))
                 return SERVER_CONTINUE;
             i += 2;
         } else if (args_is(argv[i], argvlen[i], "SETNAME") && i + 1 < argc) {
@@ -299,7 +301,7 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
         return SERVER_CONTINUE;
     }
     if (setname != NULL) {
-        if (check_name(out, setname, setname_len) < 0)
+        if (commands__check_name(out, setname, setname_len) < 0)
             return SERVER_CONTINUE;
         if (c != NULL && server_client_set_name(c, setname, setname_len) < 0) {
             resp_add_error(out, "ERR out of memory");
@@ -325,8 +327,8 @@ static int cmd_hello(struct commands *cmds, struct server_client *c, size_t argc
     return SERVER_CONTINUE;
 }
 
-static int cmd_client(struct commands *cmds, struct server_client *c, size_t argc,
-                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+static int commands__client(struct commands *cmds, struct server_client *c, size_t argc,
+                            const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     const char *sub = argv[1];
     size_t sublen = argvlen[1];
@@ -336,11 +338,11 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
     }
     if (args_is(sub, sublen, "ID")) {
         if (argc != 2)
-            return reply_arity(out, "client|id");
+            return commands__reply_arity(out, "client|id");
         resp_add_int(out, (int64_t)server_client_id(c));
     } else if (args_is(sub, sublen, "GETNAME")) {
         if (argc != 2)
-            return reply_arity(out, "client|getname");
+            return commands__reply_arity(out, "client|getname");
         const char *name = server_client_name(c);
         if (name[0] == '\0')
             resp_add_null(out);
@@ -348,8 +350,8 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
             resp_add_bulk_str(out, name);
     } else if (args_is(sub, sublen, "SETNAME")) {
         if (argc != 3)
-            return reply_arity(out, "client|setname");
-        if (check_name(out, argv[2], argvlen[2]) < 0) {
+            return commands__reply_arity(out, "client|setname");
+        if (commands__check_name(out, argv[2], argvlen[2]) < 0) {
             /* the error is in out */
         } else if (server_client_set_name(c, argv[2], argvlen[2]) < 0) {
             resp_add_error(out, "ERR out of memory");
@@ -358,7 +360,7 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
         }
     } else if (args_is(sub, sublen, "SETINFO")) {
         if (argc != 4)
-            return reply_arity(out, "client|setinfo");
+            return commands__reply_arity(out, "client|setinfo");
         if (args_is(argv[2], argvlen[2], "LIB-NAME") || args_is(argv[2], argvlen[2], "LIB-VER")) {
             resp_add_simple(out, "OK");
         } else {
@@ -372,14 +374,14 @@ static int cmd_client(struct commands *cmds, struct server_client *c, size_t arg
     return SERVER_CONTINUE;
 }
 
-static int cmd_auth(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                    const size_t *argvlen, struct resp_buf *out)
+static int commands__auth(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     if (argc != 2 && argc != 3)
-        return reply_arity(out, "auth");
+        return commands__reply_arity(out, "auth");
     if (cmds->requirepass != NULL) {
-        if (auth_check(cmds, c, argc == 3 ? argv[1] : NULL, argc == 3 ? argvlen[1] : 0,
-                       argv[argc - 1], argvlen[argc - 1], out))
+        if (commands__auth_check(cmds, c, argc == 3 ? argv[1] : NULL, argc == 3 ? argvlen[1] : 0,
+                                 argv[argc - 1], argvlen[argc - 1], out))
             resp_add_simple(out, "OK");
         return SERVER_CONTINUE;
     }
@@ -407,7 +409,7 @@ struct scan_ctx {
     int oom;
 };
 
-static void scan_one(void *ud, const char *key, size_t klen, int64_t tat_ns)
+static void commands__scan_one(void *ud, const char *key, size_t klen, int64_t tat_ns)
 {
     struct scan_ctx *x = ud;
     if (x->oom)
@@ -436,7 +438,7 @@ static void scan_one(void *ud, const char *key, size_t klen, int64_t tat_ns)
 }
 
 /* Strict decimal uint64 (SCAN cursors use the full range). */
-static int parse_uint64(const char *s, size_t len, uint64_t *out)
+static int commands__parse_uint64(const char *s, size_t len, uint64_t *out)
 {
     if (len == 0 || len > 20)
         return -SLUICE_EINVAL;
@@ -455,11 +457,11 @@ static int parse_uint64(const char *s, size_t len, uint64_t *out)
 
 /* SCAN cursor [MATCH pattern] [COUNT n]: Redis's SCAN over the limiter's keys,
  * so `redis-cli --scan` lists them. */
-static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                    const size_t *argvlen, struct resp_buf *out)
+static int commands__scan(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     uint64_t cursor;
-    if (parse_uint64(argv[1], argvlen[1], &cursor) < 0) {
+    if (commands__parse_uint64(argv[1], argvlen[1], &cursor) < 0) {
         resp_add_error(out, "ERR invalid cursor");
         return SERVER_CONTINUE;
     }
@@ -506,7 +508,7 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
     struct resp_buf keys;
     resp_buf_init(&keys);
     struct scan_ctx x = {.keys = &keys, .pattern = pattern};
-    uint64_t next = limiter_scan(cmds->lim, cursor, (size_t)count, scan_one, &x);
+    uint64_t next = limiter_scan(cmds->lim, cursor, (size_t)count, commands__scan_one, &x);
     if (x.oom) {
         resp_add_error(out, "ERR out of memory");
     } else {
@@ -531,7 +533,8 @@ static int cmd_scan(struct commands *cmds, struct server_client *c, size_t argc,
 
 /* ---- introspection ---- */
 
-static int section_wanted(size_t argc, const char **argv, const size_t *argvlen, const char *name)
+static int commands__section_wanted(size_t argc, const char **argv, const size_t *argvlen,
+                                    const char *name)
 {
     if (argc < 2)
         return 1;
@@ -543,8 +546,8 @@ static int section_wanted(size_t argc, const char **argv, const size_t *argvlen,
     return 0;
 }
 
-static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                    const size_t *argvlen, struct resp_buf *out)
+static int commands__info(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     struct resp_buf t;
     resp_buf_init(&t);
@@ -552,7 +555,7 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
     memset(&ss, 0, sizeof(ss));
     if (c != NULL)
         server_get_stats(server_client_server(c), &ss);
-    if (section_wanted(argc, argv, argvlen, "server")) {
+    if (commands__section_wanted(argc, argv, argvlen, "server")) {
         resp_add_raw(&t, "# Server\r\n", 10);
         resp_add_raw(&t, "redis_version:" SLUICE_REDIS_COMPAT_VERSION "\r\n",
                      strlen("redis_version:" SLUICE_REDIS_COMPAT_VERSION "\r\n"));
@@ -564,38 +567,40 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
         info_u64(&t, "uptime_in_seconds", up);
         resp_add_raw(&t, "\r\n", 2);
     }
-    if (section_wanted(argc, argv, argvlen, "clients")) {
+    if (commands__section_wanted(argc, argv, argvlen, "clients")) {
         resp_add_raw(&t, "# Clients\r\n", 11);
         info_counters(&t, &server_client_counters, &ss);
         resp_add_raw(&t, "\r\n", 2);
     }
-    if (section_wanted(argc, argv, argvlen, "stats")) {
+    if (commands__section_wanted(argc, argv, argvlen, "stats")) {
         resp_add_raw(&t, "# Stats\r\n", 9);
         info_counters(&t, &server_command_counters, &ss);
         resp_add_raw(&t, "\r\n", 2);
     }
-    if (cmds->listeners_info != NULL && section_wanted(argc, argv, argvlen, "listeners")) {
+    if (cmds->listeners_info != NULL &&
+        commands__section_wanted(argc, argv, argvlen, "listeners")) {
         resp_add_raw(&t, "# Listeners\r\n", 13);
         cmds->listeners_info(cmds->listeners_ud, &t);
         resp_add_raw(&t, "\r\n", 2);
     }
-    if (section_wanted(argc, argv, argvlen, "limiter")) {
+    if (commands__section_wanted(argc, argv, argvlen, "limiter")) {
         struct limiter_stats ls;
         limiter_get_stats(cmds->lim, &ls);
         resp_add_raw(&t, "# Limiter\r\n", 11);
         info_counters(&t, &limiter_counters, &ls);
         resp_add_raw(&t, "\r\n", 2);
     }
-    if (section_wanted(argc, argv, argvlen, "cluster"))
+    if (commands__section_wanted(argc, argv, argvlen, "cluster"))
         commands_cluster_info(cmds->cluster, cmds->ready, &t);
-    if (cmds->sl != NULL && section_wanted(argc, argv, argvlen, "policies")) {
+    if (cmds->sl != NULL && commands__section_wanted(argc, argv, argvlen, "policies")) {
         struct commands_sl_stats sls;
         commands_sl_get_stats(cmds->sl, &sls);
         resp_add_raw(&t, "# Policies\r\n", 12);
         info_counters(&t, &commands_sl_counters, &sls);
         resp_add_raw(&t, "\r\n", 2);
     }
-    if (commands_sl_leases(cmds->sl) != NULL && section_wanted(argc, argv, argvlen, "leases"))
+    if (commands_sl_leases(cmds->sl) != NULL &&
+        commands__section_wanted(argc, argv, argvlen, "leases"))
         commands_lease_info(commands_sl_leases(cmds->sl), &t);
     /* Redis ends the text without the last blank line. */
     if (t.len >= 2)
@@ -605,34 +610,34 @@ static int cmd_info(struct commands *cmds, struct server_client *c, size_t argc,
     return SERVER_CONTINUE;
 }
 
-static size_t command_count(void);
+static size_t commands__command_count(void);
 
-static int cmd_sl_members(struct commands *cmds, struct server_client *c, size_t argc,
-                          const char **argv, const size_t *argvlen, struct resp_buf *out)
+static int commands__sl_members(struct commands *cmds, struct server_client *c, size_t argc,
+                                const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     return commands_cluster_members(cmds->cluster, argc, argv, argvlen, out);
 }
 
-static int cmd_sl_key(struct commands *cmds, struct server_client *c, size_t argc,
-                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+static int commands__sl_key(struct commands *cmds, struct server_client *c, size_t argc,
+                            const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     return commands_cluster_key(cmds->cluster, argc, argv, argvlen, out);
 }
 
-static int cmd_command(struct commands *cmds, struct server_client *c, size_t argc,
-                       const char **argv, const size_t *argvlen, struct resp_buf *out)
+static int commands__command(struct commands *cmds, struct server_client *c, size_t argc,
+                             const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     /* Clients call COMMAND / COMMAND DOCS for hints and metadata only; an
      * empty answer makes them fall back to sending commands as typed. */
     if (argc >= 2 && args_is(argv[1], argvlen[1], "COUNT"))
-        resp_add_int(out, (int64_t)command_count());
+        resp_add_int(out, (int64_t)commands__command_count());
     else
         resp_add_array(out, 0);
     return SERVER_CONTINUE;
 }
 
-static int cmd_config(struct commands *cmds, struct server_client *c, size_t argc,
-                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+static int commands__config(struct commands *cmds, struct server_client *c, size_t argc,
+                            const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     /* redis-benchmark asks for `save` and `appendonly`; sluice keeps no data
      * on disk, which is what these answers say. */
@@ -663,14 +668,14 @@ static int cmd_config(struct commands *cmds, struct server_client *c, size_t arg
 
 /* ---- dispatch ---- */
 
-static int cmd_multi(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                     const size_t *argvlen, struct resp_buf *out);
-static int cmd_exec(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                    const size_t *argvlen, struct resp_buf *out);
-static int cmd_discard(struct commands *cmds, struct server_client *c, size_t argc,
-                       const char **argv, const size_t *argvlen, struct resp_buf *out);
-static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                     const size_t *argvlen, struct resp_buf *out);
+static int commands__multi(struct commands *cmds, struct server_client *c, size_t argc,
+                           const char **argv, const size_t *argvlen, struct resp_buf *out);
+static int commands__exec(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out);
+static int commands__discard(struct commands *cmds, struct server_client *c, size_t argc,
+                             const char **argv, const size_t *argvlen, struct resp_buf *out);
+static int commands__watch(struct commands *cmds, struct server_client *c, size_t argc,
+                           const char **argv, const size_t *argvlen, struct resp_buf *out);
 
 /*
  * The command table: one row per command, and the only place a command's
@@ -697,25 +702,25 @@ struct commands_row {
 };
 
 static const struct commands_row command_table[] = {
-    {"cl.throttle", 0, CMD_F_DECIDE, cmd_throttle, NULL},
-    {"ping", -1, 0, cmd_ping, NULL},
-    {"echo", 2, 0, cmd_echo, NULL},
-    {"quit", 0, CMD_F_CONN, cmd_quit, NULL},
-    {"hello", 0, CMD_F_CONN, cmd_hello, NULL},
-    {"client", -2, CMD_F_CONN, cmd_client, NULL},
-    {"info", 0, 0, cmd_info, NULL},
-    {"command", 0, 0, cmd_command, NULL},
-    {"select", 2, CMD_F_CONN, cmd_select, NULL},
-    {"config", 0, 0, cmd_config, NULL},
-    {"auth", 0, CMD_F_CONN, cmd_auth, NULL},
-    {"scan", -2, 0, cmd_scan, NULL},
-    {"multi", 1, CMD_F_CONN, cmd_multi, NULL},
-    {"exec", 0, CMD_F_CONN, cmd_exec, NULL},
-    {"discard", 0, CMD_F_CONN, cmd_discard, NULL},
-    {"watch", -2, CMD_F_CONN, cmd_watch, NULL},
-    {"unwatch", 0, CMD_F_CONN, cmd_watch, NULL},
-    {"sl.members", 0, 0, cmd_sl_members, NULL},
-    {"sl.key", 0, 0, cmd_sl_key, NULL},
+    {"cl.throttle", 0, CMD_F_DECIDE, commands__throttle, NULL},
+    {"ping", -1, 0, commands__ping, NULL},
+    {"echo", 2, 0, commands__echo, NULL},
+    {"quit", 0, CMD_F_CONN, commands__quit, NULL},
+    {"hello", 0, CMD_F_CONN, commands__hello, NULL},
+    {"client", -2, CMD_F_CONN, commands__client, NULL},
+    {"info", 0, 0, commands__info, NULL},
+    {"command", 0, 0, commands__command, NULL},
+    {"select", 2, CMD_F_CONN, commands__select, NULL},
+    {"config", 0, 0, commands__config, NULL},
+    {"auth", 0, CMD_F_CONN, commands__auth, NULL},
+    {"scan", -2, 0, commands__scan, NULL},
+    {"multi", 1, CMD_F_CONN, commands__multi, NULL},
+    {"exec", 0, CMD_F_CONN, commands__exec, NULL},
+    {"discard", 0, CMD_F_CONN, commands__discard, NULL},
+    {"watch", -2, CMD_F_CONN, commands__watch, NULL},
+    {"unwatch", 0, CMD_F_CONN, commands__watch, NULL},
+    {"sl.members", 0, 0, commands__sl_members, NULL},
+    {"sl.key", 0, 0, commands__sl_key, NULL},
     {"sl.throttle", 0, CMD_F_DECIDE, NULL, commands_sl_throttle},
     {"sl.peek", 0, CMD_F_DECIDE, NULL, commands_sl_peek},
     {"sl.refund", 0, 0, NULL, commands_sl_refund},
@@ -730,13 +735,13 @@ static const struct commands_row command_table[] = {
     {"sl.renew", 0, 0, NULL, commands_lease_renew},
 };
 
-static size_t command_count(void)
+static size_t commands__command_count(void)
 {
     return sizeof(command_table) / sizeof(command_table[0]);
 }
 
-static void reply_unknown(size_t argc, const char **argv, const size_t *argvlen,
-                          struct resp_buf *out)
+static void commands__reply_unknown(size_t argc, const char **argv, const size_t *argvlen,
+                                    struct resp_buf *out)
 {
     /* Redis's text: the name cut at 128 bytes, then arguments while the
      * list is shorter than 128 bytes. */
@@ -759,7 +764,7 @@ static void reply_unknown(size_t argc, const char **argv, const size_t *argvlen,
 
 const struct commands_row *commands_find(const char *name, size_t len)
 {
-    for (size_t i = 0; i < command_count(); i++)
+    for (size_t i = 0; i < commands__command_count(); i++)
         if (args_is(name, len, command_table[i].name))
             return &command_table[i];
     return NULL;
@@ -781,7 +786,7 @@ static int commands_call(struct commands *cmds, const struct commands_row *row,
         resp_add_error(out, "ERR SL commands are not enabled");
         return SERVER_CONTINUE;
     }
-    return row->sl(cmds->sl, c, client_resp3(c), argc, argv, argvlen, out);
+    return row->sl(cmds->sl, c, commands__client_resp3(c), argc, argv, argvlen, out);
 }
 
 /* Runs one command of a known row: the arity check, then its handler,
@@ -844,7 +849,7 @@ struct tx {
     size_t len, cap;
 };
 
-static void tx_free(void *p)
+static void commands__tx_free(void *p)
 {
     struct tx *t = p;
     if (t != NULL)
@@ -852,7 +857,7 @@ static void tx_free(void *p)
     free(t);
 }
 
-static int tx_put(struct tx *t, const void *p, size_t n)
+static int commands__tx_put(struct tx *t, const void *p, size_t n)
 {
     if (t->len + n > TX_MAX_BYTES)
         return -SLUICE_ETOOBIG;
@@ -871,18 +876,18 @@ static int tx_put(struct tx *t, const void *p, size_t n)
     return 0;
 }
 
-static int tx_queue(struct tx *t, size_t argc, const char **argv, const size_t *argvlen)
+static int commands__tx_queue(struct tx *t, size_t argc, const char **argv, const size_t *argvlen)
 {
     if (t->n >= TX_MAX_COMMANDS)
         return -SLUICE_ETOOBIG;
     size_t mark = t->len;
     uint32_t v = (uint32_t)argc;
-    int rc = tx_put(t, &v, sizeof(v));
+    int rc = commands__tx_put(t, &v, sizeof(v));
     for (size_t i = 0; rc == 0 && i < argc; i++) {
         v = (uint32_t)argvlen[i];
-        rc = tx_put(t, &v, sizeof(v));
+        rc = commands__tx_put(t, &v, sizeof(v));
         if (rc == 0)
-            rc = tx_put(t, argv[i], argvlen[i]);
+            rc = commands__tx_put(t, argv[i], argvlen[i]);
     }
     if (rc != 0) {
         t->len = mark;
@@ -898,8 +903,8 @@ static int tx_queue(struct tx *t, size_t argc, const char **argv, const size_t *
  * anything runs.  SCAN's grows with COUNT and the longest key; the others'
  * are small and bounded by their arguments.
  */
-static size_t tx_reply_worst(const struct commands *cmds, const struct commands_row *row,
-                             size_t argc, const char **argv, const size_t *argvlen)
+static size_t commands__tx_reply_worst(const struct commands *cmds, const struct commands_row *row,
+                                       size_t argc, const char **argv, const size_t *argvlen)
 {
     if (strcmp(row->name, "scan") == 0) {
         int64_t count = 10;
@@ -918,8 +923,8 @@ static size_t tx_reply_worst(const struct commands *cmds, const struct commands_
     return TX_REPLY_BASE + TX_REPLY_PER_ARG * argc;
 }
 
-static int tx_exec(struct commands *cmds, struct server_client *c, struct tx *t,
-                   struct resp_buf *out)
+static int commands__tx_exec(struct commands *cmds, struct server_client *c, struct tx *t,
+                             struct resp_buf *out)
 {
     /* The reply is checked against the client's output bound and the
      * clients' memory budget after every command, as it grows: a reply
@@ -962,49 +967,50 @@ static int tx_exec(struct commands *cmds, struct server_client *c, struct tx *t,
     return SERVER_CONTINUE;
 }
 
-static int cmd_multi(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                     const size_t *argvlen, struct resp_buf *out)
+static int commands__multi(struct commands *cmds, struct server_client *c, size_t argc,
+                           const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     struct tx *t = calloc(1, sizeof(*t));
     if (t == NULL) {
         resp_add_error(out, "ERR out of memory");
         return SERVER_CONTINUE;
     }
-    server_client_set_ctx(c, t, tx_free);
+    server_client_set_ctx(c, t, commands__tx_free);
     resp_add_simple(out, "OK");
     return SERVER_CONTINUE;
 }
 
-static int cmd_exec(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                    const size_t *argvlen, struct resp_buf *out)
+static int commands__exec(struct commands *cmds, struct server_client *c, size_t argc,
+                          const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     resp_add_error(out, "ERR EXEC without MULTI");
     return SERVER_CONTINUE;
 }
 
-static int cmd_discard(struct commands *cmds, struct server_client *c, size_t argc,
-                       const char **argv, const size_t *argvlen, struct resp_buf *out)
+static int commands__discard(struct commands *cmds, struct server_client *c, size_t argc,
+                             const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     resp_add_error(out, "ERR DISCARD without MULTI");
     return SERVER_CONTINUE;
 }
 
-static int cmd_watch(struct commands *cmds, struct server_client *c, size_t argc, const char **argv,
-                     const size_t *argvlen, struct resp_buf *out)
+static int commands__watch(struct commands *cmds, struct server_client *c, size_t argc,
+                           const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     resp_add_simple(out, "OK"); /* nothing is watched: see "transactions" above */
     return SERVER_CONTINUE;
 }
 
 /* A command arriving while the connection is inside MULTI. */
-static int tx_command(struct commands *cmds, struct server_client *c, struct tx *t, size_t argc,
-                      const char **argv, const size_t *argvlen, struct resp_buf *out)
+static int commands__tx_command(struct commands *cmds, struct server_client *c, struct tx *t,
+                                size_t argc, const char **argv, const size_t *argvlen,
+                                struct resp_buf *out)
 {
     if (args_is(argv[0], argvlen[0], "EXEC")) {
         int rc = t->failed ? (resp_add_error(out, "EXECABORT Transaction discarded because of "
                                                   "previous errors."),
                               SERVER_CONTINUE)
-                           : tx_exec(cmds, c, t, out);
+                           : commands__tx_exec(cmds, c, t, out);
         server_client_set_ctx(c, NULL, NULL); /* frees t */
         return rc;
     }
@@ -1022,10 +1028,10 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
         return SERVER_CONTINUE;
     }
     if (args_is(argv[0], argvlen[0], "QUIT"))
-        return cmd_quit(cmds, c, argc, argv, argvlen, out);
+        return commands__quit(cmds, c, argc, argv, argvlen, out);
     const struct commands_row *row = commands_find(argv[0], argvlen[0]);
     if (row == NULL) {
-        reply_unknown(argc, argv, argvlen, out);
+        commands__reply_unknown(argc, argv, argvlen, out);
         t->failed = 1;
         return SERVER_CONTINUE;
     }
@@ -1039,7 +1045,7 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
         t->failed = 1;
         return SERVER_CONTINUE;
     }
-    size_t worst = tx_reply_worst(cmds, row, argc, argv, argvlen);
+    size_t worst = commands__tx_reply_worst(cmds, row, argc, argv, argvlen);
     if (t->worst + worst > server_client_out_limit(c)) {
         resp_add_errorf(out,
                         "ERR the transaction's reply could pass the client output limit "
@@ -1049,7 +1055,7 @@ static int tx_command(struct commands *cmds, struct server_client *c, struct tx 
         return SERVER_CONTINUE;
     }
     t->worst += worst;
-    if (tx_queue(t, argc, argv, argvlen) != 0) {
+    if (commands__tx_queue(t, argc, argv, argvlen) != 0) {
         resp_add_error(out, "ERR the transaction is too large");
         t->failed = 1;
         return SERVER_CONTINUE;
@@ -1072,7 +1078,7 @@ int commands_execute(struct commands *cmds, size_t argc, const char **argv, cons
         return -SLUICE_EINVAL;
     const struct commands_row *row = commands_find(argv[0], argvlen[0]);
     if (row == NULL) {
-        reply_unknown(argc, argv, argvlen, out);
+        commands__reply_unknown(argc, argv, argvlen, out);
         return 0;
     }
     if (row->flags & CMD_F_CONN) {
@@ -1099,10 +1105,10 @@ int commands_dispatch(void *ud, struct server_client *c, size_t argc, const char
     }
     struct tx *t = server_client_ctx(c);
     if (t != NULL)
-        return tx_command(cmds, c, t, argc, argv, argvlen, out);
+        return commands__tx_command(cmds, c, t, argc, argv, argvlen, out);
     const struct commands_row *row = commands_find(argv[0], argvlen[0]);
     if (row != NULL)
         return commands_run(cmds, row, c, argc, argv, argvlen, out);
-    reply_unknown(argc, argv, argvlen, out);
+    commands__reply_unknown(argc, argv, argvlen, out);
     return SERVER_CONTINUE;
 }

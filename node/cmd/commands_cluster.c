@@ -24,7 +24,7 @@ struct members_ctx {
     int64_t now;
 };
 
-static int members_one(void *ud, const struct gossip_member_info *m)
+static int commands_cluster__members_one(void *ud, const struct gossip_member_info *m)
 {
     struct members_ctx *x = ud;
     char addr[GOSSIP_ADDR_STRLEN];
@@ -61,7 +61,7 @@ int commands_cluster_members(struct cluster *cl, size_t argc, const char **argv,
     struct resp_buf items;
     resp_buf_init(&items);
     struct members_ctx x = {.items = &items, .now = (int64_t)uv_hrtime()};
-    gossip_node_members(g, members_one, &x);
+    gossip_node_members(g, commands_cluster__members_one, &x);
     resp_add_array(out, x.n);
     resp_add_raw(out, items.data ? items.data : "", items.len);
     resp_buf_free(&items);
@@ -76,14 +76,14 @@ struct slots_ctx {
     int64_t now;
 };
 
-static void add_double(struct resp_buf *b, double v)
+static void commands_cluster__add_double(struct resp_buf *b, double v)
 {
     char s[64];
     int n = snprintf(s, sizeof(s), "%.4f", v);
     resp_add_bulk(b, s, n > 0 ? (size_t)n : 0);
 }
 
-static void slot_one(void *ud, const struct replica_slot_info *s)
+static void commands_cluster__slot_one(void *ud, const struct replica_slot_info *s)
 {
     struct slots_ctx *x = ud;
     char epoch[24];
@@ -93,10 +93,10 @@ static void slot_one(void *ud, const struct replica_slot_info *s)
     resp_add_bulk_str(x->items, s->node);
     resp_add_bulk(x->items, epoch, n > 0 ? (size_t)n : 0);
     resp_add_int(x->items, s->count);
-    add_double(x->items, s->demand);
-    add_double(x->items, s->share);
+    commands_cluster__add_double(x->items, s->demand);
+    commands_cluster__add_double(x->items, s->share);
     resp_add_int(x->items, s->reachable ? 1 : 0);
-    add_double(x->items, s->frozen);
+    commands_cluster__add_double(x->items, s->frozen);
     resp_add_int(x->items, s->age_ns / NUM_NS_PER_MS);
     x->n++;
 }
@@ -117,7 +117,8 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
     resp_buf_init(&slots);
     struct slots_ctx x = {.items = &slots, .now = cluster_now_ns(cl)};
     struct replica_key_info info;
-    if (replica_key_info(r, argv[1], argvlen[1], x.now, &info, slot_one, &x) < 0) {
+    if (replica_key_info(r, argv[1], argvlen[1], x.now, &info, commands_cluster__slot_one, &x) <
+        0) {
         resp_buf_free(&slots);
         resp_add_null(out);
         return SERVER_CONTINUE;
@@ -134,9 +135,9 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
     resp_add_pair_int(out, "debt_ms", info.debt_ns / NUM_NS_PER_MS);
     resp_add_pair_int(out, "reset_after_ms", info.reset_after_ns / NUM_NS_PER_MS);
     resp_add_bulk_str(out, "share");
-    add_double(out, info.share);
+    commands_cluster__add_double(out, info.share);
     resp_add_bulk_str(out, "demand");
-    add_double(out, info.demand);
+    commands_cluster__add_double(out, info.demand);
     resp_add_pair_str(out, "owner", info.owner != NULL ? info.owner : "");
     resp_add_pair_str(out, "owned", info.owned ? "yes" : "no");
     resp_add_pair_str(out, "degraded", info.degraded ? "yes" : "no");
@@ -154,7 +155,7 @@ struct count_ctx {
     uint64_t by_state[4];
 };
 
-static int count_one(void *ud, const struct gossip_member_info *m)
+static int commands_cluster__count_one(void *ud, const struct gossip_member_info *m)
 {
     struct count_ctx *x = ud;
     if ((unsigned)m->state < 4)
@@ -179,7 +180,7 @@ void commands_cluster_info(struct cluster *cl, const struct readiness *ready, st
     if (g != NULL) {
         struct count_ctx x;
         memset(&x, 0, sizeof(x));
-        gossip_node_members(g, count_one, &x);
+        gossip_node_members(g, commands_cluster__count_one, &x);
         info_u64(t, "members_alive", x.by_state[GOSSIP_MEMBER_ALIVE]);
         info_u64(t, "members_suspect", x.by_state[GOSSIP_MEMBER_SUSPECT]);
         info_u64(t, "members_dead", x.by_state[GOSSIP_MEMBER_DEAD]);

@@ -63,9 +63,10 @@ struct lease_req {
     char key[]; /* klen bytes, then the policy name */
 };
 
-static void lease__on_timer(uv_timer_t *t);
-static void lease__on_slots(void *ud, const char *key, size_t klen);
-static void lease__load(void *ud, const char *key, size_t klen, int64_t *held, int64_t *waiting);
+static void commands_lease__on_timer(uv_timer_t *t);
+static void commands_lease__on_slots(void *ud, const char *key, size_t klen);
+static void commands_lease__load(void *ud, const char *key, size_t klen, int64_t *held,
+                                 int64_t *waiting);
 
 int commands_lease_create(uv_loop_t *loop, struct limiter *lim, struct acquire *acq, size_t max_key,
                           struct commands_lease **out)
@@ -107,7 +108,7 @@ void commands_lease_set_cluster(struct commands_lease *l, struct cluster *cl)
         return;
     l->cl = cl;
     if (cluster_slots(cl) != NULL)
-        slots_set_client(cluster_slots(cl), lease__on_slots, lease__load, l);
+        slots_set_client(cluster_slots(cl), commands_lease__on_slots, commands_lease__load, l);
 }
 
 void commands_lease_close(struct commands_lease *l)
@@ -127,20 +128,20 @@ void commands_lease_destroy(struct commands_lease *l)
     free(l);
 }
 
-static int64_t lease__ms(int64_t ns)
+static int64_t commands_lease__ms(int64_t ns)
 {
     if (ns <= 0)
         return 0;
     return ns / NUM_NS_PER_MS + (ns % NUM_NS_PER_MS != 0);
 }
 
-static struct slots *lease__slots(const struct commands_lease *l)
+static struct slots *commands_lease__slots(const struct commands_lease *l)
 {
     return l->cl != NULL ? cluster_slots(l->cl) : NULL;
 }
 
 /* Arms the expiry timer for the earliest lease, if sooner than armed. */
-static void lease__arm(struct commands_lease *l)
+static void commands_lease__arm(struct commands_lease *l)
 {
     int64_t at = conc_next_expiry(l->conc), now;
     if (l->closed || at >= l->timer_at)
@@ -148,57 +149,58 @@ static void lease__arm(struct commands_lease *l)
     now = (int64_t)uv_hrtime();
     /* whole milliseconds from the loop's cached time, rounded up: the
      * timer never fires before the lease's expiry */
-    uint64_t delay_ms = at > now ? (uint64_t)lease__ms(at - now) : 0;
+    uint64_t delay_ms = at > now ? (uint64_t)commands_lease__ms(at - now) : 0;
     uint64_t behind = uv_hrtime() / 1000000 - uv_now(l->loop);
-    uv_timer_start(&l->timer, lease__on_timer, delay_ms + behind, 0);
+    uv_timer_start(&l->timer, commands_lease__on_timer, delay_ms + behind, 0);
     l->timer_at = at;
 }
 
 /* A lease of key ended: its units (and, for a global key, its slots) may
  * serve a waiter. */
-static void lease__freed(void *ud, const char *key, size_t klen)
+static void commands_lease__freed(void *ud, const char *key, size_t klen)
 {
     struct commands_lease *l = ud;
-    struct slots *s = lease__slots(l);
+    struct slots *s = commands_lease__slots(l);
     if (s != NULL)
         slots_note_held(s, key, klen, conc_held(l->conc, key, klen), cluster_now_ns(l->cl));
     acquire_wake(l->acq, key, klen);
 }
 
 /* Slots of a global key arrived: its waiters may fit now. */
-static void lease__on_slots(void *ud, const char *key, size_t klen)
+static void commands_lease__on_slots(void *ud, const char *key, size_t klen)
 {
     struct commands_lease *l = ud;
     acquire_wake(l->acq, key, klen);
 }
 
 /* What this node holds of a global key and what waits for it. */
-static void lease__load(void *ud, const char *key, size_t klen, int64_t *held, int64_t *waiting)
+static void commands_lease__load(void *ud, const char *key, size_t klen, int64_t *held,
+                                 int64_t *waiting)
 {
     struct commands_lease *l = ud;
     *held = conc_held(l->conc, key, klen);
     *waiting = acquire_queued(l->acq, key, klen);
 }
 
-static void lease__on_timer(uv_timer_t *t)
+static void commands_lease__on_timer(uv_timer_t *t)
 {
     struct commands_lease *l = t->data;
     l->timer_at = INT64_MAX;
-    conc_expire(l->conc, (int64_t)uv_hrtime(), lease__freed, l);
-    lease__arm(l);
+    conc_expire(l->conc, (int64_t)uv_hrtime(), commands_lease__freed, l);
+    commands_lease__arm(l);
 }
 
 /* The close hook: ends the connection's leases. */
-static void lease__conn_closed(struct server_client *c, void *arg)
+static void commands_lease__conn_closed(struct server_client *c, void *arg)
 {
     struct lease_conn *lc = arg;
     (void)c;
-    conc_owner_release(lc->l->conc, lc->o, lease__freed, lc->l);
+    conc_owner_release(lc->l->conc, lc->o, commands_lease__freed, lc->l);
     free(lc);
 }
 
 /* c's owner record, made at its first lease.  NULL on failure. */
-static struct conc_owner *lease__owner(struct commands_lease *l, struct server_client *c)
+static struct conc_owner *commands_lease__owner(struct commands_lease *l, struct server_client *c)
 {
     struct lease_conn *lc = server_client_close_arg(c);
     if (lc != NULL)
@@ -211,7 +213,7 @@ static struct conc_owner *lease__owner(struct commands_lease *l, struct server_c
         return NULL;
     }
     lc->l = l;
-    server_client_set_close_hook(c, lease__conn_closed, lc);
+    server_client_set_close_hook(c, commands_lease__conn_closed, lc);
     return lc->o;
 }
 
@@ -222,15 +224,15 @@ static struct conc_owner *lease__owner(struct commands_lease *l, struct server_c
  * retry_after_ns is ALGO_NEVER: a lease ends when its holder says so, and
  * the queue is woken then (acquire_submit_woken).
  */
-static int lease__decide(void *ud, const char *key, size_t klen, const struct algo_params *p,
-                         const struct policy *pol, int64_t qty, int64_t at_ns,
-                         struct algo_result *r)
+static int commands_lease__decide(void *ud, const char *key, size_t klen,
+                                  const struct algo_params *p, const struct policy *pol,
+                                  int64_t qty, int64_t at_ns, struct algo_result *r)
 {
     struct lease_req *q = ud;
     struct commands_lease *l = q->l;
     int64_t now = (int64_t)uv_hrtime();
     int64_t cap = q->limit;
-    struct slots *s = q->global ? lease__slots(l) : NULL;
+    struct slots *s = q->global ? commands_lease__slots(l) : NULL;
     int rc;
     (void)p;
     (void)pol;
@@ -243,7 +245,7 @@ static int lease__decide(void *ud, const char *key, size_t klen, const struct al
         return rc;
     if (q->res.granted) {
         l->global_granted += (uint64_t)q->global;
-        lease__arm(l);
+        commands_lease__arm(l);
     } else if (q->global && qty <= q->limit) {
         /* The slots this node holds may grow (the owner lends more, about
          * a gossip interval and a round trip after it asks): the wait is
@@ -259,14 +261,15 @@ static int lease__decide(void *ud, const char *key, size_t klen, const struct al
     return 0;
 }
 
-static void lease__reply(struct resp_buf *out, int resp3, const struct lease_req *q,
-                         int64_t waited_ns)
+static void commands_lease__reply(struct resp_buf *out, int resp3, const struct lease_req *q,
+                                  int64_t waited_ns)
 {
     const struct conc_result *res = &q->res;
     int64_t remaining = q->limit - res->held;
-    int64_t retry = !res->granted && res->retry_after_ns >= 0 ? lease__ms(res->retry_after_ns) : -1;
+    int64_t retry =
+        !res->granted && res->retry_after_ns >= 0 ? commands_lease__ms(res->retry_after_ns) : -1;
     int64_t id = res->granted ? (int64_t)res->id : 0;
-    int64_t ttl = res->granted ? lease__ms(q->ttl_ns) : -1;
+    int64_t ttl = res->granted ? commands_lease__ms(q->ttl_ns) : -1;
     if (remaining < 0)
         remaining = 0;
     if (!res->granted && retry == 0)
@@ -279,7 +282,7 @@ static void lease__reply(struct resp_buf *out, int resp3, const struct lease_req
         resp_add_int(out, retry);
         resp_add_int(out, id);
         resp_add_int(out, ttl);
-        resp_add_int(out, lease__ms(waited_ns));
+        resp_add_int(out, commands_lease__ms(waited_ns));
         return;
     }
     resp_add_map(out, 8);
@@ -289,7 +292,7 @@ static void lease__reply(struct resp_buf *out, int resp3, const struct lease_req
     resp_add_pair_int(out, "retry_after_ms", retry);
     resp_add_pair_int(out, "id", id);
     resp_add_pair_int(out, "ttl_ms", ttl);
-    resp_add_pair_int(out, "waited_ms", lease__ms(waited_ns));
+    resp_add_pair_int(out, "waited_ms", commands_lease__ms(waited_ns));
     resp_add_bulk_str(out, "policy");
     if (q->policy != NULL)
         resp_add_bulk_str(out, q->policy);
@@ -299,8 +302,8 @@ static void lease__reply(struct resp_buf *out, int resp3, const struct lease_req
 
 /* q is refused as of now: what is held and the wait that would still be
  * needed. */
-static void lease__refusal(struct commands_lease *l, struct lease_req *q, const char *key,
-                           size_t klen)
+static void commands_lease__refusal(struct commands_lease *l, struct lease_req *q, const char *key,
+                                    size_t klen)
 {
     int64_t now = (int64_t)uv_hrtime(), t = conc_earliest(l->conc, key, klen);
     l->refused++;
@@ -310,20 +313,20 @@ static void lease__refusal(struct commands_lease *l, struct lease_req *q, const 
     q->res.held = conc_held(l->conc, key, klen);
 }
 
-static void lease__done(void *ud, const struct algo_result *r, int64_t waited_ns)
+static void commands_lease__done(void *ud, const struct algo_result *r, int64_t waited_ns)
 {
     struct lease_req *q = ud;
     struct commands_lease *l = q->l;
     (void)r;
     l->waiting--;
     if (!q->res.granted)
-        lease__refusal(l, q, q->key, q->klen);
-    lease__reply(server_client_out(q->c), q->resp3, q, waited_ns);
+        commands_lease__refusal(l, q, q->key, q->klen);
+    commands_lease__reply(server_client_out(q->c), q->resp3, q, waited_ns);
     server_client_unblock(q->c);
     free(q);
 }
 
-static void lease__cancel(struct server_client *c, void *arg)
+static void commands_lease__cancel(struct server_client *c, void *arg)
 {
     struct lease_req *q = arg;
     (void)c;
@@ -332,8 +335,8 @@ static void lease__cancel(struct server_client *c, void *arg)
     free(q);
 }
 
-static int lease__int(const char *s, size_t len, int64_t lo, int64_t hi, int64_t *v,
-                      const char *what, struct resp_buf *out)
+static int commands_lease__int(const char *s, size_t len, int64_t lo, int64_t hi, int64_t *v,
+                               const char *what, struct resp_buf *out)
 {
     if (args_parse_int64(s, len, v) < 0 || *v < lo || *v > hi) {
         resp_add_errorf(out, "ERR %s must be an integer from %lld to %lld", what, (long long)lo,
@@ -375,7 +378,8 @@ int commands_lease_lease(struct commands_sl *sl, struct server_client *c, int re
         int more = i + 1 < argc;
         if (args_is(a, al, "CONCURRENCY") && more && limit < 0 && pl == NULL) {
             i++;
-            if (lease__int(argv[i], argvlen[i], 1, INT64_MAX / 2, &limit, "CONCURRENCY", out) < 0)
+            if (commands_lease__int(argv[i], argvlen[i], 1, INT64_MAX / 2, &limit, "CONCURRENCY",
+                                    out) < 0)
                 return SERVER_CONTINUE;
         } else if (args_is(a, al, "POLICY") && more && limit < 0 && pl == NULL) {
             i++;
@@ -387,17 +391,17 @@ int commands_lease_lease(struct commands_sl *sl, struct server_client *c, int re
             }
         } else if (args_is(a, al, "QTY") && more) {
             i++;
-            if (lease__int(argv[i], argvlen[i], 1, INT64_MAX / 2, &qty, "QTY", out) < 0)
+            if (commands_lease__int(argv[i], argvlen[i], 1, INT64_MAX / 2, &qty, "QTY", out) < 0)
                 return SERVER_CONTINUE;
         } else if (args_is(a, al, "TTL") && more) {
             i++;
-            if (lease__int(argv[i], argvlen[i], 1, CONC_MAX_TTL_NS / NUM_NS_PER_MS, &ttl_ms, "TTL",
-                           out) < 0)
+            if (commands_lease__int(argv[i], argvlen[i], 1, CONC_MAX_TTL_NS / NUM_NS_PER_MS,
+                                    &ttl_ms, "TTL", out) < 0)
                 return SERVER_CONTINUE;
         } else if (args_is(a, al, "TIMEOUT") && more) {
             i++;
-            if (lease__int(argv[i], argvlen[i], 0, LEASE_MAX_TIMEOUT_MS, &timeout_ms, "TIMEOUT",
-                           out) < 0)
+            if (commands_lease__int(argv[i], argvlen[i], 0, LEASE_MAX_TIMEOUT_MS, &timeout_ms,
+                                    "TIMEOUT", out) < 0)
                 return SERVER_CONTINUE;
         } else if (args_is(a, al, "SCOPE") && more && scope < 0) {
             i++;
@@ -471,13 +475,14 @@ int commands_lease_lease(struct commands_sl *sl, struct server_client *c, int re
     }
     /* The one place that says whether a key is global decides leases too
      * (gcra: any algorithm that can be global; the scope is what counts). */
-    q->global = lease__slots(l) != NULL && cluster_is_global(l->cl, NULL, scope, ALGO_GCRA);
+    q->global =
+        commands_lease__slots(l) != NULL && cluster_is_global(l->cl, NULL, scope, ALGO_GCRA);
     if (timeout_ns == 0 && acquire_has_waiters(l->acq, key, q->klen)) {
-        lease__refusal(l, q, key, q->klen);
-        lease__reply(out, resp3, q, 0);
+        commands_lease__refusal(l, q, key, q->klen);
+        commands_lease__reply(out, resp3, q, 0);
         return SERVER_CONTINUE;
     }
-    if (!detach && (q->owner = lease__owner(l, c)) == NULL) {
+    if (!detach && (q->owner = commands_lease__owner(l, c)) == NULL) {
         if (q != &now_q)
             free(q);
         resp_add_error(out, "ERR out of memory");
@@ -487,18 +492,18 @@ int commands_lease_lease(struct commands_sl *sl, struct server_client *c, int re
     struct acquire_req req = {key, q->klen, &unused, NULL, NULL, qty, timeout_ns};
     struct algo_result r;
     int64_t waited;
-    int rc = acquire_submit_woken(l->acq, &req, lease__decide, q, (int64_t)uv_hrtime(), lease__done,
-                                  q, &r, &waited, &q->w);
+    int rc = acquire_submit_woken(l->acq, &req, commands_lease__decide, q, (int64_t)uv_hrtime(),
+                                  commands_lease__done, q, &r, &waited, &q->w);
     if (rc == 1) {
         if (!q->res.granted) {
             l->refused++;
             l->global_refused += (uint64_t)q->global;
         }
-        lease__reply(out, resp3, q, 0);
+        commands_lease__reply(out, resp3, q, 0);
     } else if (rc == 0) {
         /* Only with a TIMEOUT and a connection: q was allocated. */
         l->waiting++;
-        server_client_block(c, lease__cancel, q);
+        server_client_block(c, commands_lease__cancel, q);
         return SERVER_CONTINUE;
     } else if (rc == -SLUICE_EFULL) {
         resp_add_error(out, "ERR too many leases or waiting requests");
@@ -511,9 +516,9 @@ int commands_lease_lease(struct commands_sl *sl, struct server_client *c, int re
 }
 
 /* SL.RELEASE / SL.RENEW's key and id; -1 after an error reply. */
-static int lease__key_id(struct commands_lease *l, size_t argc, const char **argv,
-                         const size_t *argvlen, const char *usage, uint64_t *id,
-                         struct resp_buf *out)
+static int commands_lease__key_id(struct commands_lease *l, size_t argc, const char **argv,
+                                  const size_t *argvlen, const char *usage, uint64_t *id,
+                                  struct resp_buf *out)
 {
     int64_t v;
     if (l == NULL) {
@@ -539,13 +544,14 @@ int commands_lease_release(struct commands_sl *sl, struct server_client *c, int 
     uint64_t id;
     (void)c;
     (void)resp3;
-    if (lease__key_id(l, argc, argv, argvlen, "SL.RELEASE key id", &id, out) < 0)
+    if (commands_lease__key_id(l, argc, argv, argvlen, "SL.RELEASE key id", &id, out) < 0)
         return SERVER_CONTINUE;
     if (argc != 3) {
         resp_add_error(out, "ERR wrong number of arguments: SL.RELEASE key id");
         return SERVER_CONTINUE;
     }
-    resp_add_int(out, conc_release(l->conc, argv[1], argvlen[1], id, lease__freed, l) == 0);
+    resp_add_int(out,
+                 conc_release(l->conc, argv[1], argvlen[1], id, commands_lease__freed, l) == 0);
     return SERVER_CONTINUE;
 }
 
@@ -557,18 +563,18 @@ int commands_lease_renew(struct commands_sl *sl, struct server_client *c, int re
     uint64_t id;
     (void)c;
     (void)resp3;
-    if (lease__key_id(l, argc, argv, argvlen, "SL.RENEW key id [TTL ms]", &id, out) < 0)
+    if (commands_lease__key_id(l, argc, argv, argvlen, "SL.RENEW key id [TTL ms]", &id, out) < 0)
         return SERVER_CONTINUE;
     if (argc == 5 && args_is(argv[3], argvlen[3], "TTL")) {
-        if (lease__int(argv[4], argvlen[4], 1, CONC_MAX_TTL_NS / NUM_NS_PER_MS, &ttl_ms, "TTL",
-                       out) < 0)
+        if (commands_lease__int(argv[4], argvlen[4], 1, CONC_MAX_TTL_NS / NUM_NS_PER_MS, &ttl_ms,
+                                "TTL", out) < 0)
             return SERVER_CONTINUE;
     } else if (argc != 3) {
         resp_add_error(out, "ERR syntax error: SL.RENEW key id [TTL ms]");
         return SERVER_CONTINUE;
     }
     int64_t now = (int64_t)uv_hrtime();
-    struct slots *s = lease__slots(l);
+    struct slots *s = commands_lease__slots(l);
     /* A global key's lease is renewed only while this node's slots are
      * current: a node cut off from the key's owner lets its leases run
      * out, so the owner can count their slots free after a TTL. */
@@ -586,8 +592,8 @@ int commands_lease_renew(struct commands_sl *sl, struct server_client *c, int re
         resp_add_errorf(out, "ERR %s", sluice_strerror(rc));
         return SERVER_CONTINUE;
     }
-    lease__arm(l);
-    resp_add_int(out, lease__ms(expires - now));
+    commands_lease__arm(l);
+    resp_add_int(out, commands_lease__ms(expires - now));
     return SERVER_CONTINUE;
 }
 
@@ -639,9 +645,9 @@ void commands_lease_info(const struct commands_lease *l, struct resp_buf *text)
     commands_lease_get_stats(l, &st);
     resp_add_raw(text, "# Leases\r\n", 10);
     info_counters(text, &commands_lease_counters, &st);
-    if (l != NULL && lease__slots(l) != NULL) {
+    if (l != NULL && commands_lease__slots(l) != NULL) {
         struct slots_stats ss;
-        slots_get_stats(lease__slots(l), &ss);
+        slots_get_stats(commands_lease__slots(l), &ss);
         info_counters(text, &slots_counters, &ss);
     }
     resp_add_raw(text, "\r\n", 2);

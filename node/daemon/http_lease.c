@@ -15,7 +15,7 @@ struct http_lease {
 /* Up to n integers of a RESP2 reply: an array of them (*n) or one
  * integer (n == 1).  0, or -SLUICE_EPROTO with the error's text (without
  * "-") in err. */
-static int hl__ints(const char *p, size_t len, int64_t *v, int n, char *err, size_t errlen)
+static int http_lease__ints(const char *p, size_t len, int64_t *v, int n, char *err, size_t errlen)
 {
     const char *end = p + len;
     if (len > 0 && p[0] == '-') {
@@ -47,8 +47,8 @@ bad:
 }
 
 /* Runs argv through the command table; fills n integers of its reply. */
-static int hl__run(struct http_lease *t, size_t argc, const char **argv, int64_t *v, int n,
-                   char *err, size_t errlen)
+static int http_lease__run(struct http_lease *t, size_t argc, const char **argv, int64_t *v, int n,
+                           char *err, size_t errlen)
 {
     size_t argvlen[16];
     struct resp_buf out;
@@ -58,7 +58,7 @@ static int hl__run(struct http_lease *t, size_t argc, const char **argv, int64_t
     resp_buf_init(&out);
     rc = commands_execute(t->cmds, argc, argv, argvlen, &out);
     if (rc == 0)
-        rc = hl__ints(out.data, out.len, v, n, err, errlen);
+        rc = http_lease__ints(out.data, out.len, v, n, err, errlen);
     else
         snprintf(err, errlen, "%s", sluice_strerror(rc));
     resp_buf_free(&out);
@@ -66,7 +66,7 @@ static int hl__run(struct http_lease *t, size_t argc, const char **argv, int64_t
 }
 
 /* A decimal whole number of at least 1. */
-static int hl__num_ok(const char *s)
+static int http_lease__num_ok(const char *s)
 {
     int nonzero = 0;
     if (*s == '\0' || strlen(s) > 19) /* INT64_MAX has 19 digits */
@@ -79,7 +79,7 @@ static int hl__num_ok(const char *s)
     return nonzero;
 }
 
-static void hl__bad(struct http_reply *rep, const char *what)
+static void http_lease__bad(struct http_reply *rep, const char *what)
 {
     char msg[600];
     snprintf(msg, sizeof(msg), "%s\n", what);
@@ -87,32 +87,33 @@ static void hl__bad(struct http_reply *rep, const char *what)
 }
 
 /* Optional numeric parameter: 1 given (in out), 0 absent, -1 bad. */
-static int hl__opt(const struct http_request *req, const char *name, char *out, size_t outlen)
+static int http_lease__opt(const struct http_request *req, const char *name, char *out,
+                           size_t outlen)
 {
     int n = http_query_get(req->query, req->query_len, name, out, outlen);
     if (n == -SLUICE_ENOENT)
         return 0;
-    return n > 0 && hl__num_ok(out) ? 1 : -1;
+    return n > 0 && http_lease__num_ok(out) ? 1 : -1;
 }
 
-static void hl__take(struct http_lease *t, const struct http_request *req, const char *key,
-                     struct http_reply *rep)
+static void http_lease__take(struct http_lease *t, const struct http_request *req, const char *key,
+                             struct http_reply *rep)
 {
     char policy[128], limit[32], qty[32], ttl[32], scope[16], err[512], body[256];
     const char *argv[16];
     size_t argc = 0;
     int64_t v[7];
     int hp = http_query_get(req->query, req->query_len, "policy", policy, sizeof(policy));
-    int hq = hl__opt(req, "qty", qty, sizeof(qty));
-    int ht = hl__opt(req, "ttl", ttl, sizeof(ttl));
-    int hl = hl__opt(req, "limit", limit, sizeof(limit));
+    int hq = http_lease__opt(req, "qty", qty, sizeof(qty));
+    int ht = http_lease__opt(req, "ttl", ttl, sizeof(ttl));
+    int hl = http_lease__opt(req, "limit", limit, sizeof(limit));
     int hs = http_query_get(req->query, req->query_len, "scope", scope, sizeof(scope));
     if (hq < 0 || ht < 0 || hl < 0) {
-        hl__bad(rep, "qty, ttl and limit are whole numbers from 1");
+        http_lease__bad(rep, "qty, ttl and limit are whole numbers from 1");
         return;
     }
     if ((hp > 0) == (hl > 0)) {
-        hl__bad(rep, "expected policy=NAME or limit=N");
+        http_lease__bad(rep, "expected policy=NAME or limit=N");
         return;
     }
     argv[argc++] = "SL.LEASE";
@@ -137,8 +138,8 @@ static void hl__take(struct http_lease *t, const struct http_request *req, const
         argv[argc++] = scope;
     }
     argv[argc++] = "DETACH";
-    if (hl__run(t, argc, argv, v, 7, err, sizeof(err)) < 0) {
-        hl__bad(rep, err);
+    if (http_lease__run(t, argc, argv, v, 7, err, sizeof(err)) < 0) {
+        http_lease__bad(rep, err);
         return;
     }
     /* v: limited, limit, remaining, retry_after_ms, id, ttl_ms, waited_ms */
@@ -161,7 +162,7 @@ static void hl__take(struct http_lease *t, const struct http_request *req, const
     http_reply_text(rep, 429, body);
 }
 
-static void hl__on_request(void *ud, const struct http_request *req, struct http_reply *rep)
+static void http_lease__on_request(void *ud, const struct http_request *req, struct http_reply *rep)
 {
     struct http_lease *t = ud;
     char key[1024], id[32], ttl[32], err[512], body[64];
@@ -170,7 +171,7 @@ static void hl__on_request(void *ud, const struct http_request *req, struct http
     size_t plen = strlen(HTTP_LEASE_PATH);
     int kn = http_query_get(req->query, req->query_len, "key", key, sizeof(key));
     if (kn <= 0) {
-        hl__bad(rep, kn == -SLUICE_ETOOBIG ? "key too long" : "expected key=KEY");
+        http_lease__bad(rep, kn == -SLUICE_ETOOBIG ? "key too long" : "expected key=KEY");
         return;
     }
     if (req->path_len == plen) {
@@ -179,7 +180,7 @@ static void hl__on_request(void *ud, const struct http_request *req, struct http
             http_reply_header(rep, "Allow", "POST");
             return;
         }
-        hl__take(t, req, key, rep);
+        http_lease__take(t, req, key, rep);
         return;
     }
     /* /v1/lease/ID */
@@ -190,7 +191,7 @@ static void hl__on_request(void *ud, const struct http_request *req, struct http
     }
     memcpy(id, req->path + plen + 1, idlen);
     id[idlen] = '\0';
-    if (!hl__num_ok(id)) {
+    if (!http_lease__num_ok(id)) {
         http_reply_text(rep, 404, "no such lease\n");
         return;
     }
@@ -198,22 +199,22 @@ static void hl__on_request(void *ud, const struct http_request *req, struct http
     argv[2] = id;
     if (req->method == HTTP_REQ_DELETE) {
         argv[0] = "SL.RELEASE";
-        if (hl__run(t, 3, argv, &v, 1, err, sizeof(err)) < 0)
-            hl__bad(rep, err);
+        if (http_lease__run(t, 3, argv, &v, 1, err, sizeof(err)) < 0)
+            http_lease__bad(rep, err);
         else
             http_reply_text(rep, v == 1 ? 200 : 404, v == 1 ? "released\n" : "no such lease\n");
         return;
     }
-    int ht = hl__opt(req, "ttl", ttl, sizeof(ttl));
+    int ht = http_lease__opt(req, "ttl", ttl, sizeof(ttl));
     if (ht < 0) {
-        hl__bad(rep, "ttl is a whole number of milliseconds from 1");
+        http_lease__bad(rep, "ttl is a whole number of milliseconds from 1");
         return;
     }
     argv[0] = "SL.RENEW";
     argv[3] = "TTL";
     argv[4] = ttl;
-    if (hl__run(t, ht > 0 ? 5 : 3, argv, &v, 1, err, sizeof(err)) < 0) {
-        hl__bad(rep, err);
+    if (http_lease__run(t, ht > 0 ? 5 : 3, argv, &v, 1, err, sizeof(err)) < 0) {
+        http_lease__bad(rep, err);
     } else if (v < 0) {
         http_reply_text(rep, 404, "no such lease\n");
     } else {
@@ -231,7 +232,8 @@ int http_lease_attach(struct http_server *h, struct commands *cmds, struct http_
     if (t == NULL)
         return -SLUICE_ENOMEM;
     t->cmds = cmds;
-    int rc = http_route_methods(h, HTTP_LEASE_PATH, HTTP_M_POST | HTTP_M_DELETE, hl__on_request, t);
+    int rc = http_route_methods(h, HTTP_LEASE_PATH, HTTP_M_POST | HTTP_M_DELETE,
+                                http_lease__on_request, t);
     if (rc < 0) {
         free(t);
         return rc;

@@ -25,7 +25,7 @@ struct http_throttle {
 
 /* Copies a header value (len bytes) NUL-terminated into out: its length,
  * or -SLUICE_ETOOBIG / -SLUICE_EPROTO (a NUL inside). */
-static int ht__copy(const char *v, size_t len, char *out, size_t outlen)
+static int http_throttle__copy(const char *v, size_t len, char *out, size_t outlen)
 {
     if (len + 1 > outlen)
         return -SLUICE_ETOOBIG;
@@ -40,8 +40,8 @@ static int ht__copy(const char *v, size_t len, char *out, size_t outlen)
  * out.  Returns its length, -SLUICE_ENOENT when given neither way, or
  * -SLUICE_ETOOBIG / -SLUICE_EPROTO for a value that does not fit or does
  * not decode. */
-static int ht__param(const struct http_throttle *t, const struct http_request *req,
-                     const char *name, const char *header, char *out, size_t outlen)
+static int http_throttle__param(const struct http_throttle *t, const struct http_request *req,
+                                const char *name, const char *header, char *out, size_t outlen)
 {
     int n = http_query_get(req->query, req->query_len, name, out, outlen);
     if (n != -SLUICE_ENOENT || !t->trust_headers)
@@ -50,13 +50,13 @@ static int ht__param(const struct http_throttle *t, const struct http_request *r
     const char *v = http_request_header(req, header, &len);
     if (v == NULL)
         return -SLUICE_ENOENT;
-    return ht__copy(v, len, out, outlen);
+    return http_throttle__copy(v, len, out, outlen);
 }
 
 /* key_header=NAME: the key is the first comma-separated element of that
  * request header (X-Forwarded-For's client address), for a proxy that can
  * neither build a query string nor set a header per request (Traefik). */
-static int ht__key_from_header(const struct http_request *req, char *out, size_t outlen)
+static int http_throttle__key_from_header(const struct http_request *req, char *out, size_t outlen)
 {
     char name[64];
     int n = http_query_get(req->query, req->query_len, "key_header", name, sizeof(name));
@@ -75,32 +75,32 @@ static int ht__key_from_header(const struct http_request *req, char *out, size_t
         v++;
         len--;
     }
-    return ht__copy(v, len, out, outlen);
+    return http_throttle__copy(v, len, out, outlen);
 }
 
-static void ht__bad(struct http_throttle *t, struct http_reply *rep, const char *fmt,
-                    const char *what);
+static void http_throttle__bad(struct http_throttle *t, struct http_reply *rep, const char *fmt,
+                               const char *what);
 
 /* An inline limit's number, worded as CL.THROTTLE words a bad one. */
-static int ht__number(struct http_throttle *t, struct http_reply *rep, const char *name,
-                      const char *v, int64_t *out)
+static int http_throttle__number(struct http_throttle *t, struct http_reply *rep, const char *name,
+                                 const char *v, int64_t *out)
 {
     char msg[160];
     if (args_parse_int64(v, strlen(v), out) < 0) {
         snprintf(msg, sizeof(msg), "Couldn't parse as integer: %s", v);
-        ht__bad(t, rep, "%s\n", msg);
+        http_throttle__bad(t, rep, "%s\n", msg);
         return -1;
     }
     if (*out < 0) {
         snprintf(msg, sizeof(msg), "%s must not be negative", name);
-        ht__bad(t, rep, "%s\n", msg);
+        http_throttle__bad(t, rep, "%s\n", msg);
         return -1;
     }
     return 0;
 }
 
-static void ht__bad(struct http_throttle *t, struct http_reply *rep, const char *fmt,
-                    const char *what)
+static void http_throttle__bad(struct http_throttle *t, struct http_reply *rep, const char *fmt,
+                               const char *what)
 {
     char msg[600];
     snprintf(msg, sizeof(msg), fmt, what);
@@ -108,7 +108,7 @@ static void ht__bad(struct http_throttle *t, struct http_reply *rep, const char 
 }
 
 /* Whether s is a decimal whole number of at least 1 (leading zeros and all). */
-static int ht__cost_ok(const char *s)
+static int http_throttle__cost_ok(const char *s)
 {
     int nonzero = 0;
     if (*s == '\0')
@@ -122,7 +122,7 @@ static int ht__cost_ok(const char *s)
 }
 
 /* Seconds, rounded up, of a duration in unit_ns (negative: 0). */
-static int64_t ht__ceil_s(int64_t v, int64_t unit_ns)
+static int64_t http_throttle__ceil_s(int64_t v, int64_t unit_ns)
 {
     if (v <= 0)
         return 0;
@@ -130,46 +130,49 @@ static int64_t ht__ceil_s(int64_t v, int64_t unit_ns)
     return ns / NUM_NS_PER_S + (ns % NUM_NS_PER_S != 0);
 }
 
-static void ht__on_request(void *ud, const struct http_request *req, struct http_reply *rep)
+static void http_throttle__on_request(void *ud, const struct http_request *req,
+                                      struct http_reply *rep)
 {
     struct http_throttle *t = ud;
     char key[HT_MAX_KEY + 1], pol[HT_MAX_VALUE + 1], cost[HT_MAX_VALUE + 1];
     char burst[HT_MAX_VALUE + 1], count[HT_MAX_VALUE + 1], period[HT_MAX_VALUE + 1];
     char charge[HT_MAX_VALUE + 1];
-    int klen = ht__param(t, req, "key", "X-Sluice-Key", key, sizeof(key));
+    int klen = http_throttle__param(t, req, "key", "X-Sluice-Key", key, sizeof(key));
     if (klen == -SLUICE_ENOENT)
-        klen = ht__key_from_header(req, key, sizeof(key));
+        klen = http_throttle__key_from_header(req, key, sizeof(key));
     if (klen == -SLUICE_ENOENT || klen == 0) {
-        ht__bad(t, rep, "%s\n",
-                t->trust_headers ? "key is required (?key=KEY, X-Sluice-Key, or ?key_header=NAME)"
-                                 : "key is required (?key=KEY or ?key_header=NAME; X-Sluice-* "
-                                   "headers are ignored unless http_trust_headers = on)");
+        http_throttle__bad(t, rep, "%s\n",
+                           t->trust_headers
+                               ? "key is required (?key=KEY, X-Sluice-Key, or ?key_header=NAME)"
+                               : "key is required (?key=KEY or ?key_header=NAME; X-Sluice-* "
+                                 "headers are ignored unless http_trust_headers = on)");
         return;
     }
     if (klen < 0) {
-        ht__bad(t, rep, "key: %s\n", sluice_strerror(klen));
+        http_throttle__bad(t, rep, "key: %s\n", sluice_strerror(klen));
         return;
     }
-    int np = ht__param(t, req, "policy", "X-Sluice-Policy", pol, sizeof(pol));
-    int nc = ht__param(t, req, "cost", "X-Sluice-Cost", cost, sizeof(cost));
-    int nb = ht__param(t, req, "burst", "X-Sluice-Burst", burst, sizeof(burst));
-    int nn = ht__param(t, req, "count", "X-Sluice-Count", count, sizeof(count));
-    int nd = ht__param(t, req, "period", "X-Sluice-Period", period, sizeof(period));
+    int np = http_throttle__param(t, req, "policy", "X-Sluice-Policy", pol, sizeof(pol));
+    int nc = http_throttle__param(t, req, "cost", "X-Sluice-Cost", cost, sizeof(cost));
+    int nb = http_throttle__param(t, req, "burst", "X-Sluice-Burst", burst, sizeof(burst));
+    int nn = http_throttle__param(t, req, "count", "X-Sluice-Count", count, sizeof(count));
+    int nd = http_throttle__param(t, req, "period", "X-Sluice-Period", period, sizeof(period));
     /* charge=Q: a post-paid charge (SL.CHARGE), counted whatever the key
      * holds, for a cost known after the response. */
     int ng = http_query_get(req->query, req->query_len, "charge", charge, sizeof(charge));
-    if (ng != -SLUICE_ENOENT && (ng <= 0 || nc != -SLUICE_ENOENT || !ht__cost_ok(charge))) {
-        ht__bad(t, rep, "%s\n", "charge: expected a whole number from 1 (and no cost)");
+    if (ng != -SLUICE_ENOENT &&
+        (ng <= 0 || nc != -SLUICE_ENOENT || !http_throttle__cost_ok(charge))) {
+        http_throttle__bad(t, rep, "%s\n", "charge: expected a whole number from 1 (and no cost)");
         return;
     }
     if (ng > 0)
         snprintf(cost, sizeof(cost), "%s", charge);
     else if (nc == -SLUICE_ENOENT)
         snprintf(cost, sizeof(cost), "1");
-    else if (nc <= 0 || !ht__cost_ok(cost)) {
+    else if (nc <= 0 || !http_throttle__cost_ok(cost)) {
         /* Cost 0 would answer "allowed" and take nothing: a way around the
          * limit, never a decision a proxy needs. */
-        ht__bad(t, rep, "%s\n", "cost: expected a whole number from 1");
+        http_throttle__bad(t, rep, "%s\n", "cost: expected a whole number from 1");
         return;
     }
     int64_t qty = strtoll(cost, NULL, 10), window_s = 0;
@@ -181,26 +184,26 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
     q.op = ng > 0 ? DECIDE_CHARGE : DECIDE_TAKE;
     if (np > 0) {
         if (nb != -SLUICE_ENOENT || nn != -SLUICE_ENOENT || nd != -SLUICE_ENOENT) {
-            ht__bad(t, rep, "%s\n", "policy and burst/count/period are exclusive");
+            http_throttle__bad(t, rep, "%s\n", "policy and burst/count/period are exclusive");
             return;
         }
         pp = policy_set_find(limiter_policies(t->d.lim), pol, (size_t)np);
         if (pp == NULL) {
-            ht__bad(t, rep, "unknown policy '%s'\n", pol);
+            http_throttle__bad(t, rep, "unknown policy '%s'\n", pol);
             return;
         }
         name = pp->name;
-        window_s = ht__ceil_s(pp->algo.period_ns, 1);
+        window_s = http_throttle__ceil_s(pp->algo.period_ns, 1);
         q.pol = pp;
     } else if (np == -SLUICE_ENOENT && nb > 0 && nn > 0 && nd > 0) {
         /* CL.THROTTLE's inline limit (the gcra key SL.* shares). */
         int64_t b, c, per;
-        if (ht__number(t, rep, "max_burst", burst, &b) < 0 ||
-            ht__number(t, rep, "count per period", count, &c) < 0 ||
-            ht__number(t, rep, "period", period, &per) < 0)
+        if (http_throttle__number(t, rep, "max_burst", burst, &b) < 0 ||
+            http_throttle__number(t, rep, "count per period", count, &c) < 0 ||
+            http_throttle__number(t, rep, "period", period, &per) < 0)
             return;
         if (c == 0 || per == 0) {
-            ht__bad(t, rep, "%s\n", "Zero rates are not supported");
+            http_throttle__bad(t, rep, "%s\n", "Zero rates are not supported");
             return;
         }
         q.cl_burst = b;
@@ -212,28 +215,30 @@ static void ht__on_request(void *ud, const struct http_request *req, struct http
             /* A charge decides under the same GCRA limit as an algo_params. */
             if (per > INT64_MAX / NUM_NS_PER_S ||
                 algo_params_init(&inline_p, ALGO_GCRA, b, c, per * NUM_NS_PER_S, 0) < 0) {
-                ht__bad(t, rep, "%s\n", "arguments out of range");
+                http_throttle__bad(t, rep, "%s\n", "arguments out of range");
                 return;
             }
             q.p = &inline_p;
         }
     } else {
-        ht__bad(t, rep, "%s\n",
-                "expected policy=NAME, or burst=B&count=C&period=SECONDS (numbers)");
+        http_throttle__bad(t, rep, "%s\n",
+                           "expected policy=NAME, or burst=B&count=C&period=SECONDS (numbers)");
         return;
     }
     struct algo_result r;
     int rc = decide_run(&t->d, &q, (int64_t)uv_hrtime(), &r);
     if (rc < 0) {
-        ht__bad(t, rep, "%s\n", sluice_strerror(rc));
+        http_throttle__bad(t, rep, "%s\n", sluice_strerror(rc));
         return;
     }
     /* Seconds, rounded up (CL.THROTTLE's inline form: as redis-cell rounds). */
     int64_t remaining = r.remaining > 0 ? r.remaining : 0;
-    int64_t reset_s = cell ? gcra_cell_seconds(r.reset_after_ns) : ht__ceil_s(r.reset_after_ns, 1);
+    int64_t reset_s =
+        cell ? gcra_cell_seconds(r.reset_after_ns) : http_throttle__ceil_s(r.reset_after_ns, 1);
     int64_t retry_s = -1;
     if (r.limited && r.retry_after_ns != ALGO_NEVER)
-        retry_s = cell ? gcra_cell_seconds(r.retry_after_ns) : ht__ceil_s(r.retry_after_ns, 1);
+        retry_s =
+            cell ? gcra_cell_seconds(r.retry_after_ns) : http_throttle__ceil_s(r.retry_after_ns, 1);
     http_reply_header(rep, "RateLimit-Policy", "\"%s\";q=%lld;w=%lld", name, (long long)r.limit,
                       (long long)window_s);
     http_reply_header(rep, "RateLimit", "\"%s\";r=%lld;t=%lld", name, (long long)remaining,
@@ -268,7 +273,7 @@ int http_throttle_attach(struct http_server *h, struct limiter *lim, struct clus
     t->d.cl = cluster;
     t->deny_status = deny;
     t->trust_headers = cfg != NULL && cfg->trust_headers;
-    int rc = http_route(h, HTTP_THROTTLE_PATH, ht__on_request, t);
+    int rc = http_route(h, HTTP_THROTTLE_PATH, http_throttle__on_request, t);
     if (rc < 0) {
         free(t);
         return rc;

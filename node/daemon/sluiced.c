@@ -1,8 +1,11 @@
 /*
- * sluiced: the sluice daemon.  Parses flags, creates the limiter, the command
- * layer and the RESP server on one libuv loop, and runs until SIGINT/SIGTERM,
- * after which it closes every client, removes its socket and frees
- * everything.
+ * sluiced: the sluice daemon.  main runs its steps in order: load the config
+ * file, parse the flags over it, create the limiter, start the cluster,
+ * create the command layers, start the listeners (the Unix socket last),
+ * run the one libuv loop until SIGINT or SIGTERM (after SIGTERM's drain
+ * period, if set) and shut down: close every client, remove the socket
+ * and free everything.  SIGHUP reloads the policies, the ratelimit config
+ * and the cluster's keys.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -510,7 +513,7 @@ static const char *find_config_flag(int argc, char **argv)
     return path;
 }
 
-/* The configuration file, kept for the process's lifetime (its strings are
+/* The configuration file, kept until daemon_shutdown_free (its strings are
  * used as flag values). */
 static struct config file_cfg;
 
@@ -582,112 +585,142 @@ static int daemon_private_dir(const char *socket_path)
     return 0;
 }
 
-int main(int argc, char **argv)
-{
-    static const struct option opts[] = {
-        {"config", required_argument, NULL, OPT_CONFIG},
-        {"socket", required_argument, NULL, OPT_SOCKET},
-        {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
-        {"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
-        {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
-        {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST},
-        {"max-client-memory", required_argument, NULL, OPT_MAX_CLIENT_MEMORY},
-        {"max-key-bytes", required_argument, NULL, OPT_MAX_KEY},
-        {"max-keys", required_argument, NULL, OPT_MAX_KEYS},
-        {"on-full", required_argument, NULL, OPT_ON_FULL},
-        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
-        {"http", required_argument, NULL, OPT_METRICS},
-        {"metrics", required_argument, NULL, OPT_METRICS},
-        {"http-deny-status", required_argument, NULL, OPT_HTTP_DENY},
-        {"http-trust-headers", required_argument, NULL, OPT_HTTP_TRUST},
-        {"http-decisions", required_argument, NULL, OPT_HTTP_DECISIONS},
-        {"admin-commands", required_argument, NULL, OPT_ADMIN},
-        {"listen", required_argument, NULL, OPT_LISTEN},
-        {"max-tcp-clients", required_argument, NULL, OPT_MAX_TCP_CLIENTS},
-        {"tcp-idle-timeout", required_argument, NULL, OPT_TCP_IDLE},
-        {"http-max-connections", required_argument, NULL, OPT_HTTP_MAX_CONNS},
-        {"http-idle-timeout", required_argument, NULL, OPT_HTTP_IDLE},
-        {"grpc-max-connections", required_argument, NULL, OPT_GRPC_MAX_CONNS},
-        {"grpc-idle-timeout", required_argument, NULL, OPT_GRPC_IDLE},
-        {"requirepass-file", required_argument, NULL, OPT_REQUIREPASS_FILE},
-        {"grpc", required_argument, NULL, OPT_GRPC},
-        {"ratelimit-config", required_argument, NULL, OPT_RL_CONFIG},
-        {"ratelimit-algorithm", required_argument, NULL, OPT_RL_ALGORITHM},
-        {"ratelimit-headers", no_argument, NULL, OPT_RL_HEADERS},
-        {"shutdown-drain", required_argument, NULL, OPT_SHUTDOWN_DRAIN},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {"help", no_argument, NULL, OPT_HELP},
-        CLUSTER_FLAGS_LONG_OPTIONS,
-        {NULL, 0, NULL, 0},
-    };
-    struct server_config scfg = {.socket_mode = 0660};
-    char *pass_buf = NULL; /* --requirepass-file's password; lives as long as the daemon */
-    struct commands_config ccfg = {0};
-    struct limiter_config lcfg = {.max_keys = 0, .overflow = LIMITER_OVERFLOW_EVICT};
-    const char *socket_path = NULL;
-    const char *metrics_addr = NULL; /* --http; NULL: off */
+/* What the config file and the flags decide, gathered before anything is
+ * created; the steps of main read it, and the shutdown frees what it owns
+ * (pass_buf, clopt's strings, policies until the limiter takes them). */
+struct daemon_options {
+    struct server_config scfg;
+    char *pass_buf; /* --requirepass-file's password; lives as long as the daemon */
+    struct commands_config ccfg;
+    struct limiter_config lcfg;
+    const char *socket_path;
+    const char *metrics_addr; /* --http; NULL: off */
     /* --http-decisions: "on" (on the --http listener), "off", or an address */
-    const char *decisions = "on";
-    struct http_throttle_config htcfg = {0};
-    struct daemon_rls_options rlsopt = {0};
-    struct http_config hcfg = {0};
-    uint64_t drain_ms = 0; /* --shutdown-drain */
+    const char *decisions;
+    struct http_throttle_config htcfg;
+    struct daemon_rls_options rlsopt;
+    struct http_config hcfg;
+    uint64_t drain_ms; /* --shutdown-drain */
     struct cluster_options clopt;
-    cluster_options_init(&clopt);
+    const char *config_path;     /* --config; NULL: none */
+    struct policy_set *policies; /* the file's policies, until the limiter takes them */
+    struct reload reload;        /* copied into the daemon once it exists */
+};
+
+/* daemon_parse_options' answer when the daemon is to go on starting. */
+#define DAEMON_GO_ON (-1)
+
+static const struct option daemon_long_options[] = {
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"socket", required_argument, NULL, OPT_SOCKET},
+    {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
+    {"socket-group", required_argument, NULL, OPT_SOCKET_GROUP},
+    {"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
+    {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST},
+    {"max-client-memory", required_argument, NULL, OPT_MAX_CLIENT_MEMORY},
+    {"max-key-bytes", required_argument, NULL, OPT_MAX_KEY},
+    {"max-keys", required_argument, NULL, OPT_MAX_KEYS},
+    {"on-full", required_argument, NULL, OPT_ON_FULL},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"http", required_argument, NULL, OPT_METRICS},
+    {"metrics", required_argument, NULL, OPT_METRICS},
+    {"http-deny-status", required_argument, NULL, OPT_HTTP_DENY},
+    {"http-trust-headers", required_argument, NULL, OPT_HTTP_TRUST},
+    {"http-decisions", required_argument, NULL, OPT_HTTP_DECISIONS},
+    {"admin-commands", required_argument, NULL, OPT_ADMIN},
+    {"listen", required_argument, NULL, OPT_LISTEN},
+    {"max-tcp-clients", required_argument, NULL, OPT_MAX_TCP_CLIENTS},
+    {"tcp-idle-timeout", required_argument, NULL, OPT_TCP_IDLE},
+    {"http-max-connections", required_argument, NULL, OPT_HTTP_MAX_CONNS},
+    {"http-idle-timeout", required_argument, NULL, OPT_HTTP_IDLE},
+    {"grpc-max-connections", required_argument, NULL, OPT_GRPC_MAX_CONNS},
+    {"grpc-idle-timeout", required_argument, NULL, OPT_GRPC_IDLE},
+    {"requirepass-file", required_argument, NULL, OPT_REQUIREPASS_FILE},
+    {"grpc", required_argument, NULL, OPT_GRPC},
+    {"ratelimit-config", required_argument, NULL, OPT_RL_CONFIG},
+    {"ratelimit-algorithm", required_argument, NULL, OPT_RL_ALGORITHM},
+    {"ratelimit-headers", no_argument, NULL, OPT_RL_HEADERS},
+    {"shutdown-drain", required_argument, NULL, OPT_SHUTDOWN_DRAIN},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"help", no_argument, NULL, OPT_HELP},
+    CLUSTER_FLAGS_LONG_OPTIONS,
+    {NULL, 0, NULL, 0},
+};
+
+/* Step 1, load the config file: finds --config among the flags and, when
+ * one is named, reads it and builds its policies; its [sluiced] section
+ * gives the defaults the flags then override.  Fails with 2 (the exit
+ * status), the reason on stderr, when the file cannot be read or parsed or
+ * its policies cannot be built; 0 otherwise, with or without a file. */
+static int daemon_load_config(struct daemon_options *o, int argc, char **argv)
+{
+    o->scfg.socket_mode = 0660;
+    o->lcfg.max_keys = 0;
+    o->lcfg.overflow = LIMITER_OVERFLOW_EVICT;
+    o->decisions = "on";
+    cluster_options_init(&o->clopt);
+    o->config_path = find_config_flag(argc, argv);
+    reload_init(&o->reload, o->config_path);
+    if (o->config_path == NULL)
+        return 0;
+    char cerr[512];
+    struct stat cst;
+    if (config_load_file(o->config_path, &file_cfg, &cst, cerr, sizeof(cerr)) < 0) {
+        fprintf(stderr, "sluiced: %s\n", cerr);
+        return 2;
+    }
+    reload_loaded(&o->reload, &cst);
+    if (policy_set_build(file_cfg.policies, file_cfg.npolicies, &o->policies) < 0) {
+        fprintf(stderr, "sluiced: %s: cannot build the policies\n", o->config_path);
+        return 2;
+    }
+    /* [sluiced] gives the defaults the flags (daemon_parse_options) override. */
+    o->socket_path = file_cfg.socket;
+    o->scfg.socket_mode = file_cfg.socket_mode;
+    o->scfg.max_clients = file_cfg.max_clients;
+    o->scfg.max_client_memory = file_cfg.max_client_memory == 0
+                                    ? SERVER_CLIENT_MEMORY_UNLIMITED
+                                    : (size_t)file_cfg.max_client_memory;
+    o->lcfg.max_keys = (size_t)file_cfg.max_keys;
+    o->lcfg.overflow = (enum limiter_overflow)file_cfg.on_full;
+    log_set_level((enum log_level)file_cfg.log_level);
+    o->metrics_addr = file_cfg.metrics;
+    o->htcfg.deny_status = file_cfg.http_deny_status;
+    o->htcfg.trust_headers = file_cfg.http_trust_headers;
+    if (file_cfg.http_decisions != NULL)
+        o->decisions = file_cfg.http_decisions;
+    o->ccfg.admin_off = file_cfg.admin_off;
+    o->scfg.listen = file_cfg.listen;
+    o->ccfg.requirepass = file_cfg.requirepass;
+    o->rlsopt.grpc = file_cfg.grpc;
+    o->rlsopt.config_dir = file_cfg.ratelimit_config;
+    o->rlsopt.algorithm = file_cfg.ratelimit_algorithm;
+    o->rlsopt.headers = file_cfg.ratelimit_headers;
+    o->scfg.max_tcp_clients = file_cfg.max_tcp_clients;
+    o->scfg.tcp_idle_timeout_ms = file_cfg.tcp_idle_timeout_ms;
+    o->hcfg.max_conns = file_cfg.http_max_connections;
+    o->hcfg.idle_timeout_ms = file_cfg.http_idle_timeout_ms;
+    o->rlsopt.max_connections = file_cfg.grpc_max_connections;
+    o->rlsopt.idle_timeout_ms = file_cfg.grpc_idle_timeout_ms;
+    o->drain_ms = file_cfg.shutdown_drain_ms;
+    return 0;
+}
+
+/* Step 2, parse the options: every flag over the file's defaults, then the
+ * file's [cluster] section under the cluster flags, then the default socket
+ * path (its directory made private).  DAEMON_GO_ON to start; otherwise the
+ * exit status: 0 after --version or --help, 2 for a bad flag or value (the
+ * reason on stderr), an unusable default socket directory or no memory. */
+static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
+{
     int opt;
     unsigned long long v;
-    const char *config_path = find_config_flag(argc, argv);
-    struct policy_set *policies = NULL;
-    struct reload reload;
-    reload_init(&reload, config_path);
-    if (config_path != NULL) {
-        char cerr[512];
-        struct stat cst;
-        if (config_load_file(config_path, &file_cfg, &cst, cerr, sizeof(cerr)) < 0) {
-            fprintf(stderr, "sluiced: %s\n", cerr);
-            return 2;
-        }
-        reload_loaded(&reload, &cst);
-        if (policy_set_build(file_cfg.policies, file_cfg.npolicies, &policies) < 0) {
-            fprintf(stderr, "sluiced: %s: cannot build the policies\n", config_path);
-            return 2;
-        }
-        /* [sluiced] gives the defaults the flags below may override. */
-        socket_path = file_cfg.socket;
-        scfg.socket_mode = file_cfg.socket_mode;
-        scfg.max_clients = file_cfg.max_clients;
-        scfg.max_client_memory = file_cfg.max_client_memory == 0
-                                     ? SERVER_CLIENT_MEMORY_UNLIMITED
-                                     : (size_t)file_cfg.max_client_memory;
-        lcfg.max_keys = (size_t)file_cfg.max_keys;
-        lcfg.overflow = (enum limiter_overflow)file_cfg.on_full;
-        log_set_level((enum log_level)file_cfg.log_level);
-        metrics_addr = file_cfg.metrics;
-        htcfg.deny_status = file_cfg.http_deny_status;
-        htcfg.trust_headers = file_cfg.http_trust_headers;
-        if (file_cfg.http_decisions != NULL)
-            decisions = file_cfg.http_decisions;
-        ccfg.admin_off = file_cfg.admin_off;
-        scfg.listen = file_cfg.listen;
-        ccfg.requirepass = file_cfg.requirepass;
-        rlsopt.grpc = file_cfg.grpc;
-        rlsopt.config_dir = file_cfg.ratelimit_config;
-        rlsopt.algorithm = file_cfg.ratelimit_algorithm;
-        rlsopt.headers = file_cfg.ratelimit_headers;
-        scfg.max_tcp_clients = file_cfg.max_tcp_clients;
-        scfg.tcp_idle_timeout_ms = file_cfg.tcp_idle_timeout_ms;
-        hcfg.max_conns = file_cfg.http_max_connections;
-        hcfg.idle_timeout_ms = file_cfg.http_idle_timeout_ms;
-        rlsopt.max_connections = file_cfg.grpc_max_connections;
-        rlsopt.idle_timeout_ms = file_cfg.grpc_idle_timeout_ms;
-        drain_ms = file_cfg.shutdown_drain_ms;
-    }
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "h", daemon_long_options, NULL)) != -1) {
         switch (opt) {
         case OPT_CONFIG:
-            break; /* read above */
+            break; /* read by daemon_load_config */
         case OPT_SOCKET:
-            socket_path = optarg;
+            o->socket_path = optarg;
             break;
         case OPT_SOCKET_MODE: {
             char *end;
@@ -698,20 +731,20 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            scfg.socket_mode = (unsigned)m;
+            o->scfg.socket_mode = (unsigned)m;
             break;
         }
         case OPT_SOCKET_GROUP: {
             const struct group *gr = getgrnam(optarg);
             if (gr != NULL) {
-                scfg.socket_gid = (unsigned)gr->gr_gid;
+                o->scfg.socket_gid = (unsigned)gr->gr_gid;
             } else if (parse_size(optarg, 0, UINT32_MAX - 1, &v) == 0) {
-                scfg.socket_gid = (unsigned)v;
+                o->scfg.socket_gid = (unsigned)v;
             } else {
                 fprintf(stderr, "sluiced: --socket-group: no group named '%s'\n", optarg);
                 return 2;
             }
-            scfg.set_socket_gid = 1;
+            o->scfg.set_socket_gid = 1;
             break;
         }
         case OPT_MAX_CLIENTS:
@@ -719,7 +752,7 @@ int main(int argc, char **argv)
                 fprintf(stderr, "sluiced: --max-clients: expected 1..1000000, got '%s'\n", optarg);
                 return 2;
             }
-            scfg.max_clients = (size_t)v;
+            o->scfg.max_clients = (size_t)v;
             break;
         case OPT_MAX_TCP_CLIENTS:
             if (parse_size(optarg, 1, 1000000, &v) < 0) {
@@ -727,7 +760,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            scfg.max_tcp_clients = (size_t)v;
+            o->scfg.max_tcp_clients = (size_t)v;
             break;
         case OPT_TCP_IDLE:
             if (parse_size(optarg, 0, 86400 * 365, &v) < 0) {
@@ -735,7 +768,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            scfg.tcp_idle_timeout_ms = (uint64_t)v * 1000;
+            o->scfg.tcp_idle_timeout_ms = (uint64_t)v * 1000;
             break;
         case OPT_HTTP_MAX_CONNS:
         case OPT_GRPC_MAX_CONNS:
@@ -745,9 +778,9 @@ int main(int argc, char **argv)
                 return 2;
             }
             if (opt == OPT_HTTP_MAX_CONNS)
-                hcfg.max_conns = (size_t)v;
+                o->hcfg.max_conns = (size_t)v;
             else
-                rlsopt.max_connections = (size_t)v;
+                o->rlsopt.max_connections = (size_t)v;
             break;
         case OPT_HTTP_IDLE:
             if (parse_size(optarg, 1, 86400, &v) < 0) {
@@ -756,7 +789,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            hcfg.idle_timeout_ms = (uint64_t)v * 1000;
+            o->hcfg.idle_timeout_ms = (uint64_t)v * 1000;
             break;
         case OPT_SHUTDOWN_DRAIN: {
             int64_t ns;
@@ -769,7 +802,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            drain_ms = (uint64_t)(ns / 1000000);
+            o->drain_ms = (uint64_t)(ns / 1000000);
             break;
         }
         case OPT_GRPC_IDLE:
@@ -778,7 +811,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            rlsopt.idle_timeout_ms = (uint64_t)v * 1000;
+            o->rlsopt.idle_timeout_ms = (uint64_t)v * 1000;
             break;
         case OPT_MAX_REQUEST:
             if (parse_size(optarg, 64, 512ull * 1024 * 1024, &v) < 0) {
@@ -786,7 +819,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            scfg.max_request = (size_t)v;
+            o->scfg.max_request = (size_t)v;
             break;
         case OPT_MAX_CLIENT_MEMORY:
             if (parse_size(optarg, 0, (unsigned long long)SIZE_MAX / 2, &v) < 0 ||
@@ -797,7 +830,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            scfg.max_client_memory = v == 0 ? SERVER_CLIENT_MEMORY_UNLIMITED : (size_t)v;
+            o->scfg.max_client_memory = v == 0 ? SERVER_CLIENT_MEMORY_UNLIMITED : (size_t)v;
             break;
         case OPT_MAX_KEY:
             if (parse_size(optarg, 1, 1024 * 1024, &v) < 0) {
@@ -805,7 +838,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            ccfg.max_key_bytes = (size_t)v;
+            o->ccfg.max_key_bytes = (size_t)v;
             break;
         case OPT_MAX_KEYS:
             if (parse_size(optarg, 1, (unsigned long long)SIZE_MAX / 2, &v) < 0) {
@@ -813,15 +846,15 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            lcfg.max_keys = (size_t)v;
+            o->lcfg.max_keys = (size_t)v;
             break;
         case OPT_ON_FULL:
             if (strcmp(optarg, "evict") == 0) {
-                lcfg.overflow = LIMITER_OVERFLOW_EVICT;
+                o->lcfg.overflow = LIMITER_OVERFLOW_EVICT;
             } else if (strcmp(optarg, "deny") == 0) {
-                lcfg.overflow = LIMITER_OVERFLOW_DENY;
+                o->lcfg.overflow = LIMITER_OVERFLOW_DENY;
             } else if (strcmp(optarg, "allow") == 0) {
-                lcfg.overflow = LIMITER_OVERFLOW_ALLOW;
+                o->lcfg.overflow = LIMITER_OVERFLOW_ALLOW;
             } else {
                 fprintf(stderr, "sluiced: --on-full: expected evict, deny or allow, got '%s'\n",
                         optarg);
@@ -841,10 +874,10 @@ int main(int argc, char **argv)
             break;
         }
         case OPT_METRICS:
-            metrics_addr = strcmp(optarg, "off") == 0 ? NULL : optarg;
+            o->metrics_addr = strcmp(optarg, "off") == 0 ? NULL : optarg;
             break;
         case OPT_LISTEN:
-            scfg.listen = strcmp(optarg, "off") == 0 ? NULL : optarg;
+            o->scfg.listen = strcmp(optarg, "off") == 0 ? NULL : optarg;
             break;
         case OPT_REQUIREPASS_FILE: {
             char *buf, perr[300];
@@ -872,9 +905,9 @@ int main(int argc, char **argv)
                 return 2;
             }
             buf[line] = '\0';
-            free(pass_buf);
-            pass_buf = buf;
-            ccfg.requirepass = pass_buf;
+            free(o->pass_buf);
+            o->pass_buf = buf;
+            o->ccfg.requirepass = o->pass_buf;
             break;
         }
         case OPT_ADMIN:
@@ -883,7 +916,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            ccfg.admin_off = strcmp(optarg, "off") == 0;
+            o->ccfg.admin_off = strcmp(optarg, "off") == 0;
             break;
         case OPT_HTTP_DENY:
             if (strcmp(optarg, "429") != 0 && strcmp(optarg, "403") != 0) {
@@ -891,7 +924,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            htcfg.deny_status = atoi(optarg);
+            o->htcfg.deny_status = atoi(optarg);
             break;
         case OPT_HTTP_TRUST:
             if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
@@ -899,7 +932,7 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            htcfg.trust_headers = strcmp(optarg, "on") == 0;
+            o->htcfg.trust_headers = strcmp(optarg, "on") == 0;
             break;
         case OPT_HTTP_DECISIONS:
             if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0 &&
@@ -909,19 +942,19 @@ int main(int argc, char **argv)
                         optarg);
                 return 2;
             }
-            decisions = optarg;
+            o->decisions = optarg;
             break;
         case OPT_GRPC:
-            rlsopt.grpc = strcmp(optarg, "off") == 0 ? NULL : optarg;
+            o->rlsopt.grpc = strcmp(optarg, "off") == 0 ? NULL : optarg;
             break;
         case OPT_RL_CONFIG:
-            rlsopt.config_dir = optarg;
+            o->rlsopt.config_dir = optarg;
             break;
         case OPT_RL_ALGORITHM:
-            rlsopt.algorithm = optarg;
+            o->rlsopt.algorithm = optarg;
             break;
         case OPT_RL_HEADERS:
-            rlsopt.headers = 1;
+            o->rlsopt.headers = 1;
             break;
         case OPT_VERSION:
             printf("sluiced %s\n", SLUICE_VERSION);
@@ -931,7 +964,7 @@ int main(int argc, char **argv)
             usage(stdout);
             return 0;
         default: {
-            int taken = cluster_flags_parse(&clopt, opt, optarg);
+            int taken = cluster_flags_parse(&o->clopt, opt, optarg);
             if (taken > 0)
                 break;
             if (taken == 0)
@@ -946,257 +979,361 @@ int main(int argc, char **argv)
         return 2;
     }
     /* The file's [cluster] section fills what the cluster flags left unset. */
-    if (config_path != NULL && cluster_flags_apply_config(&clopt, &file_cfg) < 0) {
+    if (o->config_path != NULL && cluster_flags_apply_config(&o->clopt, &file_cfg) < 0) {
         fprintf(stderr, "sluiced: out of memory\n");
         return 2;
     }
-    if (socket_path == NULL) {
-        socket_path = sluice_client_default_path();
+    if (o->socket_path == NULL) {
+        o->socket_path = sluice_client_default_path();
         /* The default's directory is this user's alone: made private if
          * missing ($XDG_RUNTIME_DIR/sluice, /tmp/sluice-UID); an existing
          * one must be ours and closed to others. */
-        if (daemon_private_dir(socket_path) < 0)
+        if (daemon_private_dir(o->socket_path) < 0)
             return 2;
     }
-    scfg.socket_path = socket_path;
+    o->scfg.socket_path = o->socket_path;
+    return DAEMON_GO_ON;
+}
+
+/* Step 3, create the limiter (--max-keys, --on-full).  0, or a negative
+ * error code, logged; nothing else exists yet. */
+static int daemon_create_limiter(struct daemon *d, struct daemon_options *o)
+{
+    int rc = limiter_create(&d->lim, &o->lcfg);
+    if (rc < 0)
+        log_error("cannot create the limiter: %s", sluice_strerror(rc));
+    return rc;
+}
+
+/* Step 4, start the cluster (without cluster flags, d->cluster stays
+ * NULL).  0, or a negative error code, logged. */
+static int daemon_start_cluster(struct daemon *d, struct daemon_options *o)
+{
+    char clerr[512];
+    /* Global keys count against the same --max-keys, with the same --on-full. */
+    o->clopt.max_keys = o->lcfg.max_keys ? o->lcfg.max_keys : LIMITER_DEFAULT_MAX_KEYS;
+    o->clopt.evict = o->lcfg.overflow == LIMITER_OVERFLOW_EVICT;
+    o->clopt.on_full_allow = o->lcfg.overflow == LIMITER_OVERFLOW_ALLOW;
+    o->clopt.carry = daemon_carry;
+    o->clopt.carry_ud = d->lim;
+    int rc = cluster_start(&d->loop, &o->clopt, &d->cluster, clerr, sizeof(clerr));
+    if (rc < 0)
+        log_error("cluster: %s", clerr);
+    return rc;
+}
+
+/* Step 5, the layers above the limiter: the file's policies into the
+ * limiter, the SL commands, the readiness check and the RESP commands.
+ * 0, or a negative error code, logged; what was created is freed by
+ * daemon_shutdown_free. */
+static int daemon_create_commands(struct daemon *d, struct daemon_options *o)
+{
+    limiter_set_policies(d->lim, o->policies);
+    policy_set_release(o->policies);
+    o->policies = NULL;
+    struct commands_sl_config slcfg = {.max_key_bytes = o->ccfg.max_key_bytes,
+                                       .loop = &d->loop,
+                                       .load_policies = o->config_path ? reload_policies : NULL,
+                                       .load_ud = &d->reload,
+                                       .load_name = o->config_path};
+    int rc = commands_sl_create(d->lim, &slcfg, &d->sl);
+    if (rc < 0) {
+        log_error("cannot create the command layer: %s", sluice_strerror(rc));
+        return rc;
+    }
+    struct readiness_config rdcfg = {.cluster = d->cluster, .join = o->clopt.join};
+    rc = readiness_create(&rdcfg, (int64_t)uv_hrtime(), &d->ready);
+    if (rc < 0) {
+        log_error("cannot create the readiness check: %s", sluice_strerror(rc));
+        return rc;
+    }
+    o->ccfg.cluster = d->cluster;
+    o->ccfg.sl = d->sl;
+    o->ccfg.listeners_info = daemon_listeners_info;
+    o->ccfg.listeners_ud = d;
+    o->ccfg.ready = d->ready;
+    rc = commands_create(d->lim, &o->ccfg, &d->cmds);
+    if (rc < 0)
+        log_error("cannot create the command layer: %s", sluice_strerror(rc));
+    return rc;
+}
+
+/* A listener failed to start: closes the ones started (the Unix socket's
+ * server, --http, --http-decisions) and stops the cluster, then runs the
+ * loop until their handles are closed. */
+static void daemon_close_listeners(struct daemon *d)
+{
+    http_close(d->http);
+    http_close(d->dhttp);
+    server_close(d->srv);
+    cluster_stop(d->cluster, NULL, NULL);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+}
+
+/* --http: /metrics, /health and /ready, and the decisions (/v1/throttle,
+ * /v1/lease) unless --http-decisions puts them elsewhere.  0, or a negative
+ * error code, logged, the listeners closed (daemon_close_listeners). */
+static int daemon_start_http(struct daemon *d, struct daemon_options *o)
+{
+    int rc;
+    o->hcfg.bind = o->metrics_addr;
+    o->hcfg.budget = server_memory_budget(d->srv);
+    rc = http_create(&d->loop, &o->hcfg, &d->http);
+    if (rc == 0)
+        rc = metrics_attach(d->http, daemon_collect, d, &d->metrics);
+    if (rc == 0)
+        rc = http_route(d->http, "/ready", daemon_on_ready, d);
+    if (rc == 0 && strcmp(o->decisions, "on") == 0)
+        rc = http_throttle_attach(d->http, d->lim, d->cluster, &o->htcfg, &d->throttle);
+    /* Leases spend slots: they go where the decisions go. */
+    if (rc == 0 && strcmp(o->decisions, "on") == 0)
+        rc = http_lease_attach(d->http, d->cmds, &d->lease);
+    if (rc == 0 && http_start(d->http) < 0) {
+        log_error("%s", http_error(d->http));
+        rc = -SLUICE_EIO;
+    } else if (rc < 0) {
+        log_error("cannot create the HTTP listener: %s", sluice_strerror(rc));
+    }
+    if (rc < 0) {
+        daemon_close_listeners(d);
+        return rc;
+    }
+    log_info("HTTP on http://%s (/metrics, /health, /ready%s%s)", o->metrics_addr,
+             strcmp(o->decisions, "on") == 0 ? ", " : "",
+             strcmp(o->decisions, "on") == 0 ? HTTP_THROTTLE_PATH ", " HTTP_LEASE_PATH : "");
+    return 0;
+}
+
+/* --http-decisions HOST:PORT: the decision endpoints on a listener of their
+ * own.  0, or a negative error code, logged, the listeners closed. */
+static int daemon_start_decisions(struct daemon *d, struct daemon_options *o)
+{
+    int rc;
+    /* The decision endpoint alone on a listener of its own: whoever may
+     * read the metrics need not be able to spend keys.  Same caps,
+     * timeouts and memory budget as the --http listener. */
+    struct http_config dcfg = o->hcfg;
+    dcfg.bind = o->decisions;
+    dcfg.budget = server_memory_budget(d->srv);
+    rc = http_create(&d->loop, &dcfg, &d->dhttp);
+    if (rc == 0)
+        rc = http_throttle_attach(d->dhttp, d->lim, d->cluster, &o->htcfg, &d->throttle);
+    if (rc == 0)
+        rc = http_lease_attach(d->dhttp, d->cmds, &d->lease);
+    if (rc == 0 && http_start(d->dhttp) < 0) {
+        log_error("%s", http_error(d->dhttp));
+        rc = -SLUICE_EIO;
+    } else if (rc < 0) {
+        log_error("cannot create the decision listener: %s", sluice_strerror(rc));
+    }
+    if (rc < 0) {
+        daemon_close_listeners(d);
+        return rc;
+    }
+    log_info("HTTP decisions on http://%s (%s)", o->decisions, HTTP_THROTTLE_PATH);
+    return 0;
+}
+
+/* --grpc and --ratelimit-config: Envoy's rate limit service, and a watch on
+ * the config directory.  0, or a negative error code, logged, with *status
+ * 2 for a bad config (else 1) and the listeners closed. */
+static int daemon_start_rls(struct daemon *d, struct daemon_options *o, int *status)
+{
+    int rc;
+    char rerr[512];
+    o->rlsopt.budget = server_memory_budget(d->srv);
+    o->rlsopt.ready = d->ready;
+    rc = daemon_rls_start(&d->loop, d->lim, d->cluster, &o->rlsopt, &d->rls, rerr, sizeof(rerr));
+    if (rc < 0) {
+        log_error("ratelimit: %s", rerr);
+        daemon_close_listeners(d);
+        *status = rc == -SLUICE_ECONFIG ? 2 : 1;
+        return rc;
+    }
+    if (o->rlsopt.config_dir != NULL)
+        daemon_watch_rls_dir(d, o->rlsopt.config_dir);
+    return 0;
+}
+
+/* The maintenance timer, SIGTERM's drain timer and the signal handlers
+ * (SIGINT, SIGTERM, SIGHUP).  Cannot fail. */
+static void daemon_start_signals(struct daemon *d, struct daemon_options *o)
+{
+    uv_timer_init(&d->loop, &d->maintain);
+    d->maintain.data = d;
+    uv_timer_start(&d->maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
+    uv_timer_init(&d->loop, &d->drain);
+    d->drain.data = d;
+    d->drain_ms = o->drain_ms;
+    uv_signal_init(&d->loop, &d->sigint);
+    uv_signal_init(&d->loop, &d->sigterm);
+    d->sigint.data = d;
+    d->sigterm.data = d;
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+    uv_signal_init(&d->loop, &d->sighup);
+    d->sighup.data = d;
+    uv_signal_start(&d->sighup, on_sighup, SIGHUP);
+}
+
+/* Step 6, start the listeners: creates the Unix socket's server, starts
+ * --http (metrics, /ready, decisions), --http-decisions and the gRPC
+ * ratelimit service, the timers and signal handlers, and last the Unix
+ * socket (and --listen), so that once the socket exists everything
+ * answers.  0, or a negative error code, logged, with *status set to the
+ * exit status; on a failure past the server's creation the handles are
+ * already closed and the loop run until they are. */
+static int daemon_start_listeners(struct daemon *d, struct daemon_options *o, int *status)
+{
+    /* TCP clients must AUTH when a password is set: unauthenticated ones
+     * have a deadline and are evicted first. */
+    o->scfg.tcp_auth = o->ccfg.requirepass != NULL && o->ccfg.requirepass[0] != '\0';
+    int rc = server_create(&d->loop, &o->scfg, commands_dispatch, d->cmds, &d->srv);
+    if (rc == -SLUICE_EINVAL) {
+        log_error("invalid socket path '%s' (empty, or longer than %zu bytes)", o->socket_path,
+                  sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+        return rc;
+    }
+    if (rc < 0) {
+        log_error("cannot create the server: %s", sluice_strerror(rc));
+        return rc;
+    }
+    /* Every other listener before the Unix socket: the socket is what
+     * clients and supervisors wait for, so once it exists all of them
+     * answer. */
+    if (o->metrics_addr != NULL)
+        rc = daemon_start_http(d, o);
+    if (rc == 0 && strcmp(o->decisions, "on") != 0 && strcmp(o->decisions, "off") != 0)
+        rc = daemon_start_decisions(d, o);
+    if (rc == 0 && (o->rlsopt.grpc != NULL || o->rlsopt.config_dir != NULL))
+        rc = daemon_start_rls(d, o, status);
+    if (rc < 0)
+        return rc; /* the listeners are closed */
+    /* Signals before the socket exists: a client or supervisor that sees it
+     * may stop us at once (libuv holds the signal until the loop runs). */
+    daemon_start_signals(d, o);
+    const struct server_config *s = &o->scfg;
+    size_t http_conns = o->hcfg.max_conns ? o->hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS;
+    daemon_raise_nofile(
+        (s->max_clients ? s->max_clients : SERVER_DEFAULT_MAX_CLIENTS) +
+        (s->listen != NULL
+             ? (s->max_tcp_clients ? s->max_tcp_clients : SERVER_DEFAULT_MAX_TCP_CLIENTS)
+             : 0) +
+        (o->metrics_addr != NULL ? 2 * http_conns : 0) + (d->dhttp != NULL ? 2 * http_conns : 0) +
+        (o->rlsopt.grpc != NULL ? 2 * (o->rlsopt.max_connections ? o->rlsopt.max_connections
+                                                                 : RLS_DEFAULT_MAX_CONNECTIONS)
+                                : 0));
+    rc = server_start(d->srv);
+    if (rc == 0 && s->listen != NULL && !server_tcp_loopback(d->srv) &&
+        o->ccfg.requirepass == NULL) {
+        /* Beyond loopback anyone on the network could decide and reload:
+         * the Unix socket's permissions do not reach there. */
+        log_error("--listen %s is not a loopback address: set requirepass (requirepass = under "
+                  "[sluiced], or --requirepass-file FILE) so TCP clients must AUTH",
+                  s->listen);
+        rc = -SLUICE_ECONFIG;
+        *status = 2;
+    } else if (rc < 0) {
+        log_error("%s", server_error(d->srv));
+    }
+    if (rc < 0) {
+        daemon_shutdown(d);
+        uv_run(&d->loop, UV_RUN_DEFAULT);
+        return rc;
+    }
+    if (s->listen != NULL)
+        log_info("RESP also on TCP %s (port %d)%s", s->listen, server_tcp_port(d->srv),
+                 o->ccfg.requirepass != NULL ? ", AUTH required" : "");
+    log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION,
+             o->socket_path, s->socket_mode,
+             s->max_clients ? s->max_clients : SERVER_DEFAULT_MAX_CLIENTS);
+    return 0;
+}
+
+/* Step 7, run: the loop until a signal's shutdown closes every handle.
+ * Returns the exit status: 0, or 1 when the cluster stopped the loop
+ * because it failed (the reason is logged); its handles are then closed
+ * here. */
+static int daemon_run(struct daemon *d)
+{
+    int status = 0;
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    if (cluster_failed(d->cluster)) {
+        /* The cluster stopped the loop: refuse to run (the reason is logged). */
+        daemon_shutdown(d);
+        uv_run(&d->loop, UV_RUN_DEFAULT);
+        status = 1;
+    }
+    log_info("stopped");
+    return status;
+}
+
+/* Step 8, shut down: frees everything steps 3 to 7 created, whichever of
+ * them failed (rc < 0: a step failed, and a cluster it left running is
+ * stopped here first), and what the options own.  Every free takes NULL.
+ * Cannot fail; the loop itself is closed by main. */
+static void daemon_shutdown_free(struct daemon *d, struct daemon_options *o, int rc)
+{
+    daemon_rls_destroy(d->rls);
+    http_destroy(d->http);
+    http_destroy(d->dhttp);
+    metrics_destroy(d->metrics);
+    http_throttle_destroy(d->throttle);
+    http_lease_destroy(d->lease);
+    server_destroy(d->srv);
+    commands_destroy(d->cmds);
+    if (d->cluster != NULL && rc < 0) {
+        cluster_stop(d->cluster, NULL, NULL);
+        uv_run(&d->loop, UV_RUN_DEFAULT);
+    }
+    readiness_destroy(d->ready);
+    cluster_destroy(d->cluster);
+    cluster_options_free(&o->clopt);
+    /* A start that failed never reached the shutdown that closes the SL
+     * layer's handles (the lease timer): close them here, once. */
+    commands_sl_close(d->sl);
+    uv_run(&d->loop, UV_RUN_NOWAIT);
+    commands_sl_destroy(d->sl);
+    policy_set_release(o->policies);
+    limiter_destroy(d->lim);
+    free(o->pass_buf);
+    config_free(&file_cfg);
+}
+
+int main(int argc, char **argv)
+{
+    struct daemon_options o;
+    struct daemon d;
+    memset(&o, 0, sizeof(o));
+    memset(&d, 0, sizeof(d));
+    int status = daemon_load_config(&o, argc, argv);
+    if (status != 0)
+        return status;
+    status = daemon_parse_options(&o, argc, argv);
+    if (status != DAEMON_GO_ON)
+        return status;
 
     /* A client vanishing mid-write must be an error return, not a signal. */
     signal(SIGPIPE, SIG_IGN);
 
-    struct daemon d;
-    memset(&d, 0, sizeof(d));
-    d.reload = reload;
+    d.reload = o.reload;
     int rc = uv_loop_init(&d.loop);
     if (rc < 0) {
         log_error("cannot create the event loop: %s", uv_strerror(rc));
         return 1;
     }
-    int status = 1;
-    rc = limiter_create(&d.lim, &lcfg);
-    if (rc < 0) {
-        log_error("cannot create the limiter: %s", sluice_strerror(rc));
-        goto out_loop;
-    }
-    char clerr[512];
-    /* Global keys count against the same --max-keys, with the same --on-full. */
-    clopt.max_keys = lcfg.max_keys ? lcfg.max_keys : LIMITER_DEFAULT_MAX_KEYS;
-    clopt.evict = lcfg.overflow == LIMITER_OVERFLOW_EVICT;
-    clopt.on_full_allow = lcfg.overflow == LIMITER_OVERFLOW_ALLOW;
-    clopt.carry = daemon_carry;
-    clopt.carry_ud = d.lim;
-    rc = cluster_start(&d.loop, &clopt, &d.cluster, clerr, sizeof(clerr));
-    if (rc < 0) {
-        log_error("cluster: %s", clerr);
-        goto out_limiter;
-    }
-    limiter_set_policies(d.lim, policies);
-    policy_set_release(policies);
-    policies = NULL;
-    struct commands_sl_config slcfg = {.max_key_bytes = ccfg.max_key_bytes,
-                                       .loop = &d.loop,
-                                       .load_policies = config_path ? reload_policies : NULL,
-                                       .load_ud = &d.reload,
-                                       .load_name = config_path};
-    rc = commands_sl_create(d.lim, &slcfg, &d.sl);
-    if (rc < 0) {
-        log_error("cannot create the command layer: %s", sluice_strerror(rc));
-        goto out_limiter;
-    }
-    struct readiness_config rdcfg = {.cluster = d.cluster, .join = clopt.join};
-    rc = readiness_create(&rdcfg, (int64_t)uv_hrtime(), &d.ready);
-    if (rc < 0) {
-        log_error("cannot create the readiness check: %s", sluice_strerror(rc));
-        goto out_limiter;
-    }
-    ccfg.cluster = d.cluster;
-    ccfg.sl = d.sl;
-    ccfg.listeners_info = daemon_listeners_info;
-    ccfg.listeners_ud = &d;
-    ccfg.ready = d.ready;
-    rc = commands_create(d.lim, &ccfg, &d.cmds);
-    if (rc < 0) {
-        log_error("cannot create the command layer: %s", sluice_strerror(rc));
-        goto out_limiter;
-    }
-    /* TCP clients must AUTH when a password is set: unauthenticated ones
-     * have a deadline and are evicted first. */
-    scfg.tcp_auth = ccfg.requirepass != NULL && ccfg.requirepass[0] != '\0';
-    rc = server_create(&d.loop, &scfg, commands_dispatch, d.cmds, &d.srv);
-    if (rc == -SLUICE_EINVAL) {
-        log_error("invalid socket path '%s' (empty, or longer than %zu bytes)", socket_path,
-                  sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
-        goto out_cmds;
-    }
-    if (rc < 0) {
-        log_error("cannot create the server: %s", sluice_strerror(rc));
-        goto out_cmds;
-    }
-    /* Every other listener before the Unix socket: the socket is what
-     * clients and supervisors wait for, so once it exists all of them
-     * answer. */
-    if (metrics_addr != NULL) {
-        hcfg.bind = metrics_addr;
-        hcfg.budget = server_memory_budget(d.srv);
-        rc = http_create(&d.loop, &hcfg, &d.http);
+    status = 1;
+    rc = daemon_create_limiter(&d, &o);
+    if (rc == 0) {
+        rc = daemon_start_cluster(&d, &o);
         if (rc == 0)
-            rc = metrics_attach(d.http, daemon_collect, &d, &d.metrics);
+            rc = daemon_create_commands(&d, &o);
         if (rc == 0)
-            rc = http_route(d.http, "/ready", daemon_on_ready, &d);
-        if (rc == 0 && strcmp(decisions, "on") == 0)
-            rc = http_throttle_attach(d.http, d.lim, d.cluster, &htcfg, &d.throttle);
-        /* Leases spend slots: they go where the decisions go. */
-        if (rc == 0 && strcmp(decisions, "on") == 0)
-            rc = http_lease_attach(d.http, d.cmds, &d.lease);
-        if (rc == 0 && http_start(d.http) < 0) {
-            log_error("%s", http_error(d.http));
-            rc = -SLUICE_EIO;
-        } else if (rc < 0) {
-            log_error("cannot create the HTTP listener: %s", sluice_strerror(rc));
-        }
-        if (rc < 0) {
-            http_close(d.http);
-            server_close(d.srv);
-            cluster_stop(d.cluster, NULL, NULL);
-            uv_run(&d.loop, UV_RUN_DEFAULT);
-            goto out_server;
-        }
-        log_info("HTTP on http://%s (/metrics, /health, /ready%s%s)", metrics_addr,
-                 strcmp(decisions, "on") == 0 ? ", " : "",
-                 strcmp(decisions, "on") == 0 ? HTTP_THROTTLE_PATH ", " HTTP_LEASE_PATH : "");
-    }
-    if (strcmp(decisions, "on") != 0 && strcmp(decisions, "off") != 0) {
-        /* The decision endpoint alone on a listener of its own: whoever may
-         * read the metrics need not be able to spend keys.  Same caps,
-         * timeouts and memory budget as the --http listener. */
-        struct http_config dcfg = hcfg;
-        dcfg.bind = decisions;
-        dcfg.budget = server_memory_budget(d.srv);
-        rc = http_create(&d.loop, &dcfg, &d.dhttp);
+            rc = daemon_start_listeners(&d, &o, &status);
         if (rc == 0)
-            rc = http_throttle_attach(d.dhttp, d.lim, d.cluster, &htcfg, &d.throttle);
-        if (rc == 0)
-            rc = http_lease_attach(d.dhttp, d.cmds, &d.lease);
-        if (rc == 0 && http_start(d.dhttp) < 0) {
-            log_error("%s", http_error(d.dhttp));
-            rc = -SLUICE_EIO;
-        } else if (rc < 0) {
-            log_error("cannot create the decision listener: %s", sluice_strerror(rc));
-        }
-        if (rc < 0) {
-            http_close(d.dhttp);
-            http_close(d.http);
-            server_close(d.srv);
-            cluster_stop(d.cluster, NULL, NULL);
-            uv_run(&d.loop, UV_RUN_DEFAULT);
-            goto out_server;
-        }
-        log_info("HTTP decisions on http://%s (%s)", decisions, HTTP_THROTTLE_PATH);
+            status = daemon_run(&d);
+        daemon_shutdown_free(&d, &o, rc);
     }
-    if (rlsopt.grpc != NULL || rlsopt.config_dir != NULL) {
-        char rerr[512];
-        rlsopt.budget = server_memory_budget(d.srv);
-        rlsopt.ready = d.ready;
-        rc = daemon_rls_start(&d.loop, d.lim, d.cluster, &rlsopt, &d.rls, rerr, sizeof(rerr));
-        if (rc < 0) {
-            log_error("ratelimit: %s", rerr);
-            http_close(d.http);
-            http_close(d.dhttp);
-            server_close(d.srv);
-            cluster_stop(d.cluster, NULL, NULL);
-            uv_run(&d.loop, UV_RUN_DEFAULT);
-            status = rc == -SLUICE_ECONFIG ? 2 : 1;
-            goto out_server;
-        }
-        if (rlsopt.config_dir != NULL)
-            daemon_watch_rls_dir(&d, rlsopt.config_dir);
-    }
-    /* Signals before the socket exists: a client or supervisor that sees it
-     * may stop us at once (libuv holds the signal until the loop runs). */
-    uv_timer_init(&d.loop, &d.maintain);
-    d.maintain.data = &d;
-    uv_timer_start(&d.maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
-    uv_timer_init(&d.loop, &d.drain);
-    d.drain.data = &d;
-    d.drain_ms = drain_ms;
-    uv_signal_init(&d.loop, &d.sigint);
-    uv_signal_init(&d.loop, &d.sigterm);
-    d.sigint.data = &d;
-    d.sigterm.data = &d;
-    uv_signal_start(&d.sigint, on_signal, SIGINT);
-    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-    uv_signal_init(&d.loop, &d.sighup);
-    d.sighup.data = &d;
-    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
-    daemon_raise_nofile(
-        (scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS) +
-        (scfg.listen != NULL
-             ? (scfg.max_tcp_clients ? scfg.max_tcp_clients : SERVER_DEFAULT_MAX_TCP_CLIENTS)
-             : 0) +
-        (metrics_addr != NULL ? 2 * (hcfg.max_conns ? hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS)
-                              : 0) +
-        (d.dhttp != NULL ? 2 * (hcfg.max_conns ? hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS) : 0) +
-        (rlsopt.grpc != NULL
-             ? 2 * (rlsopt.max_connections ? rlsopt.max_connections : RLS_DEFAULT_MAX_CONNECTIONS)
-             : 0));
-    rc = server_start(d.srv);
-    if (rc == 0 && scfg.listen != NULL && !server_tcp_loopback(d.srv) && ccfg.requirepass == NULL) {
-        /* Beyond loopback anyone on the network could decide and reload:
-         * the Unix socket's permissions do not reach there. */
-        log_error("--listen %s is not a loopback address: set requirepass (requirepass = under "
-                  "[sluiced], or --requirepass-file FILE) so TCP clients must AUTH",
-                  scfg.listen);
-        rc = -SLUICE_ECONFIG;
-        status = 2;
-    } else if (rc < 0) {
-        log_error("%s", server_error(d.srv));
-    }
-    if (rc < 0) {
-        daemon_shutdown(&d);
-        uv_run(&d.loop, UV_RUN_DEFAULT);
-        goto out_server;
-    }
-    if (scfg.listen != NULL)
-        log_info("RESP also on TCP %s (port %d)%s", scfg.listen, server_tcp_port(d.srv),
-                 ccfg.requirepass != NULL ? ", AUTH required" : "");
-    log_info("sluiced %s listening on %s (mode %04o, max %zu clients)", SLUICE_VERSION, socket_path,
-             scfg.socket_mode, scfg.max_clients ? scfg.max_clients : SERVER_DEFAULT_MAX_CLIENTS);
-    uv_run(&d.loop, UV_RUN_DEFAULT);
-    status = 0;
-    if (cluster_failed(d.cluster)) {
-        /* The cluster stopped the loop: refuse to run (the reason is logged). */
-        daemon_shutdown(&d);
-        uv_run(&d.loop, UV_RUN_DEFAULT);
-        status = 1;
-    }
-    log_info("stopped");
-out_server:
-    daemon_rls_destroy(d.rls);
-    http_destroy(d.http);
-    http_destroy(d.dhttp);
-    metrics_destroy(d.metrics);
-    http_throttle_destroy(d.throttle);
-    http_lease_destroy(d.lease);
-    server_destroy(d.srv);
-out_cmds:
-    commands_destroy(d.cmds);
-out_limiter:
-    if (d.cluster != NULL && rc < 0) {
-        cluster_stop(d.cluster, NULL, NULL);
-        uv_run(&d.loop, UV_RUN_DEFAULT);
-    }
-    readiness_destroy(d.ready);
-    cluster_destroy(d.cluster);
-    cluster_options_free(&clopt);
-    /* A start that failed never reached the shutdown that closes the SL
-     * layer's handles (the lease timer): close them here, once. */
-    commands_sl_close(d.sl);
-    uv_run(&d.loop, UV_RUN_NOWAIT);
-    commands_sl_destroy(d.sl);
-    policy_set_release(policies);
-    limiter_destroy(d.lim);
-    free(pass_buf);
-    config_free(&file_cfg);
-out_loop:
     if (uv_loop_close(&d.loop) != 0)
         log_warn("event loop closed with handles still open");
     return status;

@@ -1,7 +1,9 @@
 /*
  * algo: parameter validation and dispatch to the per-algorithm state
  * machines (algo_gcra.c, algo_token_bucket.c, algo_fixed_window.c,
- * algo_sliding_window.c, algo_sliding_log.c).  See algo.h for the contract.
+ * algo_sliding_window.c, algo_sliding_log.c, algo_warmup.c), which it
+ * knows only through their ops table (algo.h), their own knobs included.
+ * See algo.h for the contract.
  *
  * Arguments are checked here once, so the per-algorithm code may assume a
  * valid params struct, qty >= 0 and a time >= 0.
@@ -86,22 +88,6 @@ int64_t algo_sat_add(int64_t a, int64_t b)
     return r;
 }
 
-int algo_params_set_warmup(struct algo_params *p, int64_t warmup_ns, int64_t cold_factor)
-{
-    if (p == NULL || p->magic != ALGO_MAGIC || p->kind != ALGO_WARMUP)
-        return -SLUICE_EINVAL;
-    return algo_warmup__set(p, warmup_ns, cold_factor);
-}
-
-int algo_params_set_phase(struct algo_params *p, int64_t phase_ns)
-{
-    if (p == NULL || p->magic != ALGO_MAGIC || p->kind != ALGO_FIXED_WINDOW || phase_ns < 0 ||
-        phase_ns >= p->period_ns)
-        return -SLUICE_EINVAL;
-    p->phase_ns = phase_ns;
-    return 0;
-}
-
 int algo_params_init(struct algo_params *p, enum algo_kind kind, int64_t burst, int64_t count,
                      int64_t period_ns, int64_t precision)
 {
@@ -125,6 +111,27 @@ static const struct algo_ops *algo__ops(const struct algo_params *p)
     if (p == NULL || p->magic != ALGO_MAGIC || (unsigned)p->kind >= ALGO_KIND_COUNT_)
         return NULL;
     return algo_table[p->kind];
+}
+
+/* An algorithm's own knob, through its ops: -SLUICE_EINVAL unless p is
+ * valid and its algorithm owns the knob. */
+static int algo__knob(struct algo_params *p, enum algo_knob knob, const int64_t *v)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    if (ops == NULL || ops->knob == NULL)
+        return -SLUICE_EINVAL;
+    return ops->knob(p, knob, v);
+}
+
+int algo_params_set_warmup(struct algo_params *p, int64_t warmup_ns, int64_t cold_factor)
+{
+    const int64_t v[2] = {warmup_ns, cold_factor};
+    return algo__knob(p, ALGO_KNOB_WARMUP, v);
+}
+
+int algo_params_set_phase(struct algo_params *p, int64_t phase_ns)
+{
+    return algo__knob(p, ALGO_KNOB_PHASE, &phase_ns);
 }
 
 size_t algo_state_size(const struct algo_params *p)

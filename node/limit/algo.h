@@ -277,9 +277,21 @@ void algo_free(const struct algo_params *p, void *state);
 /* ---- per-algorithm entry points, dispatched by algo.c ---- */
 
 /* What the rest of sluice asks of an algorithm besides its state machine:
- * adding one is its algo_*.c file (with these ops) and a row in algo.c. */
+ * adding one is its algo_*.c file (with these ops; limit/ is globbed),
+ * its enum algo_kind value and extern ops here, and a row in algo.c's
+ * table.  A knob of its own adds an enum algo_knob value and a public
+ * setter (here and in algo.c), and its spelling where limits are read:
+ * config.c's policy keys and commands_sl.c's SL.THROTTLE words and
+ * SL.POLICIES rows. */
 #define ALGO_F_GLOBAL 1u /* consume() is meaningful across nodes */
 #define ALGO_F_BURST  2u /* a bucket: burst is meaningful (see algo_has_burst) */
+
+/* The knobs an algorithm may own beyond burst and precision, each set
+ * through its ops' knob hook by the public setter that names it. */
+enum algo_knob {
+    ALGO_KNOB_PHASE,  /* fixed-window: v[0] the phase (algo_params_set_phase) */
+    ALGO_KNOB_WARMUP, /* warmup: v[0] the warm-up ns, v[1] the cold factor */
+};
 
 struct algo_ops {
     const char *name;      /* as configs, ALGO specs and INFO spell it */
@@ -302,6 +314,11 @@ struct algo_ops {
     /* 1 when the state holds more than the limit (see algo_over). */
     int (*over)(const struct algo_params *p, const void *state, int64_t now_ns);
     void (*free)(const struct algo_params *p, void *state);
+    /* Sets one of the algorithm's own knobs (enum algo_knob, its values in
+     * v) on q, a valid params struct of this algorithm; NULL when it has
+     * none.  -SLUICE_EINVAL for a knob it does not own or a value out of
+     * range, -SLUICE_ERANGE as the setter documents; q unchanged on error. */
+    int (*knob)(struct algo_params *q, enum algo_knob knob, const int64_t *v);
 };
 
 extern const struct algo_ops algo_gcra_ops;
@@ -310,8 +327,6 @@ extern const struct algo_ops algo_fixed_window_ops;
 extern const struct algo_ops algo_sliding_window_ops;
 extern const struct algo_ops algo_sliding_log_ops;
 extern const struct algo_ops algo_warmup_ops;
-/* algo_params_set_warmup's work, once algo.c has checked p. */
-int algo_warmup__set(struct algo_params *q, int64_t warmup_ns, int64_t cold_factor);
 
 /* The buckets' burst check (gcra, token-bucket, warmup): burst >= 0 and
  * burst+1 representable; fills q->burst and q->limit.  -SLUICE_EINVAL or

@@ -14,13 +14,13 @@ struct algo_fw_state {
 
 /* The caller's time shifted by the phase (algo_params_set_phase), so that
  * windows are [k*period, (k+1)*period) in shifted time. */
-static int64_t algo_fw__t(const struct algo_params *p, int64_t now)
+static int64_t algo_fixed_window__t(const struct algo_params *p, int64_t now)
 {
     return algo_sat_add(now, p->phase_ns);
 }
 
 /* ns from now to the end of window w, where w >= now's window. */
-static int64_t algo_fw__end(const struct algo_params *p, int64_t w, int64_t now)
+static int64_t algo_fixed_window__end(const struct algo_params *p, int64_t w, int64_t now)
 {
     int64_t idx = now / p->period_ns;
     int64_t ahead, r;
@@ -30,8 +30,8 @@ static int64_t algo_fw__end(const struct algo_params *p, int64_t w, int64_t now)
     return r;
 }
 
-static void algo_fw__view(const struct algo_params *p, const struct algo_fw_state *s, int64_t now,
-                          int64_t *w, int64_t *used)
+static void algo_fixed_window__view(const struct algo_params *p, const struct algo_fw_state *s,
+                                    int64_t now, int64_t *w, int64_t *used)
 {
     int64_t idx = now / p->period_ns;
     if (idx > s->window) {
@@ -61,8 +61,8 @@ static int algo_fixed_window_eval(const struct algo_params *p, void *state, int6
 {
     struct algo_fw_state *s = state;
     int64_t w, used;
-    now = algo_fw__t(p, now);
-    algo_fw__view(p, s, now, &w, &used);
+    now = algo_fixed_window__t(p, now);
+    algo_fixed_window__view(p, s, now, &w, &used);
     out->limited = 0;
     out->limit = p->limit;
     out->retry_after_ns = ALGO_NEVER;
@@ -78,11 +78,11 @@ static int algo_fixed_window_eval(const struct algo_params *p, void *state, int6
         } else {
             /* Every window starts empty, so the next boundary fits qty. */
             out->limited = 1;
-            out->retry_after_ns = algo_fw__end(p, w, now);
+            out->retry_after_ns = algo_fixed_window__end(p, w, now);
         }
     }
     out->remaining = used < p->limit ? p->limit - used : 0;
-    out->reset_after_ns = used > 0 ? algo_fw__end(p, w, now) : 0;
+    out->reset_after_ns = used > 0 ? algo_fixed_window__end(p, w, now) : 0;
     return 0;
 }
 
@@ -91,8 +91,8 @@ static int algo_fixed_window_refund(const struct algo_params *p, void *state, in
 {
     struct algo_fw_state *s = state;
     int64_t w, used;
-    now = algo_fw__t(p, now);
-    algo_fw__view(p, s, now, &w, &used);
+    now = algo_fixed_window__t(p, now);
+    algo_fixed_window__view(p, s, now, &w, &used);
     s->window = w;
     s->used = used > qty ? used - qty : 0;
     return 0;
@@ -101,14 +101,14 @@ static int algo_fixed_window_refund(const struct algo_params *p, void *state, in
 static int algo_fixed_window_over(const struct algo_params *p, const void *state, int64_t now)
 {
     int64_t w, used;
-    algo_fw__view(p, state, algo_fw__t(p, now), &w, &used);
+    algo_fixed_window__view(p, state, algo_fixed_window__t(p, now), &w, &used);
     return used > p->limit;
 }
 
 static int algo_fixed_window_drained(const struct algo_params *p, const void *state, int64_t now)
 {
     int64_t w, used;
-    algo_fw__view(p, state, algo_fw__t(p, now), &w, &used);
+    algo_fixed_window__view(p, state, algo_fixed_window__t(p, now), &w, &used);
     return used == 0;
 }
 
@@ -117,7 +117,7 @@ static int algo_fixed_window_consume(const struct algo_params *p, void *state, i
                                      int64_t at)
 {
     struct algo_fw_state *s = state;
-    int64_t idx = algo_fw__t(p, at) / p->period_ns;
+    int64_t idx = algo_fixed_window__t(p, at) / p->period_ns;
     if (idx < s->window)
         return 0;
     if (idx > s->window) {
@@ -139,6 +139,15 @@ static int algo_fixed_window_params(struct algo_params *q, int64_t burst, int64_
     return 0;
 }
 
+/* algo_params_set_phase's work (ALGO_KNOB_PHASE): 0 <= phase < period. */
+static int algo_fixed_window_knob(struct algo_params *q, enum algo_knob knob, const int64_t *v)
+{
+    if (knob != ALGO_KNOB_PHASE || v[0] < 0 || v[0] >= q->period_ns)
+        return -SLUICE_EINVAL;
+    q->phase_ns = v[0];
+    return 0;
+}
+
 const struct algo_ops algo_fixed_window_ops = {
     .name = "fixed-window",
     .flags = ALGO_F_GLOBAL,
@@ -152,4 +161,5 @@ const struct algo_ops algo_fixed_window_ops = {
     .consume = algo_fixed_window_consume,
     .over = algo_fixed_window_over,
     .free = NULL,
+    .knob = algo_fixed_window_knob,
 };

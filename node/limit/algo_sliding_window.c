@@ -23,8 +23,8 @@ struct algo_sw_state {
 };
 
 /* Sub-window i's count as seen from sub-window c (c >= head). */
-static int64_t algo_sw__bucket(const struct algo_params *p, const struct algo_sw_state *s,
-                               int64_t i, int64_t c)
+static int64_t algo_sliding_window__bucket(const struct algo_params *p,
+                                           const struct algo_sw_state *s, int64_t i, int64_t c)
 {
     if (i < 0 || i > s->head || i <= s->head - p->precision || i <= c - p->precision)
         return 0;
@@ -32,8 +32,8 @@ static int64_t algo_sw__bucket(const struct algo_params *p, const struct algo_sw
 }
 
 /* The current sub-window (never before head) and now's offset into it. */
-static int64_t algo_sw__now(const struct algo_params *p, const struct algo_sw_state *s, int64_t now,
-                            int64_t *off)
+static int64_t algo_sliding_window__now(const struct algo_params *p, const struct algo_sw_state *s,
+                                        int64_t now, int64_t *off)
 {
     int64_t c = now / p->interval_ns;
     if (c < s->head)
@@ -43,7 +43,7 @@ static int64_t algo_sw__now(const struct algo_params *p, const struct algo_sw_st
 }
 
 /* ns from now until the start of sub-window c + k, saturating. */
-static int64_t algo_sw__until(const struct algo_params *p, int64_t k, int64_t off)
+static int64_t algo_sliding_window__until(const struct algo_params *p, int64_t k, int64_t off)
 {
     int64_t r;
     if (__builtin_sub_overflow(k * p->interval_ns, off, &r)) /* k <= precision */
@@ -51,7 +51,8 @@ static int64_t algo_sw__until(const struct algo_params *p, int64_t k, int64_t of
     return r;
 }
 
-static void algo_sw__advance(const struct algo_params *p, struct algo_sw_state *s, int64_t c)
+static void algo_sliding_window__advance(const struct algo_params *p, struct algo_sw_state *s,
+                                         int64_t c)
 {
     if (c <= s->head)
         return;
@@ -65,11 +66,12 @@ static void algo_sw__advance(const struct algo_params *p, struct algo_sw_state *
     s->head = c;
 }
 
-static int64_t algo_sw__sum(const struct algo_params *p, const struct algo_sw_state *s, int64_t c)
+static int64_t algo_sliding_window__sum(const struct algo_params *p, const struct algo_sw_state *s,
+                                        int64_t c)
 {
     int64_t sum = 0;
     for (int64_t i = c - p->precision + 1; i <= c; i++)
-        sum += algo_sw__bucket(p, s, i, c);
+        sum += algo_sliding_window__bucket(p, s, i, c);
     return sum;
 }
 
@@ -91,8 +93,8 @@ static int algo_sliding_window_eval(const struct algo_params *p, void *state, in
 {
     struct algo_sw_state *s = state;
     int64_t off;
-    int64_t c = algo_sw__now(p, s, now, &off);
-    int64_t sum = algo_sw__sum(p, s, c);
+    int64_t c = algo_sliding_window__now(p, s, now, &off);
+    int64_t sum = algo_sliding_window__sum(p, s, c);
     out->limited = 0;
     out->limit = p->limit;
     out->retry_after_ns = ALGO_NEVER;
@@ -102,7 +104,7 @@ static int algo_sliding_window_eval(const struct algo_params *p, void *state, in
         if (sum <= p->limit - qty) {
             sum += qty;
             if (apply) {
-                algo_sw__advance(p, s, c);
+                algo_sliding_window__advance(p, s, c);
                 s->counts[c % p->precision] += qty; /* sum <= count: fits */
             }
         } else {
@@ -111,9 +113,9 @@ static int algo_sliding_window_eval(const struct algo_params *p, void *state, in
             int64_t left = sum;
             out->limited = 1;
             for (int64_t j = 1; j <= p->precision; j++) {
-                left -= algo_sw__bucket(p, s, c - p->precision + j, c);
+                left -= algo_sliding_window__bucket(p, s, c - p->precision + j, c);
                 if (left <= p->limit - qty) {
-                    out->retry_after_ns = algo_sw__until(p, j, off);
+                    out->retry_after_ns = algo_sliding_window__until(p, j, off);
                     break;
                 }
             }
@@ -124,11 +126,11 @@ static int algo_sliding_window_eval(const struct algo_params *p, void *state, in
     for (int64_t k = c; k > c - p->precision; k--) {
         if (k == c && qty > 0 && !out->limited) {
             /* the units just taken sit in sub-window c */
-            out->reset_after_ns = algo_sw__until(p, p->precision, off);
+            out->reset_after_ns = algo_sliding_window__until(p, p->precision, off);
             break;
         }
-        if (algo_sw__bucket(p, s, k, c) > 0) {
-            out->reset_after_ns = algo_sw__until(p, k + p->precision - c, off);
+        if (algo_sliding_window__bucket(p, s, k, c) > 0) {
+            out->reset_after_ns = algo_sliding_window__until(p, k + p->precision - c, off);
             break;
         }
     }
@@ -140,8 +142,8 @@ static int algo_sliding_window_refund(const struct algo_params *p, void *state, 
 {
     struct algo_sw_state *s = state;
     int64_t off;
-    int64_t c = algo_sw__now(p, s, now, &off);
-    algo_sw__advance(p, s, c);
+    int64_t c = algo_sliding_window__now(p, s, now, &off);
+    algo_sliding_window__advance(p, s, c);
     for (int64_t i = c; i > c - p->precision && i >= 0 && qty > 0; i--) {
         int64_t *n = &s->counts[i % p->precision];
         int64_t take = *n < qty ? *n : qty;
@@ -154,15 +156,15 @@ static int algo_sliding_window_refund(const struct algo_params *p, void *state, 
 static int algo_sliding_window_over(const struct algo_params *p, const void *state, int64_t now)
 {
     int64_t off;
-    int64_t c = algo_sw__now(p, state, now, &off);
-    return algo_sw__sum(p, state, c) > p->limit;
+    int64_t c = algo_sliding_window__now(p, state, now, &off);
+    return algo_sliding_window__sum(p, state, c) > p->limit;
 }
 
 static int algo_sliding_window_drained(const struct algo_params *p, const void *state, int64_t now)
 {
     int64_t off;
-    int64_t c = algo_sw__now(p, state, now, &off);
-    return algo_sw__sum(p, state, c) == 0;
+    int64_t c = algo_sliding_window__now(p, state, now, &off);
+    return algo_sliding_window__sum(p, state, c) == 0;
 }
 
 /* Units admitted elsewhere count in at_ns's sub-window while it is in the
@@ -173,7 +175,7 @@ static int algo_sliding_window_consume(const struct algo_params *p, void *state,
     struct algo_sw_state *s = state;
     int64_t a = at / p->interval_ns;
     int64_t *n;
-    algo_sw__advance(p, s, a);
+    algo_sliding_window__advance(p, s, a);
     if (a <= s->head - p->precision)
         return 0;
     n = &s->counts[a % p->precision];

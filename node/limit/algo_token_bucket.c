@@ -15,7 +15,7 @@ struct algo_tb_state {
     int64_t last_ns; /* time of the last refill */
 };
 
-static int64_t algo_tb__ceil_div(int64_t a, int64_t b)
+static int64_t algo_token_bucket__ceil_div(int64_t a, int64_t b)
 {
     /* a >= 0, b > 0; no a + b - 1 overflow. */
     return a / b + (a % b != 0);
@@ -24,13 +24,13 @@ static int64_t algo_tb__ceil_div(int64_t a, int64_t b)
 /* The state's grains as of now (never rewinding), without storing them. */
 /* a + b for a wait and a lateness, both >= 0, saturating: a view from far
  * before the last refill must not overflow (UBSan's signed overflow). */
-static int64_t algo_tb__add_wait(int64_t a, int64_t b)
+static int64_t algo_token_bucket__add_wait(int64_t a, int64_t b)
 {
     return a > INT64_MAX - b ? INT64_MAX : a + b;
 }
 
-static void algo_tb__view(const struct algo_params *p, const struct algo_tb_state *s, int64_t now,
-                          int64_t *grains, int64_t *at)
+static void algo_token_bucket__view(const struct algo_params *p, const struct algo_tb_state *s,
+                                    int64_t now, int64_t *grains, int64_t *at)
 {
     int64_t g = s->grains;
     int64_t t = s->last_ns;
@@ -67,7 +67,7 @@ static int algo_token_bucket_eval(const struct algo_params *p, void *state, int6
 {
     struct algo_tb_state *s = state;
     int64_t g, t;
-    algo_tb__view(p, s, now, &g, &t);
+    algo_token_bucket__view(p, s, now, &g, &t);
     /* Seen before its last refill (a waiter charged at its due time), the
      * bucket holds what it held then: its waits count from then. */
     int64_t late = 0;
@@ -88,11 +88,13 @@ static int algo_token_bucket_eval(const struct algo_params *p, void *state, int6
             }
         } else {
             out->limited = 1;
-            out->retry_after_ns = algo_tb__add_wait(algo_tb__ceil_div(need - g, p->count), late);
+            out->retry_after_ns =
+                algo_token_bucket__add_wait(algo_token_bucket__ceil_div(need - g, p->count), late);
         }
     }
     out->remaining = g > 0 ? g / p->period_ns : 0;
-    out->reset_after_ns = algo_tb__add_wait(algo_tb__ceil_div(p->scaled_cap - g, p->count), late);
+    out->reset_after_ns =
+        algo_token_bucket__add_wait(algo_token_bucket__ceil_div(p->scaled_cap - g, p->count), late);
     return 0;
 }
 
@@ -101,7 +103,7 @@ static int algo_token_bucket_refund(const struct algo_params *p, void *state, in
 {
     struct algo_tb_state *s = state;
     int64_t g, t, add;
-    algo_tb__view(p, s, now, &g, &t);
+    algo_token_bucket__view(p, s, now, &g, &t);
     if (__builtin_mul_overflow(qty, p->period_ns, &add) || add >= p->scaled_cap - g)
         g = p->scaled_cap;
     else
@@ -114,7 +116,7 @@ static int algo_token_bucket_refund(const struct algo_params *p, void *state, in
 static int algo_token_bucket_drained(const struct algo_params *p, const void *state, int64_t now)
 {
     int64_t g, t;
-    algo_tb__view(p, state, now, &g, &t);
+    algo_token_bucket__view(p, state, now, &g, &t);
     return g == p->scaled_cap;
 }
 
@@ -129,7 +131,7 @@ static int algo_token_bucket_consume(const struct algo_params *p, void *state, i
 {
     struct algo_tb_state *s = state;
     int64_t g, t, take;
-    algo_tb__view(p, s, at, &g, &t);
+    algo_token_bucket__view(p, s, at, &g, &t);
     if (__builtin_mul_overflow(qty, p->period_ns, &take))
         take = ALGO_DEBT_BOUND;
     s->grains = algo_sat_add(g, take > ALGO_DEBT_BOUND ? -ALGO_DEBT_BOUND : -take);
@@ -140,7 +142,7 @@ static int algo_token_bucket_consume(const struct algo_params *p, void *state, i
 static int algo_token_bucket_over(const struct algo_params *p, const void *state, int64_t now)
 {
     int64_t g, t;
-    algo_tb__view(p, state, now, &g, &t);
+    algo_token_bucket__view(p, state, now, &g, &t);
     return g < 0;
 }
 

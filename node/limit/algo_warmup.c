@@ -46,7 +46,7 @@ struct algo_wu_state {
 };
 
 /* A non-negative duration in ns as an int64, clamped to the debt bound. */
-static int64_t algo_wu__ns(double x)
+static int64_t algo_warmup__ns(double x)
 {
     if (!(x > 0)) /* also NaN */
         return 0;
@@ -56,13 +56,13 @@ static int64_t algo_wu__ns(double x)
 }
 
 /* ns per unit at `stored` stored units above the threshold. */
-static double algo_wu__interval(const struct algo_params *p, double above)
+static double algo_warmup__interval(const struct algo_params *p, double above)
 {
     return p->wu_stable + above * p->wu_slope;
 }
 
 /* The cost, ns, of taking qty units with `stored` stored. */
-static double algo_wu__cost(const struct algo_params *p, double stored, double qty)
+static double algo_warmup__cost(const struct algo_params *p, double stored, double qty)
 {
     double spend = qty < stored ? qty : stored;
     double fresh = qty - spend;
@@ -71,15 +71,15 @@ static double algo_wu__cost(const struct algo_params *p, double stored, double q
     if (above > 0) {
         double a = above < spend ? above : spend;
         /* Trapezoid under the line from above-a to above. */
-        t = a * (algo_wu__interval(p, above) + algo_wu__interval(p, above - a)) / 2;
+        t = a * (algo_warmup__interval(p, above) + algo_warmup__interval(p, above - a)) / 2;
         spend -= a;
     }
     return t + (spend + fresh) * p->wu_stable;
 }
 
 /* The state as of now: idleness since the schedule refills stored units. */
-static void algo_wu__view(const struct algo_params *p, const struct algo_wu_state *s, int64_t now,
-                          int64_t *next, double *stored)
+static void algo_warmup__view(const struct algo_params *p, const struct algo_wu_state *s,
+                              int64_t now, int64_t *next, double *stored)
 {
     *next = s->next_ns;
     *stored = s->cold < 1 ? s->cold * p->wu_max : p->wu_max;
@@ -93,11 +93,11 @@ static void algo_wu__view(const struct algo_params *p, const struct algo_wu_stat
 }
 
 /* Takes qty units at now from (next, stored): the schedule moves on. */
-static void algo_wu__take(const struct algo_params *p, int64_t now, int64_t *next, double *stored,
-                          int64_t qty)
+static void algo_warmup__take(const struct algo_params *p, int64_t now, int64_t *next,
+                              double *stored, int64_t qty)
 {
     double q = (double)qty;
-    int64_t cost = algo_wu__ns(algo_wu__cost(p, *stored, q));
+    int64_t cost = algo_warmup__ns(algo_warmup__cost(p, *stored, q));
     int64_t from = *next > now ? *next : now;
     *next = num_add_sat(from, cost);
     *stored -= q < *stored ? q : *stored;
@@ -122,7 +122,7 @@ static int algo_warmup_eval(const struct algo_params *p, void *state, int64_t qt
     struct algo_wu_state *s = state;
     int64_t next;
     double stored;
-    algo_wu__view(p, s, now, &next, &stored);
+    algo_warmup__view(p, s, now, &next, &stored);
     /* How far ahead of now the schedule may be for a request to pass. */
     double tol = (double)p->burst * p->wu_stable;
     out->limited = 0;
@@ -131,14 +131,14 @@ static int algo_warmup_eval(const struct algo_params *p, void *state, int64_t qt
     if (qty > 0) {
         double ahead = (double)(next - now);
         if (ahead <= tol) {
-            algo_wu__take(p, now, &next, &stored, qty);
+            algo_warmup__take(p, now, &next, &stored, qty);
             if (apply) {
                 s->next_ns = next;
                 s->cold = stored / p->wu_max;
             }
         } else {
             out->limited = 1;
-            out->retry_after_ns = algo_wu__ns(ahead - tol);
+            out->retry_after_ns = algo_warmup__ns(ahead - tol);
             if (out->retry_after_ns == 0)
                 out->retry_after_ns = 1;
         }
@@ -151,7 +151,7 @@ static int algo_warmup_eval(const struct algo_params *p, void *state, int64_t qt
     /* Back to fresh (cold): the schedule caught up, then the stored units
      * refilled. */
     out->reset_after_ns = algo_sat_add(next > now ? next - now : 0,
-                                       algo_wu__ns((p->wu_max - stored) * p->wu_cooldown));
+                                       algo_warmup__ns((p->wu_max - stored) * p->wu_cooldown));
     return 0;
 }
 
@@ -162,8 +162,8 @@ static int algo_warmup_refund(const struct algo_params *p, void *state, int64_t 
     struct algo_wu_state *s = state;
     int64_t next;
     double stored;
-    algo_wu__view(p, s, now, &next, &stored);
-    int64_t back = algo_wu__ns((double)qty * p->wu_stable);
+    algo_warmup__view(p, s, now, &next, &stored);
+    int64_t back = algo_warmup__ns((double)qty * p->wu_stable);
     s->next_ns = next - back > now ? next - back : now;
     s->cold = stored / p->wu_max;
     return 0;
@@ -173,7 +173,7 @@ static int algo_warmup_drained(const struct algo_params *p, const void *state, i
 {
     int64_t next;
     double stored;
-    algo_wu__view(p, state, now, &next, &stored);
+    algo_warmup__view(p, state, now, &next, &stored);
     return next <= now && stored >= p->wu_max;
 }
 
@@ -184,8 +184,8 @@ static int algo_warmup_consume(const struct algo_params *p, void *state, int64_t
     struct algo_wu_state *s = state;
     int64_t next;
     double stored;
-    algo_wu__view(p, s, at, &next, &stored);
-    algo_wu__take(p, at, &next, &stored, qty);
+    algo_warmup__view(p, s, at, &next, &stored);
+    algo_warmup__take(p, at, &next, &stored, qty);
     s->next_ns = next;
     s->cold = stored / p->wu_max;
     return 0;
@@ -198,13 +198,13 @@ static int algo_warmup_over(const struct algo_params *p, const void *state, int6
 {
     int64_t next;
     double stored;
-    algo_wu__view(p, state, now, &next, &stored);
+    algo_warmup__view(p, state, now, &next, &stored);
     return (double)(next - now) > (double)(p->burst + p->cold_factor) * p->wu_stable;
 }
 
 /* Fills the model's derived values from period, count, warmup and the cold
  * factor (q->warmup_ns and q->cold_factor set). */
-static int algo_wu__derive(struct algo_params *q)
+static int algo_warmup__derive(struct algo_params *q)
 {
     double stable = (double)q->period_ns / (double)q->count;
     double cold = (double)q->cold_factor * stable;
@@ -229,17 +229,22 @@ static int algo_warmup_params(struct algo_params *q, int64_t burst, int64_t prec
         return rc;
     q->warmup_ns = q->period_ns;
     q->cold_factor = ALGO_COLD_FACTOR_DEFAULT;
-    return algo_wu__derive(q);
+    return algo_warmup__derive(q);
 }
 
-int algo_warmup__set(struct algo_params *q, int64_t warmup_ns, int64_t cold_factor)
+/* algo_params_set_warmup's work (ALGO_KNOB_WARMUP), once algo.c has
+ * checked q: the pair is derived on a copy, so q is unchanged on error. */
+static int algo_warmup_knob(struct algo_params *q, enum algo_knob knob, const int64_t *v)
 {
+    if (knob != ALGO_KNOB_WARMUP)
+        return -SLUICE_EINVAL;
+    int64_t warmup_ns = v[0], cold_factor = v[1];
     struct algo_params t = *q;
     if (warmup_ns < 1 || cold_factor < 1 || cold_factor > ALGO_COLD_FACTOR_MAX)
         return -SLUICE_EINVAL;
     t.warmup_ns = warmup_ns;
     t.cold_factor = cold_factor;
-    int rc = algo_wu__derive(&t);
+    int rc = algo_warmup__derive(&t);
     if (rc < 0)
         return rc;
     *q = t;
@@ -260,4 +265,5 @@ const struct algo_ops algo_warmup_ops = {
     .consume = algo_warmup_consume,
     .over = algo_warmup_over,
     .free = NULL,
+    .knob = algo_warmup_knob,
 };

@@ -20,7 +20,7 @@
  * id of a lease that ended is never taken for the slot's next lease until
  * the counter wraps (2^33 grants with the default max_leases).
  *
- * Ending a lease (conc__end) takes it out of the heap, its key and its
+ * Ending a lease (concurrency__end) takes it out of the heap, its key and its
  * owner, puts its slot back on the free list, and forgets the key when that
  * was its last lease; the caller's freed hook runs only after that, with
  * the key's bytes still valid (a forgotten key is freed after the hook).
@@ -136,14 +136,14 @@ void conc_destroy(struct conc *c)
 
 /* ---- the pool ---- */
 
-static struct conc_lease *conc__slot(const struct conc *c, uint64_t slot)
+static struct conc_lease *concurrency__slot(const struct conc *c, uint64_t slot)
 {
     return &c->chunks[slot >> CONC_CHUNK_BITS][slot & (CONC_CHUNK - 1)];
 }
 
 /* A slot for a new lease, NULL when max_leases are live (-SLUICE_EFULL)
  * or a chunk cannot be allocated (*rc = -SLUICE_ENOMEM). */
-static struct conc_lease *conc__slot_get(struct conc *c, int *rc)
+static struct conc_lease *concurrency__slot_get(struct conc *c, int *rc)
 {
     struct conc_lease *l = c->free;
     if (l != NULL) {
@@ -162,12 +162,12 @@ static struct conc_lease *conc__slot_get(struct conc *c, int *rc)
         }
         c->chunks[c->nchunks++] = ch;
     }
-    l = conc__slot(c, c->nslots);
+    l = concurrency__slot(c, c->nslots);
     l->slot = (uint32_t)c->nslots++;
     return l;
 }
 
-static void conc__slot_put(struct conc *c, struct conc_lease *l)
+static void concurrency__slot_put(struct conc *c, struct conc_lease *l)
 {
     l->id = 0;
     l->knext = c->free;
@@ -176,26 +176,26 @@ static void conc__slot_put(struct conc *c, struct conc_lease *l)
 
 /* ---- the expiry heap ---- */
 
-static void conc__heap_set(struct conc *c, size_t i, struct conc_lease *l)
+static void concurrency__heap_set(struct conc *c, size_t i, struct conc_lease *l)
 {
     c->heap[i] = l;
     l->heap_i = i;
 }
 
-static void conc__heap_up(struct conc *c, size_t i)
+static void concurrency__heap_up(struct conc *c, size_t i)
 {
     struct conc_lease *l = c->heap[i];
     while (i > 0) {
         size_t p = (i - 1) / 2;
         if (c->heap[p]->expires <= l->expires)
             break;
-        conc__heap_set(c, i, c->heap[p]);
+        concurrency__heap_set(c, i, c->heap[p]);
         i = p;
     }
-    conc__heap_set(c, i, l);
+    concurrency__heap_set(c, i, l);
 }
 
-static void conc__heap_down(struct conc *c, size_t i)
+static void concurrency__heap_down(struct conc *c, size_t i)
 {
     struct conc_lease *l = c->heap[i];
     for (;;) {
@@ -206,26 +206,26 @@ static void conc__heap_down(struct conc *c, size_t i)
             m++;
         if (c->heap[m]->expires >= l->expires)
             break;
-        conc__heap_set(c, i, c->heap[m]);
+        concurrency__heap_set(c, i, c->heap[m]);
         i = m;
     }
-    conc__heap_set(c, i, l);
+    concurrency__heap_set(c, i, l);
 }
 
-static void conc__heap_remove(struct conc *c, struct conc_lease *l)
+static void concurrency__heap_remove(struct conc *c, struct conc_lease *l)
 {
     size_t i = l->heap_i;
     struct conc_lease *last = c->heap[--c->nheap];
     if (last == l)
         return;
-    conc__heap_set(c, i, last);
-    conc__heap_up(c, i);
-    conc__heap_down(c, last->heap_i);
+    concurrency__heap_set(c, i, last);
+    concurrency__heap_up(c, i);
+    concurrency__heap_down(c, last->heap_i);
 }
 
 /* ---- keys and leases ---- */
 
-static struct conc_key *conc__find(struct conc *c, const char *key, size_t klen)
+static struct conc_key *concurrency__find(struct conc *c, const char *key, size_t klen)
 {
     struct table_entry *e = table_find(c->keys, key, klen);
     struct conc_key *k = NULL;
@@ -234,13 +234,14 @@ static struct conc_key *conc__find(struct conc *c, const char *key, size_t klen)
     return k;
 }
 
-static struct conc_lease *conc__lease(struct conc *c, const char *key, size_t klen, uint64_t id)
+static struct conc_lease *concurrency__lease(struct conc *c, const char *key, size_t klen,
+                                             uint64_t id)
 {
     uint64_t slot = id & (((uint64_t)1 << c->slot_bits) - 1);
     struct conc_lease *l;
     if (id == 0 || slot >= c->nslots)
         return NULL;
-    l = conc__slot(c, slot);
+    l = concurrency__slot(c, slot);
     if (l->id != id || l->k->klen != klen || (klen > 0 && memcmp(l->k->key, key, klen) != 0))
         return NULL;
     return l;
@@ -249,11 +250,11 @@ static struct conc_lease *conc__lease(struct conc *c, const char *key, size_t kl
 /* Takes l out of everything; returns its key when that was the key's last
  * lease (the caller frees it after the freed hook), else NULL.  l's slot is
  * free again. */
-static struct conc_key *conc__end(struct conc *c, struct conc_lease *l)
+static struct conc_key *concurrency__end(struct conc *c, struct conc_lease *l)
 {
     struct conc_key *k = l->k;
     struct table_entry *e;
-    conc__heap_remove(c, l);
+    concurrency__heap_remove(c, l);
     /* A key is freed only with its last lease (nleases reaches 0), so a
      * live lease's key is live; the analyzer cannot follow the count
      * across the owner's list (conc_owner_release). */
@@ -277,7 +278,7 @@ static struct conc_key *conc__end(struct conc *c, struct conc_lease *l)
     k->nleases--;
     c->st.leases--;
     c->st.held -= (uint64_t)l->qty;
-    conc__slot_put(c, l);
+    concurrency__slot_put(c, l);
     if (k->nleases > 0)
         return NULL;
     e = table_find(c->keys, k->key, k->klen);
@@ -288,16 +289,17 @@ static struct conc_key *conc__end(struct conc *c, struct conc_lease *l)
 }
 
 /* Ends l and tells the caller; frees a forgotten key after the hook. */
-static void conc__end_notify(struct conc *c, struct conc_lease *l, conc_freed_fn freed, void *ud)
+static void concurrency__end_notify(struct conc *c, struct conc_lease *l, conc_freed_fn freed,
+                                    void *ud)
 {
     struct conc_key *k = l->k;
-    struct conc_key *gone = conc__end(c, l);
+    struct conc_key *gone = concurrency__end(c, l);
     if (freed != NULL)
-        freed(ud, k->key, k->klen); // NOLINT(clang-analyzer-unix.Malloc): see conc__end
+        freed(ud, k->key, k->klen); // NOLINT(clang-analyzer-unix.Malloc): see concurrency__end
     free(gone);
 }
 
-static int64_t conc__earliest(const struct conc_key *k)
+static int64_t concurrency__earliest(const struct conc_key *k)
 {
     int64_t t = INT64_MAX;
     for (const struct conc_lease *l = k->leases; l != NULL; l = l->knext)
@@ -318,7 +320,7 @@ int conc_acquire(struct conc *c, const char *key, size_t klen, int64_t cap, int6
         return -SLUICE_EINVAL;
     if (klen > TABLE_MAX_KEY)
         return -SLUICE_ETOOBIG;
-    k = conc__find(c, key, klen);
+    k = concurrency__find(c, key, klen);
     memset(r, 0, sizeof(*r));
     r->limit = cap;
     r->held = k != NULL ? k->held : 0;
@@ -326,7 +328,7 @@ int conc_acquire(struct conc *c, const char *key, size_t klen, int64_t cap, int6
     if (qty > cap || r->held > cap - qty) {
         c->st.refused++;
         if (qty <= cap && k != NULL) {
-            int64_t t = conc__earliest(k);
+            int64_t t = concurrency__earliest(k);
             r->retry_after_ns = t > now ? t - now : 0;
         }
         return 0;
@@ -340,19 +342,19 @@ int conc_acquire(struct conc *c, const char *key, size_t klen, int64_t cap, int6
         c->heapcap = cap2;
     }
     rc = 0;
-    l = conc__slot_get(c, &rc);
+    l = concurrency__slot_get(c, &rc);
     if (l == NULL)
         return rc;
     if (k == NULL) {
         k = malloc(sizeof(*k) + klen);
         if (k == NULL) {
-            conc__slot_put(c, l);
+            concurrency__slot_put(c, l);
             return -SLUICE_ENOMEM;
         }
         rc = table_insert(c->keys, key, klen, sizeof(k), 0, now, &e);
         if (rc < 0) {
             free(k);
-            conc__slot_put(c, l);
+            concurrency__slot_put(c, l);
             return rc;
         }
         memcpy(table_entry_value(e), &k, sizeof(k));
@@ -390,8 +392,8 @@ int conc_acquire(struct conc *c, const char *key, size_t klen, int64_t cap, int6
         o->n++;
     }
     c->nheap++;
-    conc__heap_set(c, c->nheap - 1, l);
-    conc__heap_up(c, c->nheap - 1);
+    concurrency__heap_set(c, c->nheap - 1, l);
+    concurrency__heap_up(c, c->nheap - 1);
     c->st.leases++;
     c->st.held += (uint64_t)qty;
     c->st.granted++;
@@ -404,24 +406,24 @@ int conc_acquire(struct conc *c, const char *key, size_t klen, int64_t cap, int6
 
 int64_t conc_held(struct conc *c, const char *key, size_t klen)
 {
-    struct conc_key *k = conc__find(c, key, klen);
+    struct conc_key *k = concurrency__find(c, key, klen);
     return k != NULL ? k->held : 0;
 }
 
 int64_t conc_earliest(struct conc *c, const char *key, size_t klen)
 {
-    struct conc_key *k = conc__find(c, key, klen);
-    return k != NULL ? conc__earliest(k) : INT64_MAX;
+    struct conc_key *k = concurrency__find(c, key, klen);
+    return k != NULL ? concurrency__earliest(k) : INT64_MAX;
 }
 
 int conc_release(struct conc *c, const char *key, size_t klen, uint64_t id, conc_freed_fn freed,
                  void *ud)
 {
-    struct conc_lease *l = conc__lease(c, key, klen, id);
+    struct conc_lease *l = concurrency__lease(c, key, klen, id);
     if (l == NULL)
         return -SLUICE_ENOENT;
     c->st.released++;
-    conc__end_notify(c, l, freed, ud);
+    concurrency__end_notify(c, l, freed, ud);
     return 0;
 }
 
@@ -431,7 +433,7 @@ int conc_renew(struct conc *c, const char *key, size_t klen, uint64_t id, int64_
     struct conc_lease *l;
     if (ttl_ns < 0 || ttl_ns > CONC_MAX_TTL_NS || now < 0)
         return -SLUICE_EINVAL;
-    l = conc__lease(c, key, klen, id);
+    l = concurrency__lease(c, key, klen, id);
     if (l == NULL)
         return -SLUICE_ENOENT;
     if (ttl_ns == 0)
@@ -439,8 +441,8 @@ int conc_renew(struct conc *c, const char *key, size_t klen, uint64_t id, int64_
     if (now > INT64_MAX - ttl_ns)
         return -SLUICE_EINVAL;
     l->expires = now + ttl_ns;
-    conc__heap_up(c, l->heap_i);
-    conc__heap_down(c, l->heap_i);
+    concurrency__heap_up(c, l->heap_i);
+    concurrency__heap_down(c, l->heap_i);
     *expires_ns = l->expires;
     return 0;
 }
@@ -448,12 +450,12 @@ int conc_renew(struct conc *c, const char *key, size_t klen, uint64_t id, int64_
 size_t conc_expire(struct conc *c, int64_t now, conc_freed_fn freed, void *ud)
 {
     size_t n = 0;
-    /* conc__end takes the ended lease out of the heap before freeing it,
+    /* concurrency__end takes the ended lease out of the heap before freeing it,
      * so heap[0] is always live here (the analyzer cannot follow that). */
     // NOLINTNEXTLINE(clang-analyzer-unix.Malloc)
     while (c->nheap > 0 && c->heap[0]->expires <= now) {
         c->st.expired++;
-        conc__end_notify(c, c->heap[0], freed, ud);
+        concurrency__end_notify(c, c->heap[0], freed, ud);
         n++;
     }
     return n;
@@ -483,11 +485,11 @@ size_t conc_owner_release(struct conc *c, struct conc_owner *o, conc_freed_fn fr
         return 0;
     /* A grant made from inside freed never goes to o (its connection is
      * closing), so the list only shrinks. */
-    /* conc__end unlinks the ended lease from o before its slot is free. */
+    /* concurrency__end unlinks the ended lease from o before its slot is free. */
     // NOLINTNEXTLINE(clang-analyzer-unix.Malloc)
     while (o->leases != NULL) {
         c->st.disconnects++;
-        conc__end_notify(c, o->leases, freed, ud); // NOLINT(clang-analyzer-unix.Malloc)
+        concurrency__end_notify(c, o->leases, freed, ud); // NOLINT(clang-analyzer-unix.Malloc)
         n++;
     }
     free(o);

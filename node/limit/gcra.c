@@ -26,7 +26,7 @@
 
 /* Rust's `f64 as i64`: truncation toward zero, saturating, NaN -> 0.  A plain C
  * cast is undefined outside the int64 range. */
-static int64_t rust_f64_to_i64(double d)
+static int64_t gcra__f64_to_i64(double d)
 {
     if (d != d)
         return 0;
@@ -44,7 +44,7 @@ int gcra_params_init(struct gcra_params *p, int64_t max_burst, int64_t count, in
     if (max_burst < 0 || count <= 0 || period_ns <= 0)
         return -SLUICE_EINVAL;
     /* Rate::per_period: (ns as f64 / n as f64) as i64. */
-    emission = rust_f64_to_i64((double)period_ns / (double)count);
+    emission = gcra__f64_to_i64((double)period_ns / (double)count);
     if (emission <= 0)
         return -SLUICE_ERANGE;
     if (__builtin_add_overflow(max_burst, 1, &limit))
@@ -105,7 +105,7 @@ int gcra_decide(int64_t *tat, const struct gcra_params *p, int64_t quantity, int
          * (0), as in redis-cell. */
         double num = (double)(next / 1000);
         double den = (double)(p->emission_ns / 1000);
-        out->remaining = rust_f64_to_i64(num / den);
+        out->remaining = gcra__f64_to_i64(num / den);
     }
     out->reset_after_ns = ttl;
     return 0;
@@ -141,7 +141,7 @@ int64_t gcra_cell_seconds(int64_t ns)
         return secs + (nanos >= 1000000 ? 1 : 0);
     /* time::Duration::as_seconds_f64: seconds as f64 + nanos as f64 / 1e9,
      * truncated by `as i64`; then +1 when subsec_milliseconds() > 0. */
-    whole = rust_f64_to_i64((double)secs + (double)nanos / 1e9);
+    whole = gcra__f64_to_i64((double)secs + (double)nanos / 1e9);
     if (nanos / 1000000 > 0)
         whole++;
     return whole;
