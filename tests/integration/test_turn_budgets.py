@@ -18,6 +18,10 @@ a turn long").
      CL.THROTTLE: every call is answered, every hung-up client is closed in
      the end, and those past the turn's 64 closes are counted
      (deferred_closes, sluice_deferred_closes_total).
+  3. The same on the gRPC listener: 1,000 connections hanging up together
+     (each closed frees an HTTP/2 session), a real gRPC client answered,
+     every one closed in the end, those past the turn's 64 counted
+     (grpc_deferred_closes, sluice_rls_deferred_closes_total).
 
 Each would fail without its budget: its counter would stay at 0.  Bounded:
 every crowd has a fixed size, every loop a deadline; no latency is asserted
@@ -198,14 +202,90 @@ class GrpcInputBudgetTest(unittest.TestCase):
             chan.close()
 
 
+def raise_nofile(test, want):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            test.skipTest("RLIMIT_NOFILE hard limit %d < %d" % (hard, want))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+@unittest.skipUnless(HAVE_GRPC, "python3-grpcio / python3-grpc-tools are not installed")
+class GrpcCloseBudgetTest(unittest.TestCase):
+    def setUp(self):
+        raise_nofile(self, CLOSE_CROWD + 200)
+
+    def test_real_client_answered_while_grpc_crowds_hang_up(self):
+        tmp = tempfile.mkdtemp(prefix="sluice-budget-")
+        try:
+            cfgdir = os.path.join(tmp, "ratelimit")
+            os.mkdir(cfgdir)
+            with open(os.path.join(cfgdir, "app.yaml"), "w") as f:
+                f.write(YAML)
+            port, hport = free_tcp_port(), free_tcp_port()
+            with Daemon("--grpc", "127.0.0.1:%d" % port, "--http", "127.0.0.1:%d" % hport,
+                        "--ratelimit-config", cfgdir, tmpdir=tmp) as d:
+                self.run_rounds(d, port, hport)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def run_rounds(self, d, port, hport):
+        pb = rlsclient.pb()
+        chan, call = rlsclient.connect(port)
+        req = rlsclient.request("app", [("user", "u1")])
+        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b"")
+        try:
+            self.assertEqual(call(req, timeout=CALL_TIMEOUT).overall_code, pb.RateLimitResponse.OK)
+            base = info_ints(d, "listeners")["grpc_connections"]
+            answered = 0
+            for rnd in range(CLOSE_ROUNDS):
+                crowd = []
+                for k in range(CLOSE_CROWD):
+                    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+                    if k % 2:
+                        s.sendall(preface)  # half of them greeted, half silent
+                    crowd.append(s)
+                wait = time.time() + 20
+                while (info_ints(d, "listeners")["grpc_connections"] < base + CLOSE_CROWD
+                       and time.time() < wait):
+                    time.sleep(0.05)
+                os.kill(d.proc.pid, signal.SIGSTOP)
+                try:
+                    for s in crowd:
+                        s.close()
+                finally:
+                    os.kill(d.proc.pid, signal.SIGCONT)
+                for _ in range(20):
+                    self.assertEqual(call(req, timeout=CALL_TIMEOUT).overall_code,
+                                     pb.RateLimitResponse.OK)
+                    answered += 1
+                wait = time.time() + 20
+                while (info_ints(d, "listeners")["grpc_connections"] > base
+                       and time.time() < wait):
+                    self.assertEqual(call(req, timeout=CALL_TIMEOUT).overall_code,
+                                     pb.RateLimitResponse.OK)
+                    answered += 1
+                    time.sleep(0.01)
+                self.assertEqual(info_ints(d, "listeners")["grpc_connections"], base,
+                                 "round %d: hung-up connections left open" % rnd)
+            i = info_ints(d, "listeners")
+            self.assertEqual(i["grpc_evictions"], 0, i)  # all closed as hung up
+            self.assertGreater(i["grpc_deferred_closes"], 0, i)
+            self.assertEqual(metric(hport, "rls_deferred_closes_total"),
+                             info_ints(d, "listeners")["grpc_deferred_closes"])
+            st = info_ints(d, "stats")
+            print("ok: %d rounds of %d gRPC connections hanging up at once: a real client's %d "
+                  "calls answered, every one closed, %d closed at a later turn (longest turn "
+                  "%d us, %d us of CPU)"
+                  % (CLOSE_ROUNDS, CLOSE_CROWD, answered, i["grpc_deferred_closes"],
+                     st.get("loop_max_turn_us", -1), st.get("loop_max_turn_cpu_us", -1)))
+        finally:
+            chan.close()
+
+
 class CloseBudgetTest(unittest.TestCase):
     def setUp(self):
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = CLOSE_CROWD + 200
-        if soft < want:
-            if hard != resource.RLIM_INFINITY and hard < want:
-                self.skipTest("RLIMIT_NOFILE hard limit %d < %d" % (hard, want))
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        raise_nofile(self, CLOSE_CROWD + 200)
 
     def test_real_client_answered_while_crowds_hang_up(self):
         hport = free_tcp_port()
