@@ -60,7 +60,7 @@ FLOOD_SECONDS = 4.0     # how long they flood
 FLOOD_MAX_BYTES = 256 << 20  # and at most this much each
 CALL_TIMEOUT = 3.0      # a real call's deadline: generous, not a latency goal
 CLOSE_CROWD = 1000      # Unix socket clients hanging up together, per round
-CLOSE_ROUNDS = 3
+CLOSE_ROUNDS = 2
 
 
 def setUpModule():
