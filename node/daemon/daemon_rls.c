@@ -185,6 +185,9 @@ static const struct counter_row daemon_rls__rows[] = {
     R(srv.deferred_reads, "grpc_deferred_reads", "rls_deferred_reads_total", COUNTER_TOTAL,
       "gRPC reads held for a later event loop turn, that turn's HTTP/2 input (256 KiB) being "
       "spent."),
+    R(srv.deferred_closes, "grpc_deferred_closes", "rls_deferred_closes_total", COUNTER_TOTAL,
+      "gRPC connections that hung up or stayed silent past their deadline, closed at a later "
+      "event loop turn (64 are closed a turn)."),
     R(svc.reloads, "rls_reloads", "rls_reloads_total", COUNTER_TOTAL,
       "Rate limit YAML directory reloads."),
     R(reload_failures, "rls_reload_failures", "rls_reload_failures_total", COUNTER_TOTAL,

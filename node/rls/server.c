@@ -62,7 +62,13 @@
  * 2 MB.  Once a turn's connections fed RLS_TURN_BYTES to nghttp2, a
  * connection's next read is held unprocessed in its read buffer, its
  * reading paused, and it joins a queue that an idle handle serves at the
- * next turns, in order, within the same budget.
+ * next turns, in order, within the same budget.  Closing is budgeted too:
+ * a turn closes at most RLS_CLOSES_PER_TURN connections that hung up or
+ * stayed silent past their deadline (each close frees an nghttp2 session
+ * and its streams: 1,100 silent connections hanging up together made one
+ * long turn); the rest join the same queue, unread, and are closed at the
+ * next turns.  Evictions for newcomers and over the memory budget are not
+ * deferred: they are bounded by the accepts a turn and by what is over.
  */
 #include "server.h"
 
@@ -86,6 +92,7 @@
 #define RLS_WATCH_POLL_MS   100
 #define RLS_LOG_INTERVAL_MS 10000
 #define RLS_TURN_BYTES      (256 * 1024)
+#define RLS_CLOSES_PER_TURN 64
 /* nghttp2's allocations carry their size in front, kept aligned. */
 #define RLS_MEM_HDR _Alignof(max_align_t)
 
@@ -133,6 +140,7 @@ struct rls_conn {
     nghttp2_mem alloc;         /* counts into h2bytes */
     size_t held;               /* rbuf's bytes read but not yet processed (a turn's budget) */
     int queued;                /* in the server's queue for a later turn */
+    int hung_up;               /* queued to be closed (the turn's closes were spent) */
     struct rls_conn *q_prev, *q_next;
     size_t watches; /* Health/Watch streams open */
     char rbuf[16384];
@@ -153,7 +161,8 @@ struct rls_server {
     uv_idle_t resume;                 /* serves the queue at the next turn */
     uv_check_t turn_end;              /* after each turn's I/O: a fresh budget */
     int turn_init;
-    size_t turn_bytes; /* fed to nghttp2 this turn */
+    size_t turn_bytes;    /* fed to nghttp2 this turn */
+    unsigned turn_closes; /* hung-up or timed-out connections closed this turn */
     struct rls_server_stats stats;
     struct clientmem_pool pool;
     uv_timer_t sweep; /* handshake and idle deadlines, once a second */
@@ -379,6 +388,44 @@ static void rls_server__maybe_close(struct rls_conn *c)
         rls_server__conn_close(c);
 }
 
+static void rls_server__enqueue(struct rls_conn *c)
+{
+    struct rls_server *srv = c->srv;
+    c->queued = 1;
+    c->q_next = NULL;
+    c->q_prev = srv->q_tail;
+    if (srv->q_tail != NULL)
+        srv->q_tail->q_next = c;
+    else
+        srv->q_head = c;
+    srv->q_tail = c;
+}
+
+static void rls_server__on_resume(uv_idle_t *h);
+static void rls_server__reading(struct rls_conn *c, int on);
+
+/* c hung up or stayed silent past its deadline: closed now, or, once this
+ * turn's RLS_CLOSES_PER_TURN are spent, at a later turn (unread meanwhile,
+ * its held input dropped). */
+static void rls_server__close_soon(struct rls_conn *c)
+{
+    struct rls_server *srv = c->srv;
+    if (c->closing || c->hung_up)
+        return;
+    if (!srv->turn_init || srv->turn_closes < RLS_CLOSES_PER_TURN) {
+        srv->turn_closes++;
+        rls_server__conn_close(c);
+        return;
+    }
+    rls_server__reading(c, 0);
+    c->hung_up = 1;
+    c->held = 0;
+    if (!c->queued)
+        rls_server__enqueue(c);
+    srv->stats.deferred_closes++;
+    uv_idle_start(&srv->resume, rls_server__on_resume);
+}
+
 static void rls_server__on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     struct rls_conn *c = h->data;
@@ -388,14 +435,12 @@ static void rls_server__on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 }
 
 static void rls_server__input(struct rls_conn *c, const uint8_t *data, size_t n);
-static void rls_server__on_resume(uv_idle_t *h);
-static void rls_server__reading(struct rls_conn *c, int on);
 
 static void rls_server__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     struct rls_conn *c = s->data;
     if (n < 0) {
-        rls_server__conn_close(c);
+        rls_server__close_soon(c);
         return;
     }
     if (n == 0 || c->goaway)
@@ -406,14 +451,7 @@ static void rls_server__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         /* This turn's budget is spent: keep the bytes for a later turn. */
         c->held = (size_t)n;
         rls_server__reading(c, 0);
-        c->queued = 1;
-        c->q_next = NULL;
-        c->q_prev = srv->q_tail;
-        if (srv->q_tail != NULL)
-            srv->q_tail->q_next = c;
-        else
-            srv->q_head = c;
-        srv->q_tail = c;
+        rls_server__enqueue(c);
         srv->stats.deferred_reads++;
         uv_idle_start(&srv->resume, rls_server__on_resume);
         return;
@@ -450,12 +488,22 @@ static void rls_server__reading(struct rls_conn *c, int on)
         uv_read_stop((uv_stream_t *)&c->tcp);
 }
 
-/* The next turn: a fresh budget for the held input, served in order. */
+/* The next turn: a fresh budget for the held input and the closes, served
+ * in order. */
 static void rls_server__on_resume(uv_idle_t *h)
 {
     struct rls_server *srv = h->data;
-    while (srv->q_head != NULL && srv->turn_bytes < RLS_TURN_BYTES) {
+    while (srv->q_head != NULL) {
         struct rls_conn *c = srv->q_head;
+        if (c->hung_up) {
+            if (srv->turn_closes >= RLS_CLOSES_PER_TURN)
+                break;
+            srv->turn_closes++;
+            rls_server__conn_close(c); /* takes it out of the queue */
+            continue;
+        }
+        if (srv->turn_bytes >= RLS_TURN_BYTES)
+            break;
         rls_server__dequeue(c);
         size_t n = c->held;
         c->held = 0;
@@ -472,6 +520,7 @@ static void rls_server__on_turn_end(uv_check_t *h)
 {
     struct rls_server *srv = h->data;
     srv->turn_bytes = 0;
+    srv->turn_closes = 0;
 }
 
 static void rls_server__on_write(uv_write_t *req, int status)
@@ -1039,9 +1088,11 @@ static void rls_server__on_sweep(uv_timer_t *t)
         next = c->next;
         if (c->closing || c->goaway)
             continue;
+        if (c->hung_up)
+            continue;
         if (!c->greeted && now - c->born_ms >= srv->cfg.handshake_timeout_ms) {
             srv->stats.timeouts++;
-            rls_server__conn_close(c);
+            rls_server__close_soon(c);
         } else if (c->greeted && srv->cfg.idle_timeout_ms != 0 && c->streams == NULL &&
                    now - c->last_ms >= srv->cfg.idle_timeout_ms) {
             srv->stats.timeouts++;

@@ -61,6 +61,7 @@ struct rls_server_stats {
     uint64_t errors;               /* of which with a non-OK grpc-status */
     uint64_t protocol_errors;      /* connections ended with GOAWAY for bad HTTP/2 */
     uint64_t deferred_reads;       /* reads held for a later loop turn's budget */
+    uint64_t deferred_closes;      /* hung-up or timed-out connections closed at a later turn */
     uint64_t watching;             /* Health/Watch streams open now */
 };
 

@@ -790,6 +790,7 @@ static void client_hung_up(struct server_client *c)
         c->reading = 0;
     }
     c->hung_up = 1;
+    s->stats.deferred_closes++;
     c->hu_next = NULL;
     c->hu_prev = s->hu_tail;
     if (s->hu_tail != NULL)
@@ -1476,6 +1477,9 @@ static const struct counter_row server__command_rows[] = {
     COUNTER_ROW(struct server_stats, held_reads, "held_reads", "held_reads_total", COUNTER_TOTAL,
                 "Client reads kept for the next event loop turn (a client is executed one read a "
                 "turn)."),
+    COUNTER_ROW(struct server_stats, deferred_closes, "deferred_closes", "deferred_closes_total",
+                COUNTER_TOTAL,
+                "Clients that hung up closed at a later event loop turn (64 are closed a turn)."),
     COUNTER_ROW(struct server_stats, loop_turns, "loop_turns", "loop_turns_total", COUNTER_TOTAL,
                 "Event loop turns measured (sluice_loop_turn_seconds has their work)."),
     COUNTER_ROW(struct server_stats, loop_max_turn_us, "loop_max_turn_us",
