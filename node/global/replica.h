@@ -52,7 +52,7 @@
  *    unit from a node-wide bucket.  What is admitted is poured into the
  *    owner's bucket; below empty, the shares shrink until repaid.  Bound:
  *    over any window a key admits at most its envelope (count x window /
- *    period + burst + 1) plus 2 (burst + 1 + 4 r) + 3 N units, r the
+ *    period + burst + 1) plus 2 (burst + 1 + 14 r) + 3 N units, r the
  *    refill of one interval (README "The bound").  Leases carry the level, so `remaining` is the
  * cluster's.
  *  - Debt.  The window algorithms and the optimistic partition policy can

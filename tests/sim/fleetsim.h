@@ -385,12 +385,12 @@ static inline double fs_key_limit(const struct fleetsim *s, int k)
 }
 
 /* The stated bound of replica.h: the most a key admits beyond its envelope
- * over any window, 2 (burst + 1) + 3 N units (N: the nodes it is asked on). */
+ * over any window, 2 (burst + 1 + 14 r) + 3 N units (N: the nodes it is
+ * asked on, r: units the key refills per interval). */
 static inline double fs_bound(const struct fleetsim *s, int k)
 {
-    /* 2 (burst + 1 + 4 r) + 3 N, r: units the key refills per interval */
     double r = (double)s->kp[k].count * (double)s->c.interval_ns / (double)s->kp[k].period_ns;
-    return 2.0 * (fs_key_limit(s, k) + 4.0 * r) + 3.0 * (double)s->c.n;
+    return 2.0 * (fs_key_limit(s, k) + 14.0 * r) + 3.0 * (double)s->c.n;
 }
 
 /* Records one admission of key k at t (ns since the start) for the "above"
