@@ -75,16 +75,25 @@ static double replica_owner__timing(const struct replica *r, const struct okey *
     return 1.0 + (double)r->interval / replica__em(&o->p);
 }
 
-/* Pours units into the cluster's bucket o->tat (a GCRA) at now;
- * negative units give some back, never below a full bucket. */
-static void replica_owner__pour(struct okey *o, double units, int64_t now)
+/* Pours units into the cluster's bucket o->tat (a GCRA) as if they came
+ * from `from` on (from <= now: units spread over [from, now] are taken as
+ * one central GCRA would have taken them); negative units give some back at
+ * now, never below a full bucket. */
+static void replica_owner__pour_from(struct okey *o, double units, int64_t from, int64_t now)
 {
     double add = units * replica__em(&o->p);
-    int64_t base = o->tat > now ? o->tat : now;
+    int64_t at = add >= 0.0 ? from : now;
+    int64_t base = o->tat > at ? o->tat : at;
     if (add >= 0.0)
         o->tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
     else
         o->tat = (double)(base - now) > -add ? base + (int64_t)add : now;
+}
+
+/* Pours units into the cluster's bucket at now (replica_owner__pour_from). */
+static void replica_owner__pour(struct okey *o, double units, int64_t now)
+{
+    replica_owner__pour_from(o, units, now, now);
 }
 
 static void replica_owner__compute(struct replica *r, struct table_entry *te, int64_t now);
@@ -213,9 +222,7 @@ void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
             span = 2 * r->interval;
         if (since < r->now - span)
             since = r->now - span;
-        int64_t base = o->tat > since ? o->tat : since;
-        double add = (double)(e->admitted - rp->admitted) * replica__em(&o->p);
-        o->tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
+        replica_owner__pour_from(o, (double)(e->admitted - rp->admitted), since, r->now);
         if (back && o->tat > empty)
             o->tat = tat0 > empty ? tat0 : empty;
     } else {
