@@ -27,7 +27,7 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sluicetest import Daemon, free_tcp_port, recv_until, resp_command  # noqa: E402
+from sluicetest import Daemon, free_tcp_port  # noqa: E402
 
 import rlsclient  # noqa: E402  (the generated gRPC client)
 from rlsclient import HAVE_GRPC, METHOD  # noqa: E402
@@ -51,22 +51,9 @@ def tearDownModule():
 
 
 def info(d, section="listeners"):
-    """INFO section as a dict of ints."""
-    s = d.connect()
-    try:
-        s.sendall(resp_command("INFO", section))
-        head = recv_until(s, b"\r\n", limit=64)
-        n = int(head[1:head.index(b"\r\n")])
-        body = head[head.index(b"\r\n") + 2:]
-        while len(body) < n + 2:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            body += chunk
-    finally:
-        s.close()
+    """INFO section as a dict of ints (Daemon.info's text, parsed)."""
     out = {}
-    for line in body.decode().splitlines():
+    for line in d.info(section).splitlines():
         if ":" in line and not line.startswith("#"):
             k, v = line.split(":", 1)
             if v.isdigit():
