@@ -149,6 +149,12 @@ static void cluster__on_direct(void *ud, const char *from, const uint8_t *msg, s
         (void)replica_receive(c->r, from, msg, len, cluster_now_ns(c)); /* bad ones are counted */
 }
 
+/* The replica's clock: its passes end their turn on time. */
+static int64_t cluster__clock(void *ud)
+{
+    return cluster_now_ns(ud);
+}
+
 static int cluster__send(void *ud, const char *to, const uint8_t *buf, size_t len)
 {
     struct cluster *c = ud;
@@ -481,6 +487,8 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     rc_cfg.send_ud = c;
     rc_cfg.carry = o->carry;
     rc_cfg.carry_ud = o->carry_ud;
+    rc_cfg.clock = cluster__clock;
+    rc_cfg.clock_ud = c;
     /* Kept for the log line of failed lookups; none if out of memory. */
     c->join = o->join != NULL ? strdup(o->join) : NULL;
     /* A lone first node (no seeds) has no past to recover. */

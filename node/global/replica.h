@@ -113,6 +113,10 @@ typedef int (*replica_send_fn)(void *ud, const char *to, const uint8_t *buf, siz
 typedef int64_t (*replica_carry_fn)(void *ud, const char *key, size_t klen,
                                     const struct algo_params *p);
 
+/* The host's monotonic clock in ns, read while a pass runs to end its turn
+ * on time.  Optional (a simulator passes none: its turns end by count). */
+typedef int64_t (*replica_clock_fn)(void *ud);
+
 struct replica_config {
     const char *node_name; /* required, 1..REPLICA_NAME_MAX bytes; copied */
     uint64_t life_id;      /* this process's life (random per start) */
@@ -130,6 +134,9 @@ struct replica_config {
     void *send_ud;
     replica_carry_fn carry; /* NULL: keys start fresh */
     void *carry_ud;
+    replica_clock_fn clock; /* NULL: a turn ends after TURN_VISITS visits only */
+    void *clock_ud;
+    int64_t turn_ns; /* replica work per loop turn, with clock; 0 = 500 us */
 };
 
 #define REPLICA_NAME_MAX 64

@@ -53,6 +53,7 @@
  * with news (every key is visited every interval up to SWEEP_MAX keys,
  * every n / SWEEP_MAX intervals beyond). */
 #define TURN_VISITS  1024
+#define TURN_CHECK   32 /* visits between two readings of the clock (replica__timed) */
 #define SWEEP_MAX    16384
 #define REPORT_COST  2 /* a report built, in key visits */
 #define COMPUTE_COST 4 /* an owner's computation, in key visits */
@@ -219,6 +220,9 @@ struct replica {
     void *send_ud;
     replica_carry_fn carry;
     void *carry_ud;
+    replica_clock_fn clock; /* replica__timed */
+    void *clock_ud;
+    int64_t turn_ns;
 
     struct member *mem;
     size_t nmem, capmem;
