@@ -19,6 +19,12 @@
  * the same budget.  So three hundred connections pipelining /metrics get
  * about a render a turn between the other clients' work, instead of a
  * turn of hundreds of renders, and the cheap routes are never queued.
+ * Closing is budgeted too (closebudget.h): a turn closes at most
+ * CLOSEBUDGET_PER_TURN connections that hung up or outstayed their
+ * deadline; the rest stop being read and wait in a second queue, closed
+ * in order at the next turns by the same idle handle.  Evictions for a
+ * newcomer and over the memory budget are not deferred: they are bounded
+ * by the accepts a turn and by what is over.
  *
  * Parsing.  libhttp-parser is a streaming parser; http_parse_request runs
  * a fresh one over the whole buffered head each time more bytes arrive
@@ -60,6 +66,7 @@
 
 #include "acceptgate.h"
 #include "clientmem.h"
+#include "closebudget.h"
 #include "log.h"
 #include "sluice/error.h"
 #include "tcp.h"
@@ -338,6 +345,8 @@ struct conn {
     int handles; /* open libuv handles; freed at 0 */
     int parked;  /* in the server's queue of requests waiting for a turn's budget */
     struct conn *park_prev, *park_next;
+    int hung_up; /* in the server's queue of connections to close at a later turn */
+    struct conn *hu_prev, *hu_next;
     int writing, closing, lingering, close_after;
     size_t len;        /* bytes in in[] */
     int idle;          /* 1: waiting for (more of) a request, nothing being answered */
@@ -368,10 +377,12 @@ struct http_server {
     size_t nroutes;
     struct conn *conns;
     struct conn *park_head, *park_tail; /* waiting for a turn's budget (FIFO) */
-    uv_idle_t resume;                   /* serves the queue at the next turn */
+    struct conn *hu_head, *hu_tail;     /* to close at a later turn (FIFO) */
+    uv_idle_t resume;                   /* serves both queues at the next turn */
     uv_check_t turn_end;                /* after each turn's I/O: a fresh budget */
     int resume_init;
-    uint64_t turn_ns; /* this turn's answers' time so far */
+    uint64_t turn_ns;          /* this turn's answers' time so far */
+    struct closebudget closes; /* hung-up or timed-out connections closed this turn */
     struct http_stats st;
     struct clientmem_pool pool; /* in the daemon's one client budget, if given */
     uint64_t logged_at;         /* uv_now of the last eviction/timeout line */
@@ -520,11 +531,30 @@ static void conn_unpark(struct conn *c)
     c->parked = 0;
 }
 
+/* Takes c out of the queue of connections to close at a later turn. */
+static void conn_unqueue(struct conn *c)
+{
+    if (!c->hung_up)
+        return;
+    struct http_server *m = c->m;
+    if (c->hu_prev != NULL)
+        c->hu_prev->hu_next = c->hu_next;
+    else
+        m->hu_head = c->hu_next;
+    if (c->hu_next != NULL)
+        c->hu_next->hu_prev = c->hu_prev;
+    else
+        m->hu_tail = c->hu_prev;
+    c->hu_prev = c->hu_next = NULL;
+    c->hung_up = 0;
+}
+
 static void conn_close(struct conn *c)
 {
     if (c->closing)
         return;
     conn_unpark(c);
+    conn_unqueue(c);
     c->closing = 1;
     c->m->st.open_conns--; /* its socket is closed now; the structure waits for libuv */
     conn_account(c);
@@ -532,12 +562,42 @@ static void conn_close(struct conn *c)
     uv_close((uv_handle_t *)&c->timer, conn_on_close);
 }
 
+static void http__on_resume(uv_idle_t *h);
+
+/* c hung up, its socket failed or it outstayed its deadline: closed now,
+ * or, once this turn's close budget is spent, at a later turn (not read
+ * meanwhile, its timer stopped, its unanswered input dropped). */
+static void conn_close_soon(struct conn *c)
+{
+    struct http_server *m = c->m;
+    if (c->closing || c->hung_up)
+        return;
+    if (closebudget_take(&m->closes, !m->resume_init)) {
+        conn_close(c);
+        return;
+    }
+    conn_unpark(c);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_timer_stop(&c->timer);
+    c->len = 0;
+    c->hung_up = 1;
+    c->hu_next = NULL;
+    c->hu_prev = m->hu_tail;
+    if (m->hu_tail != NULL)
+        m->hu_tail->hu_next = c;
+    else
+        m->hu_head = c;
+    m->hu_tail = c;
+    m->st.deferred_closes++;
+    uv_idle_start(&m->resume, http__on_resume);
+}
+
 static void conn_on_timeout(uv_timer_t *t)
 {
     struct conn *c = t->data;
     if (!c->lingering)
         c->m->st.timeouts++;
-    conn_close(c);
+    conn_close_soon(c);
     http__log(c->m);
 }
 
@@ -559,7 +619,7 @@ static void conn_on_shutdown(uv_shutdown_t *req, int status)
 {
     struct conn *c = req->data;
     if (status < 0)
-        conn_close(c);
+        conn_close_soon(c);
 }
 
 /* The answer is out and the connection must end: half-close and read
@@ -596,10 +656,10 @@ static void conn_on_write(uv_write_t *req, int status)
     c->out = NULL;
     c->writing = 0;
     conn_account(c);
-    if (c->closing)
+    if (c->closing || c->hung_up)
         return;
     if (status < 0) {
-        conn_close(c);
+        conn_close_soon(c);
         return;
     }
     conn_sent(c);
@@ -708,8 +768,6 @@ static struct http_route *http__route(struct http_server *m, const struct http_r
     }
     return NULL;
 }
-
-static void http__on_resume(uv_idle_t *h);
 
 /* 1 when req must wait for a later turn: this turn's answers (the queue's
  * at the turn's start and the poll's) took their budget and its route is
@@ -822,6 +880,8 @@ static void conn_process(struct conn *c)
 static void http__on_resume(uv_idle_t *h)
 {
     struct http_server *m = h->data;
+    while (m->hu_head != NULL && closebudget_take(&m->closes, 0))
+        conn_close(m->hu_head); /* takes it out of the queue */
     while (m->park_head != NULL && m->turn_ns < HTTP_TURN_BUDGET_NS) {
         struct conn *c = m->park_head;
         conn_unpark(c);
@@ -842,7 +902,7 @@ static void http__on_resume(uv_idle_t *h)
     }
     if (clientmem_over(&m->pool))
         clientmem_enforce(m->pool.budget);
-    if (m->park_head == NULL)
+    if (m->park_head == NULL && m->hu_head == NULL)
         uv_idle_stop(h);
 }
 
@@ -850,6 +910,7 @@ static void http__on_turn_end(uv_check_t *h)
 {
     struct http_server *m = h->data;
     m->turn_ns = 0;
+    closebudget_turn_end(&m->closes);
 }
 
 static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -857,7 +918,7 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     struct conn *c = s->data;
     (void)buf;
     if (nread < 0) {
-        conn_close(c);
+        conn_close_soon(c);
         return;
     }
     if (nread == 0 || c->lingering)
@@ -916,8 +977,9 @@ static void on_connection(uv_stream_t *server, int status)
         return; /* accepted at the next turn */
     if (m->st.open_conns >= m->max_conns) {
         /* Make room: a newcomer is never turned away for connections that
-         * hold a slot without using it.  The victim is a lingering one (its
-         * answer is out) if any, else the one whose last progress (accept
+         * hold a slot without using it.  The victim is one that hung up and
+         * waits to be closed if any, else a lingering one (its answer is
+         * out), else the one whose last progress (accept
          * or an answer handed to the kernel) is oldest: an idle keep-alive
          * or a pipeliner that never reads its answers, never the newest.
          * A closed connection stops counting at once (its socket is
@@ -926,8 +988,10 @@ static void on_connection(uv_stream_t *server, int status)
         for (struct conn *o = m->conns; o != NULL; o = o->next) {
             if (o->closing)
                 continue;
-            if (victim == NULL || (o->lingering && !victim->lingering) ||
-                (o->lingering == victim->lingering && o->since_ms <= victim->since_ms))
+            if (victim == NULL || (o->hung_up && !victim->hung_up) ||
+                (o->hung_up == victim->hung_up &&
+                 ((o->lingering && !victim->lingering) ||
+                  (o->lingering == victim->lingering && o->since_ms <= victim->since_ms))))
                 victim = o;
         }
         if (victim == NULL) {
@@ -940,7 +1004,7 @@ static void on_connection(uv_stream_t *server, int status)
             uv_close((uv_handle_t *)t, refuse_on_close);
             return;
         }
-        if (!victim->lingering)
+        if (!victim->lingering && !victim->hung_up)
             m->st.evicted++;
         conn_close(victim);
         http__log(m);
@@ -1049,5 +1113,9 @@ static const struct counter_row http__rows[] = {
     COUNTER_ROW(struct http_stats, deferred, "http_deferred", "http_deferred_total", COUNTER_TOTAL,
                 "HTTP requests for a costly route (/metrics) that waited for a later event loop "
                 "turn, that turn's time for answers being spent."),
+    COUNTER_ROW(struct http_stats, deferred_closes, "http_deferred_closes",
+                "http_deferred_closes_total", COUNTER_TOTAL,
+                "HTTP connections that hung up or outstayed --http-idle-timeout closed at a "
+                "later event loop turn (64 are closed a turn)."),
 };
 const struct counter_table http_counters = COUNTER_TABLE(http__rows);

@@ -16,6 +16,7 @@
 #include "clientmem.h"
 #include "log.h"
 #include "acceptgate.h"
+#include "closebudget.h"
 #include "loopstat.h"
 #include "tcp.h"
 #include "sluice/error.h"
@@ -45,10 +46,6 @@ _Static_assert(OUT_HARD_DEFAULT == 16 * 1024 * 1024,
 #define TRIM_MIN_BYTES   (1024 * 1024)
 #define TRIM_INTERVAL_MS 1000
 #define TRIM_COST_SHARE  0.01
-/* Clients that hung up closed per loop turn at most (closing a socket took
- * 17 us on a loaded host: 1,100 silent TCP clients hanging up at once made
- * a 7.5 ms turn); the rest are closed at the next turns, in order. */
-#define CLOSES_PER_TURN 64
 /* A client's input is executed one read (up to READ_CHUNK) a loop turn, as
  * Redis reads a client once per event loop iteration: libuv would read a
  * busy socket up to 32 times in one callback (2 MiB), and fifty clients
@@ -116,7 +113,7 @@ struct server {
     uv_idle_t hu_idle;                       /* closes them at the next turn */
     uv_check_t turn_end;                     /* after each turn's I/O: a fresh budget */
     int turn_init;
-    unsigned turn_closes;                        /* hang-ups closed this turn */
+    struct closebudget closes;                   /* hang-ups closed this turn */
     uint64_t turn;                               /* loop turns since start (turn_end counts them) */
     struct server_client *held_head, *held_tail; /* read twice in a turn (FIFO) */
     char *tcp_bind;                              /* NULL: no TCP listener */
@@ -774,12 +771,12 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void server_on_hu_idle(uv_idle_t *h);
 
 /* c's peer hung up (or its socket failed): closed now, or once this turn's
- * CLOSES_PER_TURN are spent at a later turn (not read meanwhile). */
+ * close budget (closebudget.h) is spent at a later turn (not read
+ * meanwhile). */
 static void client_hung_up(struct server_client *c)
 {
     struct server *s = c->srv;
-    if (!s->turn_init || s->turn_closes < CLOSES_PER_TURN || c->executing) {
-        s->turn_closes++;
+    if (closebudget_take(&s->closes, !s->turn_init || c->executing)) {
         client_close(c);
         return;
     }
@@ -804,10 +801,9 @@ static void client_hung_up(struct server_client *c)
 static void server_on_hu_idle(uv_idle_t *h)
 {
     struct server *s = h->data;
-    while (s->hu_head != NULL && s->turn_closes < CLOSES_PER_TURN) {
+    while (s->hu_head != NULL && closebudget_take(&s->closes, 0)) {
         struct server_client *c = s->hu_head;
         client_unqueue(c);
-        s->turn_closes++;
         client_close(c);
         client_release(c);
     }
@@ -830,7 +826,7 @@ static void server_on_hu_idle(uv_idle_t *h)
 static void server_on_turn_end(uv_check_t *h)
 {
     struct server *s = h->data;
-    s->turn_closes = 0;
+    closebudget_turn_end(&s->closes);
     s->turn++;
 }
 
