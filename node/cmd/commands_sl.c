@@ -139,6 +139,49 @@ static int commands_sl__int(const char *s, size_t len, int64_t *v, struct resp_b
     return 0;
 }
 
+/* Sets the algorithm's own words given in an ALGO spec on p (durations in
+ * whole ms).  0, or -1 with the error reply appended: a value out of range
+ * for its knob. */
+static int commands_sl__options(struct algo_params *p, const int *given, const int64_t *vals,
+                                struct resp_buf *out)
+{
+    int64_t v[ALGO_OPTIONS_MAX] = {0};
+    int ok = 1;
+    const struct algo_option *o;
+    for (size_t k = 0; k < ALGO_OPTIONS_MAX && (o = algo_option_at(k, NULL)) != NULL; k++) {
+        if (!given[k])
+            continue;
+        v[k] = vals[k];
+        if (o->type == ALGO_VALUE_NS &&
+            (vals[k] < 0 || __builtin_mul_overflow(vals[k], NUM_NS_PER_MS, &v[k])))
+            ok = 0;
+    }
+    if (ok && algo_params_set_options(p, v, given) == 0)
+        return 0;
+    /* "WARMUP must be >= 1 ms and COLD 1..1000": each word of the
+     * algorithm, with what its knob accepts. */
+    char msg[256];
+    size_t len = 0;
+    enum algo_kind kind;
+    for (size_t k = 0; (o = algo_option_at(k, &kind)) != NULL && len < sizeof(msg); k++) {
+        if (kind != p->kind)
+            continue;
+        char range[64];
+        if (o->type == ALGO_VALUE_NS)
+            snprintf(range, sizeof(range), ">= %lld ms",
+                     (long long)((o->min + NUM_NS_PER_MS - 1) / NUM_NS_PER_MS));
+        else
+            snprintf(range, sizeof(range), "%lld..%lld", (long long)o->min, (long long)o->max);
+        int w = snprintf(msg + len, sizeof(msg) - len, len == 0 ? "%s must be %s" : " and %s %s",
+                         o->word, range);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    resp_add_errorf(out, "ERR invalid limit: %s", msg);
+    return -1;
+}
+
 static void commands_sl__syntax(struct resp_buf *out, const char *arg, size_t len)
 {
     int shown = len > 64 ? 64 : (int)len;
@@ -156,8 +199,12 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
 {
     const char *algo = NULL, *pname = NULL;
     size_t algolen = 0, pnamelen = 0;
-    int64_t burst = 0, count = 0, period_ms = 0, precision = 0, warmup_ms = 0, cold = 0;
-    int has_burst = 0, has_rate = 0, has_precision = 0, has_warmup = 0, has_cold = 0;
+    int64_t burst = 0, count = 0, period_ms = 0, precision = 0;
+    int has_burst = 0, has_rate = 0, has_precision = 0;
+    /* The algorithms' own words (algo_option_at's numbers): given, value. */
+    int opt_given[ALGO_OPTIONS_MAX] = {0}, has_opt = 0;
+    int64_t opt_v[ALGO_OPTIONS_MAX] = {0};
+    int opt;
 
     memset(s, 0, sizeof(*s));
     s->qty = 1;
@@ -192,16 +239,6 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
                 return -1;
             has_precision = 1;
             *i += 2;
-        } else if (args_is(a, al, "WARMUP") && left >= 1) {
-            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &warmup_ms, out) < 0)
-                return -1;
-            has_warmup = 1;
-            *i += 2;
-        } else if (args_is(a, al, "COLD") && left >= 1) {
-            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &cold, out) < 0)
-                return -1;
-            has_cold = 1;
-            *i += 2;
         } else if (args_is(a, al, "QTY") && left >= 1 && (opts & OPT_QTY)) {
             if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &s->qty, out) < 0)
                 return -1;
@@ -234,6 +271,12 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
             }
             s->has_timeout = 1;
             *i += 2;
+        } else if ((opt = algo_option_find(a, al, 1)) >= 0 && opt < ALGO_OPTIONS_MAX && left >= 1) {
+            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &opt_v[opt], out) < 0)
+                return -1;
+            opt_given[opt] = 1;
+            has_opt = 1;
+            *i += 2;
         } else {
             commands_sl__syntax(out, a, al);
             return -1;
@@ -243,8 +286,11 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
         resp_add_error(out, "ERR POLICY and ALGO are exclusive");
         return -1;
     }
-    if (algo == NULL && (has_burst || has_rate || has_precision || has_warmup || has_cold)) {
-        resp_add_error(out, "ERR BURST, RATE, PRECISION, WARMUP and COLD need ALGO");
+    if (algo == NULL && (has_burst || has_rate || has_precision || has_opt)) {
+        char words[160];
+        resp_add_errorf(
+            out, "ERR %s need ALGO",
+            algo_option_list(ALGO_KIND_COUNT_, 1, "BURST, RATE, PRECISION", words, sizeof(words)));
         return -1;
     }
     if (algo == NULL && s->scope >= 0) {
@@ -278,8 +324,13 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
             resp_add_errorf(out, "ERR unknown algorithm '%s' (%s)", name, known);
             return -1;
         }
-        if ((has_warmup || has_cold) && kind != ALGO_WARMUP) {
-            resp_add_error(out, "ERR WARMUP and COLD apply to warmup only");
+        for (size_t k = 0; k < ALGO_OPTIONS_MAX; k++) {
+            enum algo_kind owner;
+            if (!opt_given[k] || algo_option_at(k, &owner) == NULL || owner == kind)
+                continue;
+            char words[128];
+            resp_add_errorf(out, "ERR %s apply to %s only",
+                            algo_option_list(owner, 1, "", words, sizeof(words)), algo_name(owner));
             return -1;
         }
         if (!has_rate) {
@@ -303,16 +354,8 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
                                                  : "precision must be 1..1000");
             return -1;
         }
-        if (kind == ALGO_WARMUP && (has_warmup || has_cold)) {
-            int64_t wns;
-            if (warmup_ms < 0 || __builtin_mul_overflow(warmup_ms, NUM_NS_PER_MS, &wns) ||
-                algo_params_set_warmup(&s->inline_p, has_warmup ? wns : s->inline_p.warmup_ns,
-                                       has_cold ? cold : s->inline_p.cold_factor) < 0) {
-                resp_add_errorf(out, "ERR invalid limit: WARMUP must be >= 1 ms and COLD 1..%lld",
-                                (long long)ALGO_COLD_FACTOR_MAX);
-                return -1;
-            }
-        }
+        if (has_opt && commands_sl__options(&s->inline_p, opt_given, opt_v, out) < 0)
+            return -1;
         if (s->scope == POLICY_SCOPE_GLOBAL && !algo_can_be_global(kind)) {
             resp_add_errorf(out, "ERR %s cannot be global (%s)", algo_name(kind),
                             algo_why_local(kind));
@@ -773,21 +816,27 @@ static void commands_sl__policies(struct commands_sl *sl, int resp3, struct resp
     resp_add_array(out, n + nl);
     for (size_t i = 0; i < n; i++) {
         const struct policy *p = policy_set_at(set, i);
-        /* warmup's own parameters follow its precision */
-        int wu = p->algo.kind == ALGO_WARMUP;
+        /* the algorithm's own values follow its precision */
+        size_t nown = 0;
+        const struct algo_option *o;
+        enum algo_kind kind;
+        for (size_t k = 0; algo_option_at(k, &kind) != NULL; k++)
+            nown += kind == p->algo.kind;
         if (resp3)
-            resp_add_map(out, wu ? 12 : 10);
+            resp_add_map(out, 10 + nown);
         else
-            resp_add_array(out, wu ? 24 : 20);
+            resp_add_array(out, 2 * (10 + nown));
         resp_add_pair_str(out, "name", p->name);
         resp_add_pair_str(out, "algorithm", algo_name(p->algo.kind));
         resp_add_pair_int(out, "burst", p->algo.burst);
         resp_add_pair_int(out, "count", p->algo.count);
         resp_add_pair_int(out, "period_ms", commands_sl__ms(p->algo.period_ns));
         resp_add_pair_int(out, "precision", p->algo.precision);
-        if (wu) {
-            resp_add_pair_int(out, "warmup_ms", commands_sl__ms(p->algo.warmup_ns));
-            resp_add_pair_int(out, "cold_factor", p->algo.cold_factor);
+        for (size_t k = 0; (o = algo_option_at(k, &kind)) != NULL; k++) {
+            if (kind != p->algo.kind)
+                continue;
+            int64_t v = algo_option_value(&p->algo, o);
+            resp_add_pair_int(out, o->shown, o->type == ALGO_VALUE_NS ? commands_sl__ms(v) : v);
         }
         resp_add_pair_str(out, "scope", p->scope == POLICY_SCOPE_GLOBAL ? "global" : "local");
         resp_add_pair_str(out, "partition",
