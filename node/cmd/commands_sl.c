@@ -11,7 +11,6 @@
 #include "args.h"
 #include "decide.h"
 #include "info.h"
-#include "log.h"
 #include "policy.h"
 #include "replica.h"
 #include "sluice/error.h"
@@ -27,27 +26,7 @@ struct commands_sl {
     struct acquire *acq;           /* NULL without a loop */
     struct commands_lease *leases; /* SL.LEASE & co; NULL without a loop */
     size_t max_key;
-    commands_sl_load_fn load; /* NULL: no policy source */
-    void *load_ud;
-    const char *load_name;
-    uint64_t reloads, reload_failures, reloads_unchanged;
-    /* Reloads off the loop (see commands_sl_reload_start): one parse at a
-     * time in libuv's threadpool; the requests it answers, and those that
-     * came while it ran, which the next parse answers. */
-    uv_loop_t *loop;
-    uv_work_t work;
-    int busy, again;
-    struct sl_waiter *cur, *next;
-    struct sl_waiter *ans;   /* being answered now (unblocking may close others) */
-    int wrc;                 /* the worker's result ... */
-    struct policy_set *wset; /* ... its new set (NULL: unchanged) ... */
-    char werr[512];          /* ... and its reason */
-};
-
-/* A client blocked in SL.RELOAD until a parse answers it. */
-struct sl_waiter {
-    struct sl_waiter *next;
-    struct server_client *c;
+    struct commands_sl_reloader reloader; /* SL.RELOAD's engine (reload NULL: none) */
 };
 
 int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg,
@@ -58,12 +37,8 @@ int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg
         return -SLUICE_ENOMEM;
     sl->lim = lim;
     sl->max_key = cfg && cfg->max_key_bytes ? cfg->max_key_bytes : SL_DEFAULT_MAX_KEY;
-    if (cfg != NULL) {
-        sl->load = cfg->load_policies;
-        sl->load_ud = cfg->load_ud;
-        sl->load_name = cfg->load_name != NULL ? cfg->load_name : "policies";
-        sl->loop = cfg->loop;
-    }
+    if (cfg != NULL)
+        sl->reloader = cfg->reloader;
     if (cfg && cfg->loop != NULL) {
         int rc = acquire_create(cfg->loop, lim, cfg->max_waiters, &sl->acq);
         if (rc == 0 &&
@@ -869,145 +844,12 @@ static void commands_sl__policies(struct commands_sl *sl, int resp3, struct resp
     }
 }
 
-/* Applies a load's outcome for n requests (counted each): swaps a new set
- * in, or keeps the running one and logs why. */
-static void commands_sl__apply(struct commands_sl *sl, int rc, struct policy_set *set,
-                               const char *err, uint64_t n)
-{
-    if (rc < 0) {
-        sl->reload_failures += n;
-        log_error("reload failed, keeping the running policies: %s", err);
-        return;
-    }
-    sl->reloads += n;
-    if (set == NULL) {
-        /* The source is unchanged since the policies in use were read:
-         * a successful reload with nothing to swap. */
-        sl->reloads_unchanged += n;
-        return;
-    }
-    limiter_set_policies(sl->lim, set);
-    log_info("reloaded %s: %zu policies", sl->load_name, policy_set_count(set));
-    policy_set_release(set);
-}
-
-int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen)
-{
-    struct policy_set *set = NULL;
-    if (sl->load == NULL) {
-        snprintf(err, errlen, "no config file (start sluiced with --config FILE)");
-        sl->reload_failures++;
-        return -SLUICE_EINVAL;
-    }
-    int rc = sl->load(sl->load_ud, &set, err, errlen);
-    commands_sl__apply(sl, rc, rc < 0 ? NULL : set, err, 1);
-    return rc < 0 ? rc : 0;
-}
-
-static void commands_sl__reload_run(struct commands_sl *sl);
-
-/* In the threadpool: the loader alone touches its state, one at a time. */
-static void commands_sl__reload_work(uv_work_t *w)
-{
-    struct commands_sl *sl = w->data;
-    sl->wset = NULL;
-    sl->werr[0] = '\0';
-    sl->wrc = sl->load(sl->load_ud, &sl->wset, sl->werr, sizeof(sl->werr));
-}
-
-/* On the loop: applies the parse and answers the requests it was for. */
-static void commands_sl__reload_done(uv_work_t *w, int status)
-{
-    struct commands_sl *sl = w->data;
-    (void)status; /* never cancelled */
-    uint64_t n = 0;
-    for (struct sl_waiter *x = sl->cur; x != NULL; x = x->next)
-        n++;
-    commands_sl__apply(sl, sl->wrc, sl->wrc < 0 ? NULL : sl->wset, sl->werr, n ? n : 1);
-    /* Still busy while answering: an unblocked client's next SL.RELOAD
-     * joins the next parse, which starts once all are answered. */
-    sl->ans = sl->cur;
-    sl->cur = NULL;
-    struct sl_waiter *x;
-    while ((x = sl->ans) != NULL) {
-        sl->ans = x->next;
-        struct resp_buf *out = server_client_out(x->c);
-        if (sl->wrc < 0)
-            resp_add_errorf(out, "ERR reload failed: %s", sl->werr);
-        else
-            resp_add_simple(out, "OK");
-        struct server_client *c = x->c;
-        free(x);
-        server_client_unblock(c);
-    }
-    sl->busy = 0;
-    sl->cur = sl->next;
-    sl->next = NULL;
-    if (sl->cur != NULL || sl->again) {
-        sl->again = 0;
-        commands_sl__reload_run(sl);
-    }
-}
-
-static void commands_sl__reload_run(struct commands_sl *sl)
-{
-    sl->busy = 1;
-    sl->work.data = sl;
-    if (uv_queue_work(sl->loop, &sl->work, commands_sl__reload_work, commands_sl__reload_done) <
-        0) {
-        /* Cannot happen with valid arguments; never leave a waiter hanging. */
-        commands_sl__reload_work(&sl->work);
-        commands_sl__reload_done(&sl->work, 0);
-    }
-}
-
-/* A blocked SL.RELOAD's client went away: it is answered by no one. */
-static void commands_sl__reload_cancel(struct server_client *c, void *arg)
-{
-    struct commands_sl *sl = arg;
-    struct sl_waiter **lists[3] = {&sl->cur, &sl->next, &sl->ans};
-    for (int i = 0; i < 3; i++) {
-        for (struct sl_waiter **pp = lists[i]; *pp != NULL; pp = &(*pp)->next) {
-            if ((*pp)->c == c) {
-                struct sl_waiter *x = *pp;
-                *pp = x->next;
-                free(x);
-                return;
-            }
-        }
-    }
-}
-
-int commands_sl_reload_start(struct commands_sl *sl, struct server_client *c)
-{
-    if (sl->load == NULL || sl->loop == NULL)
-        return -SLUICE_EINVAL;
-    if (c != NULL) {
-        struct sl_waiter *x = calloc(1, sizeof(*x));
-        if (x == NULL)
-            return -SLUICE_ENOMEM;
-        x->c = c;
-        /* One that comes while a parse runs may have seen a newer file
-         * than that parse read: the next parse answers it. */
-        struct sl_waiter **list = sl->busy ? &sl->next : &sl->cur;
-        x->next = *list;
-        *list = x;
-        server_client_block(c, commands_sl__reload_cancel, sl);
-    } else if (sl->busy) {
-        sl->again = 1;
-    }
-    if (!sl->busy)
-        commands_sl__reload_run(sl);
-    return 0;
-}
-
 void commands_sl_get_stats(const struct commands_sl *sl, struct commands_sl_stats *out)
 {
     memset(out, 0, sizeof(*out));
     out->policies = policy_set_count(limiter_policies(sl->lim));
-    out->reloads = sl->reloads;
-    out->reload_failures = sl->reload_failures;
-    out->reloads_unchanged = sl->reloads_unchanged;
+    if (sl->reloader.stats != NULL)
+        sl->reloader.stats(sl->reloader.ud, out);
     out->waiting_acquires = sl->acq ? acquire_waiting(sl->acq) : 0;
 }
 
@@ -1102,17 +944,16 @@ int commands_sl_reload_cmd(struct commands_sl *sl, struct server_client *c, int 
                            const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     char err[512];
-    /* Off the loop when there is one: a parse of a large file, or one per
-     * change of a file rewritten in a loop, must not stall other clients.
-     * The client waits (MULTI refuses SL.RELOAD, as it does waits). */
-    if (c != NULL && sl->loop != NULL && sl->load != NULL) {
-        int rc = commands_sl_reload_start(sl, c);
-        if (rc == 0)
-            return SERVER_CONTINUE;
-        resp_add_errorf(out, "ERR reload failed: %s", sluice_strerror(rc));
-        return SERVER_CONTINUE;
+    int rc;
+    if (sl->reloader.reload == NULL) {
+        snprintf(err, sizeof(err), "no config file (start sluiced with --config FILE)");
+        rc = -SLUICE_EINVAL;
+    } else {
+        rc = sl->reloader.reload(sl->reloader.ud, c, err, sizeof(err));
     }
-    if (commands_sl_reload(sl, err, sizeof(err)) < 0)
+    if (rc > 0)
+        return SERVER_CONTINUE; /* blocked: answered once reloaded */
+    if (rc < 0)
         resp_add_errorf(out, "ERR reload failed: %s", err);
     else
         resp_add_simple(out, "OK");

@@ -446,8 +446,8 @@ static void sluiced__on_sighup(uv_signal_t *h, int signum)
     (void)signum;
     log_info("received SIGHUP, reloading");
     /* Off the loop (the file may be large); logged when applied. */
-    if (commands_sl_reload_start(d->sl, NULL) < 0)
-        (void)commands_sl_reload(d->sl, err, sizeof(err));
+    if (reload_start(&d->reload, NULL) < 0)
+        (void)reload_now(&d->reload, err, sizeof(err));
     if (daemon_rls_reload(d->rls, err, sizeof(err)) < 0)
         log_error("ratelimit: config not reloaded, keeping the one in use: %s", err);
     /* Key rotation: a bad key file keeps the keys in use. */
@@ -1032,11 +1032,11 @@ static int sluiced__create_commands(struct daemon *d, struct daemon_options *o)
     limiter_set_policies(d->lim, o->policies);
     policy_set_release(o->policies);
     o->policies = NULL;
-    struct commands_sl_config slcfg = {.max_key_bytes = o->ccfg.max_key_bytes,
-                                       .loop = &d->loop,
-                                       .load_policies = o->config_path ? reload_policies : NULL,
-                                       .load_ud = &d->reload,
-                                       .load_name = o->config_path};
+    reload_attach(&d->reload, d->lim, &d->loop);
+    struct commands_sl_config slcfg = {
+        .max_key_bytes = o->ccfg.max_key_bytes,
+        .loop = &d->loop,
+        .reloader = {.reload = reload_request, .stats = reload_stats, .ud = &d->reload}};
     int rc = commands_sl_create(d->lim, &slcfg, &d->sl);
     if (rc < 0) {
         log_error("cannot create the command layer: %s", sluice_strerror(rc));
