@@ -320,7 +320,8 @@ void algo_free(const struct algo_params *p, void *state);
 #define ALGO_F_BURST  2u /* a bucket: burst is meaningful (see algo_has_burst) */
 
 /* The knobs an algorithm may own beyond burst and precision, each set
- * through its ops' knob hook by the public setter that names it. */
+ * through its ops' knob hook: by its options' rows (algo_params_set_options,
+ * from the config file and SL.* specs) or by a public setter that names it. */
 enum algo_knob {
     ALGO_KNOB_PHASE,  /* fixed-window: v[0] the phase (algo_params_set_phase) */
     ALGO_KNOB_WARMUP, /* warmup: v[0] the warm-up ns, v[1] the cold factor */
