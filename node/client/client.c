@@ -182,7 +182,7 @@ void sluice_reply_free(struct sluice_reply *r)
     free(r);
 }
 
-static int write_all(int fd, const char *p, size_t n)
+static int client__write_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
         ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
@@ -198,7 +198,7 @@ static int write_all(int fd, const char *p, size_t n)
 }
 
 /* Reads more bytes into the buffer; -SLUICE_EIO on EOF or error. */
-static int fill(struct sluice_client *c)
+static int client__fill(struct sluice_client *c)
 {
     if (c->cap - c->len < 4096) {
         size_t cap = c->cap ? c->cap * 2 : 16384;
@@ -220,7 +220,7 @@ static int fill(struct sluice_client *c)
 }
 
 /* Returns the next line (without CRLF) as [*start, *start+*n), reading as needed. */
-static int read_line(struct sluice_client *c, size_t *start, size_t *n)
+static int client__read_line(struct sluice_client *c, size_t *start, size_t *n)
 {
     size_t scanned = c->pos;
     for (;;) {
@@ -235,13 +235,13 @@ static int read_line(struct sluice_client *c, size_t *start, size_t *n)
         scanned = c->len > c->pos ? c->len - 1 : c->pos;
         if (c->len - c->pos > 64 * 1024)
             return -SLUICE_EPROTO;
-        int rc = fill(c);
+        int rc = client__fill(c);
         if (rc < 0)
             return rc;
     }
 }
 
-static int parse_len(const char *s, size_t n, int64_t *out)
+static int client__parse_len(const char *s, size_t n, int64_t *out)
 {
     size_t i = 0;
     int neg = 0;
@@ -261,7 +261,7 @@ static int parse_len(const char *s, size_t n, int64_t *out)
     return 0;
 }
 
-static char *copy_str(const char *p, size_t n)
+static char *client__copy_str(const char *p, size_t n)
 {
     char *s = malloc(n + 1);
     if (s != NULL) {
@@ -271,12 +271,12 @@ static char *copy_str(const char *p, size_t n)
     return s;
 }
 
-static int read_reply(struct sluice_client *c, int depth, struct sluice_reply **out)
+static int client__read_reply(struct sluice_client *c, int depth, struct sluice_reply **out)
 {
     if (depth > CLIENT_MAX_DEPTH)
         return -SLUICE_EPROTO;
     size_t start, n;
-    int rc = read_line(c, &start, &n);
+    int rc = client__read_line(c, &start, &n);
     if (rc < 0)
         return rc;
     if (n == 0)
@@ -294,17 +294,17 @@ static int read_reply(struct sluice_client *c, int depth, struct sluice_reply **
     case '+':
     case '-':
         r->type = type == '+' ? SLUICE_REPLY_STATUS : SLUICE_REPLY_ERROR;
-        r->str = copy_str(c->buf + start + 1, n - 1);
+        r->str = client__copy_str(c->buf + start + 1, n - 1);
         r->len = n - 1;
         if (r->str == NULL)
             rc = -SLUICE_ENOMEM;
         break;
     case ':':
         r->type = SLUICE_REPLY_INTEGER;
-        rc = parse_len(hdr, hlen, &r->integer);
+        rc = client__parse_len(hdr, hlen, &r->integer);
         break;
     case '$':
-        rc = parse_len(hdr, hlen, &v);
+        rc = client__parse_len(hdr, hlen, &v);
         if (rc < 0)
             break;
         if (v < 0) {
@@ -318,18 +318,18 @@ static int read_reply(struct sluice_client *c, int depth, struct sluice_reply **
         /* Grow with the data that actually arrives, not with the claimed
          * length: a lying header costs nothing. */
         while (c->len - c->pos < (size_t)v + 2 && rc == 0)
-            rc = fill(c);
+            rc = client__fill(c);
         if (rc < 0)
             break;
         r->type = SLUICE_REPLY_STRING;
-        r->str = copy_str(c->buf + c->pos, (size_t)v);
+        r->str = client__copy_str(c->buf + c->pos, (size_t)v);
         r->len = (size_t)v;
         c->pos += (size_t)v + 2;
         if (r->str == NULL)
             rc = -SLUICE_ENOMEM;
         break;
     case '*':
-        rc = parse_len(hdr, hlen, &v);
+        rc = client__parse_len(hdr, hlen, &v);
         if (rc < 0)
             break;
         if (v < 0) {
@@ -353,7 +353,7 @@ static int read_reply(struct sluice_client *c, int depth, struct sluice_reply **
                 }
                 r->elements = ne;
             }
-            rc = read_reply(c, depth + 1, &r->elements[r->nelem]);
+            rc = client__read_reply(c, depth + 1, &r->elements[r->nelem]);
             if (rc == 0)
                 r->nelem++;
         }
@@ -396,7 +396,7 @@ int sluice_client_command(struct sluice_client *c, int argc, const char *const *
         req[n++] = '\r';
         req[n++] = '\n';
     }
-    int rc = write_all(c->fd, req, n);
+    int rc = client__write_all(c->fd, req, n);
     free(req);
     if (rc < 0)
         return rc;
@@ -406,5 +406,5 @@ int sluice_client_command(struct sluice_client *c, int argc, const char *const *
         c->len -= c->pos;
         c->pos = 0;
     }
-    return read_reply(c, 0, reply);
+    return client__read_reply(c, 0, reply);
 }

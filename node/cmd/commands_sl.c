@@ -11,7 +11,6 @@
 #include "args.h"
 #include "decide.h"
 #include "info.h"
-#include "log.h"
 #include "policy.h"
 #include "replica.h"
 #include "sluice/error.h"
@@ -27,27 +26,7 @@ struct commands_sl {
     struct acquire *acq;           /* NULL without a loop */
     struct commands_lease *leases; /* SL.LEASE & co; NULL without a loop */
     size_t max_key;
-    commands_sl_load_fn load; /* NULL: no policy source */
-    void *load_ud;
-    const char *load_name;
-    uint64_t reloads, reload_failures, reloads_unchanged;
-    /* Reloads off the loop (see commands_sl_reload_start): one parse at a
-     * time in libuv's threadpool; the requests it answers, and those that
-     * came while it ran, which the next parse answers. */
-    uv_loop_t *loop;
-    uv_work_t work;
-    int busy, again;
-    struct sl_waiter *cur, *next;
-    struct sl_waiter *ans;   /* being answered now (unblocking may close others) */
-    int wrc;                 /* the worker's result ... */
-    struct policy_set *wset; /* ... its new set (NULL: unchanged) ... */
-    char werr[512];          /* ... and its reason */
-};
-
-/* A client blocked in SL.RELOAD until a parse answers it. */
-struct sl_waiter {
-    struct sl_waiter *next;
-    struct server_client *c;
+    struct commands_sl_reloader reloader; /* SL.RELOAD's engine (reload NULL: none) */
 };
 
 int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg,
@@ -58,12 +37,8 @@ int commands_sl_create(struct limiter *lim, const struct commands_sl_config *cfg
         return -SLUICE_ENOMEM;
     sl->lim = lim;
     sl->max_key = cfg && cfg->max_key_bytes ? cfg->max_key_bytes : SL_DEFAULT_MAX_KEY;
-    if (cfg != NULL) {
-        sl->load = cfg->load_policies;
-        sl->load_ud = cfg->load_ud;
-        sl->load_name = cfg->load_name != NULL ? cfg->load_name : "policies";
-        sl->loop = cfg->loop;
-    }
+    if (cfg != NULL)
+        sl->reloader = cfg->reloader;
     if (cfg && cfg->loop != NULL) {
         int rc = acquire_create(cfg->loop, lim, cfg->max_waiters, &sl->acq);
         if (rc == 0 &&
@@ -139,6 +114,49 @@ static int commands_sl__int(const char *s, size_t len, int64_t *v, struct resp_b
     return 0;
 }
 
+/* Sets the algorithm's own words given in an ALGO spec on p (durations in
+ * whole ms).  0, or -1 with the error reply appended: a value out of range
+ * for its knob. */
+static int commands_sl__options(struct algo_params *p, const int *given, const int64_t *vals,
+                                struct resp_buf *out)
+{
+    int64_t v[ALGO_OPTIONS_MAX] = {0};
+    int ok = 1;
+    const struct algo_option *o;
+    for (size_t k = 0; k < ALGO_OPTIONS_MAX && (o = algo_option_at(k, NULL)) != NULL; k++) {
+        if (!given[k])
+            continue;
+        v[k] = vals[k];
+        if (o->type == ALGO_VALUE_NS &&
+            (vals[k] < 0 || __builtin_mul_overflow(vals[k], NUM_NS_PER_MS, &v[k])))
+            ok = 0;
+    }
+    if (ok && algo_params_set_options(p, v, given) == 0)
+        return 0;
+    /* "WARMUP must be >= 1 ms and COLD 1..1000": each word of the
+     * algorithm, with what its knob accepts. */
+    char msg[256];
+    size_t len = 0;
+    enum algo_kind kind;
+    for (size_t k = 0; (o = algo_option_at(k, &kind)) != NULL && len < sizeof(msg); k++) {
+        if (kind != p->kind)
+            continue;
+        char range[64];
+        if (o->type == ALGO_VALUE_NS)
+            snprintf(range, sizeof(range), ">= %lld ms",
+                     (long long)((o->min + NUM_NS_PER_MS - 1) / NUM_NS_PER_MS));
+        else
+            snprintf(range, sizeof(range), "%lld..%lld", (long long)o->min, (long long)o->max);
+        int w = snprintf(msg + len, sizeof(msg) - len, len == 0 ? "%s must be %s" : " and %s %s",
+                         o->word, range);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    resp_add_errorf(out, "ERR invalid limit: %s", msg);
+    return -1;
+}
+
 static void commands_sl__syntax(struct resp_buf *out, const char *arg, size_t len)
 {
     int shown = len > 64 ? 64 : (int)len;
@@ -156,8 +174,12 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
 {
     const char *algo = NULL, *pname = NULL;
     size_t algolen = 0, pnamelen = 0;
-    int64_t burst = 0, count = 0, period_ms = 0, precision = 0, warmup_ms = 0, cold = 0;
-    int has_burst = 0, has_rate = 0, has_precision = 0, has_warmup = 0, has_cold = 0;
+    int64_t burst = 0, count = 0, period_ms = 0, precision = 0;
+    int has_burst = 0, has_rate = 0, has_precision = 0;
+    /* The algorithms' own words (algo_option_at's numbers): given, value. */
+    int opt_given[ALGO_OPTIONS_MAX] = {0}, has_opt = 0;
+    int64_t opt_v[ALGO_OPTIONS_MAX] = {0};
+    int opt;
 
     memset(s, 0, sizeof(*s));
     s->qty = 1;
@@ -192,16 +214,6 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
                 return -1;
             has_precision = 1;
             *i += 2;
-        } else if (args_is(a, al, "WARMUP") && left >= 1) {
-            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &warmup_ms, out) < 0)
-                return -1;
-            has_warmup = 1;
-            *i += 2;
-        } else if (args_is(a, al, "COLD") && left >= 1) {
-            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &cold, out) < 0)
-                return -1;
-            has_cold = 1;
-            *i += 2;
         } else if (args_is(a, al, "QTY") && left >= 1 && (opts & OPT_QTY)) {
             if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &s->qty, out) < 0)
                 return -1;
@@ -234,6 +246,12 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
             }
             s->has_timeout = 1;
             *i += 2;
+        } else if ((opt = algo_option_find(a, al, 1)) >= 0 && opt < ALGO_OPTIONS_MAX && left >= 1) {
+            if (commands_sl__int(argv[*i + 1], argvlen[*i + 1], &opt_v[opt], out) < 0)
+                return -1;
+            opt_given[opt] = 1;
+            has_opt = 1;
+            *i += 2;
         } else {
             commands_sl__syntax(out, a, al);
             return -1;
@@ -243,8 +261,11 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
         resp_add_error(out, "ERR POLICY and ALGO are exclusive");
         return -1;
     }
-    if (algo == NULL && (has_burst || has_rate || has_precision || has_warmup || has_cold)) {
-        resp_add_error(out, "ERR BURST, RATE, PRECISION, WARMUP and COLD need ALGO");
+    if (algo == NULL && (has_burst || has_rate || has_precision || has_opt)) {
+        char words[160];
+        resp_add_errorf(
+            out, "ERR %s need ALGO",
+            algo_option_list(ALGO_KIND_COUNT_, 1, "BURST, RATE, PRECISION", words, sizeof(words)));
         return -1;
     }
     if (algo == NULL && s->scope >= 0) {
@@ -278,8 +299,13 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
             resp_add_errorf(out, "ERR unknown algorithm '%s' (%s)", name, known);
             return -1;
         }
-        if ((has_warmup || has_cold) && kind != ALGO_WARMUP) {
-            resp_add_error(out, "ERR WARMUP and COLD apply to warmup only");
+        for (size_t k = 0; k < ALGO_OPTIONS_MAX; k++) {
+            enum algo_kind owner;
+            if (!opt_given[k] || algo_option_at(k, &owner) == NULL || owner == kind)
+                continue;
+            char words[128];
+            resp_add_errorf(out, "ERR %s apply to %s only",
+                            algo_option_list(owner, 1, "", words, sizeof(words)), algo_name(owner));
             return -1;
         }
         if (!has_rate) {
@@ -303,16 +329,8 @@ static int commands_sl__parse(struct commands_sl *sl, const char *key, size_t kl
                                                  : "precision must be 1..1000");
             return -1;
         }
-        if (kind == ALGO_WARMUP && (has_warmup || has_cold)) {
-            int64_t wns;
-            if (warmup_ms < 0 || __builtin_mul_overflow(warmup_ms, NUM_NS_PER_MS, &wns) ||
-                algo_params_set_warmup(&s->inline_p, has_warmup ? wns : s->inline_p.warmup_ns,
-                                       has_cold ? cold : s->inline_p.cold_factor) < 0) {
-                resp_add_errorf(out, "ERR invalid limit: WARMUP must be >= 1 ms and COLD 1..%lld",
-                                (long long)ALGO_COLD_FACTOR_MAX);
-                return -1;
-            }
-        }
+        if (has_opt && commands_sl__options(&s->inline_p, opt_given, opt_v, out) < 0)
+            return -1;
         if (s->scope == POLICY_SCOPE_GLOBAL && !algo_can_be_global(kind)) {
             resp_add_errorf(out, "ERR %s cannot be global (%s)", algo_name(kind),
                             algo_why_local(kind));
@@ -773,21 +791,27 @@ static void commands_sl__policies(struct commands_sl *sl, int resp3, struct resp
     resp_add_array(out, n + nl);
     for (size_t i = 0; i < n; i++) {
         const struct policy *p = policy_set_at(set, i);
-        /* warmup's own parameters follow its precision */
-        int wu = p->algo.kind == ALGO_WARMUP;
+        /* the algorithm's own values follow its precision */
+        size_t nown = 0;
+        const struct algo_option *o;
+        enum algo_kind kind;
+        for (size_t k = 0; algo_option_at(k, &kind) != NULL; k++)
+            nown += kind == p->algo.kind;
         if (resp3)
-            resp_add_map(out, wu ? 12 : 10);
+            resp_add_map(out, 10 + nown);
         else
-            resp_add_array(out, wu ? 24 : 20);
+            resp_add_array(out, 2 * (10 + nown));
         resp_add_pair_str(out, "name", p->name);
         resp_add_pair_str(out, "algorithm", algo_name(p->algo.kind));
         resp_add_pair_int(out, "burst", p->algo.burst);
         resp_add_pair_int(out, "count", p->algo.count);
         resp_add_pair_int(out, "period_ms", commands_sl__ms(p->algo.period_ns));
         resp_add_pair_int(out, "precision", p->algo.precision);
-        if (wu) {
-            resp_add_pair_int(out, "warmup_ms", commands_sl__ms(p->algo.warmup_ns));
-            resp_add_pair_int(out, "cold_factor", p->algo.cold_factor);
+        for (size_t k = 0; (o = algo_option_at(k, &kind)) != NULL; k++) {
+            if (kind != p->algo.kind)
+                continue;
+            int64_t v = algo_option_value(&p->algo, o);
+            resp_add_pair_int(out, o->shown, o->type == ALGO_VALUE_NS ? commands_sl__ms(v) : v);
         }
         resp_add_pair_str(out, "scope", p->scope == POLICY_SCOPE_GLOBAL ? "global" : "local");
         resp_add_pair_str(out, "partition",
@@ -820,145 +844,12 @@ static void commands_sl__policies(struct commands_sl *sl, int resp3, struct resp
     }
 }
 
-/* Applies a load's outcome for n requests (counted each): swaps a new set
- * in, or keeps the running one and logs why. */
-static void commands_sl__apply(struct commands_sl *sl, int rc, struct policy_set *set,
-                               const char *err, uint64_t n)
-{
-    if (rc < 0) {
-        sl->reload_failures += n;
-        log_error("reload failed, keeping the running policies: %s", err);
-        return;
-    }
-    sl->reloads += n;
-    if (set == NULL) {
-        /* The source is unchanged since the policies in use were read:
-         * a successful reload with nothing to swap. */
-        sl->reloads_unchanged += n;
-        return;
-    }
-    limiter_set_policies(sl->lim, set);
-    log_info("reloaded %s: %zu policies", sl->load_name, policy_set_count(set));
-    policy_set_release(set);
-}
-
-int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen)
-{
-    struct policy_set *set = NULL;
-    if (sl->load == NULL) {
-        snprintf(err, errlen, "no config file (start sluiced with --config FILE)");
-        sl->reload_failures++;
-        return -SLUICE_EINVAL;
-    }
-    int rc = sl->load(sl->load_ud, &set, err, errlen);
-    commands_sl__apply(sl, rc, rc < 0 ? NULL : set, err, 1);
-    return rc < 0 ? rc : 0;
-}
-
-static void commands_sl__reload_run(struct commands_sl *sl);
-
-/* In the threadpool: the loader alone touches its state, one at a time. */
-static void commands_sl__reload_work(uv_work_t *w)
-{
-    struct commands_sl *sl = w->data;
-    sl->wset = NULL;
-    sl->werr[0] = '\0';
-    sl->wrc = sl->load(sl->load_ud, &sl->wset, sl->werr, sizeof(sl->werr));
-}
-
-/* On the loop: applies the parse and answers the requests it was for. */
-static void commands_sl__reload_done(uv_work_t *w, int status)
-{
-    struct commands_sl *sl = w->data;
-    (void)status; /* never cancelled */
-    uint64_t n = 0;
-    for (struct sl_waiter *x = sl->cur; x != NULL; x = x->next)
-        n++;
-    commands_sl__apply(sl, sl->wrc, sl->wrc < 0 ? NULL : sl->wset, sl->werr, n ? n : 1);
-    /* Still busy while answering: an unblocked client's next SL.RELOAD
-     * joins the next parse, which starts once all are answered. */
-    sl->ans = sl->cur;
-    sl->cur = NULL;
-    struct sl_waiter *x;
-    while ((x = sl->ans) != NULL) {
-        sl->ans = x->next;
-        struct resp_buf *out = server_client_out(x->c);
-        if (sl->wrc < 0)
-            resp_add_errorf(out, "ERR reload failed: %s", sl->werr);
-        else
-            resp_add_simple(out, "OK");
-        struct server_client *c = x->c;
-        free(x);
-        server_client_unblock(c);
-    }
-    sl->busy = 0;
-    sl->cur = sl->next;
-    sl->next = NULL;
-    if (sl->cur != NULL || sl->again) {
-        sl->again = 0;
-        commands_sl__reload_run(sl);
-    }
-}
-
-static void commands_sl__reload_run(struct commands_sl *sl)
-{
-    sl->busy = 1;
-    sl->work.data = sl;
-    if (uv_queue_work(sl->loop, &sl->work, commands_sl__reload_work, commands_sl__reload_done) <
-        0) {
-        /* Cannot happen with valid arguments; never leave a waiter hanging. */
-        commands_sl__reload_work(&sl->work);
-        commands_sl__reload_done(&sl->work, 0);
-    }
-}
-
-/* A blocked SL.RELOAD's client went away: it is answered by no one. */
-static void commands_sl__reload_cancel(struct server_client *c, void *arg)
-{
-    struct commands_sl *sl = arg;
-    struct sl_waiter **lists[3] = {&sl->cur, &sl->next, &sl->ans};
-    for (int i = 0; i < 3; i++) {
-        for (struct sl_waiter **pp = lists[i]; *pp != NULL; pp = &(*pp)->next) {
-            if ((*pp)->c == c) {
-                struct sl_waiter *x = *pp;
-                *pp = x->next;
-                free(x);
-                return;
-            }
-        }
-    }
-}
-
-int commands_sl_reload_start(struct commands_sl *sl, struct server_client *c)
-{
-    if (sl->load == NULL || sl->loop == NULL)
-        return -SLUICE_EINVAL;
-    if (c != NULL) {
-        struct sl_waiter *x = calloc(1, sizeof(*x));
-        if (x == NULL)
-            return -SLUICE_ENOMEM;
-        x->c = c;
-        /* One that comes while a parse runs may have seen a newer file
-         * than that parse read: the next parse answers it. */
-        struct sl_waiter **list = sl->busy ? &sl->next : &sl->cur;
-        x->next = *list;
-        *list = x;
-        server_client_block(c, commands_sl__reload_cancel, sl);
-    } else if (sl->busy) {
-        sl->again = 1;
-    }
-    if (!sl->busy)
-        commands_sl__reload_run(sl);
-    return 0;
-}
-
 void commands_sl_get_stats(const struct commands_sl *sl, struct commands_sl_stats *out)
 {
     memset(out, 0, sizeof(*out));
     out->policies = policy_set_count(limiter_policies(sl->lim));
-    out->reloads = sl->reloads;
-    out->reload_failures = sl->reload_failures;
-    out->reloads_unchanged = sl->reloads_unchanged;
+    if (sl->reloader.stats != NULL)
+        sl->reloader.stats(sl->reloader.ud, out);
     out->waiting_acquires = sl->acq ? acquire_waiting(sl->acq) : 0;
 }
 
@@ -1053,17 +944,16 @@ int commands_sl_reload_cmd(struct commands_sl *sl, struct server_client *c, int 
                            const char **argv, const size_t *argvlen, struct resp_buf *out)
 {
     char err[512];
-    /* Off the loop when there is one: a parse of a large file, or one per
-     * change of a file rewritten in a loop, must not stall other clients.
-     * The client waits (MULTI refuses SL.RELOAD, as it does waits). */
-    if (c != NULL && sl->loop != NULL && sl->load != NULL) {
-        int rc = commands_sl_reload_start(sl, c);
-        if (rc == 0)
-            return SERVER_CONTINUE;
-        resp_add_errorf(out, "ERR reload failed: %s", sluice_strerror(rc));
-        return SERVER_CONTINUE;
+    int rc;
+    if (sl->reloader.reload == NULL) {
+        snprintf(err, sizeof(err), "no config file (start sluiced with --config FILE)");
+        rc = -SLUICE_EINVAL;
+    } else {
+        rc = sl->reloader.reload(sl->reloader.ud, c, err, sizeof(err));
     }
-    if (commands_sl_reload(sl, err, sizeof(err)) < 0)
+    if (rc > 0)
+        return SERVER_CONTINUE; /* blocked: answered once reloaded */
+    if (rc < 0)
         resp_add_errorf(out, "ERR reload failed: %s", err);
     else
         resp_add_simple(out, "OK");

@@ -89,23 +89,28 @@
 #include "resp.h"
 #include "server.h"
 
+struct commands_sl_stats;
+
 /*
- * Where SL.RELOAD and SIGHUP get a new policy set: the daemon passes its
- * config file's loader (reload_policies), so this layer knows nothing
- * of the file's format.  On success *out holds one reference, which the
- * caller takes over; 0 with *out NULL means the source is unchanged since
- * the set in use was read (nothing to swap); on failure the loader writes
- * the reason into err and returns a negative enum sluice_err.
+ * The reload engine behind SL.RELOAD: the daemon's (daemon/reload.h,
+ * which SIGHUP calls too), injected so that this layer neither reads the
+ * config file nor swaps policies.  reload: with c, 1 when c is blocked
+ * and answered later (+OK or "-ERR reload failed: reason"); else, or
+ * without c, 0 once reloaded or a negative enum sluice_err with the
+ * reason in err.  stats: fills the reload counters of out (reloads,
+ * reload_failures, reloads_unchanged).
  */
-typedef int (*commands_sl_load_fn)(void *ud, struct policy_set **out, char *err, size_t errlen);
+struct commands_sl_reloader {
+    int (*reload)(void *ud, struct server_client *c, char *err, size_t errlen);
+    void (*stats)(void *ud, struct commands_sl_stats *out);
+    void *ud; /* borrowed */
+};
 
 struct commands_sl_config {
-    size_t max_key_bytes;              /* 0 = 512 */
-    uv_loop_t *loop;                   /* for SL.ACQUIRE; NULL: SL.ACQUIRE never waits */
-    commands_sl_load_fn load_policies; /* for SL.RELOAD; NULL: no config file */
-    void *load_ud;                     /* borrowed; passed to load_policies */
-    const char *load_name;             /* the source in log lines (borrowed), e.g. its path */
-    size_t max_waiters;                /* 0 = ACQUIRE_DEFAULT_MAX_WAITERS */
+    size_t max_key_bytes;                 /* 0 = 512 */
+    uv_loop_t *loop;                      /* for SL.ACQUIRE; NULL: SL.ACQUIRE never waits */
+    struct commands_sl_reloader reloader; /* for SL.RELOAD; no reload hook: none */
+    size_t max_waiters;                   /* 0 = ACQUIRE_DEFAULT_MAX_WAITERS */
 };
 
 struct commands_sl;
@@ -156,32 +161,10 @@ int commands_sl_multi(struct commands_sl *sl, struct server_client *c, int resp3
                       const char **argv, const size_t *argvlen, struct resp_buf *out);
 int commands_sl_policies(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                          const char **argv, const size_t *argvlen, struct resp_buf *out);
-/* SL.RELOAD: commands_sl_reload, answered +OK or with the reason. */
+/* SL.RELOAD: the reload hook (commands_sl_config.reloader), answered +OK
+ * or "-ERR reload failed: reason", now or once the reload is done. */
 int commands_sl_reload_cmd(struct commands_sl *sl, struct server_client *c, int resp3, size_t argc,
                            const char **argv, const size_t *argvlen, struct resp_buf *out);
-
-/*
- * Reloads the policies from the config file (SIGHUP, SL.RELOAD): loads and
- * builds a new set and swaps it in only if both succeed; otherwise keeps
- * the running set, counts a reload failure, logs and returns the reason in
- * err ("FILE:LINE: reason").  Returns 0 or -SLUICE_ECONFIG / -SLUICE_EIO /
- * -SLUICE_ENOMEM / -SLUICE_EINVAL (no config file).  Only policies are
- * reloaded; [sluiced] and [cluster] settings need a restart.
- */
-int commands_sl_reload(struct commands_sl *sl, char *err, size_t errlen);
-
-/*
- * The same off the event loop (needs the config's loop): the load runs in
- * libuv's threadpool, one at a time, and its outcome is applied on the
- * loop.  With c, the client is blocked (server_client_block) and answered
- * +OK or "-ERR reload failed: reason" by the first load that starts after
- * this call, shared with every request that joined it; a client that goes
- * away first is simply dropped.  With c NULL (SIGHUP) nobody is answered.
- * Returns 0, -SLUICE_EINVAL (no loader or loop) or -SLUICE_ENOMEM.  The
- * loader (commands_sl_load_fn) must then be safe to call from another
- * thread while the loop runs: only this layer calls it, never two at once.
- */
-int commands_sl_reload_start(struct commands_sl *sl, struct server_client *c);
 
 /* The SL.* layer's counters, as INFO's "# Policies" section shows them
  * (the metrics endpoint reads them here rather than parsing that text). */

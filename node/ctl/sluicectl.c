@@ -29,7 +29,7 @@
 #define EXIT_LIMITED 1
 #define EXIT_ERR     2
 
-static void usage(FILE *f)
+static void sluicectl__usage(FILE *f)
 {
     fprintf(f, "Usage: sluicectl [-s PATH] COMMAND [ARGS...]\n"
                "\n"
@@ -81,7 +81,7 @@ static void usage(FILE *f)
 
 /* Prints a reply the way redis-cli does for a terminal: the cursor is
  * already past any "N) " prefix; nested elements align under their parent. */
-static void print_reply(const struct sluice_reply *r, int indent)
+static void sluicectl__print_reply(const struct sluice_reply *r, int indent)
 {
     switch (r->type) {
     case SLUICE_REPLY_STRING:
@@ -106,14 +106,14 @@ static void print_reply(const struct sluice_reply *r, int indent)
             if (i > 0)
                 printf("%*s", indent, "");
             int w = printf("%zu) ", i + 1);
-            print_reply(r->elements[i], indent + (w > 0 ? w : 0));
+            sluicectl__print_reply(r->elements[i], indent + (w > 0 ? w : 0));
         }
         break;
     }
 }
 
-static int run(struct sluice_client *c, int argc, const char *const *argv,
-               struct sluice_reply **reply)
+static int sluicectl__run(struct sluice_client *c, int argc, const char *const *argv,
+                          struct sluice_reply **reply)
 {
     int rc = sluice_client_command(c, argc, argv, NULL, reply);
     if (rc < 0) {
@@ -129,7 +129,7 @@ static int run(struct sluice_client *c, int argc, const char *const *argv,
     return 0;
 }
 
-static int cmd_throttle(struct sluice_client *c, int argc, char **argv)
+static int sluicectl__cmd_throttle(struct sluice_client *c, int argc, char **argv)
 {
     if (argc != 5 && argc != 6) {
         fprintf(stderr, "sluicectl: usage: throttle KEY BURST COUNT PERIOD [QTY]\n");
@@ -139,7 +139,7 @@ static int cmd_throttle(struct sluice_client *c, int argc, char **argv)
     for (int i = 1; i < argc; i++)
         args[i] = argv[i];
     struct sluice_reply *r;
-    if (run(c, argc, args, &r) < 0)
+    if (sluicectl__run(c, argc, args, &r) < 0)
         return EXIT_ERR;
     int status = EXIT_ERR;
     if (r->type == SLUICE_REPLY_ARRAY && r->nelem == 5) {
@@ -162,27 +162,27 @@ static int cmd_throttle(struct sluice_client *c, int argc, char **argv)
     return status;
 }
 
-static int cmd_simple(struct sluice_client *c, int argc, const char *const *argv)
+static int sluicectl__cmd_simple(struct sluice_client *c, int argc, const char *const *argv)
 {
     struct sluice_reply *r;
-    if (run(c, argc, argv, &r) < 0)
+    if (sluicectl__run(c, argc, argv, &r) < 0)
         return EXIT_ERR;
     if (r->type == SLUICE_REPLY_STRING && argc >= 1 && strcasecmp(argv[0], "INFO") == 0)
         printf("%.*s\n", (int)r->len, r->str); /* INFO text as is */
     else
-        print_reply(r, 0);
+        sluicectl__print_reply(r, 0);
     sluice_reply_free(r);
     return 0;
 }
 
 /* Walks SCAN until the cursor comes back to 0, printing every key. */
-static int cmd_keys(struct sluice_client *c, int argc, char **argv)
+static int sluicectl__cmd_keys(struct sluice_client *c, int argc, char **argv)
 {
     char cursor[24] = "0";
     do {
         const char *a[6] = {"SCAN", cursor, "COUNT", "1000", "MATCH", argc > 1 ? argv[1] : "*"};
         struct sluice_reply *r;
-        if (run(c, 6, a, &r) < 0)
+        if (sluicectl__run(c, 6, a, &r) < 0)
             return EXIT_ERR;
         if (r->type != SLUICE_REPLY_ARRAY || r->nelem != 2 ||
             r->elements[0]->type != SLUICE_REPLY_STRING || r->elements[0]->len >= sizeof(cursor) ||
@@ -205,7 +205,7 @@ static int cmd_keys(struct sluice_client *c, int argc, char **argv)
 }
 
 /* Text of a scalar reply element (integers and strings), for tables. */
-static const char *cell_text(const struct sluice_reply *e, char *buf, size_t cap)
+static const char *sluicectl__cell_text(const struct sluice_reply *e, char *buf, size_t cap)
 {
     if (e->type == SLUICE_REPLY_INTEGER)
         snprintf(buf, cap, "%lld", (long long)e->integer);
@@ -217,11 +217,11 @@ static const char *cell_text(const struct sluice_reply *e, char *buf, size_t cap
 }
 
 /* SL.MEMBERS as a table. */
-static int cmd_members(struct sluice_client *c)
+static int sluicectl__cmd_members(struct sluice_client *c)
 {
     const char *a[1] = {"SL.MEMBERS"};
     struct sluice_reply *r;
-    if (run(c, 1, a, &r) < 0)
+    if (sluicectl__run(c, 1, a, &r) < 0)
         return EXIT_ERR;
     if (r->type != SLUICE_REPLY_ARRAY) {
         fprintf(stderr, "sluicectl: unexpected reply to SL.MEMBERS\n");
@@ -235,7 +235,7 @@ static int cmd_members(struct sluice_client *c)
             continue;
         char f[4][80];
         for (int k = 0; k < 4; k++)
-            cell_text(m->elements[k], f[k], sizeof(f[k]));
+            sluicectl__cell_text(m->elements[k], f[k], sizeof(f[k]));
         int self = m->elements[5]->type == SLUICE_REPLY_INTEGER && m->elements[5]->integer;
         int64_t ago = m->elements[3]->type == SLUICE_REPLY_INTEGER ? m->elements[3]->integer : -1;
         if (self)
@@ -251,7 +251,7 @@ static int cmd_members(struct sluice_client *c)
 }
 
 /* SL.KEY: "field: value" lines, then one line per slot. */
-static int cmd_key(struct sluice_client *c, int argc, char **argv)
+static int sluicectl__cmd_key(struct sluice_client *c, int argc, char **argv)
 {
     if (argc != 2) {
         fprintf(stderr, "sluicectl: usage: key KEY\n");
@@ -259,7 +259,7 @@ static int cmd_key(struct sluice_client *c, int argc, char **argv)
     }
     const char *a[2] = {"SL.KEY", argv[1]};
     struct sluice_reply *r;
-    if (run(c, 2, a, &r) < 0)
+    if (sluicectl__run(c, 2, a, &r) < 0)
         return EXIT_ERR;
     if (r->type == SLUICE_REPLY_NIL) {
         printf("no global state for '%s' on this node\n", argv[1]);
@@ -274,9 +274,9 @@ static int cmd_key(struct sluice_client *c, int argc, char **argv)
     char k[80], v[80];
     for (size_t i = 0; i + 1 < r->nelem; i += 2) {
         const struct sluice_reply *val = r->elements[i + 1];
-        cell_text(r->elements[i], k, sizeof(k));
+        sluicectl__cell_text(r->elements[i], k, sizeof(k));
         if (val->type != SLUICE_REPLY_ARRAY) {
-            printf("%s: %s\n", k, cell_text(val, v, sizeof(v)));
+            printf("%s: %s\n", k, sluicectl__cell_text(val, v, sizeof(v)));
             continue;
         }
         printf("%s: %zu\n", k, val->nelem);
@@ -288,7 +288,7 @@ static int cmd_key(struct sluice_client *c, int argc, char **argv)
                 continue;
             char f[8][80];
             for (int x = 0; x < 8; x++)
-                cell_text(s->elements[x], f[x], sizeof(f[x]));
+                sluicectl__cell_text(s->elements[x], f[x], sizeof(f[x]));
             printf("  %-24s %-16s %10s %10s %7s %9s %7s %8s\n", f[0], f[1], f[2], f[3], f[4], f[5],
                    f[6], f[7]);
         }
@@ -300,7 +300,7 @@ static int cmd_key(struct sluice_client *c, int argc, char **argv)
 /* A key file line: "ID HEX use" (see gossip/keyring.h for the format),
  * on stdout or, with -o FILE, into a new file only its owner can read
  * (created with O_EXCL and mode 0600 whatever the umask says). */
-static int cmd_keygen(int argc, char **argv)
+static int sluicectl__cmd_keygen(int argc, char **argv)
 {
     long id = 1;
     const char *out = NULL;
@@ -348,7 +348,7 @@ static int cmd_keygen(int argc, char **argv)
 }
 
 /* sluicectl words for the SL.* commands. */
-static const char *sl_command(const char *word)
+static const char *sluicectl__sl_command(const char *word)
 {
     static const char *const map[][2] = {
         {"sl", "SL.THROTTLE"},   {"throttle-ex", "SL.THROTTLE"}, {"acquire", "SL.ACQUIRE"},
@@ -366,7 +366,7 @@ static const char *sl_command(const char *word)
 
 /* Prints one SL decision ([limited, limit, remaining, retry_ms, reset_ms
  * (, waited_ms)]); returns its limited flag, or -1 if r is not one. */
-static int print_decision(const struct sluice_reply *r, const char *indent)
+static int sluicectl__print_decision(const struct sluice_reply *r, const char *indent)
 {
     int64_t v[6];
     if (r->type != SLUICE_REPLY_ARRAY || (r->nelem != 5 && r->nelem != 6))
@@ -390,7 +390,7 @@ static int print_decision(const struct sluice_reply *r, const char *indent)
  * 2 error. */
 /* SL.LEASE's reply [limited, limit, remaining, retry_ms, id, ttl_ms,
  * waited_ms] in words; returns its limited flag, or -1 if r is not one. */
-static int print_lease(const struct sluice_reply *r)
+static int sluicectl__print_lease(const struct sluice_reply *r)
 {
     int64_t v[7];
     if (r->type != SLUICE_REPLY_ARRAY || r->nelem != 7)
@@ -409,7 +409,7 @@ static int print_lease(const struct sluice_reply *r)
     return v[0] != 0;
 }
 
-static int cmd_sl(struct sluice_client *c, const char *slcmd, int argc, char **argv)
+static int sluicectl__cmd_sl(struct sluice_client *c, const char *slcmd, int argc, char **argv)
 {
     /* A lease taken here would end with sluicectl's connection: DETACH. */
     int detach = strcmp(slcmd, "SL.LEASE") == 0;
@@ -425,13 +425,13 @@ static int cmd_sl(struct sluice_client *c, const char *slcmd, int argc, char **a
     if (detach)
         a[argc] = "DETACH";
     struct sluice_reply *r;
-    int rc = run(c, argc + detach, a, &r);
+    int rc = sluicectl__run(c, argc + detach, a, &r);
     free(a);
     if (rc < 0)
         return EXIT_ERR;
     int status = 0;
     if (strcmp(slcmd, "SL.LEASE") == 0) {
-        int limited = print_lease(r);
+        int limited = sluicectl__print_lease(r);
         if (limited < 0) {
             fprintf(stderr, "sluicectl: unexpected reply to %s\n", slcmd);
             status = EXIT_ERR;
@@ -453,12 +453,12 @@ static int cmd_sl(struct sluice_client *c, const char *slcmd, int argc, char **a
         status = r->elements[0]->integer ? EXIT_LIMITED : 0;
         printf("%s\n", status ? "limited (nothing taken)" : "allowed");
         for (size_t i = 1; i < r->nelem; i++)
-            print_decision(r->elements[i], "  ");
+            sluicectl__print_decision(r->elements[i], "  ");
     } else if (strcmp(slcmd, "SL.POLICIES") == 0 || strcmp(slcmd, "SL.RELOAD") == 0 ||
                strcmp(slcmd, "SL.RESET") == 0) {
-        print_reply(r, 0);
+        sluicectl__print_reply(r, 0);
     } else {
-        int limited = print_decision(r, "");
+        int limited = sluicectl__print_decision(r, "");
         if (limited < 0) {
             fprintf(stderr, "sluicectl: unexpected reply to %s\n", slcmd);
             status = EXIT_ERR;
@@ -484,15 +484,15 @@ int main(int argc, char **argv)
             path = optarg;
             break;
         case 'h':
-            usage(stdout);
+            sluicectl__usage(stdout);
             return 0;
         default:
-            usage(stderr);
+            sluicectl__usage(stderr);
             return EXIT_ERR;
         }
     }
     if (optind >= argc) {
-        usage(stderr);
+        sluicectl__usage(stderr);
         return EXIT_ERR;
     }
     /* Named (-s) or found by default: a default path is checked before it
@@ -512,12 +512,12 @@ int main(int argc, char **argv)
         return EXIT_ERR;
     }
     if (strcmp(cmd, "keygen") == 0)
-        return cmd_keygen(nargs, args);
+        return sluicectl__cmd_keygen(nargs, args);
     if (strcmp(cmd, "throttle") != 0 && strcmp(cmd, "ping") != 0 && strcmp(cmd, "info") != 0 &&
         strcmp(cmd, "keys") != 0 && strcmp(cmd, "raw") != 0 && strcmp(cmd, "members") != 0 &&
-        strcmp(cmd, "key") != 0 && sl_command(cmd) == NULL) {
+        strcmp(cmd, "key") != 0 && sluicectl__sl_command(cmd) == NULL) {
         fprintf(stderr, "sluicectl: unknown command '%s'\n", cmd);
-        usage(stderr);
+        sluicectl__usage(stderr);
         return EXIT_ERR;
     }
 
@@ -538,23 +538,23 @@ int main(int argc, char **argv)
     }
     int status;
     if (strcmp(cmd, "throttle") == 0) {
-        status = cmd_throttle(c, nargs, args);
-    } else if (sl_command(cmd) != NULL) {
-        status = cmd_sl(c, sl_command(cmd), nargs, args);
+        status = sluicectl__cmd_throttle(c, nargs, args);
+    } else if (sluicectl__sl_command(cmd) != NULL) {
+        status = sluicectl__cmd_sl(c, sluicectl__sl_command(cmd), nargs, args);
     } else if (strcmp(cmd, "keys") == 0) {
-        status = cmd_keys(c, nargs, args);
+        status = sluicectl__cmd_keys(c, nargs, args);
     } else if (strcmp(cmd, "members") == 0) {
-        status = cmd_members(c);
+        status = sluicectl__cmd_members(c);
     } else if (strcmp(cmd, "key") == 0) {
-        status = cmd_key(c, nargs, args);
+        status = sluicectl__cmd_key(c, nargs, args);
     } else if (strcmp(cmd, "ping") == 0) {
         const char *a[1] = {"PING"};
-        status = cmd_simple(c, 1, a);
+        status = sluicectl__cmd_simple(c, 1, a);
     } else if (strcmp(cmd, "info") == 0) {
         const char *a[2] = {"INFO", nargs > 1 ? args[1] : NULL};
-        status = cmd_simple(c, nargs > 1 ? 2 : 1, a);
+        status = sluicectl__cmd_simple(c, nargs > 1 ? 2 : 1, a);
     } else {
-        status = cmd_simple(c, nargs - 1, (const char *const *)(args + 1));
+        status = sluicectl__cmd_simple(c, nargs - 1, (const char *const *)(args + 1));
     }
     sluice_client_close(c);
     return status;

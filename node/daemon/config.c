@@ -34,11 +34,14 @@ enum config_section { SEC_NONE, SEC_SLUICED, SEC_CLUSTER, SEC_POLICY };
 
 /* Per-policy parse bookkeeping: the line of each key (0 = not given). */
 struct config_pol_lines {
-    int algorithm, burst, rate, scope, partition, match, precision, dry_run, warmup, cold;
+    int algorithm, burst, rate, scope, partition, match, precision, dry_run;
     int concurrency, limit, ttl; /* algorithm = concurrency, and its keys */
     enum algo_kind kind;
     int64_t limit_v, ttl_v;
-    int64_t burst_v, count, period_ns, precision_v, warmup_ns, cold_v;
+    int64_t burst_v, count, period_ns, precision_v;
+    /* The algorithms' own keys, numbered as algo_option_at: line, value. */
+    int opt_line[ALGO_OPTIONS_MAX];
+    int64_t opt_v[ALGO_OPTIONS_MAX];
 };
 
 struct config_parser {
@@ -702,6 +705,40 @@ static int config__cluster_key(struct config_parser *ps, const char *k, const ch
     return 1;
 }
 
+/* A policy key an algorithm owns (option i of algo_option_at), read as
+ * its row says.  1, or 0 once failed. */
+static int config__option(struct config_parser *ps, struct config_pol_lines *pl, size_t i,
+                          const char *v)
+{
+    const struct algo_option *o = algo_option_at(i, NULL);
+    if (o->type == ALGO_VALUE_NS) {
+        int64_t ns;
+        if (config_parse_duration(v, &ns) < 0 || ns < o->min || ns > o->max)
+            BAD("%s: expected a duration such as 10s or 500ms, got '%s'", o->conf, v);
+        pl->opt_v[i] = ns;
+    } else {
+        uint64_t u;
+        if (config__uint(v, 10, (uint64_t)o->max, &u) < 0 || u < (uint64_t)o->min)
+            BAD("%s: expected a whole number from %lld to %lld, got '%s'", o->conf,
+                (long long)o->min, (long long)o->max, v);
+        pl->opt_v[i] = (int64_t)u;
+    }
+    pl->opt_line[i] = ps->line;
+    return 1;
+}
+
+/* The first of the algorithms' own keys given (in algo_option_at's order)
+ * that kind does not own, or the first given when kind is ALGO_KIND_COUNT_:
+ * its number, or -1 when there is none. */
+static int config__first_option(const struct config_pol_lines *pl, enum algo_kind kind)
+{
+    enum algo_kind k;
+    for (size_t i = 0; i < ALGO_OPTIONS_MAX && algo_option_at(i, &k) != NULL; i++)
+        if (pl->opt_line[i] && (kind == ALGO_KIND_COUNT_ || k != kind))
+            return (int)i;
+    return -1;
+}
+
 static int config__policy_key(struct config_parser *ps, const char *k, const char *v)
 {
     struct config *cfg = ps->cfg;
@@ -709,6 +746,7 @@ static int config__policy_key(struct config_parser *ps, const char *k, const cha
     struct config_pol_lines *pl = &ps->pl[cfg->npolicies - 1];
     uint64_t u;
     int rc;
+    int opt = algo_option_find(k, strlen(k), 0);
     if (strcmp(k, "algorithm") == 0) {
         if (strcmp(v, "concurrency") == 0)
             pl->concurrency = ps->line;
@@ -767,19 +805,8 @@ static int config__policy_key(struct config_parser *ps, const char *k, const cha
                 (long long)ALGO_PRECISION_MAX, v);
         pl->precision_v = (int64_t)u;
         pl->precision = ps->line;
-    } else if (strcmp(k, "warmup") == 0) {
-        int64_t ns;
-        if (config_parse_duration(v, &ns) < 0 || ns < 1)
-            BAD("warmup: expected a duration such as 10s or 500ms, got '%s'", v);
-        pl->warmup_ns = ns;
-        pl->warmup = ps->line;
-    } else if (strcmp(k, "cold_factor") == 0) {
-        rc = config__uint(v, 10, (uint64_t)ALGO_COLD_FACTOR_MAX, &u);
-        if (rc < 0 || u == 0)
-            BAD("cold_factor: expected a whole number from 1 to %lld, got '%s'",
-                (long long)ALGO_COLD_FACTOR_MAX, v);
-        pl->cold_v = (int64_t)u;
-        pl->cold = ps->line;
+    } else if (opt >= 0 && opt < ALGO_OPTIONS_MAX) {
+        return config__option(ps, pl, (size_t)opt, v);
     } else if (strcmp(k, "dry_run") == 0) {
         if (config__bool(v, &pol->dry_run) < 0)
             BAD("dry_run: expected true or false, got '%s'", v);
@@ -840,11 +867,11 @@ static void config__finish(struct config_parser *ps)
         int windowed = !algo_has_burst(pl->kind);
         int rc;
         if (pl->concurrency) {
+            int any = config__first_option(pl, ALGO_KIND_COUNT_);
             int stray = pl->rate        ? pl->rate
                         : pl->burst     ? pl->burst
                         : pl->precision ? pl->precision
-                        : pl->warmup    ? pl->warmup
-                        : pl->cold      ? pl->cold
+                        : any >= 0      ? pl->opt_line[any]
                         : pl->dry_run   ? pl->dry_run
                                         : pl->partition;
             if (stray) {
@@ -892,10 +919,13 @@ static void config__finish(struct config_parser *ps)
                          "policy '%s': precision applies to sliding-window only", pol->name);
             break;
         }
-        if ((pl->warmup || pl->cold) && pl->kind != ALGO_WARMUP) {
-            config__fail(ps, pl->warmup ? pl->warmup : pl->cold, -SLUICE_ECONFIG,
-                         "policy '%s': %s applies to warmup only", pol->name,
-                         pl->warmup ? "warmup" : "cold_factor");
+        int foreign = config__first_option(pl, pl->kind);
+        if (foreign >= 0) {
+            enum algo_kind owner;
+            const struct algo_option *o = algo_option_at((size_t)foreign, &owner);
+            config__fail(ps, pl->opt_line[foreign], -SLUICE_ECONFIG,
+                         "policy '%s': %s applies to %s only", pol->name, o->conf,
+                         algo_name(owner));
             break;
         }
         if (!pl->scope)
@@ -914,15 +944,15 @@ static void config__finish(struct config_parser *ps)
         }
         rc = algo_params_init(&pol->algo, pl->kind, pl->burst_v, pl->count, pl->period_ns,
                               pl->precision_v);
-        if (rc == 0 && pl->kind == ALGO_WARMUP && (pl->warmup || pl->cold)) {
-            rc =
-                algo_params_set_warmup(&pol->algo, pl->warmup ? pl->warmup_ns : pol->algo.warmup_ns,
-                                       pl->cold ? pl->cold_v : pol->algo.cold_factor);
+        int given = config__first_option(pl, ALGO_KIND_COUNT_);
+        if (rc == 0 && given >= 0) {
+            rc = algo_params_set_options(&pol->algo, pl->opt_v, pl->opt_line);
             if (rc < 0) {
-                config__fail(ps, pl->warmup ? pl->warmup : pl->cold, -SLUICE_ECONFIG,
-                             "policy '%s': warmup and cold_factor out of range for this rate "
-                             "(%s)",
-                             pol->name, sluice_strerror(rc));
+                char names[128];
+                config__fail(ps, pl->opt_line[given], -SLUICE_ECONFIG,
+                             "policy '%s': %s out of range for this rate (%s)", pol->name,
+                             algo_option_list(pl->kind, 0, "", names, sizeof(names)),
+                             sluice_strerror(rc));
                 break;
             }
         }

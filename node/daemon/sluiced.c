@@ -49,7 +49,7 @@
 #include "sluice/error.h"
 #include "version.h"
 
-static void usage(FILE *f)
+static void sluiced__usage(FILE *f)
 {
     fprintf(f,
             "Usage: sluiced [OPTIONS]\n"
@@ -166,8 +166,8 @@ static void usage(FILE *f)
 }
 
 /* Parses a decimal size in [min, max]; returns 0 or -1. */
-static int parse_size(const char *s, unsigned long long min, unsigned long long max,
-                      unsigned long long *out)
+static int sluiced__parse_size(const char *s, unsigned long long min, unsigned long long max,
+                               unsigned long long *out)
 {
     if (s == NULL || *s == '\0' || *s == '-')
         return -1;
@@ -226,7 +226,7 @@ struct daemon {
     struct daemon_counters scrape; /* the stats a scrape's sections point at */
 };
 
-static int collect_member(void *ud, const struct gossip_member_info *m)
+static int sluiced__collect_member(void *ud, const struct gossip_member_info *m)
 {
     struct metrics_snapshot *s = ud;
     if ((unsigned)m->state < 4)
@@ -235,7 +235,7 @@ static int collect_member(void *ud, const struct gossip_member_info *m)
 }
 
 /* The network listeners' counters: TCP RESP, HTTP, gRPC (zero when off). */
-static void daemon_listener_stats(struct daemon *d, struct daemon_counters *x)
+static void sluiced__listener_stats(struct daemon *d, struct daemon_counters *x)
 {
     memset(&x->srv, 0, sizeof(x->srv));
     memset(&x->http, 0, sizeof(x->http));
@@ -254,22 +254,22 @@ static void daemon_listener_stats(struct daemon *d, struct daemon_counters *x)
 }
 
 /* INFO listeners: the same tables as /metrics' tcp_*, http_* and rls_*. */
-static void daemon_listeners_info(void *ud, struct resp_buf *t)
+static void sluiced__listeners_info(void *ud, struct resp_buf *t)
 {
     struct daemon *d = ud;
     struct daemon_counters x;
-    daemon_listener_stats(d, &x);
+    sluiced__listener_stats(d, &x);
     info_counters(t, &server_tcp_counters, &x.srv);
     info_counters(t, &http_counters, &x.http);
     info_counters(t, &daemon_rls_counters, &x.rls);
 }
 
 /* Fills a scrape from every module's counters (metrics.c knows none). */
-static void daemon_collect(void *ud, struct metrics_snapshot *s)
+static void sluiced__collect(void *ud, struct metrics_snapshot *s)
 {
     struct daemon *d = ud;
     struct daemon_counters *x = &d->scrape;
-    daemon_listener_stats(d, x);
+    sluiced__listener_stats(d, x);
     limiter_get_stats(d->lim, &x->lim);
     commands_sl_get_stats(d->sl, &x->sl);
     metrics_snapshot_add(s, 0, &limiter_counters, &x->lim);
@@ -308,7 +308,7 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
         for (int i = 0; i < 4; i++)
             s->members[i].label = gossip_member_state_name((enum gossip_member_state)i);
         s->nmembers = 4;
-        gossip_node_members(g, collect_member, s);
+        gossip_node_members(g, sluiced__collect_member, s);
         gossip_node_stats(g, &x->gossip);
         for (int i = 0; i < GOSSIP_DROP_MAX_ && i < METRICS_MAX_LABELS; i++) {
             s->drops[i].label = gossip_drop_name(i);
@@ -331,12 +331,12 @@ static void daemon_collect(void *ud, struct metrics_snapshot *s)
 
 /* A key a reload turned global carries what it used as a local key (the
  * cluster's replica asks once, as it creates the key). */
-static int64_t daemon_carry(void *ud, const char *key, size_t klen, const struct algo_params *p)
+static int64_t sluiced__carry(void *ud, const char *key, size_t klen, const struct algo_params *p)
 {
     return limiter_used(ud, key, klen, p);
 }
 
-static void on_maintain(uv_timer_t *t)
+static void sluiced__on_maintain(uv_timer_t *t)
 {
     struct daemon *d = t->data;
     limiter_maintain(d->lim, (int64_t)uv_hrtime(), MAINTAIN_BUDGET);
@@ -345,7 +345,7 @@ static void on_maintain(uv_timer_t *t)
 
 /* GET /ready: 200 "ready" when readiness_ready, else 503 with the reason.
  * /health stays liveness: it answers while the event loop runs. */
-static void daemon_on_ready(void *ud, const struct http_request *req, struct http_reply *rep)
+static void sluiced__on_ready(void *ud, const struct http_request *req, struct http_reply *rep)
 {
     struct daemon *d = ud;
     char text[320];
@@ -363,7 +363,7 @@ static void daemon_on_ready(void *ud, const struct http_request *req, struct htt
  * and say so when even that cannot hold --max-clients plus the daemon's own
  * descriptors (a client past it would be reset by accept, unexplained). */
 #define DAEMON_OWN_FDS 64
-static void daemon_raise_nofile(size_t max_clients)
+static void sluiced__raise_nofile(size_t max_clients)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
@@ -381,7 +381,7 @@ static void daemon_raise_nofile(size_t max_clients)
 }
 
 /* Closes every handle; the loop then ends on its own. */
-static void daemon_shutdown(struct daemon *d)
+static void sluiced__shutdown(struct daemon *d)
 {
     server_close(d->srv);
     http_close(d->http);
@@ -400,11 +400,11 @@ static void daemon_shutdown(struct daemon *d)
     uv_close((uv_handle_t *)&d->sigterm, NULL);
 }
 
-static void on_drained(uv_timer_t *t)
+static void sluiced__on_drained(uv_timer_t *t)
 {
     struct daemon *d = t->data;
     log_info("drain period over, shutting down");
-    daemon_shutdown(d);
+    sluiced__shutdown(d);
 }
 
 /*
@@ -414,13 +414,13 @@ static void on_drained(uv_timer_t *t)
  * answering for drain_ms; then the shutdown.  Without one, and for SIGINT
  * (a person at a terminal) or a second signal, the shutdown is at once.
  */
-static void on_signal(uv_signal_t *h, int signum)
+static void sluiced__on_signal(uv_signal_t *h, int signum)
 {
     struct daemon *d = h->data;
     const char *name = signum == SIGINT ? "SIGINT" : "SIGTERM";
     if (d->draining) {
         log_info("received %s while draining, shutting down now", name);
-        daemon_shutdown(d);
+        sluiced__shutdown(d);
         return;
     }
     if (signum == SIGTERM && d->drain_ms > 0) {
@@ -430,24 +430,24 @@ static void on_signal(uv_signal_t *h, int signum)
         log_info("received SIGTERM, draining for %llu ms: not ready (/ready 503, gRPC health "
                  "NOT_SERVING) while still answering; a second SIGTERM or a SIGINT stops at once",
                  (unsigned long long)d->drain_ms);
-        uv_timer_start(&d->drain, on_drained, d->drain_ms, 0);
+        uv_timer_start(&d->drain, sluiced__on_drained, d->drain_ms, 0);
         return;
     }
     log_info("received %s, shutting down", name);
-    daemon_shutdown(d);
+    sluiced__shutdown(d);
 }
 
 /* SIGHUP: reload the policies; a bad file keeps the running ones (the
  * reload logs why and counts reload_failures). */
-static void on_sighup(uv_signal_t *h, int signum)
+static void sluiced__on_sighup(uv_signal_t *h, int signum)
 {
     struct daemon *d = h->data;
     char err[512];
     (void)signum;
     log_info("received SIGHUP, reloading");
     /* Off the loop (the file may be large); logged when applied. */
-    if (commands_sl_reload_start(d->sl, NULL) < 0)
-        (void)commands_sl_reload(d->sl, err, sizeof(err));
+    if (reload_start(&d->reload, NULL) < 0)
+        (void)reload_now(&d->reload, err, sizeof(err));
     if (daemon_rls_reload(d->rls, err, sizeof(err)) < 0)
         log_error("ratelimit: config not reloaded, keeping the one in use: %s", err);
     /* Key rotation: a bad key file keeps the keys in use. */
@@ -465,7 +465,7 @@ static void on_sighup(uv_signal_t *h, int signum)
  */
 #define RLS_WATCH_SETTLE_MS 300
 
-static void on_rls_settled(uv_timer_t *t)
+static void sluiced__on_rls_settled(uv_timer_t *t)
 {
     struct daemon *d = t->data;
     char err[512];
@@ -474,32 +474,32 @@ static void on_rls_settled(uv_timer_t *t)
         log_error("ratelimit: config not reloaded, keeping the one in use: %s", err);
 }
 
-static void on_rls_dir_event(uv_fs_event_t *h, const char *name, int events, int status)
+static void sluiced__on_rls_dir_event(uv_fs_event_t *h, const char *name, int events, int status)
 {
     struct daemon *d = h->data;
     (void)name;
     (void)events;
     if (status < 0)
         return;
-    uv_timer_start(&d->rls_settle, on_rls_settled, RLS_WATCH_SETTLE_MS, 0);
+    uv_timer_start(&d->rls_settle, sluiced__on_rls_settled, RLS_WATCH_SETTLE_MS, 0);
 }
 
 /* Starts watching dir; a failure (no inotify, too many watches) is logged
  * and leaves SIGHUP as the way to reload. */
-static void daemon_watch_rls_dir(struct daemon *d, const char *dir)
+static void sluiced__watch_rls_dir(struct daemon *d, const char *dir)
 {
     uv_fs_event_init(&d->loop, &d->rls_watch);
     uv_timer_init(&d->loop, &d->rls_settle);
     d->rls_watch.data = d->rls_settle.data = d;
     d->rls_dir = dir;
-    int rc = uv_fs_event_start(&d->rls_watch, on_rls_dir_event, dir, 0);
+    int rc = uv_fs_event_start(&d->rls_watch, sluiced__on_rls_dir_event, dir, 0);
     if (rc < 0)
         log_warn("ratelimit: cannot watch %s (%s): reload it with SIGHUP", dir, uv_strerror(rc));
 }
 
 /* Finds --config FILE / --config=FILE before the other flags are parsed,
  * so that the file gives defaults and the flags override them. */
-static const char *find_config_flag(int argc, char **argv)
+static const char *sluiced__find_config_flag(int argc, char **argv)
 {
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -513,9 +513,9 @@ static const char *find_config_flag(int argc, char **argv)
     return path;
 }
 
-/* The configuration file, kept until daemon_shutdown_free (its strings are
+/* The configuration file, kept until sluiced__shutdown_free (its strings are
  * used as flag values). */
-static struct config file_cfg;
+static struct config sluiced__file_cfg;
 
 enum {
     OPT_CONFIG = 200,
@@ -555,7 +555,7 @@ enum {
  * /run/sluice, which a system set-up provides); refused, with a message on
  * stderr, when it exists but belongs to another user or others can write
  * to it.  0 or -1. */
-static int daemon_private_dir(const char *socket_path)
+static int sluiced__private_dir(const char *socket_path)
 {
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
     snprintf(dir, sizeof(dir), "%s", socket_path);
@@ -607,10 +607,10 @@ struct daemon_options {
     struct reload reload;        /* copied into the daemon once it exists */
 };
 
-/* daemon_parse_options' answer when the daemon is to go on starting. */
+/* sluiced__parse_options' answer when the daemon is to go on starting. */
 #define DAEMON_GO_ON (-1)
 
-static const struct option daemon_long_options[] = {
+static const struct option sluiced__long_options[] = {
     {"config", required_argument, NULL, OPT_CONFIG},
     {"socket", required_argument, NULL, OPT_SOCKET},
     {"socket-mode", required_argument, NULL, OPT_SOCKET_MODE},
@@ -652,57 +652,58 @@ static const struct option daemon_long_options[] = {
  * gives the defaults the flags then override.  Fails with 2 (the exit
  * status), the reason on stderr, when the file cannot be read or parsed or
  * its policies cannot be built; 0 otherwise, with or without a file. */
-static int daemon_load_config(struct daemon_options *o, int argc, char **argv)
+static int sluiced__load_config(struct daemon_options *o, int argc, char **argv)
 {
     o->scfg.socket_mode = 0660;
     o->lcfg.max_keys = 0;
     o->lcfg.overflow = LIMITER_OVERFLOW_EVICT;
     o->decisions = "on";
     cluster_options_init(&o->clopt);
-    o->config_path = find_config_flag(argc, argv);
+    o->config_path = sluiced__find_config_flag(argc, argv);
     reload_init(&o->reload, o->config_path);
     if (o->config_path == NULL)
         return 0;
     char cerr[512];
     struct stat cst;
-    if (config_load_file(o->config_path, &file_cfg, &cst, cerr, sizeof(cerr)) < 0) {
+    if (config_load_file(o->config_path, &sluiced__file_cfg, &cst, cerr, sizeof(cerr)) < 0) {
         fprintf(stderr, "sluiced: %s\n", cerr);
         return 2;
     }
     reload_loaded(&o->reload, &cst);
-    if (policy_set_build(file_cfg.policies, file_cfg.npolicies, &o->policies) < 0) {
+    if (policy_set_build(sluiced__file_cfg.policies, sluiced__file_cfg.npolicies, &o->policies) <
+        0) {
         fprintf(stderr, "sluiced: %s: cannot build the policies\n", o->config_path);
         return 2;
     }
-    /* [sluiced] gives the defaults the flags (daemon_parse_options) override. */
-    o->socket_path = file_cfg.socket;
-    o->scfg.socket_mode = file_cfg.socket_mode;
-    o->scfg.max_clients = file_cfg.max_clients;
-    o->scfg.max_client_memory = file_cfg.max_client_memory == 0
+    /* [sluiced] gives the defaults the flags (sluiced__parse_options) override. */
+    o->socket_path = sluiced__file_cfg.socket;
+    o->scfg.socket_mode = sluiced__file_cfg.socket_mode;
+    o->scfg.max_clients = sluiced__file_cfg.max_clients;
+    o->scfg.max_client_memory = sluiced__file_cfg.max_client_memory == 0
                                     ? SERVER_CLIENT_MEMORY_UNLIMITED
-                                    : (size_t)file_cfg.max_client_memory;
-    o->lcfg.max_keys = (size_t)file_cfg.max_keys;
-    o->lcfg.overflow = (enum limiter_overflow)file_cfg.on_full;
-    log_set_level((enum log_level)file_cfg.log_level);
-    o->metrics_addr = file_cfg.metrics;
-    o->htcfg.deny_status = file_cfg.http_deny_status;
-    o->htcfg.trust_headers = file_cfg.http_trust_headers;
-    if (file_cfg.http_decisions != NULL)
-        o->decisions = file_cfg.http_decisions;
-    o->ccfg.admin_off = file_cfg.admin_off;
-    o->scfg.listen = file_cfg.listen;
-    o->ccfg.requirepass = file_cfg.requirepass;
-    o->rlsopt.grpc = file_cfg.grpc;
-    o->rlsopt.config_dir = file_cfg.ratelimit_config;
-    o->rlsopt.algorithm = file_cfg.ratelimit_algorithm;
-    o->rlsopt.headers = file_cfg.ratelimit_headers;
-    o->scfg.max_tcp_clients = file_cfg.max_tcp_clients;
-    o->scfg.tcp_idle_timeout_ms = file_cfg.tcp_idle_timeout_ms;
-    o->hcfg.max_conns = file_cfg.http_max_connections;
-    o->hcfg.idle_timeout_ms = file_cfg.http_idle_timeout_ms;
-    o->rlsopt.max_connections = file_cfg.grpc_max_connections;
-    o->rlsopt.idle_timeout_ms = file_cfg.grpc_idle_timeout_ms;
-    o->drain_ms = file_cfg.shutdown_drain_ms;
+                                    : (size_t)sluiced__file_cfg.max_client_memory;
+    o->lcfg.max_keys = (size_t)sluiced__file_cfg.max_keys;
+    o->lcfg.overflow = (enum limiter_overflow)sluiced__file_cfg.on_full;
+    log_set_level((enum log_level)sluiced__file_cfg.log_level);
+    o->metrics_addr = sluiced__file_cfg.metrics;
+    o->htcfg.deny_status = sluiced__file_cfg.http_deny_status;
+    o->htcfg.trust_headers = sluiced__file_cfg.http_trust_headers;
+    if (sluiced__file_cfg.http_decisions != NULL)
+        o->decisions = sluiced__file_cfg.http_decisions;
+    o->ccfg.admin_off = sluiced__file_cfg.admin_off;
+    o->scfg.listen = sluiced__file_cfg.listen;
+    o->ccfg.requirepass = sluiced__file_cfg.requirepass;
+    o->rlsopt.grpc = sluiced__file_cfg.grpc;
+    o->rlsopt.config_dir = sluiced__file_cfg.ratelimit_config;
+    o->rlsopt.algorithm = sluiced__file_cfg.ratelimit_algorithm;
+    o->rlsopt.headers = sluiced__file_cfg.ratelimit_headers;
+    o->scfg.max_tcp_clients = sluiced__file_cfg.max_tcp_clients;
+    o->scfg.tcp_idle_timeout_ms = sluiced__file_cfg.tcp_idle_timeout_ms;
+    o->hcfg.max_conns = sluiced__file_cfg.http_max_connections;
+    o->hcfg.idle_timeout_ms = sluiced__file_cfg.http_idle_timeout_ms;
+    o->rlsopt.max_connections = sluiced__file_cfg.grpc_max_connections;
+    o->rlsopt.idle_timeout_ms = sluiced__file_cfg.grpc_idle_timeout_ms;
+    o->drain_ms = sluiced__file_cfg.shutdown_drain_ms;
     return 0;
 }
 
@@ -711,14 +712,14 @@ static int daemon_load_config(struct daemon_options *o, int argc, char **argv)
  * path (its directory made private).  DAEMON_GO_ON to start; otherwise the
  * exit status: 0 after --version or --help, 2 for a bad flag or value (the
  * reason on stderr), an unusable default socket directory or no memory. */
-static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
+static int sluiced__parse_options(struct daemon_options *o, int argc, char **argv)
 {
     int opt;
     unsigned long long v;
-    while ((opt = getopt_long(argc, argv, "h", daemon_long_options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "h", sluiced__long_options, NULL)) != -1) {
         switch (opt) {
         case OPT_CONFIG:
-            break; /* read by daemon_load_config */
+            break; /* read by sluiced__load_config */
         case OPT_SOCKET:
             o->socket_path = optarg;
             break;
@@ -738,7 +739,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             const struct group *gr = getgrnam(optarg);
             if (gr != NULL) {
                 o->scfg.socket_gid = (unsigned)gr->gr_gid;
-            } else if (parse_size(optarg, 0, UINT32_MAX - 1, &v) == 0) {
+            } else if (sluiced__parse_size(optarg, 0, UINT32_MAX - 1, &v) == 0) {
                 o->scfg.socket_gid = (unsigned)v;
             } else {
                 fprintf(stderr, "sluiced: --socket-group: no group named '%s'\n", optarg);
@@ -748,14 +749,14 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             break;
         }
         case OPT_MAX_CLIENTS:
-            if (parse_size(optarg, 1, 1000000, &v) < 0) {
+            if (sluiced__parse_size(optarg, 1, 1000000, &v) < 0) {
                 fprintf(stderr, "sluiced: --max-clients: expected 1..1000000, got '%s'\n", optarg);
                 return 2;
             }
             o->scfg.max_clients = (size_t)v;
             break;
         case OPT_MAX_TCP_CLIENTS:
-            if (parse_size(optarg, 1, 1000000, &v) < 0) {
+            if (sluiced__parse_size(optarg, 1, 1000000, &v) < 0) {
                 fprintf(stderr, "sluiced: --max-tcp-clients: expected 1..1000000, got '%s'\n",
                         optarg);
                 return 2;
@@ -763,7 +764,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             o->scfg.max_tcp_clients = (size_t)v;
             break;
         case OPT_TCP_IDLE:
-            if (parse_size(optarg, 0, 86400 * 365, &v) < 0) {
+            if (sluiced__parse_size(optarg, 0, 86400 * 365, &v) < 0) {
                 fprintf(stderr, "sluiced: --tcp-idle-timeout: expected seconds, got '%s'\n",
                         optarg);
                 return 2;
@@ -772,7 +773,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             break;
         case OPT_HTTP_MAX_CONNS:
         case OPT_GRPC_MAX_CONNS:
-            if (parse_size(optarg, 1, 1000000, &v) < 0) {
+            if (sluiced__parse_size(optarg, 1, 1000000, &v) < 0) {
                 fprintf(stderr, "sluiced: --%s-max-connections: expected 1..1000000, got '%s'\n",
                         opt == OPT_HTTP_MAX_CONNS ? "http" : "grpc", optarg);
                 return 2;
@@ -783,7 +784,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
                 o->rlsopt.max_connections = (size_t)v;
             break;
         case OPT_HTTP_IDLE:
-            if (parse_size(optarg, 1, 86400, &v) < 0) {
+            if (sluiced__parse_size(optarg, 1, 86400, &v) < 0) {
                 fprintf(stderr,
                         "sluiced: --http-idle-timeout: expected 1..86400 seconds, got '%s'\n",
                         optarg);
@@ -793,7 +794,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             break;
         case OPT_SHUTDOWN_DRAIN: {
             int64_t ns;
-            if (parse_size(optarg, 0, 3600, &v) == 0) {
+            if (sluiced__parse_size(optarg, 0, 3600, &v) == 0) {
                 ns = (int64_t)v * 1000000000;
             } else if (config_parse_duration(optarg, &ns) < 0 || ns > INT64_C(3600) * 1000000000) {
                 fprintf(stderr,
@@ -806,7 +807,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             break;
         }
         case OPT_GRPC_IDLE:
-            if (parse_size(optarg, 0, 86400 * 365, &v) < 0) {
+            if (sluiced__parse_size(optarg, 0, 86400 * 365, &v) < 0) {
                 fprintf(stderr, "sluiced: --grpc-idle-timeout: expected seconds, got '%s'\n",
                         optarg);
                 return 2;
@@ -814,7 +815,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             o->rlsopt.idle_timeout_ms = (uint64_t)v * 1000;
             break;
         case OPT_MAX_REQUEST:
-            if (parse_size(optarg, 64, 512ull * 1024 * 1024, &v) < 0) {
+            if (sluiced__parse_size(optarg, 64, 512ull * 1024 * 1024, &v) < 0) {
                 fprintf(stderr, "sluiced: --max-request-bytes: expected 64..536870912, got '%s'\n",
                         optarg);
                 return 2;
@@ -822,7 +823,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             o->scfg.max_request = (size_t)v;
             break;
         case OPT_MAX_CLIENT_MEMORY:
-            if (parse_size(optarg, 0, (unsigned long long)SIZE_MAX / 2, &v) < 0 ||
+            if (sluiced__parse_size(optarg, 0, (unsigned long long)SIZE_MAX / 2, &v) < 0 ||
                 (v != 0 && v < 1024 * 1024)) {
                 fprintf(stderr,
                         "sluiced: --max-client-memory: expected bytes, at least 1048576, or 0 "
@@ -833,7 +834,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             o->scfg.max_client_memory = v == 0 ? SERVER_CLIENT_MEMORY_UNLIMITED : (size_t)v;
             break;
         case OPT_MAX_KEY:
-            if (parse_size(optarg, 1, 1024 * 1024, &v) < 0) {
+            if (sluiced__parse_size(optarg, 1, 1024 * 1024, &v) < 0) {
                 fprintf(stderr, "sluiced: --max-key-bytes: expected 1..1048576, got '%s'\n",
                         optarg);
                 return 2;
@@ -841,7 +842,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             o->ccfg.max_key_bytes = (size_t)v;
             break;
         case OPT_MAX_KEYS:
-            if (parse_size(optarg, 1, (unsigned long long)SIZE_MAX / 2, &v) < 0) {
+            if (sluiced__parse_size(optarg, 1, (unsigned long long)SIZE_MAX / 2, &v) < 0) {
                 fprintf(stderr, "sluiced: --max-keys: expected a positive count, got '%s'\n",
                         optarg);
                 return 2;
@@ -961,25 +962,25 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
             return 0;
         case OPT_HELP:
         case 'h':
-            usage(stdout);
+            sluiced__usage(stdout);
             return 0;
         default: {
             int taken = cluster_flags_parse(&o->clopt, opt, optarg);
             if (taken > 0)
                 break;
             if (taken == 0)
-                usage(stderr);
+                sluiced__usage(stderr);
             return 2;
         }
         }
     }
     if (optind < argc) {
         fprintf(stderr, "sluiced: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
+        sluiced__usage(stderr);
         return 2;
     }
     /* The file's [cluster] section fills what the cluster flags left unset. */
-    if (o->config_path != NULL && cluster_flags_apply_config(&o->clopt, &file_cfg) < 0) {
+    if (o->config_path != NULL && cluster_flags_apply_config(&o->clopt, &sluiced__file_cfg) < 0) {
         fprintf(stderr, "sluiced: out of memory\n");
         return 2;
     }
@@ -988,7 +989,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
         /* The default's directory is this user's alone: made private if
          * missing ($XDG_RUNTIME_DIR/sluice, /tmp/sluice-UID); an existing
          * one must be ours and closed to others. */
-        if (daemon_private_dir(o->socket_path) < 0)
+        if (sluiced__private_dir(o->socket_path) < 0)
             return 2;
     }
     o->scfg.socket_path = o->socket_path;
@@ -997,7 +998,7 @@ static int daemon_parse_options(struct daemon_options *o, int argc, char **argv)
 
 /* Step 3, create the limiter (--max-keys, --on-full).  0, or a negative
  * error code, logged; nothing else exists yet. */
-static int daemon_create_limiter(struct daemon *d, struct daemon_options *o)
+static int sluiced__create_limiter(struct daemon *d, struct daemon_options *o)
 {
     int rc = limiter_create(&d->lim, &o->lcfg);
     if (rc < 0)
@@ -1007,14 +1008,14 @@ static int daemon_create_limiter(struct daemon *d, struct daemon_options *o)
 
 /* Step 4, start the cluster (without cluster flags, d->cluster stays
  * NULL).  0, or a negative error code, logged. */
-static int daemon_start_cluster(struct daemon *d, struct daemon_options *o)
+static int sluiced__start_cluster(struct daemon *d, struct daemon_options *o)
 {
     char clerr[512];
     /* Global keys count against the same --max-keys, with the same --on-full. */
     o->clopt.max_keys = o->lcfg.max_keys ? o->lcfg.max_keys : LIMITER_DEFAULT_MAX_KEYS;
     o->clopt.evict = o->lcfg.overflow == LIMITER_OVERFLOW_EVICT;
     o->clopt.on_full_allow = o->lcfg.overflow == LIMITER_OVERFLOW_ALLOW;
-    o->clopt.carry = daemon_carry;
+    o->clopt.carry = sluiced__carry;
     o->clopt.carry_ud = d->lim;
     int rc = cluster_start(&d->loop, &o->clopt, &d->cluster, clerr, sizeof(clerr));
     if (rc < 0)
@@ -1025,17 +1026,17 @@ static int daemon_start_cluster(struct daemon *d, struct daemon_options *o)
 /* Step 5, the layers above the limiter: the file's policies into the
  * limiter, the SL commands, the readiness check and the RESP commands.
  * 0, or a negative error code, logged; what was created is freed by
- * daemon_shutdown_free. */
-static int daemon_create_commands(struct daemon *d, struct daemon_options *o)
+ * sluiced__shutdown_free. */
+static int sluiced__create_commands(struct daemon *d, struct daemon_options *o)
 {
     limiter_set_policies(d->lim, o->policies);
     policy_set_release(o->policies);
     o->policies = NULL;
-    struct commands_sl_config slcfg = {.max_key_bytes = o->ccfg.max_key_bytes,
-                                       .loop = &d->loop,
-                                       .load_policies = o->config_path ? reload_policies : NULL,
-                                       .load_ud = &d->reload,
-                                       .load_name = o->config_path};
+    reload_attach(&d->reload, d->lim, &d->loop);
+    struct commands_sl_config slcfg = {
+        .max_key_bytes = o->ccfg.max_key_bytes,
+        .loop = &d->loop,
+        .reloader = {.reload = reload_request, .stats = reload_stats, .ud = &d->reload}};
     int rc = commands_sl_create(d->lim, &slcfg, &d->sl);
     if (rc < 0) {
         log_error("cannot create the command layer: %s", sluice_strerror(rc));
@@ -1049,7 +1050,7 @@ static int daemon_create_commands(struct daemon *d, struct daemon_options *o)
     }
     o->ccfg.cluster = d->cluster;
     o->ccfg.sl = d->sl;
-    o->ccfg.listeners_info = daemon_listeners_info;
+    o->ccfg.listeners_info = sluiced__listeners_info;
     o->ccfg.listeners_ud = d;
     o->ccfg.ready = d->ready;
     rc = commands_create(d->lim, &o->ccfg, &d->cmds);
@@ -1061,7 +1062,7 @@ static int daemon_create_commands(struct daemon *d, struct daemon_options *o)
 /* A listener failed to start: closes the ones started (the Unix socket's
  * server, --http, --http-decisions) and stops the cluster, then runs the
  * loop until their handles are closed. */
-static void daemon_close_listeners(struct daemon *d)
+static void sluiced__close_listeners(struct daemon *d)
 {
     http_close(d->http);
     http_close(d->dhttp);
@@ -1072,17 +1073,17 @@ static void daemon_close_listeners(struct daemon *d)
 
 /* --http: /metrics, /health and /ready, and the decisions (/v1/throttle,
  * /v1/lease) unless --http-decisions puts them elsewhere.  0, or a negative
- * error code, logged, the listeners closed (daemon_close_listeners). */
-static int daemon_start_http(struct daemon *d, struct daemon_options *o)
+ * error code, logged, the listeners closed (sluiced__close_listeners). */
+static int sluiced__start_http(struct daemon *d, struct daemon_options *o)
 {
     int rc;
     o->hcfg.bind = o->metrics_addr;
     o->hcfg.budget = server_memory_budget(d->srv);
     rc = http_create(&d->loop, &o->hcfg, &d->http);
     if (rc == 0)
-        rc = metrics_attach(d->http, daemon_collect, d, &d->metrics);
+        rc = metrics_attach(d->http, sluiced__collect, d, &d->metrics);
     if (rc == 0)
-        rc = http_route(d->http, "/ready", daemon_on_ready, d);
+        rc = http_route(d->http, "/ready", sluiced__on_ready, d);
     if (rc == 0 && strcmp(o->decisions, "on") == 0)
         rc = http_throttle_attach(d->http, d->lim, d->cluster, &o->htcfg, &d->throttle);
     /* Leases spend slots: they go where the decisions go. */
@@ -1095,7 +1096,7 @@ static int daemon_start_http(struct daemon *d, struct daemon_options *o)
         log_error("cannot create the HTTP listener: %s", sluice_strerror(rc));
     }
     if (rc < 0) {
-        daemon_close_listeners(d);
+        sluiced__close_listeners(d);
         return rc;
     }
     log_info("HTTP on http://%s (/metrics, /health, /ready%s%s)", o->metrics_addr,
@@ -1106,7 +1107,7 @@ static int daemon_start_http(struct daemon *d, struct daemon_options *o)
 
 /* --http-decisions HOST:PORT: the decision endpoints on a listener of their
  * own.  0, or a negative error code, logged, the listeners closed. */
-static int daemon_start_decisions(struct daemon *d, struct daemon_options *o)
+static int sluiced__start_decisions(struct daemon *d, struct daemon_options *o)
 {
     int rc;
     /* The decision endpoint alone on a listener of its own: whoever may
@@ -1127,7 +1128,7 @@ static int daemon_start_decisions(struct daemon *d, struct daemon_options *o)
         log_error("cannot create the decision listener: %s", sluice_strerror(rc));
     }
     if (rc < 0) {
-        daemon_close_listeners(d);
+        sluiced__close_listeners(d);
         return rc;
     }
     log_info("HTTP decisions on http://%s (%s)", o->decisions, HTTP_THROTTLE_PATH);
@@ -1137,7 +1138,7 @@ static int daemon_start_decisions(struct daemon *d, struct daemon_options *o)
 /* --grpc and --ratelimit-config: Envoy's rate limit service, and a watch on
  * the config directory.  0, or a negative error code, logged, with *status
  * 2 for a bad config (else 1) and the listeners closed. */
-static int daemon_start_rls(struct daemon *d, struct daemon_options *o, int *status)
+static int sluiced__start_rls(struct daemon *d, struct daemon_options *o, int *status)
 {
     int rc;
     char rerr[512];
@@ -1146,22 +1147,22 @@ static int daemon_start_rls(struct daemon *d, struct daemon_options *o, int *sta
     rc = daemon_rls_start(&d->loop, d->lim, d->cluster, &o->rlsopt, &d->rls, rerr, sizeof(rerr));
     if (rc < 0) {
         log_error("ratelimit: %s", rerr);
-        daemon_close_listeners(d);
+        sluiced__close_listeners(d);
         *status = rc == -SLUICE_ECONFIG ? 2 : 1;
         return rc;
     }
     if (o->rlsopt.config_dir != NULL)
-        daemon_watch_rls_dir(d, o->rlsopt.config_dir);
+        sluiced__watch_rls_dir(d, o->rlsopt.config_dir);
     return 0;
 }
 
 /* The maintenance timer, SIGTERM's drain timer and the signal handlers
  * (SIGINT, SIGTERM, SIGHUP).  Cannot fail. */
-static void daemon_start_signals(struct daemon *d, struct daemon_options *o)
+static void sluiced__start_signals(struct daemon *d, struct daemon_options *o)
 {
     uv_timer_init(&d->loop, &d->maintain);
     d->maintain.data = d;
-    uv_timer_start(&d->maintain, on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
+    uv_timer_start(&d->maintain, sluiced__on_maintain, MAINTAIN_INTERVAL_MS, MAINTAIN_INTERVAL_MS);
     uv_timer_init(&d->loop, &d->drain);
     d->drain.data = d;
     d->drain_ms = o->drain_ms;
@@ -1169,11 +1170,11 @@ static void daemon_start_signals(struct daemon *d, struct daemon_options *o)
     uv_signal_init(&d->loop, &d->sigterm);
     d->sigint.data = d;
     d->sigterm.data = d;
-    uv_signal_start(&d->sigint, on_signal, SIGINT);
-    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d->sigint, sluiced__on_signal, SIGINT);
+    uv_signal_start(&d->sigterm, sluiced__on_signal, SIGTERM);
     uv_signal_init(&d->loop, &d->sighup);
     d->sighup.data = d;
-    uv_signal_start(&d->sighup, on_sighup, SIGHUP);
+    uv_signal_start(&d->sighup, sluiced__on_sighup, SIGHUP);
 }
 
 /* Step 6, start the listeners: creates the Unix socket's server, starts
@@ -1183,7 +1184,7 @@ static void daemon_start_signals(struct daemon *d, struct daemon_options *o)
  * answers.  0, or a negative error code, logged, with *status set to the
  * exit status; on a failure past the server's creation the handles are
  * already closed and the loop run until they are. */
-static int daemon_start_listeners(struct daemon *d, struct daemon_options *o, int *status)
+static int sluiced__start_listeners(struct daemon *d, struct daemon_options *o, int *status)
 {
     /* TCP clients must AUTH when a password is set: unauthenticated ones
      * have a deadline and are evicted first. */
@@ -1202,19 +1203,19 @@ static int daemon_start_listeners(struct daemon *d, struct daemon_options *o, in
      * clients and supervisors wait for, so once it exists all of them
      * answer. */
     if (o->metrics_addr != NULL)
-        rc = daemon_start_http(d, o);
+        rc = sluiced__start_http(d, o);
     if (rc == 0 && strcmp(o->decisions, "on") != 0 && strcmp(o->decisions, "off") != 0)
-        rc = daemon_start_decisions(d, o);
+        rc = sluiced__start_decisions(d, o);
     if (rc == 0 && (o->rlsopt.grpc != NULL || o->rlsopt.config_dir != NULL))
-        rc = daemon_start_rls(d, o, status);
+        rc = sluiced__start_rls(d, o, status);
     if (rc < 0)
         return rc; /* the listeners are closed */
     /* Signals before the socket exists: a client or supervisor that sees it
      * may stop us at once (libuv holds the signal until the loop runs). */
-    daemon_start_signals(d, o);
+    sluiced__start_signals(d, o);
     const struct server_config *s = &o->scfg;
     size_t http_conns = o->hcfg.max_conns ? o->hcfg.max_conns : HTTP_DEFAULT_MAX_CONNS;
-    daemon_raise_nofile(
+    sluiced__raise_nofile(
         (s->max_clients ? s->max_clients : SERVER_DEFAULT_MAX_CLIENTS) +
         (s->listen != NULL
              ? (s->max_tcp_clients ? s->max_tcp_clients : SERVER_DEFAULT_MAX_TCP_CLIENTS)
@@ -1237,7 +1238,7 @@ static int daemon_start_listeners(struct daemon *d, struct daemon_options *o, in
         log_error("%s", server_error(d->srv));
     }
     if (rc < 0) {
-        daemon_shutdown(d);
+        sluiced__shutdown(d);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         return rc;
     }
@@ -1254,13 +1255,13 @@ static int daemon_start_listeners(struct daemon *d, struct daemon_options *o, in
  * Returns the exit status: 0, or 1 when the cluster stopped the loop
  * because it failed (the reason is logged); its handles are then closed
  * here. */
-static int daemon_run(struct daemon *d)
+static int sluiced__run(struct daemon *d)
 {
     int status = 0;
     uv_run(&d->loop, UV_RUN_DEFAULT);
     if (cluster_failed(d->cluster)) {
         /* The cluster stopped the loop: refuse to run (the reason is logged). */
-        daemon_shutdown(d);
+        sluiced__shutdown(d);
         uv_run(&d->loop, UV_RUN_DEFAULT);
         status = 1;
     }
@@ -1272,7 +1273,7 @@ static int daemon_run(struct daemon *d)
  * them failed (rc < 0: a step failed, and a cluster it left running is
  * stopped here first), and what the options own.  Every free takes NULL.
  * Cannot fail; the loop itself is closed by main. */
-static void daemon_shutdown_free(struct daemon *d, struct daemon_options *o, int rc)
+static void sluiced__shutdown_free(struct daemon *d, struct daemon_options *o, int rc)
 {
     daemon_rls_destroy(d->rls);
     http_destroy(d->http);
@@ -1297,7 +1298,7 @@ static void daemon_shutdown_free(struct daemon *d, struct daemon_options *o, int
     policy_set_release(o->policies);
     limiter_destroy(d->lim);
     free(o->pass_buf);
-    config_free(&file_cfg);
+    config_free(&sluiced__file_cfg);
 }
 
 int main(int argc, char **argv)
@@ -1306,10 +1307,10 @@ int main(int argc, char **argv)
     struct daemon d;
     memset(&o, 0, sizeof(o));
     memset(&d, 0, sizeof(d));
-    int status = daemon_load_config(&o, argc, argv);
+    int status = sluiced__load_config(&o, argc, argv);
     if (status != 0)
         return status;
-    status = daemon_parse_options(&o, argc, argv);
+    status = sluiced__parse_options(&o, argc, argv);
     if (status != DAEMON_GO_ON)
         return status;
 
@@ -1323,16 +1324,16 @@ int main(int argc, char **argv)
         return 1;
     }
     status = 1;
-    rc = daemon_create_limiter(&d, &o);
+    rc = sluiced__create_limiter(&d, &o);
     if (rc == 0) {
-        rc = daemon_start_cluster(&d, &o);
+        rc = sluiced__start_cluster(&d, &o);
         if (rc == 0)
-            rc = daemon_create_commands(&d, &o);
+            rc = sluiced__create_commands(&d, &o);
         if (rc == 0)
-            rc = daemon_start_listeners(&d, &o, &status);
+            rc = sluiced__start_listeners(&d, &o, &status);
         if (rc == 0)
-            status = daemon_run(&d);
-        daemon_shutdown_free(&d, &o, rc);
+            status = sluiced__run(&d);
+        sluiced__shutdown_free(&d, &o, rc);
     }
     if (uv_loop_close(&d.loop) != 0)
         log_warn("event loop closed with handles still open");

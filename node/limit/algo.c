@@ -10,7 +10,9 @@
  */
 #include "algo.h"
 
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #define ALGO_MAGIC 0x616c676fu /* "algo" */
 
@@ -132,6 +134,95 @@ int algo_params_set_warmup(struct algo_params *p, int64_t warmup_ns, int64_t col
 int algo_params_set_phase(struct algo_params *p, int64_t phase_ns)
 {
     return algo__knob(p, ALGO_KNOB_PHASE, &phase_ns);
+}
+
+const struct algo_option *algo_option_at(size_t i, enum algo_kind *kind)
+{
+    for (int k = 0; k < ALGO_KIND_COUNT_; k++) {
+        const struct algo_ops *ops = algo_table[k];
+        if (i < ops->noptions) {
+            if (kind != NULL)
+                *kind = (enum algo_kind)k;
+            return &ops->options[i];
+        }
+        i -= ops->noptions;
+    }
+    return NULL;
+}
+
+int algo_option_find(const char *name, size_t len, int word)
+{
+    const struct algo_option *o;
+    for (size_t i = 0; (o = algo_option_at(i, NULL)) != NULL; i++) {
+        const char *n = word ? o->word : o->conf;
+        if (strlen(n) == len && (word ? strncasecmp(name, n, len) == 0 : memcmp(name, n, len) == 0))
+            return (int)i;
+    }
+    return -SLUICE_ENOENT;
+}
+
+const char *algo_option_list(enum algo_kind kind, int word, const char *lead, char *buf, size_t cap)
+{
+    const char *item[ALGO_OPTIONS_MAX + 1];
+    size_t n = 0;
+    const struct algo_option *o;
+    enum algo_kind k;
+    if (lead != NULL && *lead != '\0')
+        item[n++] = lead;
+    for (size_t i = 0; n <= ALGO_OPTIONS_MAX && (o = algo_option_at(i, &k)) != NULL; i++)
+        if (kind == ALGO_KIND_COUNT_ || k == kind)
+            item[n++] = word ? o->word : o->conf;
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && len < cap; i++) {
+        const char *sep = i == 0 ? "" : i + 1 == n ? " and " : ", ";
+        int w = snprintf(buf + len, cap - len, "%s%s", sep, item[i]);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    return buf;
+}
+
+int64_t algo_option_value(const struct algo_params *p, const struct algo_option *o)
+{
+    int64_t v;
+    memcpy(&v, (const char *)p + o->off, sizeof(v));
+    return v;
+}
+
+int algo_params_set_options(struct algo_params *p, const int64_t *vals, const int *given)
+{
+    const struct algo_ops *ops = algo__ops(p);
+    if (ops == NULL)
+        return -SLUICE_EINVAL;
+    struct algo_params t = *p;
+    int done[ALGO_OPTIONS_MAX] = {0};
+    const struct algo_option *o;
+    enum algo_kind kind;
+    for (size_t i = 0; i < ALGO_OPTIONS_MAX && (o = algo_option_at(i, &kind)) != NULL; i++) {
+        if (!given[i] || done[i])
+            continue;
+        if (kind != p->kind)
+            return -SLUICE_EINVAL;
+        /* The knob's values: t's, then every option of it that is given. */
+        int64_t v[ALGO_KNOB_VALUES] = {0};
+        const struct algo_option *r;
+        enum algo_kind rk;
+        for (size_t j = 0; (r = algo_option_at(j, &rk)) != NULL; j++) {
+            if (rk != kind || r->knob != o->knob || r->slot < 0 || r->slot >= ALGO_KNOB_VALUES)
+                continue;
+            int g = j < ALGO_OPTIONS_MAX && given[j];
+            v[r->slot] = g ? vals[j] : algo_option_value(&t, r);
+            if (g)
+                done[j] = 1;
+        }
+        int rc = algo__knob(&t, o->knob, v);
+        if (rc < 0)
+            return rc;
+    }
+    *p = t;
+    return 0;
 }
 
 size_t algo_state_size(const struct algo_params *p)

@@ -186,6 +186,38 @@ int algo_params_set_phase(struct algo_params *p, int64_t phase_ns);
  */
 int algo_params_set_warmup(struct algo_params *p, int64_t warmup_ns, int64_t cold_factor);
 
+/*
+ * Every algorithm's options (struct algo_option, below) numbered together,
+ * algorithm by algorithm in enum order, each's rows in order: the i-th, its
+ * algorithm in *kind (if not NULL), or NULL past the last.
+ */
+const struct algo_option *algo_option_at(size_t i, enum algo_kind *kind);
+
+/* The number (for algo_option_at) of the option spelled name, len bytes:
+ * its config key when word is 0, its SL.* word in any case when 1.
+ * -SLUICE_ENOENT when no algorithm has it. */
+int algo_option_find(const char *name, size_t len, int word);
+
+/*
+ * Sets the options given on p (a valid params struct): for every
+ * i < ALGO_OPTIONS_MAX with given[i], option i (algo_option_at) takes
+ * vals[i]; the other values of the knobs they belong to keep p's.  Each
+ * knob is set once, through its algorithm's hook.  -SLUICE_EINVAL for an
+ * option of another algorithm or a value its knob refuses, -SLUICE_ERANGE
+ * as the knob's setter documents; p unchanged on error.
+ */
+int algo_params_set_options(struct algo_params *p, const int64_t *vals, const int *given);
+
+/* Option o's value in p (ns for ALGO_VALUE_NS). */
+int64_t algo_option_value(const struct algo_params *p, const struct algo_option *o);
+
+/* The names of kind's options (every algorithm's when kind is
+ * ALGO_KIND_COUNT_), config keys (word 0) or SL.* words (1), as a list
+ * after lead's items ("" for none): "lead, a, b and c".  Written into buf
+ * (cap > 0), cut to fit; returns buf. */
+const char *algo_option_list(enum algo_kind kind, int word, const char *lead, char *buf,
+                             size_t cap);
+
 /* "gcra", "token-bucket", ...; "?" for an unknown kind. */
 const char *algo_name(enum algo_kind kind);
 /* Parses a name as printed by algo_name.  -SLUICE_EINVAL if unknown. */
@@ -279,19 +311,49 @@ void algo_free(const struct algo_params *p, void *state);
 /* What the rest of sluice asks of an algorithm besides its state machine:
  * adding one is its algo_*.c file (with these ops; limit/ is globbed),
  * its enum algo_kind value and extern ops here, and a row in algo.c's
- * table.  A knob of its own adds an enum algo_knob value and a public
- * setter (here and in algo.c), and its spelling where limits are read:
- * config.c's policy keys and commands_sl.c's SL.THROTTLE words and
- * SL.POLICIES rows. */
+ * table.  A knob of its own adds an enum algo_knob value, its case in the
+ * ops' knob hook, and one row per value in the ops' options (struct
+ * algo_option), from which the config file, the SL.* specs and
+ * SL.POLICIES read and print it; a public setter is needed only for
+ * callers that set it by hand (the RLS layer's phase). */
 #define ALGO_F_GLOBAL 1u /* consume() is meaningful across nodes */
 #define ALGO_F_BURST  2u /* a bucket: burst is meaningful (see algo_has_burst) */
 
 /* The knobs an algorithm may own beyond burst and precision, each set
- * through its ops' knob hook by the public setter that names it. */
+ * through its ops' knob hook: by its options' rows (algo_params_set_options,
+ * from the config file and SL.* specs) or by a public setter that names it. */
 enum algo_knob {
     ALGO_KNOB_PHASE,  /* fixed-window: v[0] the phase (algo_params_set_phase) */
     ALGO_KNOB_WARMUP, /* warmup: v[0] the warm-up ns, v[1] the cold factor */
 };
+
+/* How an option's value is written where limits are read. */
+enum algo_value {
+    ALGO_VALUE_NS = 0,  /* a duration: the config file's "10s" or "500ms", whole
+                         * ms in SL.* specs and SL.POLICIES; held in ns */
+    ALGO_VALUE_INT = 1, /* a whole number */
+};
+
+/* One value an algorithm owns beyond burst and precision, as limits spell
+ * it (nginx's directive tables): each algorithm lists its own in its ops,
+ * and the config file's policy keys (daemon/config.c), the SL.* specs'
+ * words and SL.POLICIES' fields (cmd/commands_sl.c) are read and printed
+ * from these rows, so a new one is one row.  It is v[slot] of its knob,
+ * kept in struct algo_params at off. */
+struct algo_option {
+    const char *conf;  /* its config file key ("warmup") */
+    const char *word;  /* its SL.* spec word, any case ("WARMUP") */
+    const char *shown; /* its SL.POLICIES field ("warmup_ms") */
+    enum algo_knob knob;
+    int slot;             /* its place in the knob's values */
+    size_t off;           /* offsetof(struct algo_params, its int64_t field) */
+    enum algo_value type; /* how it is written */
+    int64_t min, max;     /* the values the knob accepts (ns for ALGO_VALUE_NS) */
+};
+
+/* Every algorithm's options together, at most; a knob's values, at most. */
+#define ALGO_OPTIONS_MAX 8
+#define ALGO_KNOB_VALUES 4
 
 struct algo_ops {
     const char *name;      /* as configs, ALGO specs and INFO spell it */
@@ -319,6 +381,9 @@ struct algo_ops {
      * none.  -SLUICE_EINVAL for a knob it does not own or a value out of
      * range, -SLUICE_ERANGE as the setter documents; q unchanged on error. */
     int (*knob)(struct algo_params *q, enum algo_knob knob, const int64_t *v);
+    /* The knobs' values as limits spell them (NULL, 0 when none). */
+    const struct algo_option *options;
+    size_t noptions;
 };
 
 extern const struct algo_ops algo_gcra_ops;

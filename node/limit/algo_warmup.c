@@ -35,6 +35,7 @@
 #include "algo.h"
 
 #include <math.h>
+#include <stddef.h>
 
 #include "num.h"
 
@@ -251,6 +252,28 @@ static int algo_warmup_knob(struct algo_params *q, enum algo_knob knob, const in
     return 0;
 }
 
+/* The knob's values as limits spell them: WARMUP ms, COLD f. */
+static const struct algo_option algo_warmup__options[] = {
+    {.conf = "warmup",
+     .word = "WARMUP",
+     .shown = "warmup_ms",
+     .knob = ALGO_KNOB_WARMUP,
+     .slot = 0,
+     .off = offsetof(struct algo_params, warmup_ns),
+     .type = ALGO_VALUE_NS,
+     .min = 1,
+     .max = INT64_MAX},
+    {.conf = "cold_factor",
+     .word = "COLD",
+     .shown = "cold_factor",
+     .knob = ALGO_KNOB_WARMUP,
+     .slot = 1,
+     .off = offsetof(struct algo_params, cold_factor),
+     .type = ALGO_VALUE_INT,
+     .min = 1,
+     .max = ALGO_COLD_FACTOR_MAX},
+};
+
 const struct algo_ops algo_warmup_ops = {
     .name = "warmup",
     .why_local = "the warm-up is one node's history of demand",
@@ -266,4 +289,6 @@ const struct algo_ops algo_warmup_ops = {
     .over = algo_warmup_over,
     .free = NULL,
     .knob = algo_warmup_knob,
+    .options = algo_warmup__options,
+    .noptions = sizeof(algo_warmup__options) / sizeof(algo_warmup__options[0]),
 };

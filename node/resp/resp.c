@@ -69,14 +69,14 @@ const char *resp_parser_error(const struct resp_parser *p)
     return p->err ? p->err : "Protocol error";
 }
 
-static int fail(struct resp_parser *p, int code, const char *msg)
+static int resp__fail(struct resp_parser *p, int code, const char *msg)
 {
     p->err = msg;
     return code;
 }
 
 /* Grows the argument arrays to hold at least n entries (n <= max_args). */
-static int ensure_cap(struct resp_parser *p, size_t n)
+static int resp__ensure_cap(struct resp_parser *p, size_t n)
 {
     if (n <= p->cap)
         return 0;
@@ -105,22 +105,22 @@ static int ensure_cap(struct resp_parser *p, size_t n)
  * message names `what`).  Strict: optional '-', then 1..19 digits, nothing
  * else; overflow is an error.
  */
-static int read_int_line(struct resp_parser *p, const char *buf, size_t len, size_t start,
-                         int64_t *val, size_t *next, const char *badmsg)
+static int resp__read_int_line(struct resp_parser *p, const char *buf, size_t len, size_t start,
+                               int64_t *val, size_t *next, const char *badmsg)
 {
     size_t avail = len - start;
     size_t window = avail < RESP_MAX_LINE ? avail : RESP_MAX_LINE;
     const char *cr = memchr(buf + start, '\r', window);
     if (cr == NULL) {
         if (avail >= RESP_MAX_LINE)
-            return fail(p, -SLUICE_EPROTO, badmsg);
+            return resp__fail(p, -SLUICE_EPROTO, badmsg);
         return 0;
     }
     size_t crpos = (size_t)(cr - buf);
     if (crpos + 1 >= len)
         return 0;
     if (buf[crpos + 1] != '\n')
-        return fail(p, -SLUICE_EPROTO, badmsg);
+        return resp__fail(p, -SLUICE_EPROTO, badmsg);
     const char *s = buf + start;
     const char *e = cr;
     int neg = 0;
@@ -129,22 +129,22 @@ static int read_int_line(struct resp_parser *p, const char *buf, size_t len, siz
         s++;
     }
     if (s == e || e - s > 19)
-        return fail(p, -SLUICE_EPROTO, badmsg);
+        return resp__fail(p, -SLUICE_EPROTO, badmsg);
     uint64_t v = 0;
     for (; s < e; s++) {
         if (*s < '0' || *s > '9')
-            return fail(p, -SLUICE_EPROTO, badmsg);
+            return resp__fail(p, -SLUICE_EPROTO, badmsg);
         v = v * 10 + (uint64_t)(*s - '0');
     }
     if (v > (uint64_t)INT64_MAX)
-        return fail(p, -SLUICE_EPROTO, badmsg);
+        return resp__fail(p, -SLUICE_EPROTO, badmsg);
     *val = neg ? -(int64_t)v : (int64_t)v;
     *next = crpos + 2;
     return 1;
 }
 
-static void complete(struct resp_parser *p, const char *buf, size_t argc, size_t consumed,
-                     struct resp_cmd *out)
+static void resp__complete(struct resp_parser *p, const char *buf, size_t argc, size_t consumed,
+                           struct resp_cmd *out)
 {
     for (size_t i = 0; i < argc; i++)
         p->argv[i] = buf + p->off[i];
@@ -155,18 +155,19 @@ static void complete(struct resp_parser *p, const char *buf, size_t argc, size_t
     resp_parser_reset(p);
 }
 
-static int parse_inline(struct resp_parser *p, const char *buf, size_t len, struct resp_cmd *out)
+static int resp__parse_inline(struct resp_parser *p, const char *buf, size_t len,
+                              struct resp_cmd *out)
 {
     const char *nl = memchr(buf + p->pos, '\n', len - p->pos);
     if (nl == NULL) {
         p->pos = len;
         if (len > p->max_request)
-            return fail(p, -SLUICE_ETOOBIG, "Protocol error: too big inline request");
+            return resp__fail(p, -SLUICE_ETOOBIG, "Protocol error: too big inline request");
         return 0;
     }
     size_t end = (size_t)(nl - buf);
     if (end + 1 > p->max_request)
-        return fail(p, -SLUICE_ETOOBIG, "Protocol error: too big inline request");
+        return resp__fail(p, -SLUICE_ETOOBIG, "Protocol error: too big inline request");
     size_t consumed = end + 1;
     if (end > 0 && buf[end - 1] == '\r')
         end--;
@@ -181,15 +182,15 @@ static int parse_inline(struct resp_parser *p, const char *buf, size_t len, stru
         while (i < end && buf[i] != ' ' && buf[i] != '\t')
             i++;
         if (argc == p->max_args)
-            return fail(p, -SLUICE_ETOOBIG, "Protocol error: too many arguments");
-        int rc = ensure_cap(p, argc + 1);
+            return resp__fail(p, -SLUICE_ETOOBIG, "Protocol error: too many arguments");
+        int rc = resp__ensure_cap(p, argc + 1);
         if (rc < 0)
-            return fail(p, rc, "out of memory");
+            return resp__fail(p, rc, "out of memory");
         p->off[argc] = start;
         p->argvlen[argc] = i - start;
         argc++;
     }
-    complete(p, buf, argc, consumed, out);
+    resp__complete(p, buf, argc, consumed, out);
     return 1;
 }
 
@@ -202,22 +203,23 @@ int resp_parse(struct resp_parser *p, const char *buf, size_t len, struct resp_c
         p->pos = 0;
     }
     if (p->mode == MODE_INLINE)
-        return parse_inline(p, buf, len, out);
+        return resp__parse_inline(p, buf, len, out);
 
     int rc;
     if (p->nargs < 0) {
         int64_t n;
         size_t next;
-        rc = read_int_line(p, buf, len, 1, &n, &next, "Protocol error: invalid multibulk length");
+        rc = resp__read_int_line(p, buf, len, 1, &n, &next,
+                                 "Protocol error: invalid multibulk length");
         if (rc <= 0)
             return rc;
         if (n <= 0) {
             /* Redis treats *0 and *-1 as an empty request. */
-            complete(p, buf, 0, next, out);
+            resp__complete(p, buf, 0, next, out);
             return 1;
         }
         if ((uint64_t)n > p->max_args)
-            return fail(p, -SLUICE_ETOOBIG, "Protocol error: too many arguments");
+            return resp__fail(p, -SLUICE_ETOOBIG, "Protocol error: too many arguments");
         p->nargs = n;
         p->pos = next;
     }
@@ -226,17 +228,17 @@ int resp_parse(struct resp_parser *p, const char *buf, size_t len, struct resp_c
             if (p->pos >= len)
                 return 0;
             if (buf[p->pos] != '$')
-                return fail(p, -SLUICE_EPROTO, "Protocol error: expected '$'");
+                return resp__fail(p, -SLUICE_EPROTO, "Protocol error: expected '$'");
             int64_t blen;
             size_t next;
-            rc = read_int_line(p, buf, len, p->pos + 1, &blen, &next,
-                               "Protocol error: invalid bulk length");
+            rc = resp__read_int_line(p, buf, len, p->pos + 1, &blen, &next,
+                                     "Protocol error: invalid bulk length");
             if (rc <= 0)
                 return rc;
             if (blen < 0)
-                return fail(p, -SLUICE_EPROTO, "Protocol error: invalid bulk length");
+                return resp__fail(p, -SLUICE_EPROTO, "Protocol error: invalid bulk length");
             if ((uint64_t)blen > p->max_request || next + (size_t)blen + 2 > p->max_request)
-                return fail(p, -SLUICE_ETOOBIG, "Protocol error: request too large");
+                return resp__fail(p, -SLUICE_ETOOBIG, "Protocol error: request too large");
             p->bulklen = blen;
             p->pos = next;
         }
@@ -245,17 +247,17 @@ int resp_parse(struct resp_parser *p, const char *buf, size_t len, struct resp_c
             return 0;
         if (buf[p->pos + (size_t)p->bulklen] != '\r' ||
             buf[p->pos + (size_t)p->bulklen + 1] != '\n')
-            return fail(p, -SLUICE_EPROTO, "Protocol error: expected CRLF after bulk string");
-        rc = ensure_cap(p, p->argi + 1);
+            return resp__fail(p, -SLUICE_EPROTO, "Protocol error: expected CRLF after bulk string");
+        rc = resp__ensure_cap(p, p->argi + 1);
         if (rc < 0)
-            return fail(p, rc, "out of memory");
+            return resp__fail(p, rc, "out of memory");
         p->off[p->argi] = p->pos;
         p->argvlen[p->argi] = (size_t)p->bulklen;
         p->argi++;
         p->pos += need;
         p->bulklen = -1;
     }
-    complete(p, buf, p->argi, p->pos, out);
+    resp__complete(p, buf, p->argi, p->pos, out);
     return 1;
 }
 
@@ -319,7 +321,7 @@ size_t resp_format_int(char *dst, int64_t v)
 }
 
 /* Appends <prefix><v>\r\n. */
-static int add_prefixed_int(struct resp_buf *b, char prefix, int64_t v)
+static int resp__add_prefixed_int(struct resp_buf *b, char prefix, int64_t v)
 {
     if (resp_buf_reserve(b, 24) < 0)
         return -SLUICE_ENOMEM;
@@ -334,12 +336,12 @@ static int add_prefixed_int(struct resp_buf *b, char prefix, int64_t v)
 
 int resp_add_int(struct resp_buf *b, int64_t v)
 {
-    return add_prefixed_int(b, ':', v);
+    return resp__add_prefixed_int(b, ':', v);
 }
 
 int resp_add_array(struct resp_buf *b, size_t n)
 {
-    return add_prefixed_int(b, '*', (int64_t)n);
+    return resp__add_prefixed_int(b, '*', (int64_t)n);
 }
 
 int resp_add_null(struct resp_buf *b)
@@ -349,7 +351,7 @@ int resp_add_null(struct resp_buf *b)
 
 int resp_add_map(struct resp_buf *b, size_t npairs)
 {
-    return add_prefixed_int(b, '%', (int64_t)npairs);
+    return resp__add_prefixed_int(b, '%', (int64_t)npairs);
 }
 
 int resp_add_null3(struct resp_buf *b)
@@ -358,7 +360,7 @@ int resp_add_null3(struct resp_buf *b)
 }
 
 /* Appends <prefix><line>\r\n with CR/LF in line turned into spaces. */
-static int add_line(struct resp_buf *b, char prefix, const char *line)
+static int resp__add_line(struct resp_buf *b, char prefix, const char *line)
 {
     size_t n = strlen(line);
     if (resp_buf_reserve(b, n + 3) < 0)
@@ -375,12 +377,12 @@ static int add_line(struct resp_buf *b, char prefix, const char *line)
 
 int resp_add_simple(struct resp_buf *b, const char *str)
 {
-    return add_line(b, '+', str);
+    return resp__add_line(b, '+', str);
 }
 
 int resp_add_error(struct resp_buf *b, const char *msg)
 {
-    return add_line(b, '-', msg);
+    return resp__add_line(b, '-', msg);
 }
 
 int resp_add_errorf(struct resp_buf *b, const char *fmt, ...)
@@ -390,14 +392,14 @@ int resp_add_errorf(struct resp_buf *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    return add_line(b, '-', msg);
+    return resp__add_line(b, '-', msg);
 }
 
 int resp_add_bulk(struct resp_buf *b, const char *p, size_t n)
 {
     if (resp_buf_reserve(b, n + 32) < 0)
         return -SLUICE_ENOMEM;
-    add_prefixed_int(b, '$', (int64_t)n);
+    resp__add_prefixed_int(b, '$', (int64_t)n);
     if (n > 0)
         memcpy(b->data + b->len, p, n);
     b->len += n;

@@ -63,7 +63,7 @@
  * connection's next read is held unprocessed in its read buffer, its
  * reading paused, and it joins a queue that an idle handle serves at the
  * next turns, in order, within the same budget.  Closing is budgeted too:
- * a turn closes at most RLS_CLOSES_PER_TURN connections that hung up or
+ * a turn closes at most CLOSEBUDGET_PER_TURN connections that hung up or
  * stayed silent past their deadline (each close frees an nghttp2 session
  * and its streams: 1,100 silent connections hanging up together made one
  * long turn); the rest join the same queue, unread, and are closed at the
@@ -81,6 +81,7 @@
 
 #include "acceptgate.h"
 #include "clientmem.h"
+#include "closebudget.h"
 #include "grpc.h"
 #include "log.h"
 #include "sluice/error.h"
@@ -92,7 +93,6 @@
 #define RLS_WATCH_POLL_MS   100
 #define RLS_LOG_INTERVAL_MS 10000
 #define RLS_TURN_BYTES      (256 * 1024)
-#define RLS_CLOSES_PER_TURN 64
 /* nghttp2's allocations carry their size in front, kept aligned. */
 #define RLS_MEM_HDR _Alignof(max_align_t)
 
@@ -161,8 +161,8 @@ struct rls_server {
     uv_idle_t resume;                 /* serves the queue at the next turn */
     uv_check_t turn_end;              /* after each turn's I/O: a fresh budget */
     int turn_init;
-    size_t turn_bytes;    /* fed to nghttp2 this turn */
-    unsigned turn_closes; /* hung-up or timed-out connections closed this turn */
+    size_t turn_bytes;         /* fed to nghttp2 this turn */
+    struct closebudget closes; /* hung-up or timed-out connections closed this turn */
     struct rls_server_stats stats;
     struct clientmem_pool pool;
     uv_timer_t sweep; /* handshake and idle deadlines, once a second */
@@ -405,15 +405,14 @@ static void rls_server__on_resume(uv_idle_t *h);
 static void rls_server__reading(struct rls_conn *c, int on);
 
 /* c hung up or stayed silent past its deadline: closed now, or, once this
- * turn's RLS_CLOSES_PER_TURN are spent, at a later turn (unread meanwhile,
+ * turn's close budget (closebudget.h) is spent, at a later turn (unread meanwhile,
  * its held input dropped). */
 static void rls_server__close_soon(struct rls_conn *c)
 {
     struct rls_server *srv = c->srv;
     if (c->closing || c->hung_up)
         return;
-    if (!srv->turn_init || srv->turn_closes < RLS_CLOSES_PER_TURN) {
-        srv->turn_closes++;
+    if (closebudget_take(&srv->closes, !srv->turn_init)) {
         rls_server__conn_close(c);
         return;
     }
@@ -496,9 +495,8 @@ static void rls_server__on_resume(uv_idle_t *h)
     while (srv->q_head != NULL) {
         struct rls_conn *c = srv->q_head;
         if (c->hung_up) {
-            if (srv->turn_closes >= RLS_CLOSES_PER_TURN)
+            if (!closebudget_take(&srv->closes, 0))
                 break;
-            srv->turn_closes++;
             rls_server__conn_close(c); /* takes it out of the queue */
             continue;
         }
@@ -520,7 +518,7 @@ static void rls_server__on_turn_end(uv_check_t *h)
 {
     struct rls_server *srv = h->data;
     srv->turn_bytes = 0;
-    srv->turn_closes = 0;
+    closebudget_turn_end(&srv->closes);
 }
 
 static void rls_server__on_write(uv_write_t *req, int status)

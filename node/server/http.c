@@ -19,6 +19,12 @@
  * the same budget.  So three hundred connections pipelining /metrics get
  * about a render a turn between the other clients' work, instead of a
  * turn of hundreds of renders, and the cheap routes are never queued.
+ * Closing is budgeted too (closebudget.h): a turn closes at most
+ * CLOSEBUDGET_PER_TURN connections that hung up or outstayed their
+ * deadline; the rest stop being read and wait in a second queue, closed
+ * in order at the next turns by the same idle handle.  Evictions for a
+ * newcomer and over the memory budget are not deferred: they are bounded
+ * by the accepts a turn and by what is over.
  *
  * Parsing.  libhttp-parser is a streaming parser; http_parse_request runs
  * a fresh one over the whole buffered head each time more bytes arrive
@@ -60,6 +66,7 @@
 
 #include "acceptgate.h"
 #include "clientmem.h"
+#include "closebudget.h"
 #include "log.h"
 #include "sluice/error.h"
 #include "tcp.h"
@@ -338,11 +345,13 @@ struct conn {
     int handles; /* open libuv handles; freed at 0 */
     int parked;  /* in the server's queue of requests waiting for a turn's budget */
     struct conn *park_prev, *park_next;
+    int hung_up; /* in the server's queue of connections to close at a later turn */
+    struct conn *hu_prev, *hu_next;
     int writing, closing, lingering, close_after;
     size_t len;        /* bytes in in[] */
     int idle;          /* 1: waiting for (more of) a request, nothing being answered */
     uint64_t since_ms; /* uv_now at accept or when the last answer went out */
-    size_t mem;        /* counted in the client memory budget (conn_mem) */
+    size_t mem;        /* counted in the client memory budget (http__conn_mem) */
     char in[HTTP_MAX_REQUEST];
 };
 
@@ -368,10 +377,12 @@ struct http_server {
     size_t nroutes;
     struct conn *conns;
     struct conn *park_head, *park_tail; /* waiting for a turn's budget (FIFO) */
-    uv_idle_t resume;                   /* serves the queue at the next turn */
+    struct conn *hu_head, *hu_tail;     /* to close at a later turn (FIFO) */
+    uv_idle_t resume;                   /* serves both queues at the next turn */
     uv_check_t turn_end;                /* after each turn's I/O: a fresh budget */
     int resume_init;
-    uint64_t turn_ns; /* this turn's answers' time so far */
+    uint64_t turn_ns;          /* this turn's answers' time so far */
+    struct closebudget closes; /* hung-up or timed-out connections closed this turn */
     struct http_stats st;
     struct clientmem_pool pool; /* in the daemon's one client budget, if given */
     uint64_t logged_at;         /* uv_now of the last eviction/timeout line */
@@ -447,7 +458,7 @@ void http_get_stats(const struct http_server *h, struct http_stats *out)
     *out = h->st;
 }
 
-static void conn_on_close(uv_handle_t *h)
+static void http__conn_on_close(uv_handle_t *h)
 {
     struct conn *c = h->data;
     if (--c->handles > 0)
@@ -465,14 +476,14 @@ static void conn_on_close(uv_handle_t *h)
 
 /* What c holds: the structure with its input buffer, and the answer
  * waiting for the socket. */
-static size_t conn_mem(const struct conn *c)
+static size_t http__conn_mem(const struct conn *c)
 {
     return sizeof(*c) + (c->out != NULL ? c->out_len : 0);
 }
 
-static void conn_account(struct conn *c)
+static void http__conn_account(struct conn *c)
 {
-    size_t now = c->closing ? 0 : conn_mem(c);
+    size_t now = c->closing ? 0 : http__conn_mem(c);
     clientmem_charge(&c->m->pool, c->mem, now);
     c->mem = now;
 }
@@ -503,7 +514,7 @@ static void http__log(struct http_server *m)
 }
 
 /* Takes c out of the queue of requests waiting for a turn's budget. */
-static void conn_unpark(struct conn *c)
+static void http__conn_unpark(struct conn *c)
 {
     if (!c->parked)
         return;
@@ -520,28 +531,77 @@ static void conn_unpark(struct conn *c)
     c->parked = 0;
 }
 
-static void conn_close(struct conn *c)
+/* Takes c out of the queue of connections to close at a later turn. */
+static void http__conn_unqueue(struct conn *c)
+{
+    if (!c->hung_up)
+        return;
+    struct http_server *m = c->m;
+    if (c->hu_prev != NULL)
+        c->hu_prev->hu_next = c->hu_next;
+    else
+        m->hu_head = c->hu_next;
+    if (c->hu_next != NULL)
+        c->hu_next->hu_prev = c->hu_prev;
+    else
+        m->hu_tail = c->hu_prev;
+    c->hu_prev = c->hu_next = NULL;
+    c->hung_up = 0;
+}
+
+static void http__conn_close(struct conn *c)
 {
     if (c->closing)
         return;
-    conn_unpark(c);
+    http__conn_unpark(c);
+    http__conn_unqueue(c);
     c->closing = 1;
     c->m->st.open_conns--; /* its socket is closed now; the structure waits for libuv */
-    conn_account(c);
-    uv_close((uv_handle_t *)&c->tcp, conn_on_close);
-    uv_close((uv_handle_t *)&c->timer, conn_on_close);
+    http__conn_account(c);
+    uv_close((uv_handle_t *)&c->tcp, http__conn_on_close);
+    uv_close((uv_handle_t *)&c->timer, http__conn_on_close);
 }
 
-static void conn_on_timeout(uv_timer_t *t)
+static void http__on_resume(uv_idle_t *h);
+
+/* c hung up, its socket failed or it outstayed its deadline: closed now,
+ * or, once this turn's close budget is spent, at a later turn (not read
+ * meanwhile, its timer stopped, its unanswered input dropped). */
+static void http__conn_close_soon(struct conn *c)
+{
+    struct http_server *m = c->m;
+    if (c->closing || c->hung_up)
+        return;
+    if (closebudget_take(&m->closes, !m->resume_init)) {
+        http__conn_close(c);
+        return;
+    }
+    http__conn_unpark(c);
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_timer_stop(&c->timer);
+    c->len = 0;
+    c->hung_up = 1;
+    c->hu_next = NULL;
+    c->hu_prev = m->hu_tail;
+    if (m->hu_tail != NULL)
+        m->hu_tail->hu_next = c;
+    else
+        m->hu_head = c;
+    m->hu_tail = c;
+    m->st.deferred_closes++;
+    uv_idle_start(&m->resume, http__on_resume);
+}
+
+static void http__conn_on_timeout(uv_timer_t *t)
 {
     struct conn *c = t->data;
     if (!c->lingering)
         c->m->st.timeouts++;
-    conn_close(c);
+    http__conn_close_soon(c);
     http__log(c->m);
 }
 
-static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void http__conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct conn *c = h->data;
     (void)suggested;
@@ -552,60 +612,61 @@ static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->in + c->len, (unsigned)(sizeof(c->in) - c->len));
 }
 
-static void conn_process(struct conn *c);
-static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void http__conn_process(struct conn *c);
+static void http__conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
-static void conn_on_shutdown(uv_shutdown_t *req, int status)
+static void http__conn_on_shutdown(uv_shutdown_t *req, int status)
 {
     struct conn *c = req->data;
     if (status < 0)
-        conn_close(c);
+        http__conn_close_soon(c);
 }
 
 /* The answer is out and the connection must end: half-close and read
  * (discarding) until the client closes or the timer fires. */
-static void conn_linger(struct conn *c)
+static void http__conn_linger(struct conn *c)
 {
     if (c->closing || c->lingering)
         return;
     c->lingering = 1;
     c->sreq.data = c;
-    if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, conn_on_shutdown) < 0) {
-        conn_close(c);
+    if (uv_shutdown(&c->sreq, (uv_stream_t *)&c->tcp, http__conn_on_shutdown) < 0) {
+        http__conn_close(c);
         return;
     }
-    uv_timer_start(&c->timer, conn_on_timeout, c->m->idle_ms < 2000 ? c->m->idle_ms : 2000, 0);
-    uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
+    uv_timer_start(&c->timer, http__conn_on_timeout, c->m->idle_ms < 2000 ? c->m->idle_ms : 2000,
+                   0);
+    uv_read_start((uv_stream_t *)&c->tcp, http__conn_alloc, http__conn_on_read);
 }
 
 /* A response is fully handed to the kernel. */
-static void conn_sent(struct conn *c)
+static void http__conn_sent(struct conn *c)
 {
     c->since_ms = uv_now(c->m->loop);
     if (c->close_after) {
-        conn_linger(c);
+        http__conn_linger(c);
         return;
     }
-    uv_timer_start(&c->timer, conn_on_timeout, c->m->idle_ms, 0);
+    uv_timer_start(&c->timer, http__conn_on_timeout, c->m->idle_ms, 0);
 }
 
-static void conn_on_write(uv_write_t *req, int status)
+static void http__conn_on_write(uv_write_t *req, int status)
 {
     struct conn *c = req->data;
     free(c->out);
     c->out = NULL;
     c->writing = 0;
-    conn_account(c);
-    if (c->closing)
+    http__conn_account(c);
+    if (c->closing || c->hung_up)
         return;
     if (status < 0) {
-        conn_close(c);
+        http__conn_close_soon(c);
         return;
     }
-    conn_sent(c);
+    http__conn_sent(c);
     if (c->lingering || c->closing)
         return;
-    conn_process(c);
+    http__conn_process(c);
 }
 
 static const char *http__reason(int status)
@@ -633,14 +694,14 @@ static const char *http__reason(int status)
 }
 
 /* Builds and sends one answer. */
-static void conn_answer(struct conn *c, int head_only, const struct http_reply *r)
+static void http__conn_answer(struct conn *c, int head_only, const struct http_reply *r)
 {
     int status = r->status >= 100 && r->status <= 599 ? r->status : 500;
     const char *ctype = r->content_type != NULL ? r->content_type : HTTP_TEXT_PLAIN;
     size_t cap = 160 + strlen(ctype) + r->headers_len + (head_only ? 0 : r->body_len);
     char *out = malloc(cap);
     if (out == NULL) {
-        conn_close(c);
+        http__conn_close(c);
         return;
     }
     int n = snprintf(out, cap,
@@ -665,35 +726,35 @@ static void conn_answer(struct conn *c, int head_only, const struct http_reply *
         w = 0;
     if (w < 0) {
         free(out);
-        conn_close(c);
+        http__conn_close(c);
         return;
     }
     if ((size_t)w == len) {
         free(out);
-        conn_sent(c);
+        http__conn_sent(c);
         return;
     }
     /* The socket is full: queue the rest and stop reading until it drains. */
     c->out = out;
     c->out_len = len;
-    conn_account(c);
+    http__conn_account(c);
     ub = uv_buf_init(out + w, (unsigned)(len - (size_t)w));
     c->wreq.data = c;
-    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &ub, 1, conn_on_write) < 0) {
-        conn_close(c);
+    if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &ub, 1, http__conn_on_write) < 0) {
+        http__conn_close(c);
         return;
     }
     c->writing = 1;
     uv_read_stop((uv_stream_t *)&c->tcp);
 }
 
-static void conn_error(struct conn *c, int status, const char *body)
+static void http__conn_error(struct conn *c, int status, const char *body)
 {
     struct http_reply r;
     http__reply_init(&r);
     http_reply_text(&r, status, body);
     c->close_after = 1;
-    conn_answer(c, 0, &r);
+    http__conn_answer(c, 0, &r);
     http__reply_free(&r);
 }
 
@@ -709,8 +770,6 @@ static struct http_route *http__route(struct http_server *m, const struct http_r
     return NULL;
 }
 
-static void http__on_resume(uv_idle_t *h);
-
 /* 1 when req must wait for a later turn: this turn's answers (the queue's
  * at the turn's start and the poll's) took their budget and its route is
  * not a cheap one. */
@@ -724,7 +783,7 @@ static int http__must_wait(struct http_server *m, const struct http_request *req
 
 /* c's next request waits for a later turn: c stops being read (its
  * request stays in in[]) and joins the queue's tail. */
-static void conn_park(struct conn *c)
+static void http__conn_park(struct conn *c)
 {
     struct http_server *m = c->m;
     uv_read_stop((uv_stream_t *)&c->tcp);
@@ -740,7 +799,7 @@ static void conn_park(struct conn *c)
     uv_idle_start(&m->resume, http__on_resume);
 }
 
-static void conn_request(struct conn *c, const struct http_request *req)
+static void http__conn_request(struct conn *c, const struct http_request *req)
 {
     struct http_server *m = c->m;
     int head_only = req->method == HTTP_REQ_HEAD;
@@ -778,38 +837,38 @@ static void conn_request(struct conn *c, const struct http_request *req)
             http_reply_text(&r, 500, "out of memory\n");
         }
     }
-    conn_answer(c, head_only, &r);
+    http__conn_answer(c, head_only, &r);
     http__reply_free(&r);
 }
 
 /* Answers every complete request in the buffer, in order, until one is
  * still being written, the connection must close, or more bytes are
  * needed. */
-static void conn_process(struct conn *c)
+static void http__conn_process(struct conn *c)
 {
     while (!c->writing && !c->closing && !c->lingering) {
         struct http_request r;
         int n = http_parse_request(c->in, c->len, sizeof(c->in), &r);
         if (n == 0) {
             c->idle = 1;
-            uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
+            uv_read_start((uv_stream_t *)&c->tcp, http__conn_alloc, http__conn_on_read);
             return;
         }
         if (n == -SLUICE_ETOOBIG) {
             c->m->st.too_big++;
-            conn_error(c, 431, "request too large\n");
+            http__conn_error(c, 431, "request too large\n");
             return;
         }
         if (n < 0) {
             c->m->st.bad_requests++;
-            conn_error(c, 400, "bad request\n");
+            http__conn_error(c, 400, "bad request\n");
             return;
         }
         if (http__must_wait(c->m, &r)) {
-            conn_park(c);
+            http__conn_park(c);
             return;
         }
-        conn_request(c, &r);
+        http__conn_request(c, &r);
         /* r.path pointed into in[]: done with it, drop the head. */
         memmove(c->in, c->in + n, c->len - (size_t)n);
         c->len -= (size_t)n;
@@ -822,13 +881,15 @@ static void conn_process(struct conn *c)
 static void http__on_resume(uv_idle_t *h)
 {
     struct http_server *m = h->data;
+    while (m->hu_head != NULL && closebudget_take(&m->closes, 0))
+        http__conn_close(m->hu_head); /* takes it out of the queue */
     while (m->park_head != NULL && m->turn_ns < HTTP_TURN_BUDGET_NS) {
         struct conn *c = m->park_head;
-        conn_unpark(c);
-        conn_process(c);
+        http__conn_unpark(c);
+        http__conn_process(c);
         if (c->parked) {
             /* back at the tail: put it first again, for the next turn */
-            conn_unpark(c);
+            http__conn_unpark(c);
             c->parked = 1;
             c->park_prev = NULL;
             c->park_next = m->park_head;
@@ -842,7 +903,7 @@ static void http__on_resume(uv_idle_t *h)
     }
     if (clientmem_over(&m->pool))
         clientmem_enforce(m->pool.budget);
-    if (m->park_head == NULL)
+    if (m->park_head == NULL && m->hu_head == NULL)
         uv_idle_stop(h);
 }
 
@@ -850,14 +911,15 @@ static void http__on_turn_end(uv_check_t *h)
 {
     struct http_server *m = h->data;
     m->turn_ns = 0;
+    closebudget_turn_end(&m->closes);
 }
 
-static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+static void http__conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct conn *c = s->data;
     (void)buf;
     if (nread < 0) {
-        conn_close(c);
+        http__conn_close_soon(c);
         return;
     }
     if (nread == 0 || c->lingering)
@@ -869,7 +931,7 @@ static void conn_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
      * this is the request line's start (noise is refused early). */
     if (before > 0 && c->len < sizeof(c->in) && memchr(c->in + before, '\n', (size_t)nread) == NULL)
         return;
-    conn_process(c);
+    http__conn_process(c);
     /* An answer may have been queued: keep the budget (c may be closed). */
     if (clientmem_over(&c->m->pool))
         clientmem_enforce(c->m->pool.budget);
@@ -897,17 +959,17 @@ static void http__evict(void *ud, void *conn)
 {
     struct http_server *m = ud;
     m->st.mem_evicted++;
-    conn_close(conn);
+    http__conn_close(conn);
     http__log(m);
 }
 
 /* Accepts and closes at once a connection over max_conns. */
-static void refuse_on_close(uv_handle_t *h)
+static void http__refuse_on_close(uv_handle_t *h)
 {
     free(h);
 }
 
-static void on_connection(uv_stream_t *server, int status)
+static void http__on_connection(uv_stream_t *server, int status)
 {
     struct http_server *m = server->data;
     if (status < 0 || m->closed)
@@ -916,8 +978,9 @@ static void on_connection(uv_stream_t *server, int status)
         return; /* accepted at the next turn */
     if (m->st.open_conns >= m->max_conns) {
         /* Make room: a newcomer is never turned away for connections that
-         * hold a slot without using it.  The victim is a lingering one (its
-         * answer is out) if any, else the one whose last progress (accept
+         * hold a slot without using it.  The victim is one that hung up and
+         * waits to be closed if any, else a lingering one (its answer is
+         * out), else the one whose last progress (accept
          * or an answer handed to the kernel) is oldest: an idle keep-alive
          * or a pipeliner that never reads its answers, never the newest.
          * A closed connection stops counting at once (its socket is
@@ -926,8 +989,10 @@ static void on_connection(uv_stream_t *server, int status)
         for (struct conn *o = m->conns; o != NULL; o = o->next) {
             if (o->closing)
                 continue;
-            if (victim == NULL || (o->lingering && !victim->lingering) ||
-                (o->lingering == victim->lingering && o->since_ms <= victim->since_ms))
+            if (victim == NULL || (o->hung_up && !victim->hung_up) ||
+                (o->hung_up == victim->hung_up &&
+                 ((o->lingering && !victim->lingering) ||
+                  (o->lingering == victim->lingering && o->since_ms <= victim->since_ms))))
                 victim = o;
         }
         if (victim == NULL) {
@@ -937,12 +1002,12 @@ static void on_connection(uv_stream_t *server, int status)
             uv_tcp_init(m->loop, t);
             (void)uv_accept(server, (uv_stream_t *)t);
             m->st.refused++;
-            uv_close((uv_handle_t *)t, refuse_on_close);
+            uv_close((uv_handle_t *)t, http__refuse_on_close);
             return;
         }
-        if (!victim->lingering)
+        if (!victim->lingering && !victim->hung_up)
             m->st.evicted++;
-        conn_close(victim);
+        http__conn_close(victim);
         http__log(m);
     }
     struct conn *c = calloc(1, sizeof(*c));
@@ -960,12 +1025,12 @@ static void on_connection(uv_stream_t *server, int status)
     m->conns = c;
     m->st.open_conns++;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
-        conn_close(c);
+        http__conn_close(c);
         return;
     }
     c->idle = 1;
     c->since_ms = uv_now(m->loop);
-    conn_account(c);
+    http__conn_account(c);
     uv_tcp_nodelay(&c->tcp, 1);
     /* A fixed send buffer (no autotuning up to megabytes): a client that
      * pipelines and never reads gets a few answers, then its connection
@@ -973,21 +1038,22 @@ static void on_connection(uv_stream_t *server, int status)
      * the loop render thousands of answers into the kernel for it. */
     int sndbuf = HTTP_SNDBUF;
     (void)uv_send_buffer_size((uv_handle_t *)&c->tcp, &sndbuf);
-    uv_timer_start(&c->timer, conn_on_timeout, m->idle_ms, 0);
-    uv_read_start((uv_stream_t *)&c->tcp, conn_alloc, conn_on_read);
+    uv_timer_start(&c->timer, http__conn_on_timeout, m->idle_ms, 0);
+    uv_read_start((uv_stream_t *)&c->tcp, http__conn_alloc, http__conn_on_read);
 }
 
 int http_start(struct http_server *m)
 {
     char err[400];
-    int rc = tcp_listen(m->loop, &m->listener, m->bind, on_connection, &m->listener_open, &m->port,
-                        NULL, err, sizeof(err));
+    int rc = tcp_listen(m->loop, &m->listener, m->bind, http__on_connection, &m->listener_open,
+                        &m->port, NULL, err, sizeof(err));
     m->listener.data = m;
     if (rc < 0) {
         snprintf(m->err, sizeof(m->err), "http: %s", err);
         return rc;
     }
-    if (acceptgate_init(&m->gate, m->loop, (uv_stream_t *)&m->listener, on_connection, 0) < 0 ||
+    if (acceptgate_init(&m->gate, m->loop, (uv_stream_t *)&m->listener, http__on_connection, 0) <
+            0 ||
         uv_idle_init(m->loop, &m->resume) != 0) {
         snprintf(m->err, sizeof(m->err), "http: cannot start the turn budgets");
         return -SLUICE_EIO;
@@ -1020,7 +1086,7 @@ void http_close(struct http_server *m)
     if (m->listener_open)
         uv_close((uv_handle_t *)&m->listener, NULL);
     for (struct conn *c = m->conns; c != NULL; c = c->next)
-        conn_close(c);
+        http__conn_close(c);
 }
 
 void http_destroy(struct http_server *m)
@@ -1049,5 +1115,9 @@ static const struct counter_row http__rows[] = {
     COUNTER_ROW(struct http_stats, deferred, "http_deferred", "http_deferred_total", COUNTER_TOTAL,
                 "HTTP requests for a costly route (/metrics) that waited for a later event loop "
                 "turn, that turn's time for answers being spent."),
+    COUNTER_ROW(struct http_stats, deferred_closes, "http_deferred_closes",
+                "http_deferred_closes_total", COUNTER_TOTAL,
+                "HTTP connections that hung up or outstayed --http-idle-timeout closed at a "
+                "later event loop turn (64 are closed a turn)."),
 };
 const struct counter_table http_counters = COUNTER_TABLE(http__rows);

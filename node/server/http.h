@@ -184,10 +184,11 @@ void http_destroy(struct http_server *h);
 struct http_stats {
     uint64_t requests; /* every answered request, errors included */
     uint64_t bad_requests, too_big, timeouts;
-    uint64_t refused;     /* connections closed at once: no other to close (0 in practice) */
-    uint64_t evicted;     /* connections closed to make room for a newcomer */
-    uint64_t mem_evicted; /* connections closed over the client memory budget */
-    uint64_t deferred;    /* requests that waited for a later loop turn's budget */
+    uint64_t refused;         /* connections closed at once: no other to close (0 in practice) */
+    uint64_t evicted;         /* connections closed to make room for a newcomer */
+    uint64_t mem_evicted;     /* connections closed over the client memory budget */
+    uint64_t deferred;        /* requests that waited for a later loop turn's budget */
+    uint64_t deferred_closes; /* hung-up or timed-out connections closed at a later turn */
     uint64_t open_conns;
 };
 void http_get_stats(const struct http_server *h, struct http_stats *out);

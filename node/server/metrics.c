@@ -26,7 +26,7 @@ void metrics_buf_free(struct metrics_buf *b)
     b->len = b->cap = 0;
 }
 
-static void buf_add(struct metrics_buf *b, const char *s, size_t n)
+static void metrics__buf_add(struct metrics_buf *b, const char *s, size_t n)
 {
     if (b->oom)
         return;
@@ -47,17 +47,17 @@ static void buf_add(struct metrics_buf *b, const char *s, size_t n)
     b->data[b->len] = '\0';
 }
 
-static void buf_str(struct metrics_buf *b, const char *s)
+static void metrics__buf_str(struct metrics_buf *b, const char *s)
 {
-    buf_add(b, s, strlen(s));
+    metrics__buf_add(b, s, strlen(s));
 }
 
-static void buf_u64(struct metrics_buf *b, uint64_t v)
+static void metrics__buf_u64(struct metrics_buf *b, uint64_t v)
 {
     char num[24];
     int n = snprintf(num, sizeof(num), "%llu", (unsigned long long)v);
     if (n > 0)
-        buf_add(b, num, (size_t)n);
+        metrics__buf_add(b, num, (size_t)n);
 }
 
 /* ---- exposition ---- */
@@ -73,77 +73,79 @@ void metrics_snapshot_add(struct metrics_snapshot *s, int cluster, const struct 
         sec[(*n)++] = (struct metrics_section){t, stats};
 }
 
-static void head(struct metrics_buf *b, const char *name, const char *help, enum fam_type t)
+static void metrics__head(struct metrics_buf *b, const char *name, const char *help,
+                          enum fam_type t)
 {
-    buf_str(b, "# HELP ");
-    buf_str(b, name);
-    buf_add(b, " ", 1);
-    buf_str(b, help); /* our own text: no backslash or newline to escape */
-    buf_str(b, "\n# TYPE ");
-    buf_str(b, name);
-    buf_str(b, t == FAM_COUNTER ? " counter\n" : " gauge\n");
+    metrics__buf_str(b, "# HELP ");
+    metrics__buf_str(b, name);
+    metrics__buf_add(b, " ", 1);
+    metrics__buf_str(b, help); /* our own text: no backslash or newline to escape */
+    metrics__buf_str(b, "\n# TYPE ");
+    metrics__buf_str(b, name);
+    metrics__buf_str(b, t == FAM_COUNTER ? " counter\n" : " gauge\n");
 }
 
-static void sample(struct metrics_buf *b, const char *name, uint64_t v)
+static void metrics__sample(struct metrics_buf *b, const char *name, uint64_t v)
 {
-    buf_str(b, name);
-    buf_add(b, " ", 1);
-    buf_u64(b, v);
-    buf_add(b, "\n", 1);
+    metrics__buf_str(b, name);
+    metrics__buf_add(b, " ", 1);
+    metrics__buf_u64(b, v);
+    metrics__buf_add(b, "\n", 1);
 }
 
 /* A label value escaped as the format requires (\\, \", \n). */
-static void label_value(struct metrics_buf *b, const char *v)
+static void metrics__label_value(struct metrics_buf *b, const char *v)
 {
     for (const char *p = v; *p != '\0'; p++) {
         if (*p == '\\')
-            buf_add(b, "\\\\", 2);
+            metrics__buf_add(b, "\\\\", 2);
         else if (*p == '"')
-            buf_add(b, "\\\"", 2);
+            metrics__buf_add(b, "\\\"", 2);
         else if (*p == '\n')
-            buf_add(b, "\\n", 2);
+            metrics__buf_add(b, "\\n", 2);
         else
-            buf_add(b, p, 1);
+            metrics__buf_add(b, p, 1);
     }
 }
 
-static void labelled(struct metrics_buf *b, const char *name, const char *help, enum fam_type t,
-                     const char *label, const struct metrics_label_value *lv, size_t n)
+static void metrics__labelled(struct metrics_buf *b, const char *name, const char *help,
+                              enum fam_type t, const char *label,
+                              const struct metrics_label_value *lv, size_t n)
 {
-    head(b, name, help, t);
+    metrics__head(b, name, help, t);
     if (n > METRICS_MAX_LABELS)
         n = METRICS_MAX_LABELS;
     for (size_t i = 0; i < n; i++) {
-        buf_str(b, name);
-        buf_add(b, "{", 1);
-        buf_str(b, label);
-        buf_str(b, "=\"");
-        label_value(b, lv[i].label != NULL ? lv[i].label : "");
-        buf_str(b, "\"} ");
-        buf_u64(b, lv[i].value);
-        buf_add(b, "\n", 1);
+        metrics__buf_str(b, name);
+        metrics__buf_add(b, "{", 1);
+        metrics__buf_str(b, label);
+        metrics__buf_str(b, "=\"");
+        metrics__label_value(b, lv[i].label != NULL ? lv[i].label : "");
+        metrics__buf_str(b, "\"} ");
+        metrics__buf_u64(b, lv[i].value);
+        metrics__buf_add(b, "\n", 1);
     }
 }
 
 /* Every row of every section: HELP (with the INFO field that shows the
  * same value), TYPE, one sample. */
-static void sections(struct metrics_buf *b, const struct metrics_section *sec, size_t n)
+static void metrics__sections(struct metrics_buf *b, const struct metrics_section *sec, size_t n)
 {
     char name[128];
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < sec[i].t->n; k++) {
             const struct counter_row *r = &sec[i].t->rows[k];
             snprintf(name, sizeof(name), "sluice_%s", r->metric);
-            buf_str(b, "# HELP ");
-            buf_str(b, name);
-            buf_add(b, " ", 1);
-            buf_str(b, r->help);
-            buf_str(b, " (INFO ");
-            buf_str(b, r->info);
-            buf_str(b, ")\n# TYPE ");
-            buf_str(b, name);
-            buf_str(b, r->kind == COUNTER_TOTAL ? " counter\n" : " gauge\n");
-            sample(b, name, counter_value(r, sec[i].stats));
+            metrics__buf_str(b, "# HELP ");
+            metrics__buf_str(b, name);
+            metrics__buf_add(b, " ", 1);
+            metrics__buf_str(b, r->help);
+            metrics__buf_str(b, " (INFO ");
+            metrics__buf_str(b, r->info);
+            metrics__buf_str(b, ")\n# TYPE ");
+            metrics__buf_str(b, name);
+            metrics__buf_str(b, r->kind == COUNTER_TOTAL ? " counter\n" : " gauge\n");
+            metrics__sample(b, name, counter_value(r, sec[i].stats));
         }
     }
 }
@@ -152,7 +154,7 @@ const int64_t metrics_latency_bounds_ns[METRICS_LATENCY_BUCKETS] = {
     1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 5000000,
 };
 
-static void policies(struct metrics_buf *b, const struct metrics_snapshot *s)
+static void metrics__policies(struct metrics_buf *b, const struct metrics_snapshot *s)
 {
     static const char *const names[2] = {"sluice_policy_decisions_total",
                                          "sluice_policy_limited_total"};
@@ -162,19 +164,19 @@ static void policies(struct metrics_buf *b, const struct metrics_snapshot *s)
         "Refusals under each named policy."};
     size_t n = s->npolicy < METRICS_MAX_POLICIES + 1 ? s->npolicy : METRICS_MAX_POLICIES + 1;
     for (int k = 0; k < 2; k++) {
-        head(b, names[k], helps[k], FAM_COUNTER);
+        metrics__head(b, names[k], helps[k], FAM_COUNTER);
         for (size_t i = 0; i < n; i++) {
-            buf_str(b, names[k]);
-            buf_str(b, "{policy=\"");
-            label_value(b, s->by_policy[i].policy != NULL ? s->by_policy[i].policy : "");
-            buf_str(b, "\"} ");
-            buf_u64(b, k == 0 ? s->by_policy[i].decisions : s->by_policy[i].limited);
-            buf_add(b, "\n", 1);
+            metrics__buf_str(b, names[k]);
+            metrics__buf_str(b, "{policy=\"");
+            metrics__label_value(b, s->by_policy[i].policy != NULL ? s->by_policy[i].policy : "");
+            metrics__buf_str(b, "\"} ");
+            metrics__buf_u64(b, k == 0 ? s->by_policy[i].decisions : s->by_policy[i].limited);
+            metrics__buf_add(b, "\n", 1);
         }
     }
 }
 
-static void rls_keys(struct metrics_buf *b, const struct metrics_snapshot *s)
+static void metrics__rls_keys(struct metrics_buf *b, const struct metrics_snapshot *s)
 {
     static const char *const names[4] = {
         "sluice_rls_descriptor_hits_total", "sluice_rls_descriptor_over_limit_total",
@@ -187,35 +189,35 @@ static void rls_keys(struct metrics_buf *b, const struct metrics_snapshot *s)
     if (s->nrls_keys == 0)
         return;
     for (int k = 0; k < 4; k++) {
-        head(b, names[k], helps[k], FAM_COUNTER);
+        metrics__head(b, names[k], helps[k], FAM_COUNTER);
         for (size_t i = 0; i < s->nrls_keys; i++) {
             const struct metrics_keyed *x = &s->rls_keys[i];
             uint64_t v = k == 0   ? x->hits
                          : k == 1 ? x->over_limit
                          : k == 2 ? x->within_limit
                                   : x->shadow_mode;
-            buf_str(b, names[k]);
-            buf_str(b, "{key=\"");
-            label_value(b, x->key != NULL ? x->key : "");
-            buf_str(b, "\"} ");
-            buf_u64(b, v);
-            buf_add(b, "\n", 1);
+            metrics__buf_str(b, names[k]);
+            metrics__buf_str(b, "{key=\"");
+            metrics__label_value(b, x->key != NULL ? x->key : "");
+            metrics__buf_str(b, "\"} ");
+            metrics__buf_u64(b, v);
+            metrics__buf_add(b, "\n", 1);
         }
     }
 }
 
-static void histogram(struct metrics_buf *b, const char *name, const char *help,
-                      const struct metrics_histogram *h)
+static void metrics__histogram(struct metrics_buf *b, const char *name, const char *help,
+                               const struct metrics_histogram *h)
 {
     char line[160];
     uint64_t cum = 0;
-    buf_str(b, "# HELP ");
-    buf_str(b, name);
-    buf_add(b, " ", 1);
-    buf_str(b, help);
-    buf_str(b, "\n# TYPE ");
-    buf_str(b, name);
-    buf_str(b, " histogram\n");
+    metrics__buf_str(b, "# HELP ");
+    metrics__buf_str(b, name);
+    metrics__buf_add(b, " ", 1);
+    metrics__buf_str(b, help);
+    metrics__buf_str(b, "\n# TYPE ");
+    metrics__buf_str(b, name);
+    metrics__buf_str(b, " histogram\n");
     for (int i = 0; i <= METRICS_LATENCY_BUCKETS; i++) {
         cum += h->buckets[i];
         if (i < METRICS_LATENCY_BUCKETS)
@@ -223,46 +225,50 @@ static void histogram(struct metrics_buf *b, const char *name, const char *help,
                      (double)metrics_latency_bounds_ns[i] / 1e9);
         else
             snprintf(line, sizeof(line), "%s_bucket{le=\"+Inf\"} ", name);
-        buf_str(b, line);
-        buf_u64(b, cum);
-        buf_add(b, "\n", 1);
+        metrics__buf_str(b, line);
+        metrics__buf_u64(b, cum);
+        metrics__buf_add(b, "\n", 1);
     }
     snprintf(line, sizeof(line), "%s_sum %.9f\n", name, (double)h->sum_ns / 1e9);
-    buf_str(b, line);
-    buf_str(b, name);
-    buf_str(b, "_count ");
-    buf_u64(b, h->count);
-    buf_add(b, "\n", 1);
+    metrics__buf_str(b, line);
+    metrics__buf_str(b, name);
+    metrics__buf_str(b, "_count ");
+    metrics__buf_u64(b, h->count);
+    metrics__buf_add(b, "\n", 1);
 }
 
 int metrics_render(const struct metrics_snapshot *s, struct metrics_buf *out)
 {
-    sections(out, s->sections, s->nsections);
-    head(out, "sluice_ready",
-         "1 when this node is ready (GET /ready answers 200; INFO cluster_state:ok), 0 when it "
-         "is alone, partitioned from a majority, refused by its peers or not synced.",
-         FAM_GAUGE);
-    sample(out, "sluice_ready", s->ready ? 1 : 0);
-    policies(out, s);
-    rls_keys(out, s);
-    histogram(out, "sluice_loop_turn_seconds",
-              "Work of each event loop turn (timers, I/O callbacks, the replication's slices), "
-              "waiting for I/O left out: a long turn delays every answer behind it.",
-              &s->loop_turns);
-    histogram(out, "sluice_decision_duration_seconds",
-              "Time to decide one command (CL.THROTTLE, SL.*), in the event loop; one command "
-              "in 16 is timed.",
-              &s->latency);
+    metrics__sections(out, s->sections, s->nsections);
+    metrics__head(
+        out, "sluice_ready",
+        "1 when this node is ready (GET /ready answers 200; INFO cluster_state:ok), 0 when it "
+        "is alone, partitioned from a majority, refused by its peers or not synced.",
+        FAM_GAUGE);
+    metrics__sample(out, "sluice_ready", s->ready ? 1 : 0);
+    metrics__policies(out, s);
+    metrics__rls_keys(out, s);
+    metrics__histogram(
+        out, "sluice_loop_turn_seconds",
+        "Work of each event loop turn (timers, I/O callbacks, the replication's slices), "
+        "waiting for I/O left out: a long turn delays every answer behind it.",
+        &s->loop_turns);
+    metrics__histogram(
+        out, "sluice_decision_duration_seconds",
+        "Time to decide one command (CL.THROTTLE, SL.*), in the event loop; one command "
+        "in 16 is timed.",
+        &s->latency);
     if (s->clustered) {
-        labelled(out, "sluice_cluster_members", "Cluster members known, by state.", FAM_GAUGE,
-                 "state", s->members, s->nmembers);
-        labelled(out, "sluice_gossip_drops_total",
-                 "Gossip packets dropped, by reason (INFO gossip_drops_REASON).", FAM_COUNTER,
-                 "reason", s->drops, s->ndrops);
-        sections(out, s->cluster, s->ncluster);
-        head(out, "sluice_synced",
-             "1 once this node has recovered the cluster's state for global keys.", FAM_GAUGE);
-        sample(out, "sluice_synced", s->synced ? 1 : 0);
+        metrics__labelled(out, "sluice_cluster_members", "Cluster members known, by state.",
+                          FAM_GAUGE, "state", s->members, s->nmembers);
+        metrics__labelled(out, "sluice_gossip_drops_total",
+                          "Gossip packets dropped, by reason (INFO gossip_drops_REASON).",
+                          FAM_COUNTER, "reason", s->drops, s->ndrops);
+        metrics__sections(out, s->cluster, s->ncluster);
+        metrics__head(out, "sluice_synced",
+                      "1 once this node has recovered the cluster's state for global keys.",
+                      FAM_GAUGE);
+        metrics__sample(out, "sluice_synced", s->synced ? 1 : 0);
     }
     return out->oom ? -SLUICE_ENOMEM : 0;
 }

@@ -16,6 +16,7 @@
 #include "clientmem.h"
 #include "log.h"
 #include "acceptgate.h"
+#include "closebudget.h"
 #include "loopstat.h"
 #include "tcp.h"
 #include "sluice/error.h"
@@ -45,10 +46,6 @@ _Static_assert(OUT_HARD_DEFAULT == 16 * 1024 * 1024,
 #define TRIM_MIN_BYTES   (1024 * 1024)
 #define TRIM_INTERVAL_MS 1000
 #define TRIM_COST_SHARE  0.01
-/* Clients that hung up closed per loop turn at most (closing a socket took
- * 17 us on a loaded host: 1,100 silent TCP clients hanging up at once made
- * a 7.5 ms turn); the rest are closed at the next turns, in order. */
-#define CLOSES_PER_TURN 64
 /* A client's input is executed one read (up to READ_CHUNK) a loop turn, as
  * Redis reads a client once per event loop iteration: libuv would read a
  * busy socket up to 32 times in one callback (2 MiB), and fifty clients
@@ -85,13 +82,13 @@ struct server_client {
     unsigned close_after_reply : 1;
     unsigned blocked : 1;
     unsigned in_shared : 1; /* the last alloc handed out the shared buffer */
-    unsigned executing : 1; /* inside client_execute: no re-entry */
+    unsigned executing : 1; /* inside server__client_execute: no re-entry */
     server_cancel_fn cancel;
     void *cancel_arg;
     char *name;
     size_t name_len;
     size_t ctx_bytes; /* what ctx holds (server_client_set_ctx_bytes) */
-    size_t mem;       /* client_mem() when last counted into srv->client_mem */
+    size_t mem;       /* server__client_mem() when last counted into srv->client_mem */
     int proto;        /* 2 or 3 (HELLO 3); 0 is read as 2 */
     void *ctx;        /* the command layer's per-connection state (server_client_set_ctx) */
     void (*ctx_free)(void *ctx);
@@ -116,7 +113,7 @@ struct server {
     uv_idle_t hu_idle;                       /* closes them at the next turn */
     uv_check_t turn_end;                     /* after each turn's I/O: a fresh budget */
     int turn_init;
-    unsigned turn_closes;                        /* hang-ups closed this turn */
+    struct closebudget closes;                   /* hang-ups closed this turn */
     uint64_t turn;                               /* loop turns since start (turn_end counts them) */
     struct server_client *held_head, *held_tail; /* read twice in a turn (FIFO) */
     char *tcp_bind;                              /* NULL: no TCP listener */
@@ -136,7 +133,7 @@ struct server {
     size_t trim_bytes;         /* client memory freed since the last malloc_trim */
     uint64_t trim_next_ms;     /* uv_now before which no trim runs (TRIM_COST_SHARE) */
     unsigned depth;            /* clients executing commands now (nested unblocks) */
-    int enforcing;             /* inside server_enforce_budget */
+    int enforcing;             /* inside server__enforce_budget */
     uv_timer_t housekeep;      /* trims and the budget's log line */
     uv_work_t trim_req;        /* the trim running in the thread pool */
     uint64_t trim_took_ns;     /* how long it took (set by the worker) */
@@ -166,19 +163,19 @@ struct server {
     char shared[READ_CHUNK];
 };
 
-static void client_close(struct server_client *c);
-static void client_unqueue(struct server_client *c);
-static void client_unhold(struct server_client *c);
-static void client_resume(struct server_client *c);
-static void client_update_reading(struct server_client *c);
-static void server_freed(struct server *s, size_t bytes);
-static void server_enforce_budget(struct server *s);
-static void *server_heaviest(void *ud, size_t *bytes);
-static void server_evict(void *ud, void *client);
+static void server__client_close(struct server_client *c);
+static void server__client_unqueue(struct server_client *c);
+static void server__client_unhold(struct server_client *c);
+static void server__client_resume(struct server_client *c);
+static void server__client_update_reading(struct server_client *c);
+static void server__freed(struct server *s, size_t bytes);
+static void server__enforce_budget(struct server *s);
+static void *server__heaviest(void *ud, size_t *bytes);
+static void server__evict(void *ud, void *client);
 
-static void server_budget_freed(void *ud, size_t bytes)
+static void server__budget_freed(void *ud, size_t bytes)
 {
-    server_freed(ud, bytes);
+    server__freed(ud, bytes);
 }
 
 int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispatch_fn dispatch,
@@ -226,10 +223,10 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
         cfg->tcp_auth_timeout_ms ? cfg->tcp_auth_timeout_ms : SERVER_DEFAULT_TCP_AUTH_TIMEOUT_MS;
     s->tcp_idle_timeout_ms = cfg->tcp_idle_timeout_ms;
     clientmem_budget_init(&s->budget, s->max_client_memory);
-    s->budget.freed = server_budget_freed;
+    s->budget.freed = server__budget_freed;
     s->budget.freed_ud = s;
-    s->pool.heaviest = server_heaviest;
-    s->pool.evict = server_evict;
+    s->pool.heaviest = server__heaviest;
+    s->pool.evict = server__evict;
     s->pool.ud = s;
     clientmem_join(&s->budget, &s->pool);
     s->dispatch = dispatch;
@@ -363,7 +360,7 @@ struct resp_buf *server_client_out(struct server_client *c)
     return &c->out;
 }
 
-static size_t client_pending(const struct server_client *c)
+static size_t server__client_pending(const struct server_client *c)
 {
     return c->out.len + (c->writing ? c->wbuf.len - c->wsent : 0);
 }
@@ -372,13 +369,13 @@ static size_t client_pending(const struct server_client *c)
 
 /* What c holds: its buffers at capacity, its name, the command layer's
  * state and the fixed part (the structure, with its libuv handle). */
-static size_t client_mem(const struct server_client *c)
+static size_t server__client_mem(const struct server_client *c)
 {
     return sizeof(*c) + c->incap + c->out.cap + c->wbuf.cap + c->name_len + c->ctx_bytes +
            c->parser.cap * PARSER_BYTES_PER_ARG;
 }
 
-static void on_housekeep(uv_timer_t *t);
+static void server__on_housekeep(uv_timer_t *t);
 
 /*
  * Frees a closed client's buffers now rather than when libuv runs the close
@@ -387,7 +384,7 @@ static void on_housekeep(uv_timer_t *t);
  * meanwhile.  Only for a client that is not executing; libuv no longer
  * touches a closed pipe's write buffer (the write is only cancelled).
  */
-static void client_release(struct server_client *c)
+static void server__client_release(struct server_client *c)
 {
     free(c->inbuf);
     c->inbuf = NULL;
@@ -400,34 +397,34 @@ static void client_release(struct server_client *c)
     c->name_len = 0;
 }
 
-/* Runs on_housekeep within delay_ms (sooner if it is already due sooner). */
-static void server_housekeep_within(struct server *s, uint64_t delay_ms)
+/* Runs server__on_housekeep within delay_ms (sooner if it is already due sooner). */
+static void server__housekeep_within(struct server *s, uint64_t delay_ms)
 {
     if (!s->housekeep_init || s->closing)
         return;
     if (uv_is_active((uv_handle_t *)&s->housekeep) &&
         uv_timer_get_due_in(&s->housekeep) <= delay_ms)
         return;
-    uv_timer_start(&s->housekeep, on_housekeep, delay_ms, 0);
+    uv_timer_start(&s->housekeep, server__on_housekeep, delay_ms, 0);
 }
 
-static void server_freed(struct server *s, size_t bytes)
+static void server__freed(struct server *s, size_t bytes)
 {
     s->trim_bytes += bytes;
     if (s->trim_bytes >= TRIM_MIN_BYTES) {
         uint64_t now = uv_now(s->loop);
         uint64_t wait = s->trim_next_ms > now ? s->trim_next_ms - now : 0;
-        server_housekeep_within(s, wait > TRIM_INTERVAL_MS ? wait : TRIM_INTERVAL_MS);
+        server__housekeep_within(s, wait > TRIM_INTERVAL_MS ? wait : TRIM_INTERVAL_MS);
     }
 }
 
 /* Brings c's share of the client memory up to date. */
-static void client_account(struct server_client *c)
+static void server__client_account(struct server_client *c)
 {
     if (c->closing)
         return;
     struct server *s = c->srv;
-    size_t m = client_mem(c);
+    size_t m = server__client_mem(c);
     clientmem_charge(&s->pool, c->mem, m);
     c->mem = m;
 }
@@ -437,10 +434,10 @@ int server_client_reply_fits(struct server_client *c)
     if (c == NULL || c->closing)
         return 0;
     struct server *s = c->srv;
-    if (client_pending(c) > s->hard_limit)
+    if (server__client_pending(c) > s->hard_limit)
         return -SLUICE_ETOOBIG;
     /* c->mem is what c counted at its last settle; its buffers grew since. */
-    size_t now = client_mem(c);
+    size_t now = server__client_mem(c);
     size_t total = clientmem_total(&s->budget) - c->mem + now;
     if (total > s->max_client_memory)
         return -SLUICE_ETOOBIG;
@@ -468,13 +465,13 @@ size_t server_client_out_limit(const struct server_client *c)
 
 /* One line per MEM_LOG_INTERVAL_MS about the clients closed over budget
  * since the last line; a later one is left to the housekeeping timer. */
-static void server_log_budget(struct server *s)
+static void server__log_budget(struct server *s)
 {
     if (s->mem_unlogged == 0)
         return;
     uint64_t now_ms = uv_now(s->loop);
     if (s->mem_logged && now_ms - s->mem_logged_at < MEM_LOG_INTERVAL_MS) {
-        server_housekeep_within(s, MEM_LOG_INTERVAL_MS - (now_ms - s->mem_logged_at));
+        server__housekeep_within(s, MEM_LOG_INTERVAL_MS - (now_ms - s->mem_logged_at));
         return;
     }
     log_warn("client memory over --max-client-memory (%zu bytes): disconnected %llu clients "
@@ -488,18 +485,18 @@ static void server_log_budget(struct server *s)
 }
 
 /* In the thread pool: gives the heap's free pages back. */
-static void server_trim_work(uv_work_t *req)
+static void server__trim_work(uv_work_t *req)
 {
     struct server *s = req->data;
     uint64_t t0 = uv_hrtime();
 #if defined(__GLIBC__)
     malloc_trim(0);
 #endif
-    s->trim_took_ns = uv_hrtime() - t0; /* read by server_trim_done, after this returns */
+    s->trim_took_ns = uv_hrtime() - t0; /* read by server__trim_done, after this returns */
 }
 
 /* Back on the loop (also when cancelled at close). */
-static void server_trim_done(uv_work_t *req, int status)
+static void server__trim_done(uv_work_t *req, int status)
 {
     struct server *s = req->data;
     s->trimming = 0;
@@ -508,33 +505,33 @@ static void server_trim_done(uv_work_t *req, int status)
     s->stats.memory_trim_ns += s->trim_took_ns;
     s->trim_next_ms = uv_now(s->loop) + (uint64_t)((double)s->trim_took_ns / 1e6 / TRIM_COST_SHARE);
     if (s->trim_bytes >= TRIM_MIN_BYTES)
-        server_housekeep_within(s, s->trim_next_ms - uv_now(s->loop));
+        server__housekeep_within(s, s->trim_next_ms - uv_now(s->loop));
 }
 
-static void on_housekeep(uv_timer_t *t)
+static void server__on_housekeep(uv_timer_t *t)
 {
     struct server *s = t->data;
     uv_update_time(s->loop);
     uint64_t now = uv_now(s->loop);
     if (s->trim_bytes >= TRIM_MIN_BYTES && s->trimming) {
-        /* server_trim_done schedules the next */
+        /* server__trim_done schedules the next */
     } else if (s->trim_bytes >= TRIM_MIN_BYTES && now < s->trim_next_ms) {
-        server_housekeep_within(s, s->trim_next_ms - now); /* its share of time is spent */
+        server__housekeep_within(s, s->trim_next_ms - now); /* its share of time is spent */
     } else if (s->trim_bytes >= TRIM_MIN_BYTES) {
         s->trim_req.data = s;
-        if (uv_queue_work(s->loop, &s->trim_req, server_trim_work, server_trim_done) == 0) {
+        if (uv_queue_work(s->loop, &s->trim_req, server__trim_work, server__trim_done) == 0) {
             s->trim_bytes = 0;
             s->trimming = 1;
             s->stats.memory_trims++;
         }
     }
-    server_log_budget(s);
+    server__log_budget(s);
 }
 
 /* The budget's question to this pool: its heaviest client, brought up to
  * date.  None while a command executes (the client running it, or one it
  * unblocked, may be the heaviest): the read that started it checks after. */
-static void *server_heaviest(void *ud, size_t *bytes)
+static void *server__heaviest(void *ud, size_t *bytes)
 {
     struct server *s = ud;
     if (s->depth > 0 || s->closing)
@@ -543,7 +540,7 @@ static void *server_heaviest(void *ud, size_t *bytes)
     for (struct server_client *c = s->clients; c != NULL; c = c->next) {
         if (c->closing)
             continue;
-        client_account(c); /* figures not yet counted since their last read */
+        server__client_account(c); /* figures not yet counted since their last read */
         if (worst == NULL || c->mem > worst->mem)
             worst = c;
     }
@@ -553,7 +550,7 @@ static void *server_heaviest(void *ud, size_t *bytes)
 }
 
 /* The budget closes one of this pool's clients (its bytes leave at once). */
-static void server_evict(void *ud, void *client)
+static void server__evict(void *ud, void *client)
 {
     struct server *s = ud;
     struct server_client *c = client;
@@ -564,16 +561,16 @@ static void server_evict(void *ud, void *client)
         s->mem_unlogged_largest = c->mem;
     log_debug("client %llu: holds %zu bytes, client memory over budget, disconnecting",
               (unsigned long long)c->id, c->mem);
-    client_close(c); /* no-op when a cancel callback already closed it */
-    client_release(c);
-    server_log_budget(s);
+    server__client_close(c); /* no-op when a cancel callback already closed it */
+    server__client_release(c);
+    server__log_budget(s);
 }
 
 /*
  * Past the budget, disconnects the heaviest connections (of any listener
  * sharing it) until the sum is within it.  Not while a command executes.
  */
-static void server_enforce_budget(struct server *s)
+static void server__enforce_budget(struct server *s)
 {
     if (s->depth > 0 || s->enforcing || s->closing ||
         clientmem_total(&s->budget) <= s->max_client_memory)
@@ -584,17 +581,17 @@ static void server_enforce_budget(struct server *s)
 }
 
 /* After c's read, write or unblock: count its memory, keep the budget. */
-static void client_settle(struct server_client *c)
+static void server__client_settle(struct server_client *c)
 {
-    client_account(c);
-    server_enforce_budget(c->srv);
+    server__client_account(c);
+    server__enforce_budget(c->srv);
 }
 
 /* ---- output ---- */
 
-static void client_flush(struct server_client *c);
+static void server__client_flush(struct server_client *c);
 
-static void on_write(uv_write_t *req, int status)
+static void server__on_write(uv_write_t *req, int status)
 {
     struct server_client *c = req->data;
     c->writing = 0;
@@ -605,13 +602,13 @@ static void on_write(uv_write_t *req, int status)
     if (c->closing)
         return;
     if (status < 0) {
-        client_close(c);
+        server__client_close(c);
         return;
     }
-    client_flush(c);
+    server__client_flush(c);
     if (!c->closing && !c->writing)
-        client_resume(c);
-    client_settle(c);
+        server__client_resume(c);
+    server__client_settle(c);
 }
 
 /*
@@ -619,22 +616,22 @@ static void on_write(uv_write_t *req, int status)
  * Closes the client on a write error, on output past the hard limit, or when
  * a close was requested and everything has been sent.
  */
-static void client_flush(struct server_client *c)
+static void server__client_flush(struct server_client *c)
 {
     if (c->closing)
         return;
-    if (client_pending(c) > c->srv->hard_limit) {
+    if (server__client_pending(c) > c->srv->hard_limit) {
         c->srv->stats.output_limit_disconnects++;
         log_warn("client %llu: output buffer over %zu bytes, disconnecting",
                  (unsigned long long)c->id, c->srv->hard_limit);
-        client_close(c);
+        server__client_close(c);
         return;
     }
     if (!c->writing && c->out.len > 0) {
         uv_buf_t b = uv_buf_init(c->out.data, (unsigned)c->out.len);
         int n = uv_try_write((uv_stream_t *)&c->h.pipe, &b, 1);
         if (n < 0 && n != UV_EAGAIN) {
-            client_close(c);
+            server__client_close(c);
             return;
         }
         if (n < 0)
@@ -652,37 +649,37 @@ static void client_flush(struct server_client *c)
             c->wsent = (size_t)n;
             uv_buf_t rest = uv_buf_init(c->wbuf.data + n, (unsigned)(c->wbuf.len - (size_t)n));
             c->wreq.data = c;
-            int rc = uv_write(&c->wreq, (uv_stream_t *)&c->h.pipe, &rest, 1, on_write);
+            int rc = uv_write(&c->wreq, (uv_stream_t *)&c->h.pipe, &rest, 1, server__on_write);
             if (rc < 0) {
-                client_close(c);
+                server__client_close(c);
                 return;
             }
             c->writing = 1;
         }
     }
     if (c->close_after_reply && !c->writing && c->out.len == 0)
-        client_close(c);
+        server__client_close(c);
 }
 
 /* ---- input ---- */
 
-static int client_paused(const struct server_client *c)
+static int server__client_paused(const struct server_client *c)
 {
     return c->blocked || c->closing || c->close_after_reply || c->held ||
-           client_pending(c) > c->srv->soft_limit;
+           server__client_pending(c) > c->srv->soft_limit;
 }
 
 /*
  * Executes the complete commands in buf[0..len) until the input runs out or
  * the client pauses; returns the bytes consumed.
  */
-static size_t client_execute(struct server_client *c, const char *buf, size_t len)
+static size_t server__client_execute(struct server_client *c, const char *buf, size_t len)
 {
     struct server *s = c->srv;
     size_t pos = 0;
     c->executing = 1;
     s->depth++;
-    while (pos < len && !client_paused(c)) {
+    while (pos < len && !server__client_paused(c)) {
         struct resp_cmd cmd;
         int rc = resp_parse(&c->parser, buf + pos, len - pos, &cmd);
         if (rc == 0)
@@ -711,7 +708,7 @@ static size_t client_execute(struct server_client *c, const char *buf, size_t le
 }
 
 /* Keeps buf[0..len) as the client's unconsumed input. */
-static int client_keep(struct server_client *c, const char *buf, size_t len)
+static int server__client_keep(struct server_client *c, const char *buf, size_t len)
 {
     if (len == 0) {
         free(c->inbuf);
@@ -749,7 +746,7 @@ static int client_keep(struct server_client *c, const char *buf, size_t len)
     return 0;
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void server__on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct server_client *c = (struct server_client *)h;
     if (c->inlen == 0) {
@@ -771,16 +768,16 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->inbuf + c->inlen, (unsigned)(c->incap - c->inlen));
 }
 
-static void server_on_hu_idle(uv_idle_t *h);
+static void server__on_hu_idle(uv_idle_t *h);
 
 /* c's peer hung up (or its socket failed): closed now, or once this turn's
- * CLOSES_PER_TURN are spent at a later turn (not read meanwhile). */
-static void client_hung_up(struct server_client *c)
+ * close budget (closebudget.h) is spent at a later turn (not read
+ * meanwhile). */
+static void server__client_hung_up(struct server_client *c)
 {
     struct server *s = c->srv;
-    if (!s->turn_init || s->turn_closes < CLOSES_PER_TURN || c->executing) {
-        s->turn_closes++;
-        client_close(c);
+    if (closebudget_take(&s->closes, !s->turn_init || c->executing)) {
+        server__client_close(c);
         return;
     }
     if (c->hung_up || c->closing)
@@ -798,28 +795,27 @@ static void client_hung_up(struct server_client *c)
     else
         s->hu_head = c;
     s->hu_tail = c;
-    uv_idle_start(&s->hu_idle, server_on_hu_idle);
+    uv_idle_start(&s->hu_idle, server__on_hu_idle);
 }
 
-static void server_on_hu_idle(uv_idle_t *h)
+static void server__on_hu_idle(uv_idle_t *h)
 {
     struct server *s = h->data;
-    while (s->hu_head != NULL && s->turn_closes < CLOSES_PER_TURN) {
+    while (s->hu_head != NULL && closebudget_take(&s->closes, 0)) {
         struct server_client *c = s->hu_head;
-        client_unqueue(c);
-        s->turn_closes++;
-        client_close(c);
-        client_release(c);
+        server__client_unqueue(c);
+        server__client_close(c);
+        server__client_release(c);
     }
     /* Clients read twice last turn: their kept input now, each once. */
     struct server_client *last = s->held_tail;
     while (s->held_head != NULL) {
         struct server_client *c = s->held_head;
-        client_unhold(c);
+        server__client_unhold(c);
         c->read_turn = s->turn + 1; /* this turn's read */
         s->now_ns = uv_hrtime();
-        client_resume(c); /* executes its input, reads it again */
-        client_settle(c);
+        server__client_resume(c); /* executes its input, reads it again */
+        server__client_settle(c);
         if (c == last)
             break;
     }
@@ -827,21 +823,21 @@ static void server_on_hu_idle(uv_idle_t *h)
         uv_idle_stop(h);
 }
 
-static void server_on_turn_end(uv_check_t *h)
+static void server__on_turn_end(uv_check_t *h)
 {
     struct server *s = h->data;
-    s->turn_closes = 0;
+    closebudget_turn_end(&s->closes);
     s->turn++;
 }
 
 /* c was read twice this turn: keeps data[0..len) unexecuted for the next
  * turn and stops reading c meanwhile.  0, or -SLUICE_ENOMEM (then c is
  * closed). */
-static int client_hold(struct server_client *c, const char *data, size_t len)
+static int server__client_hold(struct server_client *c, const char *data, size_t len)
 {
     struct server *s = c->srv;
-    if (client_keep(c, data, len) < 0) {
-        client_close(c);
+    if (server__client_keep(c, data, len) < 0) {
+        server__client_close(c);
         return -SLUICE_ENOMEM;
     }
     if (c->reading) {
@@ -859,16 +855,16 @@ static int client_hold(struct server_client *c, const char *data, size_t len)
         s->held_tail = c;
     }
     s->stats.held_reads++;
-    uv_idle_start(&s->hu_idle, server_on_hu_idle);
-    client_settle(c);
+    uv_idle_start(&s->hu_idle, server__on_hu_idle);
+    server__client_settle(c);
     return 0;
 }
 
-static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+static void server__on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct server_client *c = (struct server_client *)stream;
     if (nread < 0) {
-        client_hung_up(c);
+        server__client_hung_up(c);
         return;
     }
     if (nread == 0)
@@ -887,18 +883,18 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     }
     struct server *s = c->srv;
     if (s->turn_init && c->read_turn == s->turn + 1) {
-        (void)client_hold(c, data, len);
+        (void)server__client_hold(c, data, len);
         return;
     }
     c->read_turn = s->turn + 1;
-    size_t used = client_execute(c, data, len);
-    if (client_keep(c, data + used, len - used) < 0) {
-        client_close(c);
+    size_t used = server__client_execute(c, data, len);
+    if (server__client_keep(c, data + used, len - used) < 0) {
+        server__client_close(c);
         return;
     }
-    client_flush(c);
-    client_resume(c);
-    client_settle(c);
+    server__client_flush(c);
+    server__client_resume(c);
+    server__client_settle(c);
 }
 
 /*
@@ -907,14 +903,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
  * once; only its queued input is bounded: past in_limit bytes, reading stops
  * until commands are executed again.
  */
-static void client_update_reading(struct server_client *c)
+static void server__client_update_reading(struct server_client *c)
 {
     if (c->closing)
         return;
     int want = c->inlen < c->srv->in_limit && !c->close_after_reply && !c->hung_up && !c->held;
     if (want && !c->reading) {
-        if (uv_read_start((uv_stream_t *)&c->h.pipe, on_alloc, on_read) < 0) {
-            client_close(c);
+        if (uv_read_start((uv_stream_t *)&c->h.pipe, server__on_alloc, server__on_read) < 0) {
+            server__client_close(c);
             return;
         }
         c->reading = 1;
@@ -929,20 +925,20 @@ static void client_update_reading(struct server_client *c)
  * between rounds: a flush that drains the output un-pauses the client, and
  * nothing else would wake it if its peer has nothing more to send.
  */
-static void client_resume(struct server_client *c)
+static void server__client_resume(struct server_client *c)
 {
-    while (!client_paused(c) && c->inlen > 0) {
+    while (!server__client_paused(c) && c->inlen > 0) {
         c->srv->now_ns = uv_hrtime();
-        size_t used = client_execute(c, c->inbuf, c->inlen);
-        if (client_keep(c, c->inbuf + used, c->inlen - used) < 0) {
-            client_close(c);
+        size_t used = server__client_execute(c, c->inbuf, c->inlen);
+        if (server__client_keep(c, c->inbuf + used, c->inlen - used) < 0) {
+            server__client_close(c);
             return;
         }
-        client_flush(c);
+        server__client_flush(c);
         if (used == 0)
             break; /* an incomplete command: wait for more bytes */
     }
-    client_update_reading(c);
+    server__client_update_reading(c);
 }
 
 void server_client_block(struct server_client *c, server_cancel_fn cancel, void *arg)
@@ -961,15 +957,15 @@ void server_client_unblock(struct server_client *c)
     c->cancel_arg = NULL;
     if (c->executing)
         return; /* unblocked by its own handler: the running loop goes on */
-    client_flush(c);
+    server__client_flush(c);
     if (!c->closing && !c->writing)
-        client_resume(c);
-    client_settle(c); /* checks the budget only when called outside a command */
+        server__client_resume(c);
+    server__client_settle(c); /* checks the budget only when called outside a command */
 }
 
 /* ---- lifecycle ---- */
 
-static void on_client_closed(uv_handle_t *h)
+static void server__on_client_closed(uv_handle_t *h)
 {
     struct server_client *c = (struct server_client *)h;
     resp_parser_free(&c->parser);
@@ -982,7 +978,7 @@ static void on_client_closed(uv_handle_t *h)
     free(c);
 }
 
-static void client_unhold(struct server_client *c)
+static void server__client_unhold(struct server_client *c)
 {
     if (!c->held)
         return;
@@ -999,9 +995,9 @@ static void client_unhold(struct server_client *c)
     c->held = 0;
 }
 
-static void client_unqueue(struct server_client *c)
+static void server__client_unqueue(struct server_client *c)
 {
-    client_unhold(c);
+    server__client_unhold(c);
     if (!c->hung_up)
         return;
     struct server *s = c->srv;
@@ -1017,11 +1013,11 @@ static void client_unqueue(struct server_client *c)
     c->hung_up = 0;
 }
 
-static void client_close(struct server_client *c)
+static void server__client_close(struct server_client *c)
 {
     if (c->closing)
         return;
-    client_unqueue(c);
+    server__client_unqueue(c);
     c->closing = 1;
     log_debug("client %llu: closed", (unsigned long long)c->id);
     if (c->blocked) {
@@ -1046,12 +1042,12 @@ static void client_close(struct server_client *c)
         s->stats.tcp_clients--;
     clientmem_charge(&s->pool, c->mem, 0);
     c->mem = 0;
-    uv_close((uv_handle_t *)&c->h.pipe, on_client_closed);
+    uv_close((uv_handle_t *)&c->h.pipe, server__on_client_closed);
 }
 
 /* One line per MEM_LOG_INTERVAL_MS about TCP clients closed for a
  * newcomer or over a deadline since the last line. */
-static void server_tcp_log(struct server *s)
+static void server__tcp_log(struct server *s)
 {
     if (s->tcp_unlogged_evictions == 0 && s->tcp_unlogged_timeouts == 0)
         return;
@@ -1075,7 +1071,7 @@ static void server_tcp_log(struct server *s)
  * crowd of silent connections cannot keep a real client out: it displaces
  * them, and having authenticated it outranks them all.
  */
-static void server_tcp_evict(struct server *s, struct server_client *newcomer)
+static void server__tcp_evict(struct server *s, struct server_client *newcomer)
 {
     struct server_client *worst = NULL;
     for (struct server_client *c = s->clients; c != NULL; c = c->next) {
@@ -1099,14 +1095,14 @@ static void server_tcp_evict(struct server *s, struct server_client *newcomer)
     s->tcp_unlogged_evictions++;
     log_debug("client %llu: closed for a newcomer over --max-tcp-clients",
               (unsigned long long)worst->id);
-    client_close(worst);
+    server__client_close(worst);
     if (!worst->executing)
-        client_release(worst);
-    server_tcp_log(s);
+        server__client_release(worst);
+    server__tcp_log(s);
 }
 
 /* Once a second: TCP clients past their AUTH deadline or idle too long. */
-static void on_tcp_sweep(uv_timer_t *t)
+static void server__on_tcp_sweep(uv_timer_t *t)
 {
     struct server *s = t->data;
     uint64_t now = uv_now(s->loop);
@@ -1124,18 +1120,18 @@ static void on_tcp_sweep(uv_timer_t *t)
         s->tcp_unlogged_timeouts++;
         log_debug("client %llu: %s, closing", (unsigned long long)c->id,
                   late ? "no AUTH in time" : "idle");
-        client_close(c);
-        client_release(c);
+        server__client_close(c);
+        server__client_release(c);
     }
-    server_tcp_log(s);
+    server__tcp_log(s);
 }
 
 /* A new client on either listener: accepted into c's handle (initialised
  * by the caller), then set up.  Frees c on failure. */
-static void server_accept(struct server *s, uv_stream_t *listener, struct server_client *c);
+static void server__accept(struct server *s, uv_stream_t *listener, struct server_client *c);
 
 /* A connection on the Unix socket (tcp 0) or the TCP listener (tcp 1). */
-static void server_new_client(uv_stream_t *listener, int status, int tcp)
+static void server__new_client(uv_stream_t *listener, int status, int tcp)
 {
     struct server *s = listener->data;
     if (status < 0 || s->closing)
@@ -1150,26 +1146,26 @@ static void server_new_client(uv_stream_t *listener, int status, int tcp)
         return;
     }
     c->tcp = tcp ? 1 : 0;
-    server_accept(s, listener, c);
+    server__accept(s, listener, c);
     if (tcp && !c->closing)
         uv_tcp_nodelay(&c->h.tcp, 1);
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+static void server__on_connection(uv_stream_t *listener, int status)
 {
-    server_new_client(listener, status, 0);
+    server__new_client(listener, status, 0);
 }
 
-static void on_tcp_connection(uv_stream_t *listener, int status)
+static void server__on_tcp_connection(uv_stream_t *listener, int status)
 {
-    server_new_client(listener, status, 1);
+    server__new_client(listener, status, 1);
 }
 
-static void server_accept(struct server *s, uv_stream_t *listener, struct server_client *c)
+static void server__accept(struct server *s, uv_stream_t *listener, struct server_client *c)
 {
     c->srv = s;
     if (uv_accept(listener, (uv_stream_t *)&c->h.pipe) < 0) {
-        uv_close((uv_handle_t *)&c->h.pipe, on_client_closed);
+        uv_close((uv_handle_t *)&c->h.pipe, server__on_client_closed);
         return;
     }
     resp_parser_init(&c->parser, s->max_request, s->max_args);
@@ -1184,7 +1180,7 @@ static void server_accept(struct server *s, uv_stream_t *listener, struct server
     if (c->tcp) {
         s->stats.tcp_clients++;
         if (s->stats.tcp_clients > s->max_tcp_clients)
-            server_tcp_evict(s, c);
+            server__tcp_evict(s, c);
     } else if (s->stats.connected_clients - s->stats.tcp_clients > s->max_clients) {
         s->stats.rejected_connections++;
         /* An operator needs to see this, but a flood must not flood the log:
@@ -1200,16 +1196,16 @@ static void server_accept(struct server *s, uv_stream_t *listener, struct server
         }
         resp_add_error(&c->out, "ERR max number of clients reached");
         c->close_after_reply = 1;
-        client_flush(c);
+        server__client_flush(c);
         return;
     }
-    if (uv_read_start((uv_stream_t *)&c->h.pipe, on_alloc, on_read) < 0) {
-        client_close(c);
+    if (uv_read_start((uv_stream_t *)&c->h.pipe, server__on_alloc, server__on_read) < 0) {
+        server__client_close(c);
         return;
     }
     c->reading = 1;
     log_debug("client %llu: connected", (unsigned long long)c->id);
-    client_settle(c);
+    server__client_settle(c);
 }
 
 /*
@@ -1217,7 +1213,7 @@ static void server_accept(struct server *s, uv_stream_t *listener, struct server
  * it is a socket nobody listens on; refuse if someone answers or it is not a
  * socket.  Returns 0 when the path is free.
  */
-static int server_clear_stale(struct server *s)
+static int server__clear_stale(struct server *s)
 {
     struct stat st, ds;
     char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -1296,7 +1292,7 @@ static int server_clear_stale(struct server *s)
 
 int server_start(struct server *s)
 {
-    int rc = server_clear_stale(s);
+    int rc = server__clear_stale(s);
     if (rc < 0)
         return rc;
     uv_timer_init(s->loop, &s->housekeep);
@@ -1326,7 +1322,8 @@ int server_start(struct server *s)
         snprintf(s->err, sizeof(s->err), "cannot chmod %s: %s", s->path, strerror(errno));
         return -SLUICE_EIO;
     }
-    if (acceptgate_init(&s->gate, s->loop, (uv_stream_t *)&s->listener, on_connection, 0) < 0) {
+    if (acceptgate_init(&s->gate, s->loop, (uv_stream_t *)&s->listener, server__on_connection, 0) <
+        0) {
         snprintf(s->err, sizeof(s->err), "cannot start the accept budget");
         return -SLUICE_EIO;
     }
@@ -1341,25 +1338,25 @@ int server_start(struct server *s)
     }
     s->hu_idle.data = s;
     s->turn_end.data = s;
-    uv_check_start(&s->turn_end, server_on_turn_end);
+    uv_check_start(&s->turn_end, server__on_turn_end);
     uv_unref((uv_handle_t *)&s->turn_end);
     s->turn_init = 1;
-    rc = uv_listen((uv_stream_t *)&s->listener, LISTEN_BACKLOG, on_connection);
+    rc = uv_listen((uv_stream_t *)&s->listener, LISTEN_BACKLOG, server__on_connection);
     if (rc < 0) {
         snprintf(s->err, sizeof(s->err), "cannot listen on %s: %s", s->path, uv_strerror(rc));
         return -SLUICE_EIO;
     }
     if (s->tcp_bind != NULL) {
         char err[200];
-        rc = tcp_listen(s->loop, &s->tcp_listener, s->tcp_bind, on_tcp_connection, &s->tcp_open,
-                        &s->tcp_port, &s->tcp_loopback, err, sizeof(err));
+        rc = tcp_listen(s->loop, &s->tcp_listener, s->tcp_bind, server__on_tcp_connection,
+                        &s->tcp_open, &s->tcp_port, &s->tcp_loopback, err, sizeof(err));
         s->tcp_listener.data = s;
         if (rc < 0) {
             snprintf(s->err, sizeof(s->err), "listen: %s", err);
             return rc;
         }
         if (acceptgate_init(&s->tcp_gate, s->loop, (uv_stream_t *)&s->tcp_listener,
-                            on_tcp_connection, 0) < 0) {
+                            server__on_tcp_connection, 0) < 0) {
             snprintf(s->err, sizeof(s->err), "cannot start the accept budget");
             return -SLUICE_EIO;
         }
@@ -1367,7 +1364,7 @@ int server_start(struct server *s)
             uv_timer_init(s->loop, &s->tcp_sweep);
             s->tcp_sweep.data = s;
             s->tcp_sweep_init = 1;
-            uv_timer_start(&s->tcp_sweep, on_tcp_sweep, 1000, 1000);
+            uv_timer_start(&s->tcp_sweep, server__on_tcp_sweep, 1000, 1000);
             uv_unref((uv_handle_t *)&s->tcp_sweep);
         }
     }
@@ -1409,7 +1406,7 @@ void server_close(struct server *s)
         return;
     s->closing = 1;
     while (s->clients != NULL)
-        client_close(s->clients);
+        server__client_close(s->clients);
     if (s->housekeep_init)
         uv_close((uv_handle_t *)&s->housekeep, NULL);
     if (s->trimming)

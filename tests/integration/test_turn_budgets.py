@@ -22,6 +22,11 @@ a turn long").
      (each closed frees an HTTP/2 session), a real gRPC client answered,
      every one closed in the end, those past the turn's 64 counted
      (grpc_deferred_closes, sluice_rls_deferred_closes_total).
+  4. The same on the HTTP listener: 1,000 connections (half of them after
+     a keep-alive request answered, half silent) hanging up together, a
+     real HTTP client on its own keep-alive connection answered, every one
+     closed, those past the turn's 64 counted (http_deferred_closes,
+     sluice_http_deferred_closes_total).
 
 Each would fail without its budget: its counter would stay at 0.  Bounded:
 every crowd has a fixed size, every loop a deadline; no latency is asserted
@@ -37,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+import http.client
 import unittest
 import urllib.request
 
@@ -87,6 +93,25 @@ def metric(port, name):
     m = re.search(r"^sluice_%s (\d+)" % name, text, re.M)
     assert m, "no sluice_%s in /metrics" % name
     return int(m.group(1))
+
+
+def http_answer(sock):
+    """One HTTP/1.1 answer read whole from sock (head and Content-Length body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    m = re.search(rb"(?im)^content-length: *(\d+)", head)
+    want = int(m.group(1)) if m else 0
+    while len(body) < want:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def h2_frame(ftype, flags, stream, payload):
@@ -281,6 +306,75 @@ class GrpcCloseBudgetTest(unittest.TestCase):
                      st.get("loop_max_turn_us", -1), st.get("loop_max_turn_cpu_us", -1)))
         finally:
             chan.close()
+
+
+class HttpCloseBudgetTest(unittest.TestCase):
+    def setUp(self):
+        raise_nofile(self, CLOSE_CROWD + 200)
+
+    def test_real_client_answered_while_http_crowds_hang_up(self):
+        hport = free_tcp_port()
+        with Daemon("--http", "127.0.0.1:%d" % hport,
+                    "--http-max-connections", str(CLOSE_CROWD + 100)) as d:
+            good = http.client.HTTPConnection("127.0.0.1", hport, timeout=CALL_TIMEOUT)
+
+            def ask():
+                good.request("GET", "/health")
+                r = good.getresponse()
+                body = r.read()
+                self.assertEqual(r.status, 200, body)
+
+            def conns():
+                return info_ints(d, "listeners")["http_connections"]
+
+            ask()
+            base = conns()
+            request = b"GET /health HTTP/1.1\r\nHost: sluice\r\n\r\n"
+            answered = 0
+            deadline = time.time() + 120
+            for rnd in range(CLOSE_ROUNDS):
+                self.assertLess(time.time(), deadline)
+                crowd = []
+                for k in range(CLOSE_CROWD):
+                    s = socket.create_connection(("127.0.0.1", hport), timeout=5)
+                    if k % 2:  # half of them idle after an answer, half silent
+                        s.sendall(request)
+                        self.assertTrue(http_answer(s).startswith(b"HTTP/1.1 200"))
+                    crowd.append(s)
+                wait = time.time() + 20
+                while conns() < base + CLOSE_CROWD and time.time() < wait:
+                    time.sleep(0.05)
+                self.assertEqual(conns(), base + CLOSE_CROWD, "round %d: not all connected" % rnd)
+                # Paused while they all hang up: one turn sees every hang-up.
+                os.kill(d.proc.pid, signal.SIGSTOP)
+                try:
+                    for s in crowd:
+                        s.close()
+                finally:
+                    os.kill(d.proc.pid, signal.SIGCONT)
+                for _ in range(50):
+                    ask()
+                    answered += 1
+                wait = time.time() + 20
+                while conns() > base and time.time() < wait:
+                    ask()
+                    answered += 1
+                    time.sleep(0.01)
+                self.assertEqual(conns(), base, "round %d: hung-up connections left open" % rnd)
+            i = info_ints(d, "listeners")
+            self.assertEqual(i["http_evictions"], 0, i)  # all closed as hung up
+            self.assertEqual(i["http_timeouts"], 0, i)
+            # Past 64 a turn, the hang-ups were closed at the next turns.
+            self.assertGreater(i["http_deferred_closes"], 0, i)
+            self.assertEqual(metric(hport, "http_deferred_closes_total"),
+                             info_ints(d, "listeners")["http_deferred_closes"])
+            good.close()
+            st = info_ints(d, "stats")
+            print("ok: %d rounds of %d HTTP connections hanging up at once: a real client's %d "
+                  "requests answered, every one closed, %d closed at a later turn (longest turn "
+                  "%d us, %d us of CPU)"
+                  % (CLOSE_ROUNDS, CLOSE_CROWD, answered, i["http_deferred_closes"],
+                     st.get("loop_max_turn_us", -1), st.get("loop_max_turn_cpu_us", -1)))
 
 
 class CloseBudgetTest(unittest.TestCase):

@@ -217,13 +217,37 @@ static void test_consume_debt(void **unused)
     }
 }
 
+/* Every algorithm's options table holds together: they fit
+ * ALGO_OPTIONS_MAX, their slots a knob's values, each config key and SL.*
+ * word names one option, and each is found by both. */
+static void test_options_table(void **unused)
+{
+    (void)unused;
+    size_t n = 0;
+    const struct algo_option *o;
+    enum algo_kind k;
+    while ((o = algo_option_at(n, &k)) != NULL) {
+        assert_true((unsigned)k < ALGO_KIND_COUNT_);
+        assert_true(o->slot >= 0 && o->slot < ALGO_KNOB_VALUES);
+        assert_true(o->min <= o->max);
+        assert_int_equal(algo_option_find(o->conf, strlen(o->conf), 0), (int)n);
+        assert_int_equal(algo_option_find(o->word, strlen(o->word), 1), (int)n);
+        struct algo_params p;
+        assert_int_equal(algo_params_init(&p, k, 1, 10, 1000 * MS, 0), 0);
+        int64_t v = algo_option_value(&p, o); /* the default is a value it accepts */
+        assert_true(v >= o->min && v <= o->max);
+        n++;
+    }
+    assert_true(n <= ALGO_OPTIONS_MAX);
+}
+
 int main(void)
 {
     rng = test_seed("test_algo_common");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_properties_all), cmocka_unit_test(test_params_refused),
         cmocka_unit_test(test_names),          cmocka_unit_test(test_extreme_arguments),
-        cmocka_unit_test(test_consume_debt),
+        cmocka_unit_test(test_consume_debt),   cmocka_unit_test(test_options_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -331,14 +331,69 @@ static void test_parameters(void **unused)
     assert_int_equal(algo_consume(&p, st, INT64_MAX, 0), 0);
 }
 
+/* warmup's options as limits spell them: found by config key and SL.*
+ * word, set one at a time with the other value kept, refused on another
+ * algorithm or out of range with the params unchanged. */
+static void test_options(void **unused)
+{
+    (void)unused;
+    int w = algo_option_find("warmup", 6, 0), c = algo_option_find("cold_factor", 11, 0);
+    assert_true(w >= 0 && w < ALGO_OPTIONS_MAX && c >= 0 && c < ALGO_OPTIONS_MAX);
+    assert_int_equal(algo_option_find("WARMUP", 6, 1), w);
+    assert_int_equal(algo_option_find("cold", 4, 1), c);                /* words in any case */
+    assert_int_equal(algo_option_find("WARMUP", 6, 0), -SLUICE_ENOENT); /* keys are exact */
+    assert_int_equal(algo_option_find("COLD_FACTOR", 11, 1), -SLUICE_ENOENT);
+    enum algo_kind k;
+    const struct algo_option *o = algo_option_at((size_t)w, &k);
+    assert_int_equal(k, ALGO_WARMUP);
+    assert_int_equal(o->type, ALGO_VALUE_NS);
+    assert_string_equal(o->shown, "warmup_ms");
+    char buf[64];
+    assert_string_equal(algo_option_list(ALGO_WARMUP, 0, "", buf, sizeof(buf)),
+                        "warmup and cold_factor");
+    assert_string_equal(algo_option_list(ALGO_WARMUP, 1, "RATE", buf, sizeof(buf)),
+                        "RATE, WARMUP and COLD");
+
+    struct algo_params p;
+    assert_int_equal(algo_params_init(&p, ALGO_WARMUP, 4, 10, S, 0), 0);
+    int64_t vals[ALGO_OPTIONS_MAX] = {0};
+    int given[ALGO_OPTIONS_MAX] = {0};
+    vals[c] = 5;
+    given[c] = 1;
+    assert_int_equal(algo_params_set_options(&p, vals, given), 0);
+    assert_int_equal(p.cold_factor, 5);
+    assert_int_equal(p.warmup_ns, S); /* kept */
+    assert_int_equal(algo_option_value(&p, algo_option_at((size_t)c, NULL)), 5);
+    vals[w] = 10 * S;
+    given[w] = 1;
+    given[c] = 0;
+    assert_int_equal(algo_params_set_options(&p, vals, given), 0);
+    assert_int_equal(p.warmup_ns, 10 * S);
+    assert_int_equal(p.cold_factor, 5);
+    /* The same as the setter by name. */
+    struct algo_params q;
+    assert_int_equal(algo_params_init(&q, ALGO_WARMUP, 4, 10, S, 0), 0);
+    assert_int_equal(algo_params_set_warmup(&q, 10 * S, 5), 0);
+    assert_memory_equal(&p, &q, sizeof(p));
+    /* Out of range: p unchanged. */
+    vals[c] = ALGO_COLD_FACTOR_MAX + 1;
+    given[c] = 1;
+    assert_int_equal(algo_params_set_options(&p, vals, given), -SLUICE_EINVAL);
+    assert_memory_equal(&p, &q, sizeof(p));
+    /* Another algorithm's option. */
+    struct algo_params g;
+    assert_int_equal(algo_params_init(&g, ALGO_GCRA, 4, 10, S, 0), 0);
+    vals[c] = 2;
+    assert_int_equal(algo_params_set_options(&g, vals, given), -SLUICE_EINVAL);
+}
+
 int main(void)
 {
     rng = test_seed("test_algo_warmup");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_against_model),
-        cmocka_unit_test(test_shape_from_cold),
-        cmocka_unit_test(test_partial_cool_down),
-        cmocka_unit_test(test_parameters),
+        cmocka_unit_test(test_against_model),     cmocka_unit_test(test_shape_from_cold),
+        cmocka_unit_test(test_partial_cool_down), cmocka_unit_test(test_parameters),
+        cmocka_unit_test(test_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -59,11 +59,12 @@ static int setup(void **state)
     write_file(f->path, CONF);
     assert_int_equal(limiter_create(&f->lim, NULL), 0);
     reload_init(&f->reload, f->path);
+    reload_attach(&f->reload, f->lim, NULL);
     struct commands_sl_config cfg = {
-        .load_policies = reload_policies, .load_ud = &f->reload, .load_name = f->path};
+        .reloader = {.reload = reload_request, .stats = reload_stats, .ud = &f->reload}};
     assert_int_equal(commands_sl_create(f->lim, &cfg, &f->sl), 0);
     char err[256];
-    assert_int_equal(commands_sl_reload(f->sl, err, sizeof(err)), 0);
+    assert_int_equal(reload_now(&f->reload, err, sizeof(err)), 0);
     resp_buf_init(&f->out);
     *state = f;
     return 0;
@@ -435,13 +436,13 @@ static int csetup(void **state)
                         "scope = local\nmatch = mine:\n");
     assert_int_equal(limiter_create(&f->lim, NULL), 0);
     reload_init(&f->reload, f->path);
-    struct commands_sl_config cfg = {.load_policies = reload_policies,
-                                     .load_ud = &f->reload,
-                                     .load_name = f->path,
-                                     .loop = &cf->loop};
+    reload_attach(&f->reload, f->lim, &cf->loop);
+    struct commands_sl_config cfg = {
+        .reloader = {.reload = reload_request, .stats = reload_stats, .ud = &f->reload},
+        .loop = &cf->loop};
     assert_int_equal(commands_sl_create(f->lim, &cfg, &f->sl), 0);
     commands_sl_set_cluster(f->sl, cf->cl);
-    assert_int_equal(commands_sl_reload(f->sl, err, sizeof(err)), 0);
+    assert_int_equal(reload_now(&f->reload, err, sizeof(err)), 0);
     resp_buf_init(&f->out);
     *state = cf;
     return 0;

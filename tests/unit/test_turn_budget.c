@@ -2,7 +2,9 @@
  * A loop turn's work is bounded whatever the clients do: a storm of
  * connections is accepted at most ACCEPTGATE_DEFAULT a turn, and requests
  * for a costly HTTP route wait for later turns once a turn's answers took
- * HTTP_TURN_BUDGET_NS, while a cheap route (/health) is answered at once.
+ * HTTP_TURN_BUDGET_NS, while a cheap route (/health) is answered at once;
+ * connections that hang up together are closed at most
+ * CLOSEBUDGET_PER_TURN a turn, the rest at the next turns.
  * Real sockets on 127.0.0.1, the loop run one turn at a time.
  */
 #include <setjmp.h>
@@ -22,6 +24,7 @@
 #include <uv.h>
 
 #include "acceptgate.h"
+#include "closebudget.h"
 #include "http.h"
 
 #define CLIENTS 100 /* under the listen backlog (128): all wait in the kernel */
@@ -83,6 +86,39 @@ static void test_connection_storm_accepted_a_budget_a_turn(void **state)
     assert_true(turns >= (CLIENTS + ACCEPTGATE_DEFAULT - 1) / ACCEPTGATE_DEFAULT);
     for (int i = 0; i < CLIENTS; i++)
         close(fds[i]);
+    stop(&loop, h);
+}
+
+static void test_hang_ups_closed_a_budget_a_turn(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct http_server *h = start(&loop);
+    assert_int_equal(http_start(h), 0);
+    int fds[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++)
+        fds[i] = connect_to(http_port(h));
+    for (int t = 0; t < 1000 && open_conns(h) < CLIENTS; t++)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(open_conns(h), CLIENTS);
+    /* every one hangs up before the next turn */
+    for (int i = 0; i < CLIENTS; i++)
+        close(fds[i]);
+    int turns = 0;
+    uint64_t before = CLIENTS;
+    while (open_conns(h) > 0 && turns < 1000) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        uint64_t now = open_conns(h);
+        assert_true(before - now <= CLOSEBUDGET_PER_TURN);
+        before = now;
+        turns++;
+    }
+    assert_int_equal(open_conns(h), 0); /* every one closed in the end */
+    assert_true(turns >= (CLIENTS + CLOSEBUDGET_PER_TURN - 1) / CLOSEBUDGET_PER_TURN);
+    struct http_stats st;
+    http_get_stats(h, &st);
+    assert_true(st.deferred_closes > 0);
     stop(&loop, h);
 }
 
@@ -163,6 +199,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_connection_storm_accepted_a_budget_a_turn),
         cmocka_unit_test(test_costly_route_waits_cheap_route_does_not),
+        cmocka_unit_test(test_hang_ups_closed_a_budget_a_turn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
