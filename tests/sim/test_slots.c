@@ -36,7 +36,7 @@
 #include "testutil.h"
 
 #define MS      ((int64_t)1000000)
-#define NMAX    5
+#define NMAX    8
 #define NMSG    20000
 #define LIMIT   10
 #define TTL     (800 * MS)
@@ -66,6 +66,7 @@ struct node {
     struct client cl[CLIENTS];
     int64_t dead_at;
     int gone; /* left (or dead and forgotten): no longer a member at all */
+    int calm; /* its clients ask for no new leases (they keep the ones they hold) */
 };
 
 static struct sim {
@@ -225,7 +226,7 @@ static void clients_step(struct node *n)
             }
             continue;
         }
-        if (!S.demand || test_rand(&S.rng) % 4 != 0)
+        if (!S.demand || n->calm || test_rand(&S.rng) % 4 != 0)
             continue;
         struct conc_result r;
         int64_t held = conc_held(n->c, KEY, kl);
@@ -554,7 +555,7 @@ static void new_name(char *out, size_t cap, int base, int *serial)
  * Checked every millisecond by run(): never more than n in flight; and the
  * cluster holds n again after each join (nothing leaked or stuck).
  */
-static void new_members_take_over(const char *name, int base, int joiners)
+static void new_members_take_over(const char *name, int base, int joiners, int calm)
 {
     uint64_t seed = test_seed(name);
     memset(&S, 0, sizeof(S));
@@ -573,6 +574,14 @@ static void new_members_take_over(const char *name, int base, int joiners)
     int serial = 5;
     (void)run(2000 * MS, &max_total);
     for (int round = 0; round < 4; round++) {
+        /* calm: the old members' clients keep the leases they hold but ask
+         * for no more from a tick or two before the join, so none of them
+         * is short: they report only every few ticks, and the holders are
+         * the last to reach the new owner */
+        for (int i = 0; i < base; i++)
+            S.n[i].calm = calm;
+        if (calm)
+            (void)run((int64_t)(50 + test_rand(&S.rng) % 60) * MS, &max_total);
         /* join at a random point of the tick */
         (void)run((int64_t)(1 + test_rand(&S.rng) % 50) * MS, &max_total);
         for (int j = base; j < base + joiners; j++) {
@@ -612,6 +621,8 @@ static void new_members_take_over(const char *name, int base, int joiners)
             kill_node(j);
             S.n[j].gone = 1;
         }
+        for (int i = 0; i < base; i++)
+            S.n[i].calm = 0;
         (void)run(FRESH + TTL + 2000 * MS, &max_total);
         S.nn = base;
     }
@@ -633,7 +644,7 @@ static void new_members_take_over(const char *name, int base, int joiners)
 static void test_slots_new_member_takes_over(void **state)
 {
     (void)state;
-    new_members_take_over("test_slots_new_member_takes_over", 4, 1);
+    new_members_take_over("test_slots_new_member_takes_over", 4, 1, 0);
 }
 
 /* Two new members, each outranking the three old ones for the key, join
@@ -641,7 +652,24 @@ static void test_slots_new_member_takes_over(void **state)
 static void test_slots_two_new_members(void **state)
 {
     (void)state;
-    new_members_take_over("test_slots_two_new_members", 3, 2);
+    new_members_take_over("test_slots_two_new_members", 3, 2, 0);
+}
+
+/* Three new members, each outranking the three old ones for the key, join
+ * at once: the old owner is only the fourth for the key, below every
+ * member the new owner asks first, and all of those are as new as it. */
+static void test_slots_three_new_members(void **state)
+{
+    (void)state;
+    new_members_take_over("test_slots_three_new_members", 3, 3, 1);
+}
+
+/* Four new members over four old ones: half the cluster is new at once
+ * (the old members keep the majority of the view). */
+static void test_slots_four_new_members(void **state)
+{
+    (void)state;
+    new_members_take_over("test_slots_four_new_members", 4, 4, 1);
 }
 
 /*
@@ -739,6 +767,8 @@ int main(void)
         cmocka_unit_test(test_slots_two_nodes),
         cmocka_unit_test(test_slots_new_member_takes_over),
         cmocka_unit_test(test_slots_two_new_members),
+        cmocka_unit_test(test_slots_three_new_members),
+        cmocka_unit_test(test_slots_four_new_members),
         cmocka_unit_test(test_slots_fresh_cluster),
         cmocka_unit_test(test_slots_bad_input),
     };
