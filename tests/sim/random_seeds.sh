@@ -23,8 +23,7 @@ draw() { od -An -N4 -tu4 /dev/urandom | tr -d ' '; }
 
 run() {
   local t=$1 seed=$2 out
-  out=$(SLUICE_SEED=$seed "$BIN/$t" 2>&1)
-  if [ $? -ne 0 ]; then
+  if ! out=$(SLUICE_SEED=$seed "$BIN/$t" 2>&1); then
     echo "$out" | grep -E 'FAILED|ERROR|LINE' | head -20
     echo "FAIL $t seed $seed: replay with SLUICE_SEED=$seed $BIN/$t"
     fails=$((fails + 1))
@@ -43,7 +42,7 @@ for t in $fast; do
 done
 for path in "$BIN"/sim_test_*; do
   t=${path##*/}
-  [ -x "$path" ] && [ -f "$path" ] || continue
+  if [ ! -f "$path" ] || [ ! -x "$path" ]; then continue; fi
   case "$fast" in *" $t "*) continue ;; esac
   for _ in $(seq 1 "$NF"); do run "$t" "$(draw)"; done
   ran=$((ran + 1))
