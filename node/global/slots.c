@@ -26,7 +26,7 @@
 #define SLOTS_IDLE_TICKS       50 /* an owned key idle this many ticks is forgotten */
 #define SLOTS_VIEWS            32 /* past views remembered (who owned a key lately) */
 #define SLOTS_ASK              2  /* members a new ledger asks first whether they lent the key */
-#define SLOTS_ASK_MAX          8  /* members it asks at most (new members pass the ask on) */
+#define SLOTS_ASK_MAX          64 /* members it asks at most (new members pass the ask on) */
 
 #define SLOTS_HOLD_MAX_MS 604800000 /* the longest hold an answer may ask for (7 days) */
 
@@ -89,15 +89,16 @@ struct slots_ledger { /* a key this node owns */
     int64_t created;
     /* The members that would own the key without this node, asked whether
      * they lent it (a new ledger lends nothing beyond what is reported
-     * until they answer, or until ask_until). */
-    struct {
+     * until they answer, or until ask_until); owned by the ledger, freed
+     * once every ask is answered. */
+    struct slots_asked {
         char name[64];
         uint64_t nonce;
         int done;
-    } ask[SLOTS_ASK_MAX];
-    int nask, asking; /* asked; not answered yet */
-    int asked;        /* the asks went out (once, when the ledger began) */
-    int vouched;      /* a member that was in the cluster before answered */
+    } * ask;
+    int nask, cap_ask, asking; /* asked; room; not answered yet */
+    int asked;                 /* the asks went out (once, when the ledger began) */
+    int vouched;               /* a member that was in the cluster before answered */
     int64_t ask_until;
     /* != 0: this node no longer owns the key; the ledger is kept, lending
      * nothing, to answer the new owner's asks until its loans have ended */
@@ -679,6 +680,7 @@ static void slots__ledger_free(struct slots *s, struct slots_ledger *l)
         l->next->prev = l->prev;
     if (l->lost_until == 0)
         s->st.owned--;
+    free(l->ask);
     free(l->peers);
     free(l);
 }
@@ -1053,9 +1055,18 @@ static void slots__send_ask(struct slots *s, const struct slots_ledger *l, int i
         (void)s->send(s->send_ud, l->ask[i].name, buf, len);
 }
 
+/* Every ask is answered (or given up on): the list goes. */
+static void slots__asks_end(struct slots_ledger *l)
+{
+    free(l->ask);
+    l->ask = NULL;
+    l->nask = 0;
+    l->cap_ask = 0;
+}
+
 /* Adds the live member that ranks highest for the key after this node and
  * the members already asked, and asks it.  0 when none is left, -1 when
- * the ledger asked SLOTS_ASK_MAX already. */
+ * the ledger asked SLOTS_ASK_MAX already (or has no memory for one more). */
 static int slots__ask_next(struct slots *s, struct slots_ledger *l)
 {
     uint64_t kh = hrw_hash(l->key, l->klen), bs = 0;
@@ -1072,8 +1083,16 @@ static int slots__ask_next(struct slots *s, struct slots_ledger *l)
     }
     if (best == SIZE_MAX)
         return 0;
-    if (l->nask == SLOTS_ASK_MAX)
-        return -1;
+    if (l->nask == l->cap_ask) {
+        int c = l->cap_ask ? 2 * l->cap_ask : SLOTS_ASK;
+        struct slots_asked *na = NULL;
+        if (c <= SLOTS_ASK_MAX)
+            na = realloc(l->ask, (size_t)c * sizeof(*na));
+        if (na == NULL)
+            return -1;
+        l->ask = na;
+        l->cap_ask = c;
+    }
     int k = l->nask++;
     memcpy(l->ask[k].name, s->live[best], sizeof(l->ask[k].name));
     if (++s->nonce == 0)
@@ -1104,9 +1123,13 @@ static void slots__start_asks(struct slots *s, struct slots_ledger *l, int64_t n
     l->asking = 0;
     l->vouched = 0;
     l->ask_until = now + slots__margin(s->fresh_ns + l->ttl_ns);
-    for (int k = 0; k < SLOTS_ASK; k++)
-        if (slots__ask_next(s, l) <= 0)
+    for (int k = 0; k < SLOTS_ASK; k++) {
+        int rc = slots__ask_next(s, l);
+        if (rc < 0 && l->ask_until > l->hold_until)
+            l->hold_until = l->ask_until; /* no memory to ask: wait instead */
+        if (rc <= 0)
             break;
+    }
 }
 
 /*
@@ -1208,9 +1231,12 @@ static void slots__got_answer(struct slots *s, const char *from, const struct sl
         if (a->state == SLOTS_A_FREE || a->state == SLOTS_A_BUSY)
             l->vouched = 1;
         else if (!l->vouched && slots__ask_next(s, l) < 0 && l->ask_until > l->hold_until)
-            l->hold_until = l->ask_until; /* too many new members to ask: wait */
-        if (--l->asking == 0 && strcmp(slots__owner(s, l->key, l->klen), s->name) == 0)
-            slots__lend(s, l, now);
+            l->hold_until = l->ask_until; /* too many new members to ask (or no memory): wait */
+        if (--l->asking == 0) {
+            slots__asks_end(l);
+            if (strcmp(slots__owner(s, l->key, l->klen), s->name) == 0)
+                slots__lend(s, l, now);
+        }
         return;
     }
 }
@@ -1239,6 +1265,8 @@ static void slots__tick_asks(struct slots *s, struct slots_ledger *l, int64_t no
         }
         slots__send_ask(s, l, i);
     }
+    if (l->asking == 0)
+        slots__asks_end(l);
 }
 
 static void slots__owner_report(struct slots *s, const char *from, uint64_t from_life,
