@@ -38,7 +38,8 @@
  *   counts as such): that owner may have lent to nodes that have not
  *   reported yet, so the first reporters (never served, or served by this
  *   very life in an earlier spell of ownership) are not all the holders.
- *   A key new to the cluster is served after one round trip (asks).
+ *   A key new to an established cluster is served after one round trip
+ *   (asks; more while the cluster is fresh).
  * - Asks.  A node new to the cluster has no past views: the owner before
  *   it joined is unknown to it, and its first reporters (itself, nodes
  *   never served) are not all the holders.  So every new ledger asks the
