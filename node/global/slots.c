@@ -208,6 +208,7 @@ void slots_destroy(struct slots *s)
     while (s->ledger_list != NULL) {
         struct slots_ledger *l = s->ledger_list;
         s->ledger_list = l->next;
+        free(l->ask);
         free(l->peers);
         free(l);
     }
