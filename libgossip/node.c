@@ -52,8 +52,14 @@
  * SEED_RETRY_NS, or live x SEED_RETRY_PER_NS in a larger cluster (about
  * 1 / SEED_RETRY_PER_NS exchanges a second over the cluster): see
  * seed_reconnect. */
-#define SEED_RETRY_NS      (1000 * MS)
-#define SEED_RETRY_PER_NS  (200 * MS)
+#define SEED_RETRY_NS     (1000 * MS)
+#define SEED_RETRY_PER_NS (200 * MS)
+/* Four times as often while a seed died lately (SEED_LATE_NS): seeds
+ * restarted together find each other first, and take themselves as a new
+ * cluster until another member reaches them and names their past lives. */
+#define SEED_FAST_NS       (250 * MS)
+#define SEED_FAST_PER_NS   (50 * MS)
+#define SEED_LATE_NS       (60000 * MS)
 #define PKT_MAX            9216        /* largest datagram handled (jumbo frame) */
 #define PP_MSG_OVERHEAD    16          /* PUSHPULL message without its chunk */
 #define LEAVE_FANOUT       64          /* members told of a leave directly; gossip tells the rest */
@@ -126,6 +132,7 @@ struct gossip_node {
     /* name conflicts: a claim on this node's name from another address */
     int conflict, claim_pending;
     int joined, prior_life; /* an exchange answered; our name had a past life */
+    int64_t elder_lead_ms;  /* gossip_node_elder_lead_ms */
     int64_t next_stranger;
     int64_t next_ask_back; /* not joined yet: asking a peer that asked us */
     int64_t next_verdict;  /* a dead member's new life told its verdict (on_alive) */
@@ -536,7 +543,7 @@ static void claim_on_self(struct gossip_node *n, const struct proto_msg *msg)
 {
     if (n->conflict)
         return; /* we yielded: nothing more to say */
-    if (msg->life != n->cfg.life_id && !n->joined)
+    if (msg->life != n->cfg.life_id)
         n->prior_life = 1;
     if (msg->life == n->cfg.life_id || gossip_addr_equal(&msg->addr, &n->self->addr) ||
         msg->life == 0) {
@@ -683,10 +690,12 @@ static void on_suspect(struct gossip_node *n, const char *name, size_t len, uint
     if (!m->is_self && other_life_news(n, m, life))
         return;
     if (m->is_self) {
-        /* News of our name before we joined, from another life: a past
-         * life.  Of this life it is only a peer that knew us first (it
-         * probed us while our join was on its way, or lost). */
-        if (!n->joined && life != n->cfg.life_id)
+        /* News of our name from another life: a past life, heard before
+         * or after our join (seeds restarted together join each other
+         * first, and hear of their past lives from the others later).  Of
+         * this life it is only a peer that knew us first (it probed us
+         * while our join was on its way, or lost). */
+        if (life != n->cfg.life_id)
             n->prior_life = 1;
         if (!n->left)
             refute(n, inc);
@@ -775,7 +784,7 @@ static void on_dead(struct gossip_node *n, const char *name, size_t len, uint32_
         }
     }
     if (m->is_self) {
-        if (!n->joined && life != n->cfg.life_id)
+        if (life != n->cfg.life_id)
             n->prior_life = 1; /* as in on_suspect */
         if (!n->left) {
             refute(n, inc);
@@ -1277,6 +1286,11 @@ int gossip_node_joined(const struct gossip_node *n, int *prior_life)
     return n->joined;
 }
 
+int64_t gossip_node_elder_lead_ms(const struct gossip_node *n)
+{
+    return n->elder_lead_ms;
+}
+
 /* ---- receive ------------------------------------------------------------ */
 
 static int drop(struct gossip_node *n, int reason, int err)
@@ -1518,6 +1532,25 @@ static struct member *receive__sender(struct gossip_node *n, const struct gossip
     return snd;
 }
 
+/* Notes how long before this node the sender of a push-pull began its
+ * life, from the sender's own entry among the packet's full state (its
+ * ALIVE, with its uptime).  The entries were applied first (they come
+ * before the push-pull in receive__dispatch), so a past life of ours that
+ * the sender knew is already counted when its lead is. */
+static void receive__elder(struct gossip_node *n, const struct proto_packet *p)
+{
+    int64_t ours = uptime_ms(n);
+    for (size_t i = 0; i < p->nmsgs; i++) {
+        const struct proto_msg *m = &p->msgs[i];
+        if (m->type != PROTO_ALIVE || m->life != p->life || m->name.len != p->sender.len ||
+            memcmp(m->name.ptr, p->sender.ptr, p->sender.len) != 0 || m->uptime_ms > INT64_MAX)
+            continue;
+        int64_t lead = (int64_t)m->uptime_ms - ours;
+        if (lead > n->elder_lead_ms)
+            n->elder_lead_ms = lead;
+    }
+}
+
 /* Answers and merges the push-pull exchanges of p (snd: its sender). */
 static void receive__pushpulls(struct gossip_node *n, const struct gossip_addr *from,
                                const struct proto_packet *p, struct member *snd)
@@ -1528,6 +1561,7 @@ static void receive__pushpulls(struct gossip_node *n, const struct gossip_addr *
             continue;
         if (!(m->flags & PROTO_PP_REQUEST))
             n->joined = 1; /* an answer to our exchange: we know the cluster */
+        receive__elder(n, p);
         if (m->data_len > 0 && n->cfg.cb.state_merge != NULL) {
             char sender[GOSSIP_NAME_MAX + 1];
             memcpy(sender, p->sender.ptr, p->sender.len);
@@ -1641,6 +1675,29 @@ static int addr_of_alive_member(const struct gossip_node *n, const struct gossip
     return 0;
 }
 
+/* 1 if a member at address a stopped being alive less than SEED_LATE_NS
+ * ago (suspect or dead since, not gone: a leave is not a restart). */
+static int addr_of_late_member(const struct gossip_node *n, const struct gossip_addr *a)
+{
+    for (size_t i = 0; i < n->t.n; i++) {
+        const struct member *m = n->t.v[i];
+        if (!m->is_self && (m->state == GOSSIP_MEMBER_SUSPECT || m->state == GOSSIP_MEMBER_DEAD) &&
+            n->now - m->state_since < SEED_LATE_NS && gossip_addr_equal(&m->addr, a))
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether a seed died lately (addr_of_late_member): seed_reconnect's pace. */
+static int seed_died_lately(const struct gossip_node *n)
+{
+    for (size_t k = 0; k < n->nseeds; k++)
+        if (!gossip_addr_equal(&n->seeds[k], &n->cfg.advertise) &&
+            addr_of_late_member(n, &n->seeds[k]))
+            return 1;
+    return 0;
+}
+
 /* Every SEED_RETRY_NS (longer in a large cluster), one seed (in turn) that
  * is neither this node nor an alive member gets a push-pull.  Members believed
  * dead are tried at the periodic push-pull, but only until their tombstones
@@ -1649,10 +1706,11 @@ static int addr_of_alive_member(const struct gossip_node *n, const struct gossip
  * whose nodes first met as separate islands (a partition at start-up).  The
  * seeds are how they meet again.  And not at the push-pull's pace (30 s):
  * seeds that were declared dead and restarted together know only each
- * other, and would serve as a cluster of their own (fresh global quota)
- * once their sync timeout (2 s) ends; the first exchange from any other
- * member merges them back.  One exchange per interval, none while every
- * seed is an alive member. */
+ * other, take themselves as a new cluster (nobody they met knew their past
+ * lives) and serve as one until the first exchange from any other member
+ * names their past lives and merges them back; the interval is four times
+ * shorter while a seed died lately, to keep that short.  One exchange per
+ * interval, none while every seed is an alive member. */
 static void seed_reconnect(struct gossip_node *n)
 {
     for (size_t k = 0; k < n->nseeds; k++) {
@@ -1781,9 +1839,10 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
             pushpull_start(n, &peer->addr);
     }
     if (!n->left && n->nseeds > 0 && now >= n->next_seed) {
-        int64_t iv = (int64_t)n->live * SEED_RETRY_PER_NS;
-        if (iv < SEED_RETRY_NS)
-            iv = SEED_RETRY_NS;
+        int late = seed_died_lately(n);
+        int64_t iv = (int64_t)n->live * (late ? SEED_FAST_PER_NS : SEED_RETRY_PER_NS);
+        if (iv < (late ? SEED_FAST_NS : SEED_RETRY_NS))
+            iv = late ? SEED_FAST_NS : SEED_RETRY_NS;
         /* Jittered by half an interval: the members' tries spread out. */
         n->next_seed = now + iv / 2 + (int64_t)(rnd(n) % (uint64_t)iv);
         seed_reconnect(n);

@@ -227,10 +227,18 @@ uint64_t gossip_node_view_version(const struct gossip_node *node);
 uint64_t gossip_node_life_id(const struct gossip_node *node);
 
 /* 1 once an anti-entropy exchange this node started was answered (it knows
- * the cluster).  *prior_life (may be NULL) is set to 1 if, before that, the
- * cluster spoke of this node's name from another life: a restart, not a
- * new member. */
+ * the cluster).  *prior_life (may be NULL) is set to 1 if the cluster has
+ * spoken so far of this node's name from another life: a restart, not a
+ * new member (see gossip_node_elder_lead_ms for when silence is proof). */
 int gossip_node_joined(const struct gossip_node *node, int *prior_life);
+
+/* How long before this node the eldest member that exchanged its full state
+ * with it (a push-pull either way) began its life, in ms (0 if none did).
+ * Only such a member's silence about a past life of this node's name means
+ * something: two nodes restarted together know only each other, and
+ * neither can tell the other it lived before, while a member up long before
+ * them keeps their tombstones and names their past lives in its state. */
+int64_t gossip_node_elder_lead_ms(const struct gossip_node *node);
 
 /* 1 if another live process with this node's name started before it (this
  * node must not run under the name; *other, if not NULL, gets its

@@ -33,6 +33,8 @@ struct cluster {
     struct replica *r;
     struct slots *sl;              /* global concurrency limits */
     int sl_known;                  /* slots told whether a past life existed */
+    int64_t taken_new;             /* when it joined as new, while no elder has vouched (on_tick) */
+    int64_t young_ns;              /* the replica's young period */
     uv_timer_t tick, leave, slice; /* slice: the rest of a replica pass (replica_tick) */
     int tick_open, leave_open;
     int64_t clock_offset; /* realtime - monotonic at start */
@@ -290,7 +292,29 @@ static void on_tick(uv_timer_t *t)
         int prior = 0;
         if (gossip_node_joined(gossip_uv_node(c->g), &prior) && !prior) {
             replica_mark_synced(c->r);
+            c->taken_new = cluster_now_ns(c);
             log_info("cluster: joined as a new member, serving global keys");
+        }
+    } else if (c->taken_new > 0) {
+        /* Taken as new by members that could not know better: seeds
+         * restarted together join each other first, and neither knows the
+         * other's past life.  A member up before them names it when it
+         * reaches them (within a second or two: it retries its seeds), and
+         * they go back to waiting for an owner that knows the cluster
+         * rather than spend a fresh quota meanwhile.  Only a member up for
+         * longer than the young period is proof of being new. */
+        struct gossip_node *gn = gossip_uv_node(c->g);
+        int prior = 0;
+        (void)gossip_node_joined(gn, &prior);
+        if (prior) {
+            c->taken_new = 0;
+            replica_unsync(c->r, cluster_now_ns(c));
+            slots_set_restarted(c->sl, 1);
+            log_info("cluster: a past life of this name was named after all: "
+                     "waiting for an owner that knows the cluster");
+        } else if (gossip_node_elder_lead_ms(gn) * 1000000 >= c->young_ns ||
+                   cluster_now_ns(c) - c->taken_new >= 5 * c->young_ns) {
+            c->taken_new = 0; /* proven new, or long settled */
         }
     }
     cluster__log_drops(c);
@@ -466,6 +490,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
         rc_cfg.young_ns = o->sync_timeout_ms < 0 ? -1 : o->sync_timeout_ms * 1000000;
     rc = replica_create(&c->r, &rc_cfg, cluster_now_ns(c));
     if (rc == 0) {
+        c->young_ns = replica_young_ns(c->r);
         struct slots_config sc;
         memset(&sc, 0, sizeof(sc));
         sc.node_name = c->name;

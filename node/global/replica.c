@@ -523,6 +523,30 @@ void replica_mark_synced(struct replica *r)
     r->synced = 1;
 }
 
+int64_t replica_young_ns(const struct replica *r)
+{
+    return r->young;
+}
+
+void replica_unsync(struct replica *r, int64_t now_ns)
+{
+    if (r->young == 0)
+        return; /* a lone first node: nothing to wait for */
+    if (now_ns > r->now)
+        r->now = now_ns;
+    r->synced = 0;
+    r->born = r->now;
+    for (size_t i = 0; i < r->nnk; i++) {
+        struct nkey *k = nkey_of(r->nk[i]);
+        replica_node_refill(k, r->now);
+        if (k->tokens > 0.999)
+            k->tokens = 0.999;
+        k->free = 0.0F;
+        k->share = 0.0F;
+        k->p.flags = (uint8_t)((k->p.flags & ~NK_LEASED) | NK_YOUNG);
+    }
+}
+
 int replica_synced(const struct replica *r)
 {
     return r->synced || r->now - r->born >= r->young;

@@ -239,6 +239,19 @@ int replica_synced(const struct replica *r);
  * past life of its name), so it has no past to recover. */
 void replica_mark_synced(struct replica *r);
 
+/* Undoes replica_mark_synced: the node was taken as new (nobody it met
+ * knew a past life of its name) and has learnt of one since (seeds
+ * restarted together join each other first and hear of their past lives
+ * when the others reach them).  Young again from now_ns, and every key it
+ * holds keeps less than one unit, as a young life's start: what it took as
+ * new is not spent twice.  Its owner side learns the keys' use from the
+ * reporters, as any restarted owner does. */
+void replica_unsync(struct replica *r, int64_t now_ns);
+
+/* The young period: how long a restarted life waits for an owner that knows
+ * the cluster before it serves global keys on its own (0: none). */
+int64_t replica_young_ns(const struct replica *r);
+
 /* Describes a key held here (as a node or as its owner): fills *info and
  * calls fn (may be NULL) once per reporter (owner) or once for itself.
  * -SLUICE_ENOENT when neither side holds the key. */

@@ -412,6 +412,42 @@ static void test_young_no_fresh_quota(void **state)
     assert_true(ok >= 5);
 }
 
+/* A node taken as new (nobody it met knew a past life of its name: seeds
+ * restarted together meet each other first) that learns of a past life
+ * afterwards keeps nothing it took as new: every key drops below one unit
+ * at once, and it serves again only on a settled owner's lease. */
+static void test_unsync_drops_what_was_taken_as_new(void **state)
+{
+    (void)state;
+    net.r[0] = mk(0, 0, 0, 0);
+    net.r[1] = mk(1, 2 * SEC, 0, 0);
+    replica_mark_synced(net.r[1]); /* joined as new */
+    view(2);
+    struct algo_params p = limit(10, 10, SEC);
+    int ok = 0;
+    for (int i = 0; i < 3; i++)
+        ok += ask(1, "k", &p, 1);
+    assert_true(ok >= 1); /* a new member serves at once */
+    run_ms(20);
+    replica_unsync(net.r[1], net.now);
+    assert_int_equal(replica_synced(net.r[1]), 0);
+    struct replica_stats st0, st1;
+    replica_get_stats(net.r[1], &st0);
+    ok = 0;
+    for (int i = 0; i < 20; i++)
+        ok += ask(1, "k", &p, 1);
+    assert_int_equal(ok, 0);
+    replica_get_stats(net.r[1], &st1);
+    assert_true(st1.young_denials > st0.young_denials);
+    /* The owner (a, settled) leases it again within a few intervals. */
+    run_ms(500);
+    assert_int_equal(replica_synced(net.r[1]), 1);
+    ok = 0;
+    for (int i = 0; i < 20; i++)
+        ok += ask(1, "k", &p, 1);
+    assert_true(ok >= 1);
+}
+
 /* Counts the reports in a batch and those that leave the limit out. */
 static void count_report(void *ud, uint64_t life, const struct wire_report *e)
 {
@@ -694,6 +730,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_burst_follows_users, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peekers_hold_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_young_no_fresh_quota, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unsync_drops_what_was_taken_as_new, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_garbage, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_keys_reclaimed, setup, teardown),
