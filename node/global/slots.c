@@ -25,7 +25,8 @@
 #define SLOTS_RTIMES           16 /* report send times remembered (freshness) */
 #define SLOTS_IDLE_TICKS       50 /* an owned key idle this many ticks is forgotten */
 #define SLOTS_VIEWS            32 /* past views remembered (who owned a key lately) */
-#define SLOTS_ASK              2  /* members a new ledger asks whether they lent the key */
+#define SLOTS_ASK              2  /* members a new ledger asks first whether they lent the key */
+#define SLOTS_ASK_MAX          64 /* members it asks at most (new members pass the ask on) */
 
 #define SLOTS_HOLD_MAX_MS 604800000 /* the longest hold an answer may ask for (7 days) */
 
@@ -33,6 +34,11 @@
 #define SLOTS_A_FREE 0 /* it lent nothing of the key that may still be held */
 #define SLOTS_A_BUSY 1 /* it did (or cannot tell): hold for hold_ms */
 #define SLOTS_A_WAIT 2 /* it still owns the key in its view: ask again */
+/* The same as free and busy from a member that joined the cluster less
+ * than fresh + TTL ago: it cannot vouch for the owners before it joined,
+ * so the asker asks the next member too. */
+#define SLOTS_A_FREE_NEW 3
+#define SLOTS_A_BUSY_NEW 4
 
 /* ---- state ---- */
 
@@ -83,14 +89,16 @@ struct slots_ledger { /* a key this node owns */
     int64_t created;
     /* The members that would own the key without this node, asked whether
      * they lent it (a new ledger lends nothing beyond what is reported
-     * until they answer, or until ask_until). */
-    struct {
+     * until they answer, or until ask_until); owned by the ledger, freed
+     * once every ask is answered. */
+    struct slots_asked {
         char name[64];
         uint64_t nonce;
         int done;
-    } ask[SLOTS_ASK];
-    int nask, asking; /* asked; not answered yet */
-    int asked;        /* the asks went out (once, when the ledger began) */
+    } * ask;
+    int nask, cap_ask, asking; /* asked; room; not answered yet */
+    int asked;                 /* the asks went out (once, when the ledger began) */
+    int vouched;               /* a member that was in the cluster before answered */
     int64_t ask_until;
     /* != 0: this node no longer owns the key; the ledger is kept, lending
      * nothing, to answer the new owner's asks until its loans have ended */
@@ -107,6 +115,7 @@ struct slots {
     uint64_t life;
     int64_t fresh_ns;
     int64_t started;
+    int64_t joined_at; /* the first view with another member in it (0: none yet) */
     int restarted;
     int known; /* restarted is known */
     slots_send_fn send;
@@ -199,6 +208,7 @@ void slots_destroy(struct slots *s)
     while (s->ledger_list != NULL) {
         struct slots_ledger *l = s->ledger_list;
         s->ledger_list = l->next;
+        free(l->ask);
         free(l->peers);
         free(l);
     }
@@ -302,6 +312,8 @@ int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_
     if (s->viewed && !same)
         slots__past_push(s, now);
     s->viewed = 1;
+    if (s->joined_at == 0 && nm >= 2)
+        s->joined_at = now;
     if (nm > s->cap_live) {
         char(*nl)[64] = realloc(s->live, nm * sizeof(*nl));
         uint64_t *nh = nl != NULL ? realloc(s->live_hash, nm * sizeof(*nh)) : NULL;
@@ -550,7 +562,7 @@ static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct 
             goto out;
         if (kind == 3 && (slots__u(&f[3], 86400000, &a->ttl_ms) < 0 || a->ttl_ms == 0))
             goto out;
-        if (kind == 4 && (slots__u(&f[3], SLOTS_A_WAIT, &a->state) < 0 ||
+        if (kind == 4 && (slots__u(&f[3], SLOTS_A_BUSY_NEW, &a->state) < 0 ||
                           slots__u(&f[4], SLOTS_HOLD_MAX_MS, &a->hold_ms) < 0))
             goto out;
         rc = (int)kind;
@@ -669,6 +681,7 @@ static void slots__ledger_free(struct slots *s, struct slots_ledger *l)
         l->next->prev = l->prev;
     if (l->lost_until == 0)
         s->st.owned--;
+    free(l->ask);
     free(l->peers);
     free(l);
 }
@@ -1043,6 +1056,55 @@ static void slots__send_ask(struct slots *s, const struct slots_ledger *l, int i
         (void)s->send(s->send_ud, l->ask[i].name, buf, len);
 }
 
+/* Every ask is answered (or given up on): the list goes. */
+static void slots__asks_end(struct slots_ledger *l)
+{
+    free(l->ask);
+    l->ask = NULL;
+    l->nask = 0;
+    l->cap_ask = 0;
+}
+
+/* Adds the live member that ranks highest for the key after this node and
+ * the members already asked, and asks it.  0 when none is left, -1 when
+ * the ledger asked SLOTS_ASK_MAX already (or has no memory for one more). */
+static int slots__ask_next(struct slots *s, struct slots_ledger *l)
+{
+    uint64_t kh = hrw_hash(l->key, l->klen), bs = 0;
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < s->nlive; i++) {
+        int taken = strcmp(s->live[i], s->name) == 0;
+        for (int j = 0; j < l->nask && !taken; j++)
+            taken = strcmp(s->live[i], l->ask[j].name) == 0;
+        uint64_t sc = hrw_score(kh, s->live_hash[i]);
+        if (!taken && (best == SIZE_MAX || sc > bs)) {
+            best = i;
+            bs = sc;
+        }
+    }
+    if (best == SIZE_MAX)
+        return 0;
+    if (l->nask == l->cap_ask) {
+        int c = l->cap_ask ? 2 * l->cap_ask : SLOTS_ASK;
+        struct slots_asked *na = NULL;
+        if (c <= SLOTS_ASK_MAX)
+            na = realloc(l->ask, (size_t)c * sizeof(*na));
+        if (na == NULL)
+            return -1;
+        l->ask = na;
+        l->cap_ask = c;
+    }
+    int k = l->nask++;
+    memcpy(l->ask[k].name, s->live[best], sizeof(l->ask[k].name));
+    if (++s->nonce == 0)
+        s->nonce = 1;
+    l->ask[k].nonce = s->nonce;
+    l->ask[k].done = 0;
+    l->asking++;
+    slots__send_ask(s, l, k);
+    return 1;
+}
+
 /*
  * A new ledger asks the SLOTS_ASK live members that rank highest for the
  * key after this node (the one that owned it before this node joined, and
@@ -1050,49 +1112,61 @@ static void slots__send_ask(struct slots *s, const struct slots_ledger *l, int i
  * be held, and lends nothing beyond what is reported until they answer.
  * A node that has been a member all along knows the past owners from its
  * past views; a node new to the cluster does not, and its first
- * reporters (itself, nodes never served) are not all the holders.
+ * reporters (itself, nodes never served) are not all the holders.  An
+ * asked member that is itself new to the cluster passes the ask on (see
+ * slots__got_answer), so the asks go down the ranking until a member that
+ * was there before answers: the old owner ranks at or above it.
  */
 static void slots__start_asks(struct slots *s, struct slots_ledger *l, int64_t now)
 {
-    uint64_t kh = hrw_hash(l->key, l->klen);
     l->asked = 1;
     l->nask = 0;
+    l->asking = 0;
+    l->vouched = 0;
     l->ask_until = now + slots__margin(s->fresh_ns + l->ttl_ns);
     for (int k = 0; k < SLOTS_ASK; k++) {
-        size_t best = SIZE_MAX;
-        uint64_t bs = 0;
-        for (size_t i = 0; i < s->nlive; i++) {
-            int taken = strcmp(s->live[i], s->name) == 0;
-            for (int j = 0; j < l->nask && !taken; j++)
-                taken = strcmp(s->live[i], l->ask[j].name) == 0;
-            uint64_t sc = hrw_score(kh, s->live_hash[i]);
-            if (!taken && (best == SIZE_MAX || sc > bs)) {
-                best = i;
-                bs = sc;
-            }
-        }
-        if (best == SIZE_MAX)
+        int rc = slots__ask_next(s, l);
+        if (rc < 0 && l->ask_until > l->hold_until)
+            l->hold_until = l->ask_until; /* no memory to ask: wait instead */
+        if (rc <= 0)
             break;
-        memcpy(l->ask[k].name, s->live[best], sizeof(l->ask[k].name));
-        if (++s->nonce == 0)
-            s->nonce = 1;
-        l->ask[k].nonce = s->nonce;
-        l->ask[k].done = 0;
-        l->nask++;
     }
-    l->asking = l->nask;
-    for (int k = 0; k < l->nask; k++)
-        slots__send_ask(s, l, k);
+}
+
+/*
+ * Until when an owner this node saw lately, and that is no longer a
+ * member, may have lent slots of the key that are still held (0: none).
+ * A member that left (or died) cannot be asked, and the new owner, if it
+ * is new to the cluster, never saw it own the key: this node vouches for
+ * what it saw.  A view lost from the ring counts as such an owner.
+ */
+static int64_t slots__gone_until(const struct slots *s, const char *key, size_t klen,
+                                 int64_t ttl_ns)
+{
+    uint64_t kh = hrw_hash(key, klen);
+    int64_t at = s->past_lost;
+    for (size_t k = 0; k < s->npast; k++) {
+        size_t i = (s->past_head + k) % SLOTS_VIEWS;
+        if (s->past[i].n == 0 || s->past[i].ended <= at)
+            continue;
+        uint64_t o = s->past[i].hash[hrw_pick(kh, s->past[i].hash, s->past[i].n)];
+        if (o != s->self_hash && s->nlive > 0 &&
+            bsearch(&o, s->live_hash, s->nlive, sizeof(o), slots__cmp_u64) == NULL)
+            at = s->past[i].ended;
+    }
+    return at > 0 ? at + slots__margin(s->fresh_ns + ttl_ns) : 0;
 }
 
 /* An ask from the owner of a key (this node would own it without that
- * one): did this node lend slots of it that may still be held? */
+ * one): did this node lend slots of it that may still be held, or did it
+ * see an owner that is gone lend them; and was it in the cluster long
+ * enough to vouch for the owners before the asker? */
 static void slots__answer_ask(struct slots *s, const char *from, const struct slots_ask *q,
                               int64_t now)
 {
     struct slots_ask a;
     uint8_t buf[SLOTS_MSG_MAX];
-    int64_t until = 0;
+    int64_t until = 0, ttl_ns = (int64_t)q->ttl_ms * 1000000;
     memset(&a, 0, sizeof(a));
     a.key = q->key;
     a.klen = q->klen;
@@ -1105,6 +1179,9 @@ static void slots__answer_ask(struct slots *s, const char *from, const struct sl
         struct slots_ledger *l = slots__ledger(s, q->key, q->klen, 0, now);
         if (l != NULL)
             until = slots__busy_until(s, l, now);
+        int64_t g = slots__gone_until(s, q->key, q->klen, ttl_ns);
+        if (g > until)
+            until = g;
         /* A past life of this node may have lent (its holders report as
          * served by another life, which holds the new ledger anyway; this
          * covers the ones that have not reported yet).  A node that does
@@ -1113,14 +1190,18 @@ static void slots__answer_ask(struct slots *s, const char *from, const struct sl
          * seed, one round trip after a peer joins it, or a 2 s retry under
          * loss), and a fresh cluster must not wait for it. */
         if (s->known && s->restarted) {
-            int64_t r = s->started + slots__margin(s->fresh_ns + (int64_t)q->ttl_ms * 1000000);
+            int64_t r = s->started + slots__margin(s->fresh_ns + ttl_ns);
             if (r > until)
                 until = r;
         }
+        int fresh_member =
+            s->joined_at == 0 || now < s->joined_at + slots__margin(s->fresh_ns + ttl_ns);
         if (until > now) {
             int64_t ms = (until - now + 999999) / 1000000;
-            a.state = SLOTS_A_BUSY;
+            a.state = fresh_member ? SLOTS_A_BUSY_NEW : SLOTS_A_BUSY;
             a.hold_ms = (uint64_t)(ms < SLOTS_HOLD_MAX_MS ? ms : SLOTS_HOLD_MAX_MS);
+        } else if (fresh_member) {
+            a.state = SLOTS_A_FREE_NEW;
         }
     }
     size_t len = slots__encode(buf, sizeof(buf), s->life, NULL, NULL, 4, &a);
@@ -1129,7 +1210,10 @@ static void slots__answer_ask(struct slots *s, const char *from, const struct sl
 }
 
 /* An answer to one of this node's asks: a busy one holds the ledger's
- * free slots for what it says; the last answer lets it lend. */
+ * free slots for what it says; one from a member new to the cluster asks
+ * the next member in the ranking too, until one that was there before
+ * answers (or none is left: every member is new, nobody lent before); the
+ * last answer lets it lend. */
 static void slots__got_answer(struct slots *s, const char *from, const struct slots_ask *a,
                               int64_t now)
 {
@@ -1139,14 +1223,21 @@ static void slots__got_answer(struct slots *s, const char *from, const struct sl
     for (int i = 0; i < l->nask; i++) {
         if (l->ask[i].done || l->ask[i].nonce != a->nonce || strcmp(l->ask[i].name, from) != 0)
             continue;
-        if (a->state == SLOTS_A_BUSY) {
+        if (a->state == SLOTS_A_BUSY || a->state == SLOTS_A_BUSY_NEW) {
             int64_t h = now + (int64_t)a->hold_ms * 1000000;
             if (h > l->hold_until)
                 l->hold_until = h;
         }
         l->ask[i].done = 1;
-        if (--l->asking == 0 && strcmp(slots__owner(s, l->key, l->klen), s->name) == 0)
-            slots__lend(s, l, now);
+        if (a->state == SLOTS_A_FREE || a->state == SLOTS_A_BUSY)
+            l->vouched = 1;
+        else if (!l->vouched && slots__ask_next(s, l) < 0 && l->ask_until > l->hold_until)
+            l->hold_until = l->ask_until; /* too many new members to ask (or no memory): wait */
+        if (--l->asking == 0) {
+            slots__asks_end(l);
+            if (strcmp(slots__owner(s, l->key, l->klen), s->name) == 0)
+                slots__lend(s, l, now);
+        }
         return;
     }
 }
@@ -1175,6 +1266,8 @@ static void slots__tick_asks(struct slots *s, struct slots_ledger *l, int64_t no
         }
         slots__send_ask(s, l, i);
     }
+    if (l->asking == 0)
+        slots__asks_end(l);
 }
 
 static void slots__owner_report(struct slots *s, const char *from, uint64_t from_life,

@@ -38,7 +38,8 @@
  *   counts as such): that owner may have lent to nodes that have not
  *   reported yet, so the first reporters (never served, or served by this
  *   very life in an earlier spell of ownership) are not all the holders.
- *   A key new to the cluster is served after one round trip (asks).
+ *   A key new to an established cluster is served after one round trip
+ *   (asks; more while the cluster is fresh).
  * - Asks.  A node new to the cluster has no past views: the owner before
  *   it joined is unknown to it, and its first reporters (itself, nodes
  *   never served) are not all the holders.  So every new ledger asks the
@@ -51,10 +52,19 @@
  *   "wait" (it still owns the key in its view: asked again at every
  *   tick).  A member that loses a key keeps its ledger,
  *   lending nothing, while its loans may be held, to answer so.  An asked
- *   member that leaves the view makes the ledger hold for fresh_ns + TTL;
- *   one silent until fresh_ns + TTL after the ledger began is taken as
- *   free (what it lent before then has ended).  In a fresh cluster this
- *   costs one round trip.
+ *   member also answers busy, until fresh_ns + TTL after that view ended,
+ *   for an owner it saw lately that is no longer a member (nobody can ask
+ *   it).  An asked member that joined the cluster less than fresh_ns +
+ *   TTL ago cannot vouch for the owners before it: it says so ("free,
+ *   new", "busy, new"), and the ledger asks the next member in the
+ *   ranking too, and so on (up to 64 members, else it holds for
+ *   fresh_ns + TTL), until a member that was there before answers: the
+ *   old owner ranks at or above that one, so however many new members
+ *   outrank it, it is asked.  An asked member that leaves the view makes
+ *   the ledger hold for fresh_ns + TTL; one silent until fresh_ns + TTL
+ *   after the ledger began is taken as free (what it lent before then has
+ *   ended).  In a fresh cluster every member is new and the asks go down
+ *   the whole ranking, two at a time (two round trips for 5 members).
  * - Majority.  An owner answers "fresh" and lends free slots only while
  *   more than half of the members it knows (alive, suspect, dead but not
  *   yet forgotten) are alive.  A minority side of a partition therefore
@@ -94,7 +104,9 @@
  *   answer = fixarray(5)  [ 4 key:bin nonce:uint state:uint hold_ms:uint ]
  *            (-> the owner that asked, echoing its nonce; state 0 free,
  *            1 busy: lend nothing beyond what is reported for hold_ms,
- *            2 wait: ask again)
+ *            2 wait: ask again, 3 free and 4 busy from a member new to
+ *            the cluster: ask the next member too; a node that knows
+ *            fewer states drops the answer, and its ask times out)
  *
  * Nothing on the wire is a time; TTLs are durations.  Everything runs on
  * one thread.  Functions return 0 or a negative enum sluice_err.
