@@ -34,7 +34,6 @@ struct cluster {
     struct slots *sl;  /* global concurrency limits */
     int sl_known;      /* slots told whether a past life existed */
     int64_t taken_new; /* when it joined as new, while no elder has vouched (on_tick) */
-    int64_t young_ns;  /* the replica's young period */
     uv_timer_t tick, leave;
     uv_idle_t slice; /* the rest of a replica pass (replica_tick), a slice per loop turn */
     int tick_open, leave_open;
@@ -327,8 +326,8 @@ static void on_tick(uv_timer_t *t)
             slots_set_restarted(c->sl, 1);
             log_info("cluster: a past life of this name was named after all: "
                      "waiting for an owner that knows the cluster");
-        } else if (gossip_node_elder_lead_ms(gn) * 1000000 >= c->young_ns ||
-                   cluster_now_ns(c) - c->taken_new >= 5 * c->young_ns) {
+        } else if (gossip_node_elder_lead_ms(gn) * 1000000 >= replica_young_ns(c->r) ||
+                   cluster_now_ns(c) - c->taken_new >= 5 * replica_young_ns(c->r)) {
             c->taken_new = 0; /* proven new, or long settled */
         }
     }
@@ -507,7 +506,6 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
         rc_cfg.young_ns = o->sync_timeout_ms < 0 ? -1 : o->sync_timeout_ms * 1000000;
     rc = replica_create(&c->r, &rc_cfg, cluster_now_ns(c));
     if (rc == 0) {
-        c->young_ns = replica_young_ns(c->r);
         struct slots_config sc;
         memset(&sc, 0, sizeof(sc));
         sc.node_name = c->name;

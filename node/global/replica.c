@@ -242,7 +242,6 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->carry_ud = cfg->carry_ud;
     r->clock = cfg->clock;
     r->clock_ud = cfg->clock_ud;
-    r->turn_ns = cfg->turn_ns > 0 ? cfg->turn_ns : 500 * 1000;
     r->now = r->born = now_ns;
     r->next_tick = now_ns;
     r->every = r->oevery = ACTIVE_EVERY * r->interval;
@@ -388,7 +387,7 @@ static size_t replica__timed(struct replica *r, size_t left, unsigned *n, int64_
 {
     if (left == 0 || r->clock == NULL || (++*n % TURN_CHECK) != 0)
         return left;
-    return r->clock(r->clock_ud) - t0 >= r->turn_ns ? 0 : left;
+    return r->clock(r->clock_ud) - t0 >= TURN_NS ? 0 : left;
 }
 
 /* The visits an owner visit's outcome costs. */

@@ -136,7 +136,6 @@ struct replica_config {
     void *carry_ud;
     replica_clock_fn clock; /* NULL: a turn ends after TURN_VISITS visits only */
     void *clock_ud;
-    int64_t turn_ns; /* replica work per loop turn, with clock; 0 = 500 us */
 };
 
 #define REPLICA_NAME_MAX 64

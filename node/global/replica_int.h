@@ -53,7 +53,8 @@
  * with news (every key is visited every interval up to SWEEP_MAX keys,
  * every n / SWEEP_MAX intervals beyond). */
 #define TURN_VISITS  1024
-#define TURN_CHECK   32 /* visits between two readings of the clock (replica__timed) */
+#define TURN_NS      500000 /* replica work per loop turn, by the clock (replica__timed) */
+#define TURN_CHECK   32     /* visits between two readings of the clock (replica__timed) */
 #define SWEEP_MAX    16384
 #define REPORT_COST  2 /* a report built, in key visits */
 #define COMPUTE_COST 4 /* an owner's computation, in key visits */
@@ -222,7 +223,6 @@ struct replica {
     void *carry_ud;
     replica_clock_fn clock; /* replica__timed */
     void *clock_ud;
-    int64_t turn_ns;
 
     struct member *mem;
     size_t nmem, capmem;
