@@ -56,30 +56,45 @@ def wait_until(cond, timeout=10.0, what="the condition", interval=0.01):
         time.sleep(interval)
 
 
-def free_udp_ports(n):
-    """n UDP ports free right now on 127.0.0.1 (held open together so they
-    differ).  Another process may take one before the caller binds it; the
-    tests accept that small race rather than passing sockets to children."""
-    socks = []
+_given = {socket.SOCK_DGRAM: set(), socket.SOCK_STREAM: set()}
+
+
+def _fresh_ports(kind, n):
+    """n ports of kind free right now on 127.0.0.1, all different and none
+    handed out before by this process.  Each is held open until all are found
+    so they differ; the kernel readily gives the same ephemeral port to two
+    binds in a row, so without the record two calls (a daemon's --grpc and
+    --http) could name one port.  Another process may still take a port
+    before the caller binds it; the tests accept that small race rather than
+    passing sockets to children."""
+    held, ports = [], []
     try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(64 + n):
+            if len(ports) == n:
+                break
+            s = socket.socket(socket.AF_INET, kind)
+            held.append(s)
             s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            port = s.getsockname()[1]
+            if port not in _given[kind]:
+                ports.append(port)
+        if len(ports) < n:
+            raise RuntimeError("no %d fresh ports on 127.0.0.1" % n)
+        _given[kind].update(ports)
+        return ports
     finally:
-        for s in socks:
+        for s in held:
             s.close()
 
 
+def free_udp_ports(n):
+    """n UDP ports free right now on 127.0.0.1 (see _fresh_ports)."""
+    return _fresh_ports(socket.SOCK_DGRAM, n)
+
+
 def free_tcp_port():
-    """A TCP port free right now on 127.0.0.1 (same race as above)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+    """A TCP port free right now on 127.0.0.1 (see _fresh_ports)."""
+    return _fresh_ports(socket.SOCK_STREAM, 1)[0]
 
 
 class Daemon:
