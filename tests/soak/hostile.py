@@ -65,14 +65,6 @@ def resp(*args):
     return out
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def policies(n, rate):
     return "".join("[policy p%d]\nalgorithm = gcra\nburst = 3\nrate = %d per 1m\nmatch = k%d:\n"
                    % (i, rate, i) for i in range(n))
@@ -453,7 +445,8 @@ def main():
 
     tmp = tempfile.mkdtemp(prefix="sluice-hostile-")
     sock = os.path.join(tmp, "sluice.sock")
-    a = {"sock": sock, "tcp": free_port(), "http": free_port(), "grpc": free_port(),
+    tcp = sluicetest.free_tcp_port
+    a = {"sock": sock, "tcp": tcp(), "http": tcp(), "grpc": tcp(),
          "conf": os.path.join(tmp, "sluice.conf"), "flood_clients": o.flood_clients}
     passfile = os.path.join(tmp, "pass")
     with open(passfile, "w") as f:
