@@ -145,8 +145,16 @@ void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
     struct orep *rp = replica_owner__rep(o, from);
     if (e->flags & WIRE_R_GONE) {
         if (rp != NULL) {
+            /* Its record is still here: what it held was never taken out
+             * of the bucket, and it is gone with the node's key. */
             *rp = o->reps[--o->n];
             r->nreps--;
+        } else if (o->p.bucket && o->p.policy == POLICY_PARTITION_SHARE &&
+                   e->leased_by == wire_life_tag(r->life)) {
+            /* This owner let it go when it fell quiet and took what it held
+             * out of the bucket (replica_owner__compute, rounded up the
+             * same way): it will never spend it now. */
+            replica_owner__pour(o, -ceil((double)e->tokens_milli / 1000.0), r->now);
         }
         o->p.flags |= OK_FRESH;
         replica_owner__oqueue(r, o);
