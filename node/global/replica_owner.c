@@ -490,6 +490,16 @@ static void replica_owner__free(const struct replica *r, struct okey *o, double 
         nl += (uint32_t)replica_owner_rep_live(r, &o->reps[i], now);
         dall += (o->reps[i].flags & REP_IDLE) ? 0.0 : o->reps[i].demand;
     }
+    /* Free units over-commit only while the demand is within a few times
+     * the rate, or the spare covers all of it until the next leases with a
+     * unit to spare.  The second matters for a slow key: a minute's limit
+     * asked a few times a minute on each node reads as many times its rate
+     * on a node that just saw two requests close together, and its free
+     * units stopped while the bucket held most of its burst (5 nodes of
+     * burst 16 at twice a per-minute limit admitted 0.91 of one central
+     * limiter, 1.00 with this). */
+    double horizon = FREE_AHEAD * (double)r->interval / (double)NUM_NS_PER_S;
+    int over_commit = dall < FREE_DEMAND_MAX * rate || spare >= dall * horizon + 1.0;
     for (uint32_t i = 0; i < o->n; i++) {
         struct orep *rp = &o->reps[i];
         double d = (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
@@ -501,7 +511,7 @@ static void replica_owner__free(const struct replica *r, struct okey *o, double 
              * intervals of refill) by demand plus the same in equal parts,
              * rounded up: the free units of all nodes sum to at most twice
              * that plus one unit per node. */
-            if (dall < FREE_DEMAND_MAX * rate) {
+            if (over_commit) {
                 double part = (dsum > 0.0 ? d / dsum : 0.0) + 1.0 / (double)nl;
                 f = ceil(ahead * part);
                 if (f < 1.0)
