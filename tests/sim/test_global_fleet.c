@@ -353,12 +353,16 @@ static void test_spread_slice(void **state)
 /* Per-minute limits (10 a minute for two minutes): each node sees a key
  * seldom, so a node that touched it once and fell quiet must not take its
  * units with it when it drops the key (16 nodes of burst 5 at the limit
- * admitted 0.89 of one central limiter). */
+ * admitted 0.89 of one central limiter), and two requests close together
+ * on one node must not read as a demand that stops free units while the
+ * bucket holds most of its burst (5 nodes of burst 16 at twice the limit:
+ * 0.91). */
 static void test_spread_minute_slice(void **state)
 {
     (void)state;
     spread_cell_period(16, 5, 1.0, 0.0, 0.97, 2.0, 60);
     spread_cell_period(5, 5, 1.0, 0.0, 0.97, 2.0, 60);
+    spread_cell_period(5, 16, 2.0, 0.0, 0.97, 2.0, 60);
 }
 
 /* The other algorithms that can be global, 5 nodes x 100 keys. */
