@@ -3,7 +3,7 @@
  * [k*period, (k+1)*period) on the caller's clock, and its counter starts at
  * zero.  The cheapest algorithm and the least accurate: a burst at the end of
  * one window and another at the start of the next admit 2*count within a span
- * far shorter than period (tests/unit/test_algo_fixed_window.c shows it).
+ * far shorter than period (tests/unit/limit/test_algo_fixed_window.c shows it).
  */
 #include "algo.h"
 

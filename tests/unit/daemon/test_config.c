@@ -25,7 +25,7 @@
 static void example_path(char *out, size_t n)
 {
     const char *f = __FILE__;
-    const char *cut = strstr(f, "tests/unit/test_config.c");
+    const char *cut = strstr(f, "tests/unit/daemon/test_config.c");
     assert_non_null(cut);
     snprintf(out, n, "%.*sdeploy/sluice.conf", (int)(cut - f), f);
 }
