@@ -353,20 +353,64 @@ static int slots__quorum(const struct slots *s)
 
 /* ---- the codec (msgpack-c) ---- */
 
+/*
+ * The bodies' fields after the kind and the key, in wire order, each
+ * declared once: X(member, largest value a reader accepts, 1 when 0 is
+ * refused).  The struct members, the encoder, the decoder and the element
+ * counts checked on reading all expand these lists, so a field is one row
+ * (appended: a body is a positional array, and a reader refuses a body of
+ * another length, so a new field needs a new wire version; see the
+ * README's "Rolling upgrades").
+ */
+#define SLOTS_UNITS_MAX  ((uint64_t)INT64_MAX / 4) /* units of a limit */
+#define SLOTS_TTL_MAX_MS 86400000                  /* 24 h, the longest lease TTL */
+
+enum slots_kind { SLOTS_K_REPORT = 1, SLOTS_K_GRANT = 2, SLOTS_K_ASK = 3, SLOTS_K_ANSWER = 4 };
+
+#define SLOTS_REPORT_FIELDS(X)                                                                     \
+    X(limit, SLOTS_UNITS_MAX, 1)                                                                   \
+    X(ttl_ms, SLOTS_TTL_MAX_MS, 1)                                                                 \
+    X(cap, SLOTS_UNITS_MAX, 0)                                                                     \
+    X(held, SLOTS_UNITS_MAX, 0)                                                                    \
+    X(want, SLOTS_UNITS_MAX, 0)                                                                    \
+    X(gseq, UINT64_MAX, 0)                                                                         \
+    X(rseq, UINT64_MAX, 1)                                                                         \
+    X(served_by, UINT64_MAX, 0)
+
+#define SLOTS_GRANT_FIELDS(X)                                                                      \
+    X(to, UINT64_MAX, 0)                                                                           \
+    X(grant, SLOTS_UNITS_MAX, 0)                                                                   \
+    X(gseq, UINT64_MAX, 1)                                                                         \
+    X(ack_rseq, UINT64_MAX, 0)                                                                     \
+    X(flags, 255, 0)
+
+#define SLOTS_ASK_FIELDS(X)                                                                        \
+    X(nonce, UINT64_MAX, 1)                                                                        \
+    X(ttl_ms, SLOTS_TTL_MAX_MS, 1)
+
+#define SLOTS_ANSWER_FIELDS(X)                                                                     \
+    X(nonce, UINT64_MAX, 1)                                                                        \
+    X(state, SLOTS_A_BUSY_NEW, 0)                                                                  \
+    X(hold_ms, SLOTS_HOLD_MAX_MS, 0)
+
+#define SLOTS_MEMBER_(m, max, nonzero) uint64_t m;
+#define SLOTS_COUNT_(m, max, nonzero)  +1
+
 struct slots_report {
     const char *key;
     size_t klen;
-    uint64_t limit, ttl_ms, cap, held, want, gseq, rseq, served_by;
+    SLOTS_REPORT_FIELDS(SLOTS_MEMBER_)
 };
 
 struct slots_grant {
     const char *key;
     size_t klen;
-    uint64_t to, grant, gseq, ack_rseq, flags;
+    SLOTS_GRANT_FIELDS(SLOTS_MEMBER_)
 };
 
-/* An ask (kind 3: nonce, ttl_ms) or its answer (kind 4: nonce, state,
- * hold_ms). */
+/* An ask or its answer: the members of SLOTS_ASK_FIELDS and
+ * SLOTS_ANSWER_FIELDS (an expansion of either list names them, so the two
+ * cannot drift apart). */
 struct slots_ask {
     const char *key;
     size_t klen;
@@ -388,8 +432,24 @@ static int slots__write(void *data, const char *p, size_t n)
     return 0;
 }
 
-static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, const struct slots_report *r,
-                            const struct slots_grant *g, int akind, const struct slots_ask *a)
+/* The body's opening: an array of its kind, its key and nfields values. */
+static int slots__pack_head(msgpack_packer *pk, enum slots_kind kind, size_t nfields,
+                            const char *key, size_t klen)
+{
+    int e = msgpack_pack_array(pk, 2 + nfields);
+    e |= msgpack_pack_uint8(pk, (uint8_t)kind);
+    e |= msgpack_pack_bin(pk, klen);
+    e |= msgpack_pack_bin_body(pk, key, klen);
+    return e;
+}
+
+#define SLOTS_PACK_(m, max, nonzero) e |= msgpack_pack_uint64(&pk, v->m);
+
+/* Encodes a message of kind from body (a struct slots_report,
+ * slots_grant or slots_ask as kind says) into buf: its length, or 0 when
+ * it does not fit. */
+static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, enum slots_kind kind,
+                            const void *body)
 {
     struct slots__buf b = {buf, cap, 0};
     msgpack_packer pk;
@@ -399,42 +459,32 @@ static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, const struc
     e |= msgpack_pack_uint8(&pk, WIRE_VERSION);
     e |= msgpack_pack_uint8(&pk, WIRE_SLOTS);
     e |= msgpack_pack_uint64(&pk, from);
-    if (r != NULL) {
-        e |= msgpack_pack_array(&pk, 10);
-        e |= msgpack_pack_uint8(&pk, 1);
-        e |= msgpack_pack_bin(&pk, r->klen);
-        e |= msgpack_pack_bin_body(&pk, r->key, r->klen);
-        e |= msgpack_pack_uint64(&pk, r->limit);
-        e |= msgpack_pack_uint64(&pk, r->ttl_ms);
-        e |= msgpack_pack_uint64(&pk, r->cap);
-        e |= msgpack_pack_uint64(&pk, r->held);
-        e |= msgpack_pack_uint64(&pk, r->want);
-        e |= msgpack_pack_uint64(&pk, r->gseq);
-        e |= msgpack_pack_uint64(&pk, r->rseq);
-        e |= msgpack_pack_uint64(&pk, r->served_by);
-    } else if (g != NULL) {
-        e |= msgpack_pack_array(&pk, 7);
-        e |= msgpack_pack_uint8(&pk, 2);
-        e |= msgpack_pack_bin(&pk, g->klen);
-        e |= msgpack_pack_bin_body(&pk, g->key, g->klen);
-        e |= msgpack_pack_uint64(&pk, g->to);
-        e |= msgpack_pack_uint64(&pk, g->grant);
-        e |= msgpack_pack_uint64(&pk, g->gseq);
-        e |= msgpack_pack_uint64(&pk, g->ack_rseq);
-        e |= msgpack_pack_uint64(&pk, g->flags);
-    } else if (a != NULL && (akind == 3 || akind == 4)) {
-        e |= msgpack_pack_array(&pk, akind == 3 ? 4 : 5);
-        e |= msgpack_pack_uint8(&pk, (uint8_t)akind);
-        e |= msgpack_pack_bin(&pk, a->klen);
-        e |= msgpack_pack_bin_body(&pk, a->key, a->klen);
-        e |= msgpack_pack_uint64(&pk, a->nonce);
-        if (akind == 3) {
-            e |= msgpack_pack_uint64(&pk, a->ttl_ms);
-        } else {
-            e |= msgpack_pack_uint64(&pk, a->state);
-            e |= msgpack_pack_uint64(&pk, a->hold_ms);
-        }
-    } else {
+    switch (kind) {
+    case SLOTS_K_REPORT: {
+        const struct slots_report *v = body;
+        e |= slots__pack_head(&pk, kind, 0 SLOTS_REPORT_FIELDS(SLOTS_COUNT_), v->key, v->klen);
+        SLOTS_REPORT_FIELDS(SLOTS_PACK_)
+        break;
+    }
+    case SLOTS_K_GRANT: {
+        const struct slots_grant *v = body;
+        e |= slots__pack_head(&pk, kind, 0 SLOTS_GRANT_FIELDS(SLOTS_COUNT_), v->key, v->klen);
+        SLOTS_GRANT_FIELDS(SLOTS_PACK_)
+        break;
+    }
+    case SLOTS_K_ASK: {
+        const struct slots_ask *v = body;
+        e |= slots__pack_head(&pk, kind, 0 SLOTS_ASK_FIELDS(SLOTS_COUNT_), v->key, v->klen);
+        SLOTS_ASK_FIELDS(SLOTS_PACK_)
+        break;
+    }
+    case SLOTS_K_ANSWER: {
+        const struct slots_ask *v = body;
+        e |= slots__pack_head(&pk, kind, 0 SLOTS_ANSWER_FIELDS(SLOTS_COUNT_), v->key, v->klen);
+        SLOTS_ANSWER_FIELDS(SLOTS_PACK_)
+        break;
+    }
+    default:
         e = -1;
     }
     return e == 0 ? b.len : 0;
@@ -500,8 +550,12 @@ static int slots__u(const msgpack_object *o, uint64_t max, uint64_t *v)
     return 0;
 }
 
-/* Decodes buf: 1 report (*r), 2 grant (*g), 3 ask or 4 answer (*a), or a
- * negative error.  Strings point into buf. */
+#define SLOTS_READ_(m, max, nonzero)                                                               \
+    if (slots__u(&f[i++], (max), &v->m) < 0 || ((nonzero) && v->m == 0))                           \
+        goto out;
+
+/* Decodes buf: its kind (*r for a report, *g for a grant, *a for an ask
+ * or an answer), or a negative error.  Strings point into buf. */
 static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct slots_report *r,
                          struct slots_grant *g, struct slots_ask *a)
 {
@@ -509,7 +563,7 @@ static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct 
     msgpack_object root;
     size_t off = 0;
     int rc = -SLUICE_EPROTO;
-    uint64_t v, kind;
+    uint64_t kind;
     if (!slots_is_message(buf, len) || len > SLOTS_MSG_MAX)
         return -SLUICE_EINVAL;
     if (slots__walk(buf, len, &off, 0) < 0 || off != len)
@@ -526,47 +580,57 @@ static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct 
         body->via.array.size < 2)
         goto out;
     const msgpack_object *f = body->via.array.ptr;
-    if (slots__u(&f[0], 4, &kind) < 0 || f[1].type != MSGPACK_OBJECT_BIN ||
+    size_t n = body->via.array.size, i = 2;
+    if (slots__u(&f[0], SLOTS_K_ANSWER, &kind) < 0 || f[1].type != MSGPACK_OBJECT_BIN ||
         f[1].via.bin.size == 0 || f[1].via.bin.size > WIRE_KEY_MAX)
         goto out;
-    if (kind == 1 && body->via.array.size == 10) {
-        const uint64_t lim = (uint64_t)INT64_MAX / 4;
-        memset(r, 0, sizeof(*r));
-        r->key = f[1].via.bin.ptr;
-        r->klen = f[1].via.bin.size;
-        if (slots__u(&f[2], lim, &r->limit) < 0 || r->limit == 0 ||
-            slots__u(&f[3], 86400000, &r->ttl_ms) < 0 || r->ttl_ms == 0 ||
-            slots__u(&f[4], lim, &r->cap) < 0 || slots__u(&f[5], lim, &r->held) < 0 ||
-            slots__u(&f[6], lim, &r->want) < 0 || slots__u(&f[7], UINT64_MAX, &r->gseq) < 0 ||
-            slots__u(&f[8], UINT64_MAX, &r->rseq) < 0 || r->rseq == 0 ||
-            slots__u(&f[9], UINT64_MAX, &r->served_by) < 0)
+    const char *key = f[1].via.bin.ptr;
+    size_t klen = f[1].via.bin.size;
+    switch (kind) {
+    case SLOTS_K_REPORT: {
+        struct slots_report *v = r;
+        if (n != 2 SLOTS_REPORT_FIELDS(SLOTS_COUNT_))
             goto out;
-        rc = 1;
-    } else if (kind == 2 && body->via.array.size == 7) {
-        memset(g, 0, sizeof(*g));
-        g->key = f[1].via.bin.ptr;
-        g->klen = f[1].via.bin.size;
-        if (slots__u(&f[2], UINT64_MAX, &g->to) < 0 ||
-            slots__u(&f[3], (uint64_t)INT64_MAX / 4, &g->grant) < 0 ||
-            slots__u(&f[4], UINT64_MAX, &g->gseq) < 0 || g->gseq == 0 ||
-            slots__u(&f[5], UINT64_MAX, &g->ack_rseq) < 0 || slots__u(&f[6], 255, &v) < 0)
-            goto out;
-        g->flags = v;
-        rc = 2;
-    } else if ((kind == 3 && body->via.array.size == 4) ||
-               (kind == 4 && body->via.array.size == 5)) {
-        memset(a, 0, sizeof(*a));
-        a->key = f[1].via.bin.ptr;
-        a->klen = f[1].via.bin.size;
-        if (slots__u(&f[2], UINT64_MAX, &a->nonce) < 0 || a->nonce == 0)
-            goto out;
-        if (kind == 3 && (slots__u(&f[3], 86400000, &a->ttl_ms) < 0 || a->ttl_ms == 0))
-            goto out;
-        if (kind == 4 && (slots__u(&f[3], SLOTS_A_BUSY_NEW, &a->state) < 0 ||
-                          slots__u(&f[4], SLOTS_HOLD_MAX_MS, &a->hold_ms) < 0))
-            goto out;
-        rc = (int)kind;
+        memset(v, 0, sizeof(*v));
+        v->key = key;
+        v->klen = klen;
+        SLOTS_REPORT_FIELDS(SLOTS_READ_)
+        break;
     }
+    case SLOTS_K_GRANT: {
+        struct slots_grant *v = g;
+        if (n != 2 SLOTS_GRANT_FIELDS(SLOTS_COUNT_))
+            goto out;
+        memset(v, 0, sizeof(*v));
+        v->key = key;
+        v->klen = klen;
+        SLOTS_GRANT_FIELDS(SLOTS_READ_)
+        break;
+    }
+    case SLOTS_K_ASK: {
+        struct slots_ask *v = a;
+        if (n != 2 SLOTS_ASK_FIELDS(SLOTS_COUNT_))
+            goto out;
+        memset(v, 0, sizeof(*v));
+        v->key = key;
+        v->klen = klen;
+        SLOTS_ASK_FIELDS(SLOTS_READ_)
+        break;
+    }
+    case SLOTS_K_ANSWER: {
+        struct slots_ask *v = a;
+        if (n != 2 SLOTS_ANSWER_FIELDS(SLOTS_COUNT_))
+            goto out;
+        memset(v, 0, sizeof(*v));
+        v->key = key;
+        v->klen = klen;
+        SLOTS_ANSWER_FIELDS(SLOTS_READ_)
+        break;
+    }
+    default:
+        goto out;
+    }
+    rc = (int)kind;
 out:
     msgpack_zone_destroy(&zone);
     return rc;
@@ -794,7 +858,7 @@ static void slots__send_report(struct slots *s, struct slots_need *n, int64_t no
         slots__owner_report(s, s->name, s->life, &r, now);
         return;
     }
-    size_t len = slots__encode(buf, sizeof(buf), s->life, &r, NULL, 0, NULL);
+    size_t len = slots__encode(buf, sizeof(buf), s->life, SLOTS_K_REPORT, &r);
     if (len > 0)
         (void)s->send(s->send_ud, owner, buf, len);
 }
@@ -1002,7 +1066,7 @@ static void slots__send_grant(struct slots *s, struct slots_ledger *l, struct sl
         slots__node_grant(s, s->name, s->life, &g, now);
         return;
     }
-    size_t len = slots__encode(buf, sizeof(buf), s->life, NULL, &g, 0, NULL);
+    size_t len = slots__encode(buf, sizeof(buf), s->life, SLOTS_K_GRANT, &g);
     if (len > 0)
         (void)s->send(s->send_ud, p->name, buf, len);
 }
@@ -1051,7 +1115,7 @@ static void slots__send_ask(struct slots *s, const struct slots_ledger *l, int i
     a.ttl_ms = (uint64_t)((l->ttl_ns + 999999) / 1000000);
     if (a.ttl_ms == 0)
         a.ttl_ms = 1;
-    size_t len = slots__encode(buf, sizeof(buf), s->life, NULL, NULL, 3, &a);
+    size_t len = slots__encode(buf, sizeof(buf), s->life, SLOTS_K_ASK, &a);
     if (len > 0)
         (void)s->send(s->send_ud, l->ask[i].name, buf, len);
 }
@@ -1204,7 +1268,7 @@ static void slots__answer_ask(struct slots *s, const char *from, const struct sl
             a.state = SLOTS_A_FREE_NEW;
         }
     }
-    size_t len = slots__encode(buf, sizeof(buf), s->life, NULL, NULL, 4, &a);
+    size_t len = slots__encode(buf, sizeof(buf), s->life, SLOTS_K_ANSWER, &a);
     if (len > 0)
         (void)s->send(s->send_ud, from, buf, len);
 }
@@ -1362,11 +1426,11 @@ int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t 
         return rc;
     }
     s->st.received++;
-    if (rc == 1)
+    if (rc == SLOTS_K_REPORT)
         slots__owner_report(s, from, life, &r, now);
-    else if (rc == 2)
+    else if (rc == SLOTS_K_GRANT)
         slots__node_grant(s, from, life, &g, now);
-    else if (rc == 3)
+    else if (rc == SLOTS_K_ASK)
         slots__answer_ask(s, from, &a, now);
     else
         slots__got_answer(s, from, &a, now);

@@ -108,6 +108,10 @@
  *            the cluster: ask the next member too; a node that knows
  *            fewer states drops the answer, and its ask times out)
  *
+ * Each body's fields after the key are declared once, in this order, by
+ * slots.c's SLOTS_*_FIELDS lists (with the largest value a reader takes);
+ * a reader refuses a body of another length or kind.
+ *
  * Nothing on the wire is a time; TTLs are durations.  Everything runs on
  * one thread.  Functions return 0 or a negative enum sluice_err.
  */

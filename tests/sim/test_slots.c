@@ -28,12 +28,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <msgpack.h>
 
 #include "concurrency.h"
 #include "hrw.h"
 #include "slots.h"
 #include "sluice/error.h"
 #include "testutil.h"
+#include "wire.h"
 
 #define MS      ((int64_t)1000000)
 #define NMAX    8
@@ -812,6 +814,15 @@ static void test_slots_fresh_cluster(void **state)
 }
 
 /* Malformed and foreign messages are dropped and counted, never applied. */
+static int sink_send(void *ud, const char *to, const uint8_t *buf, size_t len)
+{
+    (void)ud;
+    (void)to;
+    (void)buf;
+    (void)len;
+    return 0;
+}
+
 static void test_slots_bad_input(void **state)
 {
     (void)state;
@@ -830,9 +841,9 @@ static void test_slots_bad_input(void **state)
     cfg.load = load;
     cfg.ud = &n;
     assert_int_equal(slots_create(&cfg, 0, &n.s), 0);
-    const uint8_t junk[] = {0x94, 0x03, 0x03, 0xc0};
+    const uint8_t junk[] = {0x94, WIRE_VERSION, WIRE_SLOTS, 0xc0};
     assert_true(slots_receive(n.s, "b", junk, sizeof(junk), 0) < 0);
-    const uint8_t other[] = {0x95, 0x03, 0x01};
+    const uint8_t other[] = {0x95, WIRE_VERSION, WIRE_REPORT};
     assert_false(slots_is_message(other, sizeof(other)));
     assert_true(slots_receive(n.s, "a", junk, sizeof(junk), 0) < 0); /* from itself */
     uint64_t seed = test_seed("test_slots_bad_input"), r = seed;
@@ -842,13 +853,52 @@ static void test_slots_bad_input(void **state)
         for (size_t k = 0; k < len; k++)
             buf[k] = (uint8_t)test_rand(&r);
         buf[0] = 0x94;
-        buf[1] = 0x03;
-        buf[2] = 0x03;
+        buf[1] = WIRE_VERSION;
+        buf[2] = WIRE_SLOTS;
         (void)slots_receive(n.s, "b", buf, len, 0);
     }
     slots_get_stats(n.s, &st);
     assert_true(st.bad_packets > 19000);
     assert_int_equal(st.slots, 0);
+    /* Well-formed msgpack of the right header, with bodies of any kind,
+     * length and values (huge, zero, a key too long or empty): refused or
+     * taken, never a crash, and what it takes stays within the limits. */
+    slots_destroy(n.s);
+    cfg.send = sink_send; /* its answers go nowhere: "b" is no node here */
+    assert_int_equal(slots_create(&cfg, 0, &n.s), 0);
+    uint64_t bad0 = 0;
+    static char key[WIRE_KEY_MAX + 2];
+    memset(key, 'k', sizeof(key));
+    for (int i = 0; i < 20000; i++) {
+        msgpack_sbuffer sb;
+        msgpack_packer pk;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_array(&pk, 4);
+        msgpack_pack_uint8(&pk, WIRE_VERSION);
+        msgpack_pack_uint8(&pk, WIRE_SLOTS);
+        msgpack_pack_uint64(&pk, test_rand(&r) % 4);
+        uint32_t nf = (uint32_t)(test_rand(&r) % 12);
+        msgpack_pack_array(&pk, nf);
+        for (uint32_t f = 0; f < nf; f++) {
+            uint64_t v = test_rand(&r);
+            if (f == 1) {
+                size_t kl = test_rand(&r) % 4 == 0 ? (size_t)(v % sizeof(key)) : 1 + v % 8;
+                msgpack_pack_bin(&pk, kl);
+                msgpack_pack_bin_body(&pk, key, kl);
+            } else {
+                static const uint64_t shapes[4] = {0, 1, UINT64_MAX, 10};
+                msgpack_pack_uint64(&pk, f == 0 ? v % 6 : v % 3 == 0 ? shapes[v % 4] : v % 50);
+            }
+        }
+        (void)slots_receive(n.s, "b", (const uint8_t *)sb.data, sb.size, 0);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    slots_get_stats(n.s, &st);
+    print_message("structured input: %llu taken, %llu refused\n", (unsigned long long)st.received,
+                  (unsigned long long)st.bad_packets);
+    assert_true(st.bad_packets > bad0 && st.received > 0);
+    assert_true(st.slots <= 50);
     slots_destroy(n.s);
     conc_destroy(n.c);
 }
