@@ -1,4 +1,4 @@
-/* bcast_*: retransmit-limited broadcast queue (see broadcast.h). */
+/* broadcast_*: retransmit-limited broadcast queue (see broadcast.h). */
 #include "broadcast.h"
 
 #include <stdlib.h>
@@ -6,13 +6,13 @@
 
 #include "gossip/error.h"
 
-void bcast_init(struct bcast_queue *q, size_t max)
+void broadcast_init(struct broadcast_queue *q, size_t max)
 {
     memset(q, 0, sizeof(*q));
     q->max = max ? max : 1;
 }
 
-void bcast_free(struct bcast_queue *q)
+void broadcast_free(struct broadcast_queue *q)
 {
     for (size_t i = 0; i < q->n; i++)
         free(q->v[i]);
@@ -21,21 +21,21 @@ void bcast_free(struct bcast_queue *q)
 }
 
 /* Order: fewer transmits first, then newer (higher id) first. */
-static int before(const struct bcast_item *a, const struct bcast_item *b)
+static int before(const struct broadcast_item *a, const struct broadcast_item *b)
 {
     if (a->transmits != b->transmits)
         return a->transmits < b->transmits;
     return a->id > b->id;
 }
 
-static void remove_at(struct bcast_queue *q, size_t i)
+static void remove_at(struct broadcast_queue *q, size_t i)
 {
     free(q->v[i]);
     memmove(q->v + i, q->v + i + 1, (q->n - i - 1) * sizeof(*q->v));
     q->n--;
 }
 
-int bcast_push(struct bcast_queue *q, uint64_t key, const uint8_t *data, size_t len)
+int broadcast_push(struct broadcast_queue *q, uint64_t key, const uint8_t *data, size_t len)
 {
     if (key != 0) {
         for (size_t i = 0; i < q->n; i++) {
@@ -51,13 +51,13 @@ int bcast_push(struct bcast_queue *q, uint64_t key, const uint8_t *data, size_t 
     }
     if (q->n == q->cap) {
         size_t cap = q->cap ? q->cap * 2 : 16;
-        struct bcast_item **v = realloc(q->v, cap * sizeof(*v));
+        struct broadcast_item **v = realloc(q->v, cap * sizeof(*v));
         if (v == NULL)
             return -GOSSIP_ENOMEM;
         q->v = v;
         q->cap = cap;
     }
-    struct bcast_item *it = malloc(sizeof(*it) + len);
+    struct broadcast_item *it = malloc(sizeof(*it) + len);
     if (it == NULL)
         return -GOSSIP_ENOMEM;
     it->key = key;
@@ -73,12 +73,12 @@ int bcast_push(struct bcast_queue *q, uint64_t key, const uint8_t *data, size_t 
     return 0;
 }
 
-void bcast_fill(struct bcast_queue *q, uint32_t limit, uint64_t packet_id, uint8_t *buf, size_t cap,
-                size_t *len, size_t *nmsgs)
+void broadcast_fill(struct broadcast_queue *q, uint32_t limit, uint64_t packet_id, uint8_t *buf,
+                    size_t cap, size_t *len, size_t *nmsgs)
 {
     size_t taken = 0;
     for (size_t i = 0; i < q->n; i++) {
-        struct bcast_item *it = q->v[i];
+        struct broadcast_item *it = q->v[i];
         if (it->last_packet == packet_id)
             continue;
         if (cap - *len < it->len) {
@@ -105,7 +105,7 @@ void bcast_fill(struct bcast_queue *q, uint32_t limit, uint64_t packet_id, uint8
     }
     q->n = w;
     for (size_t i = 1; i < q->n; i++) {
-        struct bcast_item *x = q->v[i];
+        struct broadcast_item *x = q->v[i];
         size_t j = i;
         while (j > 0 && before(x, q->v[j - 1])) {
             q->v[j] = q->v[j - 1];

@@ -1,5 +1,5 @@
 /*
- * bcast_*: a bounded retransmit queue of encoded messages (after memberlist's
+ * broadcast_*: a bounded retransmit queue of encoded messages (after memberlist's
  * TransmitLimitedQueue).
  *
  * Each item is sent at most `limit` times (the caller passes
@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct bcast_item {
+struct broadcast_item {
     uint64_t key; /* 0 = never replaced */
     uint64_t id;  /* insertion order */
     uint32_t transmits;
@@ -26,18 +26,18 @@ struct bcast_item {
     uint8_t data[];
 };
 
-struct bcast_queue {
-    struct bcast_item **v;
+struct broadcast_queue {
+    struct broadcast_item **v;
     size_t n, cap, max;
     uint64_t next_id;
     uint64_t dropped;
 };
 
-void bcast_init(struct bcast_queue *q, size_t max);
-void bcast_free(struct bcast_queue *q);
+void broadcast_init(struct broadcast_queue *q, size_t max);
+void broadcast_free(struct broadcast_queue *q);
 /* Queues a copy of data.  Returns 0, or -GOSSIP_ENOMEM.  When the queue was
  * full an item was dropped first (q->dropped counts it). */
-int bcast_push(struct bcast_queue *q, uint64_t key, const uint8_t *data, size_t len);
+int broadcast_push(struct broadcast_queue *q, uint64_t key, const uint8_t *data, size_t len);
 /*
  * Appends whole items to buf[*len..cap) while they fit, incrementing their
  * transmit counts and retiring those that reach limit.  Adds the number of
@@ -45,6 +45,6 @@ int bcast_push(struct bcast_queue *q, uint64_t key, const uint8_t *data, size_t 
  * filled: an item already put in that packet by an earlier call is skipped,
  * so a packet can be filled in several passes.
  */
-void bcast_fill(struct bcast_queue *q, uint32_t limit, uint64_t packet_id, uint8_t *buf, size_t cap,
-                size_t *len, size_t *nmsgs);
+void broadcast_fill(struct broadcast_queue *q, uint32_t limit, uint64_t packet_id, uint8_t *buf,
+                    size_t cap, size_t *len, size_t *nmsgs);
 #endif

@@ -104,7 +104,7 @@ struct gossip_node {
     size_t name_len;
     struct member_table t;
     struct member *self;
-    struct bcast_queue mq, aq;
+    struct broadcast_queue mq, aq;
     struct member **plist; /* probe order */
     size_t pn, pcap, pidx;
     struct member **sus; /* members under suspicion */
@@ -352,9 +352,9 @@ static void pb_piggyback(struct gossip_node *n, struct pktbuf *pb)
     size_t app_share = n->cfg.app_budget < room ? n->cfg.app_budget : room;
     size_t mcap = pb->cap - app_share;
     uint64_t id = ++n->packet_id;
-    bcast_fill(&n->mq, limit, id, pb->buf, mcap, &pb->len, &pb->nmsgs);
-    bcast_fill(&n->aq, app_limit, id, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
-    bcast_fill(&n->mq, limit, id, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
+    broadcast_fill(&n->mq, limit, id, pb->buf, mcap, &pb->len, &pb->nmsgs);
+    broadcast_fill(&n->aq, app_limit, id, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
+    broadcast_fill(&n->mq, limit, id, pb->buf, pb->cap, &pb->len, &pb->nmsgs);
 }
 
 static void pb_send(struct gossip_node *n, struct pktbuf *pb, const struct gossip_addr *to)
@@ -402,7 +402,7 @@ static void queue_member_msg(struct gossip_node *n, const struct proto_msg *m)
     size_t len;
     if (proto_encode_msg(m, buf, sizeof(buf), &len) != 0)
         return;
-    if (bcast_push(&n->mq, member_hash(m->name.ptr, m->name.len), buf, len) == 0)
+    if (broadcast_push(&n->mq, member_hash(m->name.ptr, m->name.len), buf, len) == 0)
         n->st.member_msgs_queued++;
     n->st.member_msgs_dropped = n->mq.dropped;
 }
@@ -1032,7 +1032,7 @@ static void on_app(struct gossip_node *n, const struct proto_msg *msg)
         uint8_t raw[PKT_MAX];
         size_t raw_len;
         if (proto_encode_msg(msg, raw, sizeof(raw), &raw_len) == 0)
-            bcast_push(&n->aq, 0, raw, raw_len);
+            broadcast_push(&n->aq, 0, raw, raw_len);
     }
     n->st.app_dropped = n->aq.dropped;
     if (n->cfg.cb.on_payload != NULL)
@@ -1926,8 +1926,8 @@ int gossip_node_create(const struct gossip_config *cfg, const struct gossip_io *
     n->cfg.name = n->name;
     n->plain_cap = cfg->mtu - overhead;
     n->now = now_ns;
-    bcast_init(&n->mq, cfg->member_queue_max);
-    bcast_init(&n->aq, cfg->app_queue_max);
+    broadcast_init(&n->mq, cfg->member_queue_max);
+    broadcast_init(&n->aq, cfg->app_queue_max);
     if (member_table_init(&n->t) != 0)
         goto fail;
     n->self = member_add(&n->t, n->name, name_len);
@@ -1967,8 +1967,8 @@ void gossip_node_destroy(struct gossip_node *n)
     if (n == NULL)
         return;
     member_table_free(&n->t);
-    bcast_free(&n->mq);
-    bcast_free(&n->aq);
+    broadcast_free(&n->mq);
+    broadcast_free(&n->aq);
     free(n->plist);
     free(n->sus);
     for (size_t i = 0; i < n->dn; i++)
@@ -2043,7 +2043,7 @@ int gossip_node_broadcast(struct gossip_node *n, const uint8_t *payload, size_t 
     int rc = proto_encode_msg(&m, buf, sizeof(buf), &enc);
     if (rc != 0)
         return rc;
-    rc = bcast_push(&n->aq, 0, buf, enc);
+    rc = broadcast_push(&n->aq, 0, buf, enc);
     if (rc != 0)
         return rc;
     n->st.app_queued++;

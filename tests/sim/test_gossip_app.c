@@ -44,7 +44,7 @@ static void on_payload(void *ud, const char *from, const uint8_t *p, size_t len)
         delivered[i][p[4]]++;
 }
 
-static void bcast_tweak(struct gossip_config *cfg, int i)
+static void broadcast_tweak(struct gossip_config *cfg, int i)
 {
     cfg->cb.ud = (void *)(intptr_t)i;
     cfg->cb.on_payload = on_payload;
@@ -58,7 +58,7 @@ static void test_broadcast_reaches_all(void **state)
     struct gossip_sim *s;
     memset(delivered, 0, sizeof(delivered));
     assert_int_equal(gossip_sim_create(&s, seed, NULL), 0);
-    sim_cluster(s, BN, NULL, bcast_tweak);
+    sim_cluster(s, BN, NULL, broadcast_tweak);
     assert_true(sim_converge(s, BN, 100 * MSEC, 60 * SEC) >= 0);
     for (uint8_t k = 0; k < 4; k++) {
         uint8_t msg[5] = {'d', 'e', 'l', 't', k};

@@ -77,59 +77,59 @@ static void test_suspicion_timeout_curve(void **state)
     }
 }
 
-static void test_bcast_limit_and_order(void **state)
+static void test_broadcast_limit_and_order(void **state)
 {
     (void)state;
-    struct bcast_queue q;
+    struct broadcast_queue q;
     uint8_t buf[256];
     size_t len, n;
-    bcast_init(&q, 16);
-    assert_int_equal(bcast_push(&q, 0, (const uint8_t *)"old", 3), 0);
-    assert_int_equal(bcast_push(&q, 0, (const uint8_t *)"new", 3), 0);
+    broadcast_init(&q, 16);
+    assert_int_equal(broadcast_push(&q, 0, (const uint8_t *)"old", 3), 0);
+    assert_int_equal(broadcast_push(&q, 0, (const uint8_t *)"new", 3), 0);
     /* Room for one item: the newest untransmitted goes first. */
     len = 0;
     n = 0;
-    bcast_fill(&q, 2, 1, buf, 3, &len, &n);
+    broadcast_fill(&q, 2, 1, buf, 3, &len, &n);
     assert_int_equal(n, 1);
     assert_memory_equal(buf, "new", 3);
     /* Next packet: the least transmitted ("old") first. */
     len = 0;
     n = 0;
-    bcast_fill(&q, 2, 2, buf, 3, &len, &n);
+    broadcast_fill(&q, 2, 2, buf, 3, &len, &n);
     assert_memory_equal(buf, "old", 3);
     /* Each is retired after 2 transmissions. */
     for (uint64_t pkt = 3; pkt < 10; pkt++) {
         len = 0;
         n = 0;
-        bcast_fill(&q, 2, pkt, buf, sizeof(buf), &len, &n);
+        broadcast_fill(&q, 2, pkt, buf, sizeof(buf), &len, &n);
     }
     assert_int_equal(q.n, 0);
     /* A second pass over the same packet does not repeat an item. */
-    bcast_push(&q, 0, (const uint8_t *)"x", 1);
+    broadcast_push(&q, 0, (const uint8_t *)"x", 1);
     len = 0;
     n = 0;
-    bcast_fill(&q, 9, 42, buf, sizeof(buf), &len, &n);
-    bcast_fill(&q, 9, 42, buf, sizeof(buf), &len, &n);
+    broadcast_fill(&q, 9, 42, buf, sizeof(buf), &len, &n);
+    broadcast_fill(&q, 9, 42, buf, sizeof(buf), &len, &n);
     assert_int_equal(n, 1);
-    bcast_free(&q);
+    broadcast_free(&q);
 }
 
-static void test_bcast_replace_and_drop(void **state)
+static void test_broadcast_replace_and_drop(void **state)
 {
     (void)state;
-    struct bcast_queue q;
+    struct broadcast_queue q;
     uint8_t buf[64];
     size_t len = 0, n = 0;
-    bcast_init(&q, 3);
-    bcast_push(&q, 7, (const uint8_t *)"a1", 2);
-    bcast_push(&q, 7, (const uint8_t *)"a2", 2); /* replaces a1 */
+    broadcast_init(&q, 3);
+    broadcast_push(&q, 7, (const uint8_t *)"a1", 2);
+    broadcast_push(&q, 7, (const uint8_t *)"a2", 2); /* replaces a1 */
     assert_int_equal(q.n, 1);
-    bcast_fill(&q, 10, 1, buf, sizeof(buf), &len, &n);
+    broadcast_fill(&q, 10, 1, buf, sizeof(buf), &len, &n);
     assert_memory_equal(buf, "a2", 2);
-    bcast_push(&q, 0, (const uint8_t *)"b", 1);
-    bcast_push(&q, 0, (const uint8_t *)"c", 1);
+    broadcast_push(&q, 0, (const uint8_t *)"b", 1);
+    broadcast_push(&q, 0, (const uint8_t *)"c", 1);
     /* Full: the most transmitted (a2) is dropped for d. */
-    bcast_push(&q, 0, (const uint8_t *)"d", 1);
+    broadcast_push(&q, 0, (const uint8_t *)"d", 1);
     assert_int_equal(q.n, 3);
     assert_int_equal(q.dropped, 1);
     for (size_t i = 0; i < q.n; i++)
@@ -137,10 +137,10 @@ static void test_bcast_replace_and_drop(void **state)
     /* Items never straddle the capacity. */
     len = 0;
     n = 0;
-    bcast_fill(&q, 10, 2, buf, 2, &len, &n);
+    broadcast_fill(&q, 10, 2, buf, 2, &len, &n);
     assert_int_equal(len, 2);
     assert_int_equal(n, 2);
-    bcast_free(&q);
+    broadcast_free(&q);
 }
 
 int main(void)
@@ -149,8 +149,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_member_table_churn),
         cmocka_unit_test(test_suspicion_timeout_curve),
-        cmocka_unit_test(test_bcast_limit_and_order),
-        cmocka_unit_test(test_bcast_replace_and_drop),
+        cmocka_unit_test(test_broadcast_limit_and_order),
+        cmocka_unit_test(test_broadcast_replace_and_drop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
