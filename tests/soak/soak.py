@@ -328,7 +328,7 @@ class Soak:
         self.wall0 = time.time()
         self.lock = threading.Lock()
         self.stop = False
-        self.max_requests = int(seconds * 6000)
+        self.max_requests = int(seconds * 20000)
         self.requests = 0
         self.ok = 0
         self.excused = {}  # missing replies while a node was frozen/down, by kind
@@ -1007,6 +1007,8 @@ def main():
     ap.add_argument("--bin", default=sluicetest.BIN, help="directory of sluiced, sluicectl")
     ap.add_argument("--seconds", type=float, default=600.0, help="seconds of load")
     ap.add_argument("--nodes", type=int, default=3, help="cluster size (3..9)")
+    ap.add_argument("--keep-logs", action="store_true",
+                    help="keep the daemons' logs even when the run passes")
     ap.add_argument("--netns", nargs="?", const="yes", default="no",
                     choices=["yes", "no", "auto"],
                     help="each node in a network namespace of its own (root), and "
@@ -1045,7 +1047,7 @@ def main():
             fails += s.shutdown()
             s.del_netns()
     report(s, fails)
-    if fails:
+    if fails or a.keep_logs:
         log("daemon logs kept in %s" % tmp)
     else:
         shutil.rmtree(tmp, ignore_errors=True)
