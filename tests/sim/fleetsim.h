@@ -121,6 +121,9 @@ struct fleetsim {
     int64_t view_at;
     /* restart check: what restarted nodes admit in their first second */
     uint64_t restarted_ok;
+    /* the same window: what every node admitted, and what one central
+     * GCRA admitted of every node's requests */
+    uint64_t restart_window_all, restart_window_orc;
     double restarted_share_bound;
 };
 
@@ -425,15 +428,20 @@ static inline void fs_request(struct fleetsim *s, struct fs_stream *x, int64_t t
     s->req[k]++;
     if (!ro.limited)
         s->orc_ok[k]++;
+    int64_t rw = s->c.restart_window > 0 ? s->c.restart_window : FS_SEC;
+    int in_restart =
+        s->c.restart_at > 0 && s->now - t0 >= s->c.restart_at && s->now - t0 < s->c.restart_at + rw;
+    if (in_restart && !ro.limited)
+        s->restart_window_orc++;
     int rc = replica_throttle(s->nd[i].r, s->keyname[k], strlen(s->keyname[k]), &s->kp[k], s->c.pol,
                               1, s->now + s->nd[i].offset, &rr);
     if (rc == 0 && !rr.limited) {
         s->ok[k]++;
         fs_above_admit(s, k, s->now - t0);
-        int64_t rw = s->c.restart_window > 0 ? s->c.restart_window : FS_SEC;
-        if (s->c.restart_at > 0 && i < s->c.victims && s->now - t0 >= s->c.restart_at &&
-            s->now - t0 < s->c.restart_at + rw)
+        if (in_restart && i < s->c.victims)
             s->restarted_ok++;
+        if (in_restart)
+            s->restart_window_all++;
     }
     if (fs_in_window(s, s->now)) {
         if (!ro.limited)
