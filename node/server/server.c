@@ -30,8 +30,7 @@ _Static_assert(OUT_SOFT_DEFAULT == 256 * 1024, "server.h: out_soft_limit 0 = 256
 _Static_assert(OUT_HARD_DEFAULT == 16 * 1024 * 1024,
                "server.h: out_hard_limit 0 = 16 MiB, and server_client_out_limit(NULL)");
 /* An output buffer this large is freed once empty instead of being kept. */
-#define OUT_KEEP_CAP   (64 * 1024)
-#define LISTEN_BACKLOG 4096
+#define OUT_KEEP_CAP (64 * 1024)
 /* An input buffer past this, mostly consumed, is shrunk to its tail. */
 #define IN_KEEP_CAP (2 * READ_CHUNK)
 /* malloc_trim once this much client memory was freed, at most once per
@@ -1341,7 +1340,7 @@ int server_start(struct server *s)
     uv_check_start(&s->turn_end, server__on_turn_end);
     uv_unref((uv_handle_t *)&s->turn_end);
     s->turn_init = 1;
-    rc = uv_listen((uv_stream_t *)&s->listener, LISTEN_BACKLOG, server__on_connection);
+    rc = uv_listen((uv_stream_t *)&s->listener, TCP_LISTEN_BACKLOG, server__on_connection);
     if (rc < 0) {
         snprintf(s->err, sizeof(s->err), "cannot listen on %s: %s", s->path, uv_strerror(rc));
         return -SLUICE_EIO;

@@ -73,7 +73,7 @@ int tcp_listen(uv_loop_t *loop, uv_tcp_t *t, const char *bind, uv_connection_cb 
     rc = uv_tcp_bind(t, res->ai_addr, 0);
     freeaddrinfo(res);
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)t, 128, cb);
+        rc = uv_listen((uv_stream_t *)t, TCP_LISTEN_BACKLOG, cb);
     if (rc < 0) {
         snprintf(err, errlen, "cannot listen on %s: %s", bind, uv_strerror(rc));
         return -SLUICE_EIO;

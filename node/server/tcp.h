@@ -10,8 +10,19 @@
 #include <uv.h>
 
 /*
- * Resolves bind, initialises t on loop, binds and listens (backlog 128)
- * with cb.  *opened is set to 1 once t is initialised (the caller then
+ * The accept queue of every listener (the kernel caps it at
+ * net.core.somaxconn).  A crowd that reconnects as fast as it is evicted
+ * fills a short queue within one loop turn; the kernel then drops the
+ * SYNs (or the handshake's last ACK) of everyone else, and a real client's
+ * connect waits out a 1 s retransmission: 128 cost a gRPC client with a
+ * 1 s deadline about one call in a thousand under the hostile soak's
+ * crowds.  Redis's tcp-backlog and nginx's backlog are 511.
+ */
+#define TCP_LISTEN_BACKLOG 4096
+
+/*
+ * Resolves bind, initialises t on loop, binds and listens
+ * (TCP_LISTEN_BACKLOG) with cb.  *opened is set to 1 once t is initialised (the caller then
  * uv_closes it, on failure too).  *port receives the bound port (useful with
  * port 0) and *loopback 1 when the address is 127.0.0.0/8 or ::1.  Fails
  * with -SLUICE_EINVAL (not HOST:PORT, or unresolvable) or -SLUICE_EIO

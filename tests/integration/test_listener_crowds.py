@@ -13,11 +13,18 @@ streams hold counts in the one client memory budget.
   3. HTTP: 300 connections (the default cap is 256) that pipeline /metrics
      requests and never read an answer: /health and /v1/throttle still
      answer, every time.
+  4. A burst of 400 connects to each TCP listener (RESP and HTTP) while the
+     loop is busy (stopped): the kernel completes every handshake into the
+     accept queue instead of dropping SYNs past a short backlog (a dropped
+     SYN costs the client a 1 s retransmission), and each is answered once
+     the loop runs again.
 
 Bounded: every crowd has a fixed size, every wait a deadline."""
 import os
 import re
+import select
 import shutil
+import signal
 import socket
 import struct
 import sys
@@ -232,6 +239,69 @@ class HttpCrowdTest(unittest.TestCase):
                   % (i["http_evictions"], i["http_deferred"]))
             for s in crowd:
                 s.close()
+
+
+class BacklogTest(unittest.TestCase):
+    N = 400
+
+    def connect_burst(self, port):
+        """N non-blocking connects to port; returns (the sockets, how many
+        completed their handshake within 1 s)."""
+        socks, done = [], set()
+        for _ in range(self.N):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            socks.append(s)
+        deadline = time.monotonic() + 1.0
+        pending = {s.fileno(): s for s in socks}
+        while pending and time.monotonic() < deadline:
+            _, w, _ = select.select([], list(pending), [], 0.1)
+            for fd in w:
+                if pending[fd].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                    done.add(fd)
+                del pending[fd]
+        return socks, len(done)
+
+    def test_connect_burst_while_the_loop_is_busy(self):
+        try:
+            with open("/proc/sys/net/core/somaxconn") as f:
+                somaxconn = int(f.read())
+        except (OSError, ValueError):
+            somaxconn = 0
+        if somaxconn <= self.N:
+            self.skipTest("net.core.somaxconn is %d: the kernel caps every backlog there"
+                          % somaxconn)
+        rport, hport = free_tcp_port(), free_tcp_port()
+        with Daemon("--listen", "127.0.0.1:%d" % rport, "--http", "127.0.0.1:%d" % hport) as d:
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            bursts = {}
+            try:
+                for name, port in (("RESP", rport), ("HTTP", hport)):
+                    bursts[name] = self.connect_burst(port)
+            finally:
+                os.kill(d.proc.pid, signal.SIGCONT)
+            for name, (socks, done) in bursts.items():
+                # A backlog of 128 completed 129 of them.
+                self.assertEqual(done, self.N, "%s: %d of %d connects completed while the "
+                                 "loop was stopped" % (name, done, self.N))
+            # Once the loop runs again, the connections are served: the
+            # last one of each burst gets its answer.
+            r = bursts["RESP"][0][-1]
+            r.setblocking(True)
+            r.settimeout(5)
+            r.sendall(b"PING\r\n")
+            self.assertEqual(r.recv(64), b"+PONG\r\n")
+            h = bursts["HTTP"][0][-1]
+            h.setblocking(True)
+            h.settimeout(5)
+            h.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            self.assertTrue(h.recv(64).startswith(b"HTTP/1.1 200"))
+            for socks, _ in bursts.values():
+                for s in socks:
+                    s.close()
+            print("ok: %d connects to each TCP listener while its loop was stopped: all "
+                  "completed, then answered" % self.N)
 
 
 if __name__ == "__main__":
