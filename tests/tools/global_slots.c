@@ -603,6 +603,12 @@ int main(int argc, char **argv)
     /* steady hammering */
     S.measuring = 1;
     run(seconds * 1000 * MS);
+    /* A client still waiting has waited this long at least: a node whose
+     * clients are never served must not count as waiting nothing. */
+    for (int i = 0; i < S.nn; i++)
+        for (int j = 0; j < S.n[i].nclients; j++)
+            if (S.n[i].alive && S.n[i].cl[j].state == C_WAIT)
+                note_wait(&S.n[i], S.now - S.n[i].cl[j].at);
     S.measuring = 0;
     double util = S.util_ms > 0 ? S.util_sum / (double)S.util_ms / (double)S.limit : 0;
     printf("steady %ld s: in flight at most %" PRId64 " of %ld; utilisation %.1f%% of n while "
