@@ -29,6 +29,11 @@
 #define SLOTS_ASK_MAX          64 /* members it asks at most (new members pass the ask on) */
 
 #define SLOTS_HOLD_MAX_MS 604800000 /* the longest hold an answer may ask for (7 days) */
+/* Rounding's rotation (slots__allocate): a peer that holds a slot of the
+ * remainder keeps it until another is owed this many slot-seconds more,
+ * and what a peer is owed is kept within +-SLOTS_OWED_MAX. */
+#define SLOTS_ROTATE_HOLD 0.5
+#define SLOTS_OWED_MAX    2.0
 
 /* An answer to an ask (see slots.h). */
 #define SLOTS_A_FREE 0 /* it lent nothing of the key that may still be held */
@@ -77,6 +82,8 @@ struct slots_peer { /* one node life on an owner's ledger */
     int64_t heard; /* when its last report arrived */
     int64_t target;
     double frac;       /* the target's rounded-off fraction (demand above n) */
+    double exact;      /* its share of n by demand, unrounded (demand above n) */
+    double owed;       /* slot-seconds its share was held by others (see allocate) */
     uint64_t ack_rseq; /* report to acknowledge in the next grant (0: none) */
     int ghost;         /* an older life of a node that restarted */
 };
@@ -87,6 +94,7 @@ struct slots_ledger { /* a key this node owns */
     int64_t hold_until; /* no free slots lent before */
     int64_t moved_at;   /* the last time another node may have owned it (0: never) */
     int64_t created;
+    int64_t alloc_at; /* the last share-out (the owed slot-seconds grow from it) */
     /* The members that would own the key without this node, asked whether
      * they lent it (a new ledger lends nothing beyond what is reported
      * until they answer, or until ask_until); owned by the ledger, freed
@@ -979,22 +987,59 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
                 p->target = (int64_t)t;
                 p->frac = t - (double)p->target;
             }
+            p->exact = (double)p->target + p->frac;
+        } else {
+            p->exact = (double)w;
         }
         given += p->target;
     }
+    /* The rounding remainder, one slot each.  Given by fraction alone it
+     * went to the same peers every time, and with fewer slots than peers
+     * that want them the others were never served (5 nodes, n = 3: two
+     * nodes' clients waited the whole run).  So the peers owed most come
+     * first: what a peer is owed grows by its exact share less what it may
+     * hold, per second (below), and one that holds a remainder slot now
+     * keeps it until another is owed SLOTS_ROTATE_HOLD more (each move
+     * idles a slot until its lease ends and the grant arrives).  Only
+     * targets move: a slot is lent again only once its holder gave it
+     * back, so the rotation never puts more than n in flight. */
     while (demand > n && given < n) {
         struct slots_peer *best = NULL;
+        double best_rank = 0;
         for (size_t i = 0; i < l->npeers; i++) {
             struct slots_peer *p = &l->peers[i];
-            if (!p->ghost && p->target < p->want && p->frac >= 0 &&
-                (best == NULL || p->frac > best->frac))
+            if (p->ghost || p->target >= p->want || p->frac < 0)
+                continue;
+            double rank = p->owed + p->frac + (p->bound > p->target ? SLOTS_ROTATE_HOLD : 0.0);
+            if (best == NULL || rank > best_rank) {
                 best = p;
+                best_rank = rank;
+            }
         }
         if (best == NULL)
             break;
         best->target++;
         best->frac = -1; /* one each */
         given++;
+    }
+    /* What each peer is owed: its exact share less what it may hold, over
+     * the time since the last share-out (at most a second of it); nothing
+     * while demand fits in n. */
+    double dt = l->alloc_at > 0 && now > l->alloc_at ? (double)(now - l->alloc_at) / 1e9 : 0.0;
+    if (dt > 1.0)
+        dt = 1.0;
+    l->alloc_at = now;
+    for (size_t i = 0; i < l->npeers; i++) {
+        struct slots_peer *p = &l->peers[i];
+        if (p->ghost || demand <= n) {
+            p->owed = 0;
+            continue;
+        }
+        p->owed += (p->exact - (double)p->bound) * dt;
+        if (p->owed > SLOTS_OWED_MAX)
+            p->owed = SLOTS_OWED_MAX;
+        else if (p->owed < -SLOTS_OWED_MAX)
+            p->owed = -SLOTS_OWED_MAX;
     }
     int64_t spare = n - given;
     for (size_t i = 0; i < l->npeers && spare > 0; i++) {
