@@ -11,13 +11,17 @@ One config file, a global concurrency policy (limit 6, ttl 3s).  Checked:
   3. a local concurrency key on a clustered node is not shared;
   4. in a fresh cluster, the first node started (the first seed, whose own
      join went out before its peers ran) lends the keys it owns as soon as
-     the others have joined it, not only after its next periodic exchange.
+     the others have joined it, not only after its next periodic exchange;
+  5. fewer slots than nodes (a limit of 2 over 3 nodes, clients on every
+     node waiting in turn): every node's clients are served, not only the
+     first two nodes that got a slot.
 Every wait is bounded; every process is stopped at the end, even on failure.
 """
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -41,6 +45,13 @@ limit = %d
 ttl = 3s
 scope = global
 match = jobs:
+
+[policy duo]
+algorithm = concurrency
+limit = 2
+ttl = 3s
+scope = global
+match = duo:
 
 [policy lj]
 algorithm = concurrency
@@ -176,6 +187,60 @@ class TestLeaseCluster(unittest.TestCase):
             self.assertEqual(self.lease(i, "lj:x")[0], 1)
         for i in survivors:
             self.assertEqual(self.nodes[i].stop(), 0)
+
+
+    def test_fewer_slots_than_nodes(self):
+        """Two slots, three nodes, two clients on each node that lease,
+        hold 100 ms, release and ask again (waiting up to 3 s) for 15 s:
+        each node's clients get leases (the rounding of the shares moves
+        between the nodes), and the clients never see more than 2 held."""
+        key, limit, per_node, seconds = "duo:x", 2, 2, 15.0
+        grants = [0] * N
+        lock = threading.Lock()
+        state = {"held": 0, "most": 0}
+        deadline = time.monotonic() + seconds
+        errors = []
+
+        def worker(i):
+            c = self.client(i)
+            for _ in range(1000):  # bounded in count and in time
+                if time.monotonic() >= deadline:
+                    return
+                try:
+                    rep = c.execute_command("SL.LEASE", key, "TIMEOUT", "3000")
+                    if rep[0] != 0:
+                        continue
+                    with lock:
+                        grants[i] += 1
+                        state["held"] += 1
+                        state["most"] = max(state["most"], state["held"])
+                    time.sleep(0.1)
+                    with lock:
+                        state["held"] -= 1
+                    c.execute_command("SL.RELEASE", key, rep[4])
+                except Exception as e:  # noqa: BLE001 (reported below)
+                    errors.append(repr(e))
+                    return
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(N)
+                   for _ in range(per_node)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(seconds + 10)
+        self.assertEqual(errors, [])
+        total = sum(grants)
+        print("ok: %d slots over %d nodes for %.0f s: leases per node %s (%d in all), "
+              "at most %d held at once as the clients saw it"
+              % (limit, N, seconds, grants, total, state["most"]))
+        self.assertLessEqual(state["most"], limit)
+        # Each node's clients got a part of the time: before the rounding
+        # moved between nodes, the first two nodes to get a slot kept it
+        # and the third got nothing.
+        self.assertGreater(total, 30)
+        for i in range(N):
+            self.assertGreaterEqual(grants[i], total // (4 * N),
+                                    "node%d got %d of %d leases" % (i, grants[i], total))
 
     def test_first_seed_lends_at_once(self):
         # Twelve keys asked of node0, each waiting up to 3 s: about half are
