@@ -124,6 +124,8 @@ struct slots {
     int64_t fresh_ns;
     int64_t started;
     int64_t joined_at; /* the first view with another member in it (0: none yet) */
+    int64_t noq_at;    /* when it last had no majority of the members (0: never) */
+    int noq;           /* its view has no majority of the members now */
     int restarted;
     int known; /* restarted is known */
     slots_send_fn send;
@@ -294,6 +296,8 @@ static int slots__cmp_member(const void *a, const void *b)
                           &((const struct slots__member *)b)->hash);
 }
 
+static int slots__quorum(const struct slots *s);
+
 int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_t total,
                    int64_t now)
 {
@@ -341,6 +345,11 @@ int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_
     s->nlive = nm;
     free(m);
     s->total = total > s->nlive ? total : s->nlive;
+    /* A period without a majority ends at the first view with one. */
+    int q = slots__quorum(s);
+    if (!q || s->noq)
+        s->noq_at = now;
+    s->noq = !q;
     return 0;
 }
 
@@ -1054,7 +1063,22 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
         p->target += extra;
         spare -= extra;
     }
-    int lend = s->known && slots__quorum(s) && now >= l->hold_until && l->asking == 0;
+    /* Cut off from a majority (the minority side of a partition), this
+     * node lent nothing, but the majority's owner of the key may have lent
+     * its slots, also those of nodes this ledger still counts and those it
+     * reclaimed as silent: back with a majority, it lends nothing beyond
+     * what is reported until those loans are reported or have ended, as a
+     * new owner waits (before, a 4 s partition healed into 11 of 10 held). */
+    int64_t healed = s->noq_at > 0 ? s->noq_at + slots__margin(s->fresh_ns + l->ttl_ns) : 0;
+    int lend =
+        s->known && slots__quorum(s) && now >= l->hold_until && now >= healed && l->asking == 0;
+    /* Caps confirmed from a view that may be stale (no majority now, just
+     * back from none, or caps that add up to more than n: the two sides of
+     * a partition each granted them) are cut to what each peer holds: a
+     * node uses its cap only once a grant with a majority behind it says
+     * it is fresh, and that grant carries the cut cap.  Holders keep their
+     * leases; only unused caps go. */
+    int stale = !slots__quorum(s) || now < healed || used > n;
     int64_t free_slots = n - used;
     for (size_t i = 0; i < l->npeers; i++) {
         struct slots_peer *p = &l->peers[i];
@@ -1068,9 +1092,11 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
             lent = more > 0 ? more : 0;
             g = p->bound + lent;
             free_slots -= lent;
-            if (g < p->cap)
+            if (g < p->cap && !stale)
                 g = p->cap;
         }
+        if (stale && g > p->held)
+            g = p->held > 0 ? p->held : 0;
         if (g != p->grant && p->npend < SLOTS_PEND) {
             s->st.lent += (uint64_t)lent;
             p->grant = g;

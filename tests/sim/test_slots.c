@@ -81,6 +81,11 @@ static struct sim {
     int loss_pct;
     int demand; /* 1: clients want leases */
     int64_t wakes;
+    /* A partition: while part_on, nodes of different sides exchange
+     * nothing and, DETECT after part_at, see each other dead. */
+    int part_on;
+    int64_t part_at;
+    int side[NMAX];
 } S;
 
 static const char *KEY = "tenant:1";
@@ -142,9 +147,22 @@ static void set_views(void)
         if (S.n[i].alive || S.now < S.n[i].dead_at + DETECT)
             live[nl++] = S.n[i].name;
     }
-    for (int i = 0; i < S.nn; i++)
-        if (S.n[i].alive)
-            assert_int_equal(slots_set_view(S.n[i].s, live, nl, members, S.now), 0);
+    for (int i = 0; i < S.nn; i++) {
+        if (!S.n[i].alive)
+            continue;
+        if (S.part_on && S.now >= S.part_at + DETECT) {
+            /* its own side only; the others are dead but not forgotten */
+            const char *mine[NMAX];
+            size_t nm = 0;
+            for (int j = 0; j < S.nn; j++)
+                if (!S.n[j].gone && S.side[j] == S.side[i] &&
+                    (S.n[j].alive || S.now < S.n[j].dead_at + DETECT))
+                    mine[nm++] = S.n[j].name;
+            assert_int_equal(slots_set_view(S.n[i].s, mine, nm, members, S.now), 0);
+            continue;
+        }
+        assert_int_equal(slots_set_view(S.n[i].s, live, nl, members, S.now), 0);
+    }
 }
 
 static void start_node(int i, int restarted)
@@ -268,6 +286,8 @@ static void deliver(void)
         m->live = 0;
         if (S.n[m->to].older && (msg_kind(m) == 3 || msg_kind(m) == 4))
             continue; /* an older release drops what it cannot decode */
+        if (S.part_on && S.side[m->from] != S.side[m->to])
+            continue; /* cut */
         if (S.n[m->to].alive && S.n[m->from].alive)
             (void)slots_receive(S.n[m->to].s, S.n[m->from].name, m->buf, m->len, S.now);
     }
@@ -539,6 +559,84 @@ static void test_slots_two_nodes(void **state)
            "most in flight %lld\n",
            leaver, LIMIT, (long long)(back / MS), (long long)max_total);
     assert_true(back >= 0);
+    assert_true(max_total <= LIMIT);
+    for (int i = 0; i < S.nn; i++) {
+        slots_destroy(S.n[i].s);
+        conc_destroy(S.n[i].c);
+    }
+    for (int d = 0; d < ndead; d++)
+        conc_destroy(dead_leases[d]);
+}
+
+/* Units held now by the live nodes of one side of a partition. */
+static int64_t side_held(int side)
+{
+    int64_t h = 0;
+    for (int i = 0; i < S.nn; i++)
+        if (S.n[i].alive && S.side[i] == side)
+            h += conc_held(S.n[i].c, KEY, strlen(KEY));
+    return h;
+}
+
+/*
+ * A partition: two of five nodes cut off from the other three for 4 s,
+ * the key's owner in the minority, then in the majority.  Checked every
+ * millisecond by run(): never more than n in flight, the two sides
+ * together.  The minority has no majority of the members it knows, so it
+ * grants and renews nothing once its freshness ran out, and holds nothing
+ * once its last leases ended; the majority holds all n again once the
+ * minority's slots can have expired (fresh + TTL after its last answered
+ * report, plus detection and report periods), never before; after the
+ * heal the whole cluster shares n again.
+ */
+static void test_slots_partition(void **state)
+{
+    (void)state;
+    uint64_t seed = test_seed("test_slots_partition");
+    memset(&S, 0, sizeof(S));
+    ndead = 0;
+    S.rng = seed;
+    S.nn = 5;
+    S.loss_pct = (int)(test_rand(&S.rng) % 4);
+    for (int i = 0; i < S.nn; i++) {
+        snprintf(S.n[i].name, sizeof(S.n[i].name), "node-%d", i);
+        start_node(i, 0);
+    }
+    set_views();
+    S.demand = 1;
+    int64_t max_total = 0;
+    (void)run(2000 * MS, &max_total);
+    for (int round = 0; round < 2; round++) {
+        int owner = owner_of_key();
+        assert_true(owner >= 0);
+        int a = round == 0 ? owner : (owner + 1) % S.nn, b = (a + (round == 0 ? 1 : 2)) % S.nn;
+        for (int i = 0; i < S.nn; i++)
+            S.side[i] = i == a || i == b;
+        S.part_on = 1;
+        S.part_at = S.now;
+        int64_t limit_t = FRESH + TTL + DETECT + 1000 * MS, back = -1;
+        while (S.now - S.part_at < limit_t + 2000 * MS) {
+            (void)run(10 * MS, &max_total);
+            if (back < 0 && side_held(0) == LIMIT)
+                back = S.now - S.part_at;
+            if (back >= 0 && S.now - S.part_at >= 4000 * MS)
+                break;
+        }
+        int64_t minority = side_held(1);
+        printf("[slots] partition node-%d,node-%d | the other three (the owner in the %s): the "
+               "majority held all %d again after %lld ms; the minority held %lld at 4 s\n",
+               a, b, round == 0 ? "minority" : "majority", LIMIT, (long long)(back / MS),
+               (long long)minority);
+        assert_true(back >= 0);
+        assert_true(back <= limit_t + 2000 * MS);
+        assert_int_equal(minority, 0);
+        /* heal: the views are whole again, the minority's nodes ask again */
+        S.part_on = 0;
+        (void)run(1000 * MS, &max_total);
+        double util = run(2000 * MS, &max_total);
+        printf("[slots] healed: %.2f of %d held on average\n", util, LIMIT);
+        assert_true(util >= 0.9 * LIMIT);
+    }
     assert_true(max_total <= LIMIT);
     for (int i = 0; i < S.nn; i++) {
         slots_destroy(S.n[i].s);
@@ -913,6 +1011,7 @@ int main(void)
         cmocka_unit_test(test_slots_cluster),
         cmocka_unit_test(test_slots_owner_comes_back),
         cmocka_unit_test(test_slots_two_nodes),
+        cmocka_unit_test(test_slots_partition),
         cmocka_unit_test(test_slots_new_member_takes_over),
         cmocka_unit_test(test_slots_two_new_members),
         cmocka_unit_test(test_slots_three_new_members),
