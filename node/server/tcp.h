@@ -14,9 +14,10 @@
  * net.core.somaxconn).  A crowd that reconnects as fast as it is evicted
  * fills a short queue within one loop turn; the kernel then drops the
  * SYNs (or the handshake's last ACK) of everyone else, and a real client's
- * connect waits out a 1 s retransmission: 128 cost a gRPC client with a
- * 1 s deadline about one call in a thousand under the hostile soak's
- * crowds.  Redis's tcp-backlog and nginx's backlog are 511.
+ * connect waits out a 1 s retransmission: with 128, a gRPC client with a
+ * 1 s deadline lost 3 calls of 1,129 in 120 s of the hostile soak's
+ * crowds (122 overflows), none with 4,096.  Redis's tcp-backlog and
+ * nginx's backlog are 511.
  */
 #define TCP_LISTEN_BACKLOG 4096
 
