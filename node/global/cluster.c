@@ -25,6 +25,21 @@
 #define DEFAULT_DNS_INTERVAL_MS 30000
 #define TRIM_AFTER_GC           256 /* keys dropped since the last trim worth returning memory for */
 #define GOSSIP_FANOUT           5 /* membership gossip: a broadcast reaches 1000 nodes in ~0.5 s */
+/* Received replication messages are applied for at most this long a loop
+ * turn (the rest at the next turns), and wait in a queue of at most
+ * RX_QUEUE_MAX bytes: about 180 batches, some 50 ms of work at a million
+ * keys, so a node that cannot keep up applies them late by that much at
+ * most (past it they are applied at once, as they arrive). */
+#define RX_TURN_NS   500000
+#define RX_QUEUE_MAX ((size_t)256 << 10)
+
+/* A replication message received and not yet applied. */
+struct cluster_rx {
+    struct cluster_rx *next;
+    size_t len;
+    char from[GOSSIP_NAME_MAX + 1];
+    uint8_t msg[];
+};
 
 struct cluster {
     uv_loop_t *loop;
@@ -36,6 +51,10 @@ struct cluster {
     int64_t taken_new; /* when it joined as new, while no elder has vouched (on_tick) */
     uv_timer_t tick, leave;
     uv_idle_t slice; /* the rest of a replica pass (replica_tick), a slice per loop turn */
+    /* Replication messages waiting to be applied, oldest first (owned;
+     * cluster__on_direct, cluster__rx_apply). */
+    struct cluster_rx *rx_head, *rx_tail;
+    size_t rx_bytes;
     int tick_open, leave_open;
     int64_t clock_offset; /* realtime - monotonic at start */
     uint64_t life;        /* this process's life id (random) */
@@ -140,13 +159,71 @@ static void cluster__on_event(void *ud, enum gossip_event ev, const struct gossi
         log_info("cluster: member %s (%s) %s", m->name, addr, event_name(ev));
 }
 
+static void on_slice(uv_idle_t *h);
+
+/*
+ * A direct message from member `from`.  A replication batch is not applied
+ * here but queued and applied in the loop's next turns under a time budget
+ * (cluster__rx_apply): libuv reads up to 32 datagrams a wakeup, and at a
+ * million global keys 32 batches took 12 ms of CPU in one turn while
+ * clients waited.  Past RX_QUEUE_MAX queued bytes, or without memory, it is
+ * applied at once.  Slots messages are few and applied at once.
+ */
 static void cluster__on_direct(void *ud, const char *from, const uint8_t *msg, size_t len)
 {
     struct cluster *c = ud;
-    if (slots_is_message(msg, len))
+    if (slots_is_message(msg, len)) {
         (void)slots_receive(c->sl, from, msg, len, cluster_now_ns(c)); /* bad ones counted */
-    else
+        return;
+    }
+    struct cluster_rx *m = NULL;
+    if (c->rx_bytes + len <= RX_QUEUE_MAX && strlen(from) <= GOSSIP_NAME_MAX)
+        m = malloc(sizeof(*m) + len);
+    if (m == NULL) {
         (void)replica_receive(c->r, from, msg, len, cluster_now_ns(c)); /* bad ones are counted */
+        return;
+    }
+    m->next = NULL;
+    m->len = len;
+    strcpy(m->from, from);
+    memcpy(m->msg, msg, len);
+    if (c->rx_tail != NULL)
+        c->rx_tail->next = m;
+    else
+        c->rx_head = m;
+    c->rx_tail = m;
+    c->rx_bytes += len;
+    if (!c->stopping)
+        uv_idle_start(&c->slice, on_slice);
+}
+
+/* Applies queued replication messages, oldest first, for at most
+ * RX_TURN_NS (one at least). */
+static void cluster__rx_apply(struct cluster *c)
+{
+    uint64_t t0 = uv_hrtime();
+    while (c->rx_head != NULL) {
+        struct cluster_rx *m = c->rx_head;
+        c->rx_head = m->next;
+        if (c->rx_head == NULL)
+            c->rx_tail = NULL;
+        c->rx_bytes -= m->len;
+        (void)replica_receive(c->r, m->from, m->msg, m->len, cluster_now_ns(c));
+        free(m);
+        if (uv_hrtime() - t0 >= RX_TURN_NS)
+            break;
+    }
+}
+
+static void cluster__rx_free(struct cluster *c)
+{
+    while (c->rx_head != NULL) {
+        struct cluster_rx *m = c->rx_head;
+        c->rx_head = m->next;
+        free(m);
+    }
+    c->rx_tail = NULL;
+    c->rx_bytes = 0;
 }
 
 /* The replica's clock: its passes end their turn on time. */
@@ -264,11 +341,10 @@ static void cluster__log_drops(struct cluster *c)
     }
 }
 
-static void on_slice(uv_idle_t *h);
-
-/* One bounded slice of the replica's pass; while the pass is unfinished
- * the next slice runs at the loop's next turn, after the I/O it polls, so
- * answers are never kept waiting behind the replication's walk. */
+/* One bounded slice of the replica's pass; while the pass is unfinished,
+ * or received messages wait to be applied, the next slice runs at the
+ * loop's next turn, after the I/O it polls, so answers are never kept
+ * waiting behind the replication's walk. */
 static void cluster__run_replica(struct cluster *c)
 {
     replica_tick(c->r, cluster_now_ns(c));
@@ -277,7 +353,7 @@ static void cluster__run_replica(struct cluster *c)
      * timer re-armed at 0 from its own callback again in the same turn,
      * and the whole pass ran in one turn (20 to 40 ms over 100,000 keys
      * while answers waited). */
-    if (replica_next_deadline(c->r) <= cluster_now_ns(c))
+    if (replica_next_deadline(c->r) <= cluster_now_ns(c) || c->rx_head != NULL)
         uv_idle_start(&c->slice, on_slice);
     else
         uv_idle_stop(&c->slice);
@@ -290,6 +366,7 @@ static void on_slice(uv_idle_t *h)
         uv_idle_stop(h);
         return;
     }
+    cluster__rx_apply(c);
     cluster__run_replica(c);
 }
 
@@ -656,6 +733,7 @@ void cluster_destroy(struct cluster *c)
 {
     if (c == NULL)
         return;
+    cluster__rx_free(c);
     replica_destroy(c->r);
     slots_destroy(c->sl);
     gossip_keyring_destroy(c->kr);
