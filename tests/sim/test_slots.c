@@ -293,6 +293,36 @@ static void deliver(void)
     }
 }
 
+/* A fresh simulation of nn nodes node-0..node-(nn-1) for the scenario
+ * named test (its seed), with a random loss of 0 to loss_mod - 1 percent,
+ * every node up and seeing the others, its clients asking. */
+static void sim_start(const char *test, int nn, int loss_mod)
+{
+    memset(&S, 0, sizeof(S));
+    ndead = 0;
+    S.rng = test_seed(test);
+    S.nn = nn;
+    S.loss_pct = (int)(test_rand(&S.rng) % (uint64_t)loss_mod);
+    for (int i = 0; i < S.nn; i++) {
+        snprintf(S.n[i].name, sizeof(S.n[i].name), "node-%d", i);
+        start_node(i, 0);
+    }
+    set_views();
+    S.demand = 1;
+}
+
+/* Frees nodes 0..n-1 and the leases of the dead. */
+static void sim_free(int n)
+{
+    for (int i = 0; i < n; i++) {
+        slots_destroy(S.n[i].s);
+        conc_destroy(S.n[i].c);
+    }
+    for (int d = 0; d < ndead; d++)
+        conc_destroy(dead_leases[d]);
+    ndead = 0;
+}
+
 /* Runs for dur; returns the average units held by survivors. */
 static double run(int64_t dur, int64_t *max_total)
 {
@@ -393,12 +423,7 @@ static void test_slots_cluster(void **state)
     printf("[slots] after the crashes: %lld of %d reachable (leaked %lld); most in flight %lld\n",
            (long long)reached, LIMIT, (long long)(LIMIT - reached), (long long)max_total);
     assert_int_equal(reached, LIMIT);
-    for (int i = 0; i < S.nn; i++) {
-        slots_destroy(S.n[i].s);
-        conc_destroy(S.n[i].c);
-    }
-    for (int d = 0; d < ndead; d++)
-        conc_destroy(dead_leases[d]);
+    sim_free(S.nn);
 }
 
 /* Slots node i holds (may hand out) now. */
@@ -474,12 +499,7 @@ static void test_slots_owner_comes_back(void **state)
         S.n[a].dead_at = 0;
     }
     assert_true(max_total <= LIMIT);
-    for (int i = 0; i < S.nn; i++) {
-        slots_destroy(S.n[i].s);
-        conc_destroy(S.n[i].c);
-    }
-    for (int d = 0; d < ndead; d++)
-        conc_destroy(dead_leases[d]);
+    sim_free(S.nn);
 }
 
 /*
@@ -560,12 +580,7 @@ static void test_slots_two_nodes(void **state)
            leaver, LIMIT, (long long)(back / MS), (long long)max_total);
     assert_true(back >= 0);
     assert_true(max_total <= LIMIT);
-    for (int i = 0; i < S.nn; i++) {
-        slots_destroy(S.n[i].s);
-        conc_destroy(S.n[i].c);
-    }
-    for (int d = 0; d < ndead; d++)
-        conc_destroy(dead_leases[d]);
+    sim_free(S.nn);
 }
 
 /* Units held now by the live nodes of one side of a partition. */
@@ -592,18 +607,7 @@ static int64_t side_held(int side)
 static void test_slots_partition(void **state)
 {
     (void)state;
-    uint64_t seed = test_seed("test_slots_partition");
-    memset(&S, 0, sizeof(S));
-    ndead = 0;
-    S.rng = seed;
-    S.nn = 5;
-    S.loss_pct = (int)(test_rand(&S.rng) % 4);
-    for (int i = 0; i < S.nn; i++) {
-        snprintf(S.n[i].name, sizeof(S.n[i].name), "node-%d", i);
-        start_node(i, 0);
-    }
-    set_views();
-    S.demand = 1;
+    sim_start("test_slots_partition", 5, 4);
     int64_t max_total = 0;
     (void)run(2000 * MS, &max_total);
     for (int round = 0; round < 2; round++) {
@@ -638,12 +642,7 @@ static void test_slots_partition(void **state)
         assert_true(util >= 0.9 * LIMIT);
     }
     assert_true(max_total <= LIMIT);
-    for (int i = 0; i < S.nn; i++) {
-        slots_destroy(S.n[i].s);
-        conc_destroy(S.n[i].c);
-    }
-    for (int d = 0; d < ndead; d++)
-        conc_destroy(dead_leases[d]);
+    sim_free(S.nn);
 }
 
 /* A name never used in this run (node-N, N from 5 up) that wins KEY over
@@ -752,12 +751,7 @@ static void new_members_take_over(const char *name, int base, int joiners, int c
            joiners, S.loss_pct, (long long)max_total, LIMIT, (long long)(worst_back / MS),
            worst_util, LIMIT);
     assert_true(max_total <= LIMIT);
-    for (int i = 0; i < base; i++) {
-        slots_destroy(S.n[i].s);
-        conc_destroy(S.n[i].c);
-    }
-    for (int d = 0; d < ndead; d++)
-        conc_destroy(dead_leases[d]);
+    sim_free(base);
 }
 
 /* One new member that wins the key joins four. */
@@ -862,12 +856,7 @@ static void test_slots_rolling_upgrade(void **state)
            S.loss_pct, (long long)max_total, LIMIT, LIMIT, (long long)(back / MS));
     assert_true(back >= 0);
     assert_true(max_total <= LIMIT);
-    for (int i = 0; i < 5; i++) {
-        slots_destroy(S.n[i].s);
-        conc_destroy(S.n[i].c);
-    }
-    for (int d = 0; d < ndead; d++)
-        conc_destroy(dead_leases[d]);
+    sim_free(5);
 }
 
 /*
@@ -879,18 +868,7 @@ static void test_slots_rolling_upgrade(void **state)
 static void test_slots_fresh_cluster(void **state)
 {
     (void)state;
-    uint64_t seed = test_seed("test_slots_fresh_cluster");
-    memset(&S, 0, sizeof(S));
-    ndead = 0;
-    S.rng = seed;
-    S.nn = 5;
-    S.loss_pct = (int)(test_rand(&S.rng) % 4);
-    for (int i = 0; i < S.nn; i++) {
-        snprintf(S.n[i].name, sizeof(S.n[i].name), "node-%d", i);
-        start_node(i, 0);
-    }
-    set_views();
-    S.demand = 1;
+    sim_start("test_slots_fresh_cluster", 5, 4);
     int64_t max_total = 0, first = -1, all = -1, surv;
     while (S.now < 2000 * MS && all < 0) {
         (void)run(MS, &max_total);
@@ -905,10 +883,7 @@ static void test_slots_fresh_cluster(void **state)
            S.nn, S.loss_pct, (long long)(first / MS), LIMIT, (long long)(all / MS));
     assert_true(first >= 0 && first <= 1000 * MS);
     assert_true(all >= 0 && all <= 1000 * MS);
-    for (int i = 0; i < S.nn; i++) {
-        slots_destroy(S.n[i].s);
-        conc_destroy(S.n[i].c);
-    }
+    sim_free(S.nn);
 }
 
 /* Malformed and foreign messages are dropped and counted, never applied. */
