@@ -69,11 +69,20 @@
  *   more than half of the members it knows (alive, suspect, dead but not
  *   yet forgotten) are alive.  A minority side of a partition therefore
  *   stops granting within fresh_ns + TTL, and the majority side reclaims
- *   its slots after that: no double grant across a partition.
- * - Demand.  Each node reports held + waiting (want).  The owner's targets
- *   water-fill n by want; spare slots go evenly to nodes that hold or
- *   want some, so a node can grant without asking.  A node short of
- *   slots reports at once (next tick); others every REPORT_EVERY ticks.
+ *   its slots after that: no double grant across a partition.  Back with
+ *   a majority (the heal), an owner lends nothing beyond what is reported
+ *   for fresh_ns + TTL, and while its view may be stale (no majority, just
+ *   back, or reported caps adding up to more than n: each side granted
+ *   them) it cuts every node's unused cap to what the node holds, so a
+ *   minority node's old cap is not made fresh again beside the majority
+ *   owner's loans.
+ * - Demand.  Each node reports held + waiting (want).  Within n each node
+ *   gets its want and the spare goes evenly to nodes that hold or want
+ *   some, so a node can grant without asking; above n, n is shared in
+ *   proportion to want (capped at n), and the rounding remainder moves
+ *   between nodes by the slot-seconds each is owed (slots__allocate), so
+ *   fewer slots than nodes still serve every node in turn.  A node short
+ *   of slots reports at once (next tick); others every REPORT_EVERY ticks.
  *
  * The bound: slots held at one instant, cluster-wide, <= n, provided that
  * (1) monotonic clocks run at the same rate within 1%, (2) members agree on
