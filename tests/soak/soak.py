@@ -316,8 +316,7 @@ class Soak:
         self.seed = seed
         self.tmp = tmp
         self.netns = netns
-        self.nss = []  # namespaces created (deleted by teardown)
-        self.hub = None
+        self.lan = None  # --netns: the namespaces (deleted by teardown)
         self.partitions = []  # (start, healed) soak times
         self.parted = False
         self.split_obs = []  # (t, viewer, subject, state) in a quiet time: failures
@@ -354,58 +353,25 @@ class Soak:
         self.write_config(True)
         ports = sluicetest.free_udp_ports(N)
         if netns:
-            try:
-                self.make_netns()
-            except (OSError, subprocess.CalledProcessError):
-                self.del_netns()
-                raise
+            self.lan = sluicetest.Lan(N, NET, "soak%d" % os.getpid())
         self.nodes = [Node(i, tmp, ports, keyfile, self.config, sluicetest.free_tcp_port(),
-                           ns=self.nss[i + 1] if netns else None)
+                           ns=self.lan.ns(i) if netns else None)
                       for i in range(N)]
 
     # ---- network namespaces (--netns): node i in its own, all on one bridge ----
 
-    def ip(self, *args):
-        subprocess.run(["ip"] + list(args), check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
-
-    def make_netns(self):
-        """A hub namespace with bridges br0 and br1, and one namespace per
-        node whose veth's peer sits on br0.  A partition moves some peers to
-        br1; nothing changes in the machine's own namespace."""
-        tag = os.getpid()
-        self.hub = "slsoak-hub-%d" % tag
-        self.ip("netns", "add", self.hub)
-        self.nss.append(self.hub)
-        for br in ("br0", "br1"):
-            self.ip("-n", self.hub, "link", "add", br, "type", "bridge")
-            self.ip("-n", self.hub, "link", "set", br, "up")
-        for i in range(N):
-            ns = "slsoak-%d-%d" % (i + 1, tag)
-            self.ip("netns", "add", ns)
-            self.nss.append(ns)
-            self.ip("-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name",
-                    "p%d" % (i + 1), "netns", self.hub)
-            self.ip("-n", self.hub, "link", "set", "p%d" % (i + 1), "master", "br0", "up")
-            self.ip("-n", ns, "link", "set", "lo", "up")
-            self.ip("-n", ns, "addr", "add", "%s.%d/24" % (NET, i + 1), "dev", "eth0")
-            self.ip("-n", ns, "link", "set", "eth0", "up")
-
     def del_netns(self):
-        for ns in reversed(self.nss):
-            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
-        self.nss = []
+        if self.lan is not None:
+            self.lan.close()
 
     def partition(self):
         """The last two nodes cut off from the others for PART_S seconds."""
         cut = self.nodes[N - 2:]
         t = self.now()
         self.parted = True
-        for nd in cut:
-            self.ip("-n", self.hub, "link", "set", "p%d" % (nd.i + 1), "master", "br1")
+        self.lan.cut([nd.i for nd in cut])
         time.sleep(PART_S)
-        for nd in cut:
-            self.ip("-n", self.hub, "link", "set", "p%d" % (nd.i + 1), "master", "br0")
+        self.lan.heal()
         self.parted = False
         self.partitions.append((t, self.now()))
         bad = self.members_alive(timeout=30.0)
@@ -1022,15 +988,8 @@ def main():
     N = a.nodes
     netns = a.netns == "yes"
     if a.netns == "auto":
-        probe = "slsoak-probe-%d" % os.getpid()
-        try:
-            netns = subprocess.run(["ip", "netns", "add", probe], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL).returncode == 0
-        except OSError:
-            netns = False
-        if netns:
-            subprocess.run(["ip", "netns", "del", probe], stderr=subprocess.DEVNULL)
-        else:
+        netns = sluicetest.Lan.possible()
+        if not netns:
             log("no network namespaces here (not root?): 127.0.0.1, no partitions")
     sluicetest.SLUICED = os.path.join(a.bin, "sluiced")
     sluicetest.SLUICECTL = os.path.join(a.bin, "sluicectl")
