@@ -854,8 +854,13 @@ static void slots__send_report(struct slots *s, struct slots_need *n, int64_t no
      * since the last report (requests that do not wait ask only once). */
     int64_t want = held + waiting > n->asked ? held + waiting : n->asked;
     n->asked = 0;
-    if (want > n->limit)
-        want = n->limit;
+    /* Not capped at the limit: above n the owner shares in proportion to
+     * want, so a node with ten waiting clients gets about ten times the
+     * time of a node with one, also when n = 1 (capped at n, each node got
+     * an equal part whatever its clients).  An owner of an older release
+     * caps it itself. */
+    if ((uint64_t)want > SLOTS_UNITS_MAX)
+        want = (int64_t)SLOTS_UNITS_MAX;
     n->rseq++;
     n->rtime[n->rseq % SLOTS_RTIMES] = now;
     r.key = n->key;
@@ -969,7 +974,7 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
         p->bound = slots__bound(p);
         used += p->bound;
         if (!p->ghost) {
-            int64_t w = p->want < n ? p->want : n;
+            int64_t w = p->want;
             demand = demand > INT64_MAX - w ? INT64_MAX : demand + w;
             if (p->want > 0 || p->held > 0)
                 active++;
@@ -977,18 +982,19 @@ static void slots__allocate(struct slots *s, struct slots_ledger *l, int64_t now
     }
     /* Targets.  Demand within n: each peer its want, the spare evenly over
      * the active peers (below).  Demand above n: n shared in proportion to
-     * want (held + waiting), so a waiting request has about the same
-     * chance on every node, whichever node the load balancer sent it to;
-     * the rounding remainder goes to the largest fractions. */
+     * want (held + waiting, not capped at n), so a waiting request has
+     * about the same chance on every node, whichever node the load
+     * balancer sent it to; the rounding remainder goes to the peers owed
+     * most (below). */
     int64_t given = 0;
     for (size_t i = 0; i < l->npeers; i++) {
         struct slots_peer *p = &l->peers[i];
-        int64_t w = p->ghost ? 0 : p->want < n ? p->want : n;
+        int64_t w = p->ghost ? 0 : p->want;
         p->target = w;
         p->frac = 0;
         if (demand > n && w > 0) {
             /* n * w / demand exactly while n * w fits in 63 bits */
-            if (n <= 3037000499 && demand < INT64_MAX) {
+            if (n > 0 && w <= INT64_MAX / n && demand < INT64_MAX) {
                 p->target = n * w / demand;
                 p->frac = (double)(n * w % demand) / (double)demand;
             } else {

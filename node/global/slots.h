@@ -79,7 +79,7 @@
  * - Demand.  Each node reports held + waiting (want).  Within n each node
  *   gets its want and the spare goes evenly to nodes that hold or want
  *   some, so a node can grant without asking; above n, n is shared in
- *   proportion to want (capped at n), and the rounding remainder moves
+ *   proportion to want (not capped at n), and the rounding remainder moves
  *   between nodes by the slot-seconds each is owed (slots__allocate), so
  *   fewer slots than nodes still serve every node in turn.  A node short
  *   of slots reports at once (next tick); others every REPORT_EVERY ticks.
