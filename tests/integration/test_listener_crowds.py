@@ -175,14 +175,30 @@ class GrpcCrowdTest(unittest.TestCase):
             deadline = time.time() + 10
             while info(d).get("grpc_memory_disconnects", 0) < 10 and time.time() < deadline:
                 time.sleep(0.2)
+            # Then until the crowd has settled (no connection closed in the
+            # last 0.3 s): read while the closes went on, client_memory was
+            # over the budget by 148 KB (two or three streams) in about one
+            # run of five on a loaded machine.
+            last = -1
+            while time.time() < deadline:
+                now = info(d).get("grpc_memory_disconnects", 0)
+                if now == last:
+                    break
+                last = now
+                time.sleep(0.3)
             mem = info(d, "clients")["client_memory"]
             self.assertGreater(mem, budget // 4,
                                "the streams' bytes are not counted in client_memory")
             self.assertLessEqual(mem, budget)
             i = info(d)
             self.assertGreater(i["grpc_memory_disconnects"], 0, i)
-            self.assertEqual(metric(self.hport, "rls_memory_disconnects_total"),
-                             i["grpc_memory_disconnects"])
+            # The streams still arriving may close more connections between
+            # the two reads: /metrics says what INFO said before or after.
+            m = metric(self.hport, "rls_memory_disconnects_total")
+            after = info(d)["grpc_memory_disconnects"]
+            self.assertTrue(i["grpc_memory_disconnects"] <= m <= after,
+                            "INFO %d then %d, /metrics %d"
+                            % (i["grpc_memory_disconnects"], after, m))
             self.assertEqual(rls_call(self.port), rlsclient.pb().RateLimitResponse.OK)
             print("ok: 120 unfinished 60 KB streams: client_memory %d within %d, "
                   "%d gRPC connections closed, heaviest first"
