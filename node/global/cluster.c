@@ -247,6 +247,7 @@ struct cluster__view {
     struct replica_member *m;
     char (*names)[GOSSIP_NAME_MAX + 1];
     size_t n, cap;
+    unsigned char *suspect; /* per member: suspected */
     int complete;
 };
 
@@ -258,6 +259,7 @@ static int cluster__view_one(void *ud, const struct gossip_member_info *mi)
     memcpy(v->names[v->n], mi->name, sizeof(v->names[v->n]));
     v->m[v->n].name = v->names[v->n];
     v->m[v->n].live = mi->state == GOSSIP_MEMBER_ALIVE || mi->state == GOSSIP_MEMBER_SUSPECT;
+    v->suspect[v->n] = mi->state == GOSSIP_MEMBER_SUSPECT;
     if (!v->m[v->n].live)
         v->complete = 0;
     v->n++;
@@ -268,15 +270,20 @@ static int cluster__view_one(void *ud, const struct gossip_member_info *mi)
 static int cluster__slots_view(struct cluster *c, const struct cluster__view *v)
 {
     const char **live = calloc(v->n ? v->n : 1, sizeof(*live));
+    unsigned char *sus = calloc(v->n ? v->n : 1, 1);
     size_t nl = 0;
-    int rc;
-    if (live == NULL)
-        return -SLUICE_ENOMEM;
-    for (size_t i = 0; i < v->n; i++)
-        if (v->m[i].live)
-            live[nl++] = v->m[i].name;
-    rc = slots_set_view(c->sl, live, nl, v->n, cluster_now_ns(c));
+    int rc = -SLUICE_ENOMEM;
+    if (live != NULL && sus != NULL) {
+        for (size_t i = 0; i < v->n; i++) {
+            if (v->m[i].live) {
+                sus[nl] = v->suspect[i];
+                live[nl++] = v->m[i].name;
+            }
+        }
+        rc = slots_set_view(c->sl, live, sus, nl, v->n, cluster_now_ns(c));
+    }
     free(live);
+    free(sus);
     return rc;
 }
 
@@ -287,8 +294,9 @@ static void cluster__refresh_view(struct cluster *c)
     if (ver == c->view_version && !c->view_dirty)
         return;
     size_t cap = gossip_node_num_live(g) + 64;
-    struct cluster__view v = {calloc(cap, sizeof(*v.m)), calloc(cap, sizeof(*v.names)), 0, cap, 1};
-    if (v.m != NULL && v.names != NULL) {
+    struct cluster__view v = {
+        calloc(cap, sizeof(*v.m)), calloc(cap, sizeof(*v.names)), 0, cap, calloc(cap, 1), 1};
+    if (v.m != NULL && v.names != NULL && v.suspect != NULL) {
         gossip_node_members(g, cluster__view_one, &v);
         if (replica_set_view(c->r, v.m, v.n, v.complete, cluster_now_ns(c)) == 0 &&
             cluster__slots_view(c, &v) == 0) {
@@ -298,6 +306,7 @@ static void cluster__refresh_view(struct cluster *c)
     }
     free(v.m);
     free(v.names);
+    free(v.suspect);
 }
 
 /* A --join name that does not resolve leaves the node alone (or short of

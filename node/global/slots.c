@@ -27,6 +27,13 @@
 #define SLOTS_VIEWS            32 /* past views remembered (who owned a key lately) */
 #define SLOTS_ASK              2  /* members a new ledger asks first whether they lent the key */
 #define SLOTS_ASK_MAX          64 /* members it asks at most (new members pass the ask on) */
+/* Beats (see "Majority" in slots.h): while it uses or owns global lease
+ * keys, a node pings every live member every fresh / 8, and a member
+ * counts toward its majority while it answered a ping sent within the
+ * last fresh / 2. */
+#define SLOTS_BEAT_RING      16
+#define SLOTS_BEAT_EVERY(s)  ((s)->fresh_ns / 8)
+#define SLOTS_BEAT_WINDOW(s) ((s)->fresh_ns / 2)
 
 #define SLOTS_HOLD_MAX_MS 604800000 /* the longest hold an answer may ask for (7 days) */
 /* Rounding's rotation (slots__allocate): a peer that holds a slot of the
@@ -140,6 +147,19 @@ struct slots {
     char (*live)[64];
     uint64_t *live_hash;
     size_t nlive, cap_live, total;
+    /* Per live member, in live order: suspected in the gossip view; when
+     * it last answered a beat (the send time of the ping it answered, 0:
+     * never); whether it ever answered one (it speaks beats). */
+    uint8_t *live_sus, *beat_known;
+    int64_t *beat_at;
+    /* Beats: the next round's time, when this spell of rounds began (0:
+     * not beating), the rounds' send times by nonce, and the majority as
+     * last computed (slots__quorum_update). */
+    int64_t beat_next, beat_since;
+    int64_t beat_lost_at; /* since when beats make no majority (0: they do) */
+    int64_t beat_sent[SLOTS_BEAT_RING];
+    uint64_t beat_nonce;
+    int q;
     int viewed; /* a view was set */
     uint64_t self_hash;
     /* past views, newest last: a ring of SLOTS_VIEWS (hashes of the live
@@ -159,6 +179,18 @@ struct slots {
 static int64_t slots__margin(int64_t d)
 {
     return d + d / 100 + 50000000;
+}
+
+/* How long after another owner left this node's view that owner may have
+ * gone on lending and making its nodes fresh: cut off in a minority, it
+ * keeps its majority until its beats of the majority's members are older
+ * than the beat window (checked every tick), then its nodes' freshness
+ * and their leases run out.  Without beats it would keep the majority
+ * until it suspected the others, which on real daemons came up to 2 s
+ * after they had declared it dead. */
+static int64_t slots__gone_wait(const struct slots *s, int64_t ttl_ns)
+{
+    return slots__margin(s->fresh_ns + ttl_ns + SLOTS_BEAT_WINDOW(s) + SLOTS_BEAT_EVERY(s));
 }
 
 int slots_create(const struct slots_config *cfg, int64_t now, struct slots **out)
@@ -182,6 +214,7 @@ int slots_create(const struct slots_config *cfg, int64_t now, struct slots **out
     s->life = cfg->life;
     s->fresh_ns = cfg->fresh_ns > 0 ? cfg->fresh_ns : SLOTS_DEFAULT_FRESH_NS;
     s->started = now;
+    s->q = 1; /* no view yet: alone */
     s->restarted = cfg->restarted;
     s->known = cfg->restarted_known;
     s->send = cfg->send;
@@ -228,6 +261,9 @@ void slots_destroy(struct slots *s)
         free(s->past[i].hash);
     free(s->live);
     free(s->live_hash);
+    free(s->live_sus);
+    free(s->beat_known);
+    free(s->beat_at);
     free(s);
 }
 
@@ -288,6 +324,7 @@ struct slots__member {
     uint64_t hash;
     const char *name;
     size_t len;
+    int suspect;
 };
 
 static int slots__cmp_member(const void *a, const void *b)
@@ -297,9 +334,10 @@ static int slots__cmp_member(const void *a, const void *b)
 }
 
 static int slots__quorum(const struct slots *s);
+static void slots__quorum_update(struct slots *s, int64_t now);
 
-int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_t total,
-                   int64_t now)
+int slots_set_view(struct slots *s, const char *const *live, const unsigned char *suspect,
+                   size_t nlive, size_t total, int64_t now)
 {
     struct slots__member *m = malloc((nlive ? nlive : 1) * sizeof(*m));
     size_t nm = 0, same;
@@ -312,6 +350,7 @@ int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_
         m[nm].hash = hrw_hash(live[i], n);
         m[nm].name = live[i];
         m[nm].len = n;
+        m[nm].suspect = suspect != NULL && suspect[i];
         nm++;
     }
     /* In hash order: a view is then the same set iff the same sequence. */
@@ -326,12 +365,38 @@ int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_
     s->viewed = 1;
     if (s->joined_at == 0 && nm >= 2)
         s->joined_at = now;
+    /* The members' beats carry over to the new view (by hash: both views
+     * are in hash order). */
+    size_t na = nm ? nm : 1;
+    uint8_t *sus = malloc(na), *known = calloc(na, 1);
+    int64_t *at = calloc(na, sizeof(*at));
+    if (sus == NULL || known == NULL || at == NULL) {
+        free(sus);
+        free(known);
+        free(at);
+        free(m);
+        return -SLUICE_ENOMEM;
+    }
+    for (size_t i = 0; i < nm; i++) {
+        const uint64_t *o =
+            s->nlive > 0 ? bsearch(&m[i].hash, s->live_hash, s->nlive, sizeof(*o), slots__cmp_u64)
+                         : NULL;
+        sus[i] = (uint8_t)m[i].suspect;
+        if (o != NULL) {
+            size_t j = (size_t)(o - s->live_hash);
+            known[i] = s->beat_known[j];
+            at[i] = s->beat_at[j];
+        }
+    }
     if (nm > s->cap_live) {
         char(*nl)[64] = realloc(s->live, nm * sizeof(*nl));
         uint64_t *nh = nl != NULL ? realloc(s->live_hash, nm * sizeof(*nh)) : NULL;
         if (nl != NULL)
             s->live = nl;
         if (nh == NULL) {
+            free(sus);
+            free(known);
+            free(at);
             free(m);
             return -SLUICE_ENOMEM;
         }
@@ -342,14 +407,16 @@ int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_
         memcpy(s->live[i], m[i].name, m[i].len + 1);
         s->live_hash[i] = m[i].hash;
     }
+    free(s->live_sus);
+    free(s->beat_known);
+    free(s->beat_at);
+    s->live_sus = sus;
+    s->beat_known = known;
+    s->beat_at = at;
     s->nlive = nm;
     free(m);
     s->total = total > s->nlive ? total : s->nlive;
-    /* A period without a majority ends at the first view with one. */
-    int q = slots__quorum(s);
-    if (!q || s->noq)
-        s->noq_at = now;
-    s->noq = !q;
+    slots__quorum_update(s, now);
     return 0;
 }
 
@@ -362,10 +429,57 @@ static const char *slots__owner(const struct slots *s, const char *key, size_t k
     return s->live[hrw_pick(hrw_hash(key, klen), s->live_hash, s->nlive)];
 }
 
-/* More than half of the members known are alive. */
+/* The majority as last computed by slots__quorum_update. */
 static int slots__quorum(const struct slots *s)
 {
-    return s->nlive == 0 || 2 * s->nlive > s->total;
+    return s->q;
+}
+
+/*
+ * Recomputes the majority (see "Majority" in slots.h): more than half of
+ * the members known count, this node itself and each live member that is
+ * not suspected and, once this node has been beating for a beat window,
+ * answered a ping sent within the window (a member that never answered
+ * one, an older release, counts by the gossip view alone).  Suspects and
+ * silent members still own their keys; they only do not make a majority.
+ *
+ * A period without a majority (noq, ended at noq_at: the heal's hold in
+ * slots__allocate) is one without a majority in the gossip view, or
+ * without answered beats for fresh_ns or more.  A shorter lapse of beats
+ * (answers lost, a member paused) stops the fresh answers and the loans
+ * while it lasts but holds nothing after: a majority's new owner lends
+ * only fresh_ns + TTL after the lapse began (slots__gone_wait), so nothing
+ * was lent elsewhere meanwhile.  (Held after every lapse, 2% loss on five
+ * nodes with two of them down delayed recoveries past their bound.)
+ */
+static void slots__quorum_update(struct slots *s, int64_t now)
+{
+    int gq = 1, bq = 1;
+    if (s->nlive > 0) {
+        int strict = s->beat_since > 0 && now - s->beat_since >= SLOTS_BEAT_WINDOW(s);
+        size_t view = 0, beats = 0;
+        for (size_t i = 0; i < s->nlive; i++) {
+            if (s->live_hash[i] == s->self_hash && strcmp(s->live[i], s->name) == 0) {
+                view++;
+                beats++;
+            } else if (!s->live_sus[i]) {
+                view++;
+                if (!strict || !s->beat_known[i] || now - s->beat_at[i] <= SLOTS_BEAT_WINDOW(s))
+                    beats++;
+            }
+        }
+        gq = 2 * view > s->total;
+        bq = 2 * beats > s->total;
+    }
+    if (bq)
+        s->beat_lost_at = 0;
+    else if (s->beat_lost_at == 0)
+        s->beat_lost_at = now;
+    int lost = !gq || (!bq && now - s->beat_lost_at >= s->fresh_ns);
+    if (lost || s->noq)
+        s->noq_at = now;
+    s->noq = lost;
+    s->q = gq && bq;
 }
 
 /* ---- the codec (msgpack-c) ---- */
@@ -382,7 +496,13 @@ static int slots__quorum(const struct slots *s)
 #define SLOTS_UNITS_MAX  ((uint64_t)INT64_MAX / 4) /* units of a limit */
 #define SLOTS_TTL_MAX_MS 86400000                  /* 24 h, the longest lease TTL */
 
-enum slots_kind { SLOTS_K_REPORT = 1, SLOTS_K_GRANT = 2, SLOTS_K_ASK = 3, SLOTS_K_ANSWER = 4 };
+enum slots_kind {
+    SLOTS_K_REPORT = 1,
+    SLOTS_K_GRANT = 2,
+    SLOTS_K_ASK = 3,
+    SLOTS_K_ANSWER = 4,
+    SLOTS_K_BEAT = 5
+};
 
 #define SLOTS_REPORT_FIELDS(X)                                                                     \
     X(limit, SLOTS_UNITS_MAX, 1)                                                                   \
@@ -410,6 +530,10 @@ enum slots_kind { SLOTS_K_REPORT = 1, SLOTS_K_GRANT = 2, SLOTS_K_ASK = 3, SLOTS_
     X(state, SLOTS_A_BUSY_NEW, 0)                                                                  \
     X(hold_ms, SLOTS_HOLD_MAX_MS, 0)
 
+#define SLOTS_BEAT_FIELDS(X)                                                                       \
+    X(nonce, UINT64_MAX, 1)                                                                        \
+    X(pong, 1, 0)
+
 #define SLOTS_MEMBER_(m, max, nonzero) uint64_t m;
 #define SLOTS_COUNT_(m, max, nonzero)  +1
 
@@ -432,6 +556,13 @@ struct slots_ask {
     const char *key;
     size_t klen;
     uint64_t nonce, ttl_ms, state, hold_ms;
+};
+
+/* A beat: its key is the name of the member it is for. */
+struct slots_beat {
+    const char *key;
+    size_t klen;
+    SLOTS_BEAT_FIELDS(SLOTS_MEMBER_)
 };
 
 struct slots__buf {
@@ -499,6 +630,12 @@ static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, enum slots_
         const struct slots_ask *v = body;
         e |= slots__pack_head(&pk, kind, 0 SLOTS_ANSWER_FIELDS(SLOTS_COUNT_), v->key, v->klen);
         SLOTS_ANSWER_FIELDS(SLOTS_PACK_)
+        break;
+    }
+    case SLOTS_K_BEAT: {
+        const struct slots_beat *v = body;
+        e |= slots__pack_head(&pk, kind, 0 SLOTS_BEAT_FIELDS(SLOTS_COUNT_), v->key, v->klen);
+        SLOTS_BEAT_FIELDS(SLOTS_PACK_)
         break;
     }
     default:
@@ -574,7 +711,7 @@ static int slots__u(const msgpack_object *o, uint64_t max, uint64_t *v)
 /* Decodes buf: its kind (*r for a report, *g for a grant, *a for an ask
  * or an answer), or a negative error.  Strings point into buf. */
 static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct slots_report *r,
-                         struct slots_grant *g, struct slots_ask *a)
+                         struct slots_grant *g, struct slots_ask *a, struct slots_beat *b)
 {
     msgpack_zone zone;
     msgpack_object root;
@@ -598,7 +735,7 @@ static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct 
         goto out;
     const msgpack_object *f = body->via.array.ptr;
     size_t n = body->via.array.size, i = 2;
-    if (slots__u(&f[0], SLOTS_K_ANSWER, &kind) < 0 || f[1].type != MSGPACK_OBJECT_BIN ||
+    if (slots__u(&f[0], SLOTS_K_BEAT, &kind) < 0 || f[1].type != MSGPACK_OBJECT_BIN ||
         f[1].via.bin.size == 0 || f[1].via.bin.size > WIRE_KEY_MAX)
         goto out;
     const char *key = f[1].via.bin.ptr;
@@ -642,6 +779,16 @@ static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct 
         v->key = key;
         v->klen = klen;
         SLOTS_ANSWER_FIELDS(SLOTS_READ_)
+        break;
+    }
+    case SLOTS_K_BEAT: {
+        struct slots_beat *v = b;
+        if (n != 2 SLOTS_BEAT_FIELDS(SLOTS_COUNT_))
+            goto out;
+        memset(v, 0, sizeof(*v));
+        v->key = key;
+        v->klen = klen;
+        SLOTS_BEAT_FIELDS(SLOTS_READ_)
         break;
     }
     default:
@@ -1295,7 +1442,7 @@ static int64_t slots__gone_until(const struct slots *s, const char *key, size_t 
             bsearch(&o, s->live_hash, s->nlive, sizeof(o), slots__cmp_u64) == NULL)
             at = s->past[i].ended;
     }
-    return at > 0 ? at + slots__margin(s->fresh_ns + ttl_ns) : 0;
+    return at > 0 ? at + slots__gone_wait(s, ttl_ns) : 0;
 }
 
 /* An ask from the owner of a key (this node would own it without that
@@ -1397,7 +1544,7 @@ static void slots__tick_asks(struct slots *s, struct slots_ledger *l, int64_t no
             present = strcmp(s->live[k], l->ask[i].name) == 0;
         if (now >= l->ask_until || !present) {
             if (!present) {
-                int64_t h = now + slots__margin(s->fresh_ns + l->ttl_ns);
+                int64_t h = now + slots__gone_wait(s, l->ttl_ns);
                 if (h > l->hold_until)
                     l->hold_until = h;
             }
@@ -1440,7 +1587,7 @@ static void slots__owner_report(struct slots *s, const char *from, uint64_t from
      * even if every reporter so far says it was never served, or served
      * by this very life in an earlier spell of ownership. */
     if (l->moved_at > 0) {
-        int64_t h = l->moved_at + slots__margin(s->fresh_ns + l->ttl_ns);
+        int64_t h = l->moved_at + slots__gone_wait(s, l->ttl_ns);
         if (h > l->hold_until)
             l->hold_until = h;
     }
@@ -1486,18 +1633,89 @@ static void slots__reclaim(struct slots *s, struct slots_ledger *l, int64_t now)
     l->npeers = k;
 }
 
+/* ---- beats (see "Majority" in slots.h) ---- */
+
+static void slots__send_beat(struct slots *s, const char *to, uint64_t nonce, int pong)
+{
+    struct slots_beat b;
+    uint8_t buf[SLOTS_MSG_MAX];
+    b.key = to;
+    b.klen = strlen(to);
+    b.nonce = nonce;
+    b.pong = (uint64_t)pong;
+    size_t len = slots__encode(buf, sizeof(buf), s->life, SLOTS_K_BEAT, &b);
+    if (len > 0)
+        (void)s->send(s->send_ud, to, buf, len);
+}
+
+/* While it uses or keeps the ledger of a global lease key, a round of
+ * pings to every other live member every SLOTS_BEAT_EVERY; the spell of
+ * rounds ends with the last of them.  Not only owners beat: a node that
+ * becomes a key's owner because its old owner left the view (cut off in a
+ * minority, say) must be strict at once, or members it has not suspected
+ * yet would make it a majority and its first answers would make its
+ * nodes' old caps fresh again beside the old owner's new loans (on five
+ * real daemons: 14 of 10 held). */
+static void slots__tick_beats(struct slots *s, int64_t now)
+{
+    if (s->ledger_list == NULL && s->need_list == NULL) {
+        s->beat_since = 0;
+        return;
+    }
+    if (s->beat_since == 0) {
+        s->beat_since = now;
+        s->beat_next = now;
+    }
+    if (now < s->beat_next)
+        return;
+    s->beat_next = now + SLOTS_BEAT_EVERY(s);
+    s->beat_nonce++;
+    s->beat_sent[s->beat_nonce % SLOTS_BEAT_RING] = now;
+    for (size_t i = 0; i < s->nlive; i++)
+        if (strcmp(s->live[i], s->name) != 0)
+            slots__send_beat(s, s->live[i], s->beat_nonce, 0);
+}
+
+/* A ping for this node is answered; an answer to one of its recent pings
+ * marks the member heard at that ping's send time.  Beats for another
+ * name are ignored. */
+static void slots__got_beat(struct slots *s, const char *from, const struct slots_beat *b,
+                            int64_t now)
+{
+    if (b->klen != strlen(s->name) || memcmp(b->key, s->name, b->klen) != 0)
+        return;
+    if (!b->pong) {
+        slots__send_beat(s, from, b->nonce, 1);
+        return;
+    }
+    if (b->nonce > s->beat_nonce || s->beat_nonce - b->nonce >= SLOTS_BEAT_RING)
+        return; /* not one of ours, or too old to tell when it was sent */
+    uint64_t h = hrw_hash(from, strlen(from));
+    const uint64_t *o =
+        s->nlive > 0 ? bsearch(&h, s->live_hash, s->nlive, sizeof(*o), slots__cmp_u64) : NULL;
+    if (o == NULL)
+        return;
+    size_t i = (size_t)(o - s->live_hash);
+    int64_t at = s->beat_sent[b->nonce % SLOTS_BEAT_RING];
+    s->beat_known[i] = 1;
+    if (at > s->beat_at[i])
+        s->beat_at[i] = at;
+    slots__quorum_update(s, now);
+}
+
 int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t len, int64_t now)
 {
     struct slots_report r;
     struct slots_grant g;
     struct slots_ask a;
+    struct slots_beat b;
     uint64_t life;
     int rc;
     if (from == NULL || strlen(from) >= 64 || strcmp(from, s->name) == 0) {
         s->st.bad_packets++;
         return -SLUICE_EINVAL;
     }
-    rc = slots__decode(buf, len, &life, &r, &g, &a);
+    rc = slots__decode(buf, len, &life, &r, &g, &a, &b);
     if (rc < 0) {
         s->st.bad_packets++;
         return rc;
@@ -1509,8 +1727,10 @@ int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t 
         slots__node_grant(s, from, life, &g, now);
     else if (rc == SLOTS_K_ASK)
         slots__answer_ask(s, from, &a, now);
-    else
+    else if (rc == SLOTS_K_ANSWER)
         slots__got_answer(s, from, &a, now);
+    else
+        slots__got_beat(s, from, &b, now);
     return 0;
 }
 
@@ -1518,6 +1738,8 @@ void slots_tick(struct slots *s, int64_t now)
 {
     struct slots_need *n, *nn;
     struct slots_ledger *l, *ln;
+    slots__tick_beats(s, now);
+    slots__quorum_update(s, now); /* beats age */
     for (n = s->need_list; n != NULL; n = nn) {
         int64_t waiting = 0, held = slots__held(s, n, &waiting);
         nn = n->next;

@@ -67,9 +67,25 @@
  *   the whole ranking, two at a time (two round trips for 5 members).
  * - Majority.  An owner answers "fresh" and lends free slots only while
  *   more than half of the members it knows (alive, suspect, dead but not
- *   yet forgotten) are alive.  A minority side of a partition therefore
- *   stops granting within fresh_ns + TTL, and the majority side reclaims
- *   its slots after that: no double grant across a partition.  Back with
+ *   yet forgotten) count: itself, and each live member that is not
+ *   suspected and answered one of its beats sent within the last
+ *   fresh_ns / 2 (a member that never answered a beat, an older release,
+ *   counts by the gossip view alone; so does every member in the first
+ *   fresh_ns / 2 after the owner starts beating).  While it uses or owns
+ *   a key, a node pings every live member every fresh_ns / 8 (so that a
+ *   node that becomes a key's owner when the old one leaves its view is
+ *   strict at once: by the gossip view, members it has not suspected yet
+ *   would make a minority a majority).  Cut off in a
+ *   minority, an owner therefore loses its majority within
+ *   fresh_ns / 2 + fresh_ns / 8 of the cut, whatever the failure
+ *   detector does, its nodes stop granting fresh_ns later and their
+ *   leases end TTL after that; the majority's new owner, which saw the
+ *   old one leave its view after the cut, lends their slots only
+ *   fresh_ns + TTL + fresh_ns / 2 + fresh_ns / 8 after that: no double
+ *   grant across a partition.  (By the gossip view alone the minority
+ *   kept its majority until it suspected the others, which on five real
+ *   daemons cut 2 | 3 came up to 3 s after the cut and 2 s after the
+ *   majority had declared it dead: 14 and 16 of 10 leases held.)  Back with
  *   a majority (the heal), an owner lends nothing beyond what is reported
  *   for fresh_ns + TTL, and while its view may be stale (no majority, just
  *   back, or reported caps adding up to more than n: each side granted
@@ -98,7 +114,7 @@
  *            | 0x94 | version | 0x03 | 0xcf + 8 B | body           |
  *            +------+---------+------+------------+------ ... -----+
  *   from   = the sender's life id
- *   body   = report | grant | ask | answer
+ *   body   = report | grant | ask | answer | beat
  *   report = fixarray(10) [ 1 key:bin limit:uint ttl_ms:uint cap:uint
  *            held:uint want:uint gseq:uint rseq:uint served_by:uint64 ]
  *            (node -> owner; served_by: the owner life whose grant set cap,
@@ -116,6 +132,12 @@
  *            2 wait: ask again, 3 free and 4 busy from a member new to
  *            the cluster: ask the next member too; a node that knows
  *            fewer states drops the answer, and its ask times out)
+ *   beat   = fixarray(4)  [ 5 key:bin nonce:uint pong:uint ]
+ *            (an owner -> every live member, pong 0; the answer echoes
+ *            the nonce with pong 1.  key: the addressee's node name, not
+ *            a limit's key.  A release without beats counts the message
+ *            as bad and does not answer: the owner then counts it by the
+ *            gossip view, as before)
  *
  * Each body's fields after the key are declared once, in this order, by
  * slots.c's SLOTS_*_FIELDS lists (with the largest value a reader takes);
@@ -184,11 +206,13 @@ void slots_set_restarted(struct slots *s, int restarted);
 
 /*
  * The members: live (alive or suspect, self included, names borrowed for
- * the call), and total, the members known (live, plus dead ones not yet
- * forgotten).  Owners are chosen over the live ones.  -SLUICE_ENOMEM.
+ * the call), suspect (parallel to live: 1 for a suspected member; NULL:
+ * none), and total, the members known (live, plus dead ones not yet
+ * forgotten).  Owners are chosen over the live ones; suspects do not make
+ * a majority (see "Majority" above).  -SLUICE_ENOMEM.
  */
-int slots_set_view(struct slots *s, const char *const *live, size_t nlive, size_t total,
-                   int64_t now);
+int slots_set_view(struct slots *s, const char *const *live, const unsigned char *suspect,
+                   size_t nlive, size_t total, int64_t now);
 
 /*
  * The slots this node may hand out for key now (limit n, leases of ttl_ns),

@@ -59,7 +59,7 @@ static struct slots *mk(const char *name, uint64_t life,
     c.load = no_load;
     if (slots_create(&c, 0, &s) != 0)
         abort();
-    slots_set_view(s, live, 2, 2, 0);
+    slots_set_view(s, live, NULL, 2, 2, 0);
     return s;
 }
 

@@ -158,10 +158,10 @@ static void set_views(void)
                 if (!S.n[j].gone && S.side[j] == S.side[i] &&
                     (S.n[j].alive || S.now < S.n[j].dead_at + DETECT))
                     mine[nm++] = S.n[j].name;
-            assert_int_equal(slots_set_view(S.n[i].s, mine, nm, members, S.now), 0);
+            assert_int_equal(slots_set_view(S.n[i].s, mine, NULL, nm, members, S.now), 0);
             continue;
         }
-        assert_int_equal(slots_set_view(S.n[i].s, live, nl, members, S.now), 0);
+        assert_int_equal(slots_set_view(S.n[i].s, live, NULL, nl, members, S.now), 0);
     }
 }
 

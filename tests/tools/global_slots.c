@@ -224,6 +224,7 @@ static void load(void *ud, const char *key, size_t klen, int64_t *held, int64_t 
 }
 
 static int64_t bound_at(int64_t t);
+static int64_t bound_gone_at(int64_t t);
 
 static void set_views(void)
 {
@@ -240,8 +241,8 @@ static void set_views(void)
     /* A new owner (the old one seen dead, or back): its ledger lends only
      * after fresh + TTL, and then the living hold n again. */
     int owner = nl > 0 ? who[hrw_pick(hrw_hash(KEY, KLEN), mh, nl)] : -1;
-    if (S.owner >= 0 && owner != S.owner && bound_at(S.now) > S.expect)
-        S.expect = bound_at(S.now);
+    if (S.owner >= 0 && owner != S.owner && bound_gone_at(S.now) > S.expect)
+        S.expect = bound_gone_at(S.now);
     if (owner != S.owner)
         S.owner_since = S.now;
     S.owner = owner;
@@ -256,12 +257,12 @@ static void set_views(void)
     for (int i = 0; i < S.nn; i++) {
         if (S.was_live[i] && !live_now[i] && i != owner &&
             S.now - S.owner_since <= S.fresh + S.ttl + (S.fresh + S.ttl) / 100 + 50 * MS &&
-            bound_at(S.now) > S.expect)
-            S.expect = bound_at(S.now);
+            bound_gone_at(S.now) > S.expect)
+            S.expect = bound_gone_at(S.now);
         S.was_live[i] = live_now[i];
     }
     for (int i = 0; i < S.nn; i++)
-        if (S.n[i].alive && slots_set_view(S.n[i].s, live, nl, (size_t)S.nn, S.now) < 0)
+        if (S.n[i].alive && slots_set_view(S.n[i].s, live, NULL, nl, (size_t)S.nn, S.now) < 0)
             abort();
 }
 
@@ -400,6 +401,15 @@ static int64_t bound_at(int64_t t)
     return t + wait + wait / 100 + 50 * MS + (SLOTS_REPORT_EVERY + 4) * TICK + 120 * MS;
 }
 
+/* The same after an owner left the view (a new owner, or an asked member
+ * gone): the wait is longer by the beat window and a beat round (fresh / 2
+ * + fresh / 8: a cut-off owner keeps its majority that long, slots.c). */
+static int64_t bound_gone_at(int64_t t)
+{
+    int64_t more = S.fresh / 2 + S.fresh / 8;
+    return bound_at(t) + more + more / 100;
+}
+
 /* Units held by the living; *inflight adds the dead's unexpired leases. */
 static int64_t held_now(int64_t *inflight)
 {
@@ -445,9 +455,11 @@ static int64_t step(void)
         if (!n->alive && n->back_at != 0 && S.now >= n->back_at) {
             n->back_at = 0;
             n->restarted_at = S.now;
-            /* a restarted owner lends only after fresh + TTL */
-            if (i == S.owner && bound_at(S.now) > S.expect)
-                S.expect = bound_at(S.now);
+            /* a restarted owner lends only after fresh + TTL, or after
+             * the longer wait of a change of owner when its first views
+             * (before it heard of everyone) gave the key to another */
+            if (i == S.owner && bound_gone_at(S.now) > S.expect)
+                S.expect = bound_gone_at(S.now);
             if (getenv("GLOBAL_SLOTS_TRACE") != NULL)
                 fprintf(stderr, "trace: at %" PRId64 " ms: %s restarts\n", S.now / MS, n->name);
             if (start_node(i, 1) < 0)
@@ -752,7 +764,8 @@ int main(int argc, char **argv)
         printf("crashes %ld (the key's owner %ld times): n held again after mean %.0f ms, "
                "p99 %" PRId64 " ms, max %" PRId64 " ms; closest to the bound %" PRId64
                " ms (bound: fresh + TTL + 1%% + 50 ms + %lld ms of ticks and delays after a "
-               "death or a change of owner); %ld beyond it\n",
+               "death, and fresh / 2 + fresh / 8 more after a change of owner); %ld beyond "
+               "it\n",
                crashes, owners, nrec ? sum / (double)nrec : 0,
                rec[(size_t)((double)crashes * 0.99)] / MS, rec[crashes - 1] / MS, worst_over / MS,
                (long long)(((SLOTS_REPORT_EVERY + 4) * TICK + 120 * MS) / MS), unrecovered);

@@ -4,8 +4,8 @@
  * slots out to each other through their public API; every packet they
  * send is unpacked with msgpack_unpack_next, checked against the wire
  * format that slots.h draws (its element counts and values), then
- * delivered.  The run must produce all four kinds: report, grant, ask and
- * answer.
+ * delivered.  The run must produce all five kinds: report, grant, ask,
+ * answer and beat (pings and their answers).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,7 +36,8 @@ static struct {
     uint64_t life[NODES];
     struct packet q[256];
     int nq;
-    int kinds[5]; /* messages seen by kind */
+    int kinds[6]; /* messages seen by kind */
+    int pongs;    /* beats that answer a ping */
 } W;
 
 static const char *const names[NODES] = {"a", "b", "c"};
@@ -80,11 +81,11 @@ static int index_of(const char *name)
 
 /* One packet as msgpack-c reads it, against slots.h's picture:
  *   fixarray(4) [ version type(WIRE_SLOTS) from:uint64 body ]
- *   report fixarray(10), grant (7), ask (4), answer (5), each
- *   [ kind key:bin uint ... ]. */
+ *   report fixarray(10), grant (7), ask (4), answer (5), beat (4), each
+ *   [ kind key:bin uint ... ] (a beat's key is the name of its addressee). */
 static void check(const struct packet *p)
 {
-    static const uint32_t fields[5] = {0, 10, 7, 4, 5};
+    static const uint32_t fields[6] = {0, 10, 7, 4, 5, 4};
     msgpack_unpacked u;
     size_t off = 0;
     msgpack_unpacked_init(&u);
@@ -101,11 +102,12 @@ static void check(const struct packet *p)
     assert_int_equal(h[3].type, MSGPACK_OBJECT_ARRAY);
     const msgpack_object *f = h[3].via.array.ptr;
     uint64_t kind = uint_at(&f[0]);
-    assert_true(kind >= 1 && kind <= 4);
+    assert_true(kind >= 1 && kind <= 5);
     assert_int_equal(h[3].via.array.size, fields[kind]);
     assert_int_equal(f[1].type, MSGPACK_OBJECT_BIN);
-    assert_int_equal(f[1].via.bin.size, strlen(KEY));
-    assert_memory_equal(f[1].via.bin.ptr, KEY, strlen(KEY));
+    const char *key = kind == 5 ? p->to : KEY;
+    assert_int_equal(f[1].via.bin.size, strlen(key));
+    assert_memory_equal(f[1].via.bin.ptr, key, strlen(key));
     for (uint32_t i = 2; i < fields[kind]; i++)
         (void)uint_at(&f[i]);
     int to = index_of(p->to);
@@ -123,9 +125,13 @@ static void check(const struct packet *p)
     } else if (kind == 3) { /* ask: nonce, ttl_ms */
         assert_true(uint_at(&f[2]) != 0);
         assert_int_equal(uint_at(&f[3]), TTL / MS);
-    } else { /* answer: nonce, state, hold_ms */
+    } else if (kind == 4) { /* answer: nonce, state, hold_ms */
         assert_true(uint_at(&f[2]) != 0);
         assert_true(uint_at(&f[3]) <= 4);
+    } else { /* beat: nonce, pong */
+        assert_true(uint_at(&f[2]) != 0);
+        assert_true(uint_at(&f[3]) <= 1);
+        W.pongs += uint_at(&f[3]) == 1;
     }
     W.kinds[kind]++;
     msgpack_unpacked_destroy(&u);
@@ -150,7 +156,7 @@ static void test_slots_messages_read_by_msgpack_c(void **state)
         assert_int_equal(slots_create(&cfg, now, &W.s[i]), 0);
     }
     for (int i = 0; i < NODES; i++)
-        assert_int_equal(slots_set_view(W.s[i], names, NODES, NODES, now), 0);
+        assert_int_equal(slots_set_view(W.s[i], names, NULL, NODES, NODES, now), 0);
     int64_t held = 0;
     for (int step = 0; step < 400 && held < LIMIT; step++, now += 10 * MS) {
         held = 0;
@@ -169,10 +175,12 @@ static void test_slots_messages_read_by_msgpack_c(void **state)
     }
     /* The key's n slots reached the members, and every kind went by. */
     assert_int_equal(held, LIMIT);
-    for (int kind = 1; kind <= 4; kind++)
+    for (int kind = 1; kind <= 5; kind++)
         assert_true(W.kinds[kind] > 0);
-    print_message("messages read: %d reports, %d grants, %d asks, %d answers\n", W.kinds[1],
-                  W.kinds[2], W.kinds[3], W.kinds[4]);
+    assert_true(W.pongs > 0 && W.pongs < W.kinds[5]);
+    print_message("messages read: %d reports, %d grants, %d asks, %d answers, %d beats (%d "
+                  "answers)\n",
+                  W.kinds[1], W.kinds[2], W.kinds[3], W.kinds[4], W.kinds[5], W.pongs);
     for (int i = 0; i < NODES; i++) {
         struct slots_stats st;
         slots_get_stats(W.s[i], &st);
