@@ -593,8 +593,17 @@ static int slots__pack_head(msgpack_packer *pk, enum slots_kind kind, size_t nfi
 
 #define SLOTS_PACK_(m, max, nonzero) e |= msgpack_pack_uint64(&pk, v->m);
 
+/* One kind's case of slots__encode: its head, then its fields in order. */
+#define SLOTS_ENCODE_CASE_(k, type, FIELDS)                                                        \
+    case k: {                                                                                      \
+        const type *v = body;                                                                      \
+        e |= slots__pack_head(&pk, kind, 0 FIELDS(SLOTS_COUNT_), v->key, v->klen);                 \
+        FIELDS(SLOTS_PACK_)                                                                        \
+        break;                                                                                     \
+    }
+
 /* Encodes a message of kind from body (a struct slots_report,
- * slots_grant or slots_ask as kind says) into buf: its length, or 0 when
+ * slots_grant, slots_ask or slots_beat as kind says) into buf: its length, or 0 when
  * it does not fit. */
 static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, enum slots_kind kind,
                             const void *body)
@@ -608,36 +617,11 @@ static size_t slots__encode(uint8_t *buf, size_t cap, uint64_t from, enum slots_
     e |= msgpack_pack_uint8(&pk, WIRE_SLOTS);
     e |= msgpack_pack_uint64(&pk, from);
     switch (kind) {
-    case SLOTS_K_REPORT: {
-        const struct slots_report *v = body;
-        e |= slots__pack_head(&pk, kind, 0 SLOTS_REPORT_FIELDS(SLOTS_COUNT_), v->key, v->klen);
-        SLOTS_REPORT_FIELDS(SLOTS_PACK_)
-        break;
-    }
-    case SLOTS_K_GRANT: {
-        const struct slots_grant *v = body;
-        e |= slots__pack_head(&pk, kind, 0 SLOTS_GRANT_FIELDS(SLOTS_COUNT_), v->key, v->klen);
-        SLOTS_GRANT_FIELDS(SLOTS_PACK_)
-        break;
-    }
-    case SLOTS_K_ASK: {
-        const struct slots_ask *v = body;
-        e |= slots__pack_head(&pk, kind, 0 SLOTS_ASK_FIELDS(SLOTS_COUNT_), v->key, v->klen);
-        SLOTS_ASK_FIELDS(SLOTS_PACK_)
-        break;
-    }
-    case SLOTS_K_ANSWER: {
-        const struct slots_ask *v = body;
-        e |= slots__pack_head(&pk, kind, 0 SLOTS_ANSWER_FIELDS(SLOTS_COUNT_), v->key, v->klen);
-        SLOTS_ANSWER_FIELDS(SLOTS_PACK_)
-        break;
-    }
-    case SLOTS_K_BEAT: {
-        const struct slots_beat *v = body;
-        e |= slots__pack_head(&pk, kind, 0 SLOTS_BEAT_FIELDS(SLOTS_COUNT_), v->key, v->klen);
-        SLOTS_BEAT_FIELDS(SLOTS_PACK_)
-        break;
-    }
+        SLOTS_ENCODE_CASE_(SLOTS_K_REPORT, struct slots_report, SLOTS_REPORT_FIELDS)
+        SLOTS_ENCODE_CASE_(SLOTS_K_GRANT, struct slots_grant, SLOTS_GRANT_FIELDS)
+        SLOTS_ENCODE_CASE_(SLOTS_K_ASK, struct slots_ask, SLOTS_ASK_FIELDS)
+        SLOTS_ENCODE_CASE_(SLOTS_K_ANSWER, struct slots_ask, SLOTS_ANSWER_FIELDS)
+        SLOTS_ENCODE_CASE_(SLOTS_K_BEAT, struct slots_beat, SLOTS_BEAT_FIELDS)
     default:
         e = -1;
     }
@@ -708,8 +692,23 @@ static int slots__u(const msgpack_object *o, uint64_t max, uint64_t *v)
     if (slots__u(&f[i++], (max), &v->m) < 0 || ((nonzero) && v->m == 0))                           \
         goto out;
 
+/* One kind's case of slots__decode: a body of exactly its fields, read
+ * into *dst (key and klen from the body's head). */
+#define SLOTS_DECODE_CASE_(k, type, dst, FIELDS)                                                   \
+    case k: {                                                                                      \
+        type *v = (dst);                                                                           \
+        if (n != 2 FIELDS(SLOTS_COUNT_))                                                           \
+            goto out;                                                                              \
+        memset(v, 0, sizeof(*v));                                                                  \
+        v->key = key;                                                                              \
+        v->klen = klen;                                                                            \
+        FIELDS(SLOTS_READ_)                                                                        \
+        break;                                                                                     \
+    }
+
 /* Decodes buf: its kind (*r for a report, *g for a grant, *a for an ask
- * or an answer), or a negative error.  Strings point into buf. */
+ * or an answer, *b for a beat), or a negative error.  Strings point into
+ * buf. */
 static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct slots_report *r,
                          struct slots_grant *g, struct slots_ask *a, struct slots_beat *b)
 {
@@ -741,56 +740,11 @@ static int slots__decode(const uint8_t *buf, size_t len, uint64_t *from, struct 
     const char *key = f[1].via.bin.ptr;
     size_t klen = f[1].via.bin.size;
     switch (kind) {
-    case SLOTS_K_REPORT: {
-        struct slots_report *v = r;
-        if (n != 2 SLOTS_REPORT_FIELDS(SLOTS_COUNT_))
-            goto out;
-        memset(v, 0, sizeof(*v));
-        v->key = key;
-        v->klen = klen;
-        SLOTS_REPORT_FIELDS(SLOTS_READ_)
-        break;
-    }
-    case SLOTS_K_GRANT: {
-        struct slots_grant *v = g;
-        if (n != 2 SLOTS_GRANT_FIELDS(SLOTS_COUNT_))
-            goto out;
-        memset(v, 0, sizeof(*v));
-        v->key = key;
-        v->klen = klen;
-        SLOTS_GRANT_FIELDS(SLOTS_READ_)
-        break;
-    }
-    case SLOTS_K_ASK: {
-        struct slots_ask *v = a;
-        if (n != 2 SLOTS_ASK_FIELDS(SLOTS_COUNT_))
-            goto out;
-        memset(v, 0, sizeof(*v));
-        v->key = key;
-        v->klen = klen;
-        SLOTS_ASK_FIELDS(SLOTS_READ_)
-        break;
-    }
-    case SLOTS_K_ANSWER: {
-        struct slots_ask *v = a;
-        if (n != 2 SLOTS_ANSWER_FIELDS(SLOTS_COUNT_))
-            goto out;
-        memset(v, 0, sizeof(*v));
-        v->key = key;
-        v->klen = klen;
-        SLOTS_ANSWER_FIELDS(SLOTS_READ_)
-        break;
-    }
-    case SLOTS_K_BEAT: {
-        struct slots_beat *v = b;
-        if (n != 2 SLOTS_BEAT_FIELDS(SLOTS_COUNT_))
-            goto out;
-        memset(v, 0, sizeof(*v));
-        v->key = key;
-        v->klen = klen;
-        SLOTS_BEAT_FIELDS(SLOTS_READ_)
-        break;
-    }
+        SLOTS_DECODE_CASE_(SLOTS_K_REPORT, struct slots_report, r, SLOTS_REPORT_FIELDS)
+        SLOTS_DECODE_CASE_(SLOTS_K_GRANT, struct slots_grant, g, SLOTS_GRANT_FIELDS)
+        SLOTS_DECODE_CASE_(SLOTS_K_ASK, struct slots_ask, a, SLOTS_ASK_FIELDS)
+        SLOTS_DECODE_CASE_(SLOTS_K_ANSWER, struct slots_ask, a, SLOTS_ANSWER_FIELDS)
+        SLOTS_DECODE_CASE_(SLOTS_K_BEAT, struct slots_beat, b, SLOTS_BEAT_FIELDS)
     default:
         goto out;
     }
