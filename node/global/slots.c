@@ -148,9 +148,9 @@ struct slots {
     uint64_t *live_hash;
     size_t nlive, cap_live, total;
     /* Per live member, in live order: suspected in the gossip view; when
-     * it last answered a beat (the send time of the ping it answered, 0:
-     * never); whether it ever answered one (it speaks beats). */
-    uint8_t *live_sus, *beat_known;
+     * it last answered a beat (the send time of the ping it answered, at
+     * least 1; 0: never, so it does not speak beats, or not yet). */
+    uint8_t *live_sus;
     int64_t *beat_at;
     /* Beats: the next round's time, when this spell of rounds began (0:
      * not beating), the rounds' send times by nonce, and the majority as
@@ -262,7 +262,6 @@ void slots_destroy(struct slots *s)
     free(s->live);
     free(s->live_hash);
     free(s->live_sus);
-    free(s->beat_known);
     free(s->beat_at);
     free(s);
 }
@@ -368,11 +367,10 @@ int slots_set_view(struct slots *s, const char *const *live, const unsigned char
     /* The members' beats carry over to the new view (by hash: both views
      * are in hash order). */
     size_t na = nm ? nm : 1;
-    uint8_t *sus = malloc(na), *known = calloc(na, 1);
+    uint8_t *sus = malloc(na);
     int64_t *at = calloc(na, sizeof(*at));
-    if (sus == NULL || known == NULL || at == NULL) {
+    if (sus == NULL || at == NULL) {
         free(sus);
-        free(known);
         free(at);
         free(m);
         return -SLUICE_ENOMEM;
@@ -384,7 +382,6 @@ int slots_set_view(struct slots *s, const char *const *live, const unsigned char
         sus[i] = (uint8_t)m[i].suspect;
         if (o != NULL) {
             size_t j = (size_t)(o - s->live_hash);
-            known[i] = s->beat_known[j];
             at[i] = s->beat_at[j];
         }
     }
@@ -395,7 +392,6 @@ int slots_set_view(struct slots *s, const char *const *live, const unsigned char
             s->live = nl;
         if (nh == NULL) {
             free(sus);
-            free(known);
             free(at);
             free(m);
             return -SLUICE_ENOMEM;
@@ -408,10 +404,8 @@ int slots_set_view(struct slots *s, const char *const *live, const unsigned char
         s->live_hash[i] = m[i].hash;
     }
     free(s->live_sus);
-    free(s->beat_known);
     free(s->beat_at);
     s->live_sus = sus;
-    s->beat_known = known;
     s->beat_at = at;
     s->nlive = nm;
     free(m);
@@ -464,7 +458,7 @@ static void slots__quorum_update(struct slots *s, int64_t now)
                 beats++;
             } else if (!s->live_sus[i]) {
                 view++;
-                if (!strict || !s->beat_known[i] || now - s->beat_at[i] <= SLOTS_BEAT_WINDOW(s))
+                if (!strict || s->beat_at[i] == 0 || now - s->beat_at[i] <= SLOTS_BEAT_WINDOW(s))
                     beats++;
             }
         }
@@ -1624,17 +1618,17 @@ static void slots__tick_beats(struct slots *s, int64_t now)
         return;
     s->beat_next = now + SLOTS_BEAT_EVERY(s);
     s->beat_nonce++;
-    s->beat_sent[s->beat_nonce % SLOTS_BEAT_RING] = now;
+    s->beat_sent[s->beat_nonce % SLOTS_BEAT_RING] = now > 0 ? now : 1; /* 0 is "never" */
     for (size_t i = 0; i < s->nlive; i++)
         if (strcmp(s->live[i], s->name) != 0)
             slots__send_beat(s, s->live[i], s->beat_nonce, 0);
 }
 
 /* A ping for this node is answered; an answer to one of its recent pings
- * marks the member heard at that ping's send time.  Beats for another
- * name are ignored. */
-static void slots__got_beat(struct slots *s, const char *from, const struct slots_beat *b,
-                            int64_t now)
+ * marks the member heard at that ping's send time (the majority is
+ * recomputed at the next tick: an answer only adds to it).  Beats for
+ * another name are ignored. */
+static void slots__got_beat(struct slots *s, const char *from, const struct slots_beat *b)
 {
     if (b->klen != strlen(s->name) || memcmp(b->key, s->name, b->klen) != 0)
         return;
@@ -1651,10 +1645,8 @@ static void slots__got_beat(struct slots *s, const char *from, const struct slot
         return;
     size_t i = (size_t)(o - s->live_hash);
     int64_t at = s->beat_sent[b->nonce % SLOTS_BEAT_RING];
-    s->beat_known[i] = 1;
     if (at > s->beat_at[i])
         s->beat_at[i] = at;
-    slots__quorum_update(s, now);
 }
 
 int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t len, int64_t now)
@@ -1684,7 +1676,7 @@ int slots_receive(struct slots *s, const char *from, const uint8_t *buf, size_t 
     else if (rc == SLOTS_K_ANSWER)
         slots__got_answer(s, from, &a, now);
     else
-        slots__got_beat(s, from, &b, now);
+        slots__got_beat(s, from, &b);
     return 0;
 }
 
