@@ -50,7 +50,8 @@ struct cluster {
     int sl_known;      /* slots told whether a past life existed */
     int64_t taken_new; /* when it joined as new, while no elder has vouched (on_tick) */
     uv_timer_t tick, leave;
-    uv_idle_t slice; /* the rest of a replica pass (replica_tick), a slice per loop turn */
+    uv_idle_t slice;      /* the rest of a replica pass (replica_tick), a slice per loop turn */
+    unsigned slice_turns; /* alternates received messages and the pass (on_slice) */
     /* Replication messages waiting to be applied, oldest first (owned;
      * cluster__on_direct, cluster__rx_apply). */
     struct cluster_rx *rx_head, *rx_tail;
@@ -350,6 +351,16 @@ static void cluster__log_drops(struct cluster *c)
     }
 }
 
+/* The next slice at the loop's next turn while work waits (see
+ * cluster__run_replica). */
+static void cluster__reschedule(struct cluster *c)
+{
+    if (replica_next_deadline(c->r) <= cluster_now_ns(c) || c->rx_head != NULL)
+        uv_idle_start(&c->slice, on_slice);
+    else
+        uv_idle_stop(&c->slice);
+}
+
 /* One bounded slice of the replica's pass; while the pass is unfinished,
  * or received messages wait to be applied, the next slice runs at the
  * loop's next turn, after the I/O it polls, so answers are never kept
@@ -362,10 +373,7 @@ static void cluster__run_replica(struct cluster *c)
      * timer re-armed at 0 from its own callback again in the same turn,
      * and the whole pass ran in one turn (20 to 40 ms over 100,000 keys
      * while answers waited). */
-    if (replica_next_deadline(c->r) <= cluster_now_ns(c) || c->rx_head != NULL)
-        uv_idle_start(&c->slice, on_slice);
-    else
-        uv_idle_stop(&c->slice);
+    cluster__reschedule(c);
 }
 
 static void on_slice(uv_idle_t *h)
@@ -375,7 +383,17 @@ static void on_slice(uv_idle_t *h)
         uv_idle_stop(h);
         return;
     }
-    cluster__rx_apply(c);
+    /* One slice of work a turn: received messages, or the pass, in turn
+     * when both wait (each is bounded by its own budget, and a turn that
+     * ran both, and a tick's start as well, kept clients waiting 1.5 ms). */
+    int rx = c->rx_head != NULL &&
+             (replica_next_deadline(c->r) > cluster_now_ns(c) || (c->slice_turns++ & 1u));
+    if (rx) {
+        cluster__rx_apply(c);
+        gossip_node_flush(gossip_uv_node(c->g)); /* the leases that answer them */
+        cluster__reschedule(c);
+        return;
+    }
     cluster__run_replica(c);
 }
 
@@ -427,7 +445,9 @@ static void on_tick(uv_timer_t *t)
         }
     }
     slots_tick(c->sl, cluster_now_ns(c)); /* its messages go out with the replica's flush */
-    cluster__run_replica(c);
+    /* The pass starts in this turn's slice (on_slice, right after the
+     * timers), not here: one slice of replica work a turn. */
+    uv_idle_start(&c->slice, on_slice);
     struct replica_stats st;
     replica_get_stats(c->r, &st);
     c->gc_since_trim += st.gc_keys - c->gc_seen;
