@@ -248,6 +248,9 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->synced = r->young == 0;
     r->ft_tokens = FIRST_TOUCH_BURST;
     r->ft_last = now_ns;
+    r->nt_tokens = NOTICE_RATE;
+    r->nt_last = now_ns;
+    r->rng = (cfg->life_id ^ 0x9e3779b97f4a7c15ULL) | 1u; /* never 0 */
     /* Reports may use about 400 KB/s: enough for every key every interval
      * up to ~1,300 contested keys, and a fair rotation beyond. */
     r->tick_budget = (size_t)(300000.0 * (double)r->interval / (double)NUM_NS_PER_S);
@@ -265,9 +268,14 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
                               .drain = replica_owner_drain,
                               .free_value = replica_owner_free,
                               .ud = r};
+    struct table_config tn = {.max_keys = NOTICE_MAX,
+                              .evict = 1,
+                              .drain = replica_node_note_drain,
+                              .free_value = NULL,
+                              .ud = r};
     uint32_t id;
     if (table_create(&r->nodes, &tc) != 0 || table_create(&r->owned, &to) != 0 ||
-        replica__intern(r, r->name, nl, &id) != 0) {
+        table_create(&r->notes, &tn) != 0 || replica__intern(r, r->name, nl, &id) != 0) {
         replica_destroy(r);
         return -SLUICE_ENOMEM;
     }
@@ -286,6 +294,7 @@ void replica_destroy(struct replica *r)
         return;
     table_destroy(r->nodes);
     table_destroy(r->owned);
+    table_destroy(r->notes);
     for (size_t i = 0; i < r->nmem; i++) {
         free(r->mem[i].outbuf[0]);
         free(r->mem[i].outbuf[1]);
@@ -334,12 +343,14 @@ struct replica__rx {
 static void replica__rx_report(void *ud, uint64_t life, const struct wire_report *e)
 {
     struct replica__rx *x = ud;
+    x->r->mem[x->from].life = life; /* where its notices go */
     replica_owner_on_report(x->r, x->from, life, e);
 }
 
 static void replica__rx_lease(void *ud, uint64_t life, const struct wire_lease *l)
 {
     struct replica__rx *x = ud;
+    x->r->mem[x->from].life = l->owner_life;
     replica_node_on_lease(x->r, x->from, life, l);
 }
 
@@ -446,6 +457,7 @@ static void replica__pass_start(struct replica *r, int64_t now)
         r->sweep_all = 0;
     }
     r->budget = r->tick_budget;
+    (void)table_reclaim_step(r->notes, now, 64); /* notices past their time */
     r->in_pass = 1;
     r->next_tick = now + r->interval;
 }

@@ -55,6 +55,18 @@
  *    period + burst + 1) plus 2 (burst + 1 + 14 r) + 3 N units, r the
  *    refill of one interval (README "The bound").  Leases carry the level, so `remaining` is the
  * cluster's.
+ *  - Thin keys.  A slow key (less than a unit of refill in a quiet key's
+ *    report period, such as 10 a minute) asked at its rate or more cannot
+ *    be split into shares: each node's share is a part of a unit that
+ *    fills in minutes, stranded where no request comes, and the first
+ *    touches and free units that made up for it gave a unit per node too
+ *    many.  Its owner keeps the whole limit in the cluster's bucket (all
+ *    shares 0, nodes give back what they hold) and leases odds instead: a
+ *    request on any node is admitted with the chance (slack + rate x H) /
+ *    (demand x H), so the cluster admits what the bucket has, wherever
+ *    the request lands.  Members that do not report the key get notices
+ *    with the odds while they are below 1, so their first requests take
+ *    no first touch (replica_owner.c, "Thin keys").
  *  - Debt.  The window algorithms and the optimistic partition policy can
  *    admit more than the lease (a window's count is rounded per node; an
  *    optimistic side uses the full limit): the node runs a shadow bucket at
@@ -85,9 +97,12 @@
  * Bounds.  Node side: at most max_keys global keys (the daemon's --max-keys,
  *   evict or refuse as --on-full says), about 200 bytes each; a key whose
  *   bucket is full and that saw no request for gc_grace_ns is dropped.
- *   Owner side: at most max_owned key records, each 88 bytes plus 64 per
+ *   Owner side: at most max_owned key records, each 96 bytes plus 64 per
  *   reporting node; a record with no live reporter is dropped after a
- *   silence window (phantom_max_ns for reserved shares).
+ *   silence window (phantom_max_ns for reserved shares).  Notices: at most
+ *   NOTICE_MAX (65,536) held per node, each the key plus 16 bytes, dropped
+ *   when their time is past or evicted nearest it first; an owner sends
+ *   at most NOTICE_RATE (4,096) a second.
  *
  * Everything runs on one thread (the event loop); nothing here locks.  Time
  * is an int64 of nanoseconds on a monotonic clock, passed in.  Functions
@@ -155,6 +170,7 @@ struct replica_stats {
     uint64_t bytes_received, bad_packets, stale_leases, send_errors, bare_unknown;
     uint64_t decisions, limited, young_denials, debt_events, free_admits;
     uint64_t gc_keys, owned_gc, refused_full, evicted, view_changes;
+    uint64_t notices_sent, notices_received, chance_refusals;
 };
 
 /* One reporter of a key (on its owner), or this node's own lease. */

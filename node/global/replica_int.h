@@ -43,8 +43,16 @@
  * node without them between two answers (16 nodes of burst 5 at half the
  * limit with 10% loss admitted 0.946 of one central limiter at 8, 0.977
  * at 16); what they may admit is still checked against the level. */
-#define FREE_TTL   16
-#define FREE_AHEAD 4 /* intervals of refill a lease's free units count on */
+#define FREE_TTL 16
+/* Thin keys (replica_owner.c): notices go out at most every NOTICE_EVERY
+ * intervals per key and hold NOTICE_TTL intervals at the receiver; an
+ * owner sends at most NOTICE_RATE of them a second (NOTICE_RATE at once),
+ * and a node keeps at most NOTICE_MAX. */
+#define NOTICE_EVERY 10
+#define NOTICE_TTL   30
+#define NOTICE_RATE  4096.0
+#define NOTICE_MAX   65536
+#define FREE_AHEAD   4 /* intervals of refill a lease's free units count on */
 /* Intervals without a lease after which a report carries the limit again. */
 #define KNOWN_FOR           8
 #define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
@@ -108,6 +116,8 @@ struct member {
     uint8_t in_view;    /* in the last view (live or unreachable) */
     uint8_t was_viewed; /* in some view once: absent now means gone */
     uint8_t live;       /* alive or suspect: may own keys */
+    uint64_t life;      /* its life as last heard (0: never): notices go to it */
+    uint8_t mark;       /* scratch of replica_owner__notices, 0 between calls */
     /* Pending outgoing batches (one per message type), allocated while a
      * tick or a receive fills them. */
     struct wire_writer out[2];
@@ -152,12 +162,17 @@ struct nkey {
                            settled; 0: none (see replica_owner_on_report) */
     float free;         /* units it may still admit beyond its bucket, on the
                            cluster's credit, until FREE_TTL after last_lease */
-    float level;        /* the cluster's level at the last lease (units), less
-                           what this node admitted since */
-    float others;       /* the other nodes' demand at the last lease, units/s */
-    uint32_t credit;    /* units admitted on credit (free units), running total */
-    uint32_t visited;   /* ms (replica_node__ms) of the last visit: demand's time step */
-    struct wloc *w;     /* window kinds only */
+    uint16_t chance_q;  /* the odds that a request on free units is admitted, in
+                           1/65535 (65535 but for thin keys: replica_owner.c) */
+    uint8_t thin;       /* the last lease was a thin key's */
+    uint8_t spare_;
+    uint32_t acked;   /* the admitted count (mod 2^32) the last lease acknowledged */
+    float level;      /* the cluster's level at the last lease (units), less
+                         what this node admitted since */
+    float others;     /* the other nodes' demand at the last lease, units/s */
+    uint32_t credit;  /* units admitted on credit (free units), running total */
+    uint32_t visited; /* ms (replica_node__ms) of the last visit: demand's time step */
+    struct wloc *w;   /* window kinds only */
 };
 
 /* ---- owner side: a key this node aggregates ------------------------------ */
@@ -169,6 +184,7 @@ struct nkey {
 /* Owner-side key flags (okey.p.flags). */
 #define OK_FRESH  0x01u /* reported on since its last computation */
 #define OK_QUEUED 0x02u /* queued for a computation (r->ohot) */
+#define OK_THIN   0x04u /* a thin key whose notices out have odds below 1 */
 
 /* 64 bytes: owner records are many (one per key and reporting node). */
 struct orep {
@@ -205,10 +221,21 @@ struct okey {
     int64_t tat;
     uint32_t n, cap;
     struct orep *reps;
-    float repay; /* units admitted on credit past the cluster's bucket, still to
-                    be repaid (see replica_owner_on_report) */
+    float repay;                    /* units admitted on credit past the cluster's bucket, still to
+                                       be repaid (see replica_owner_on_report) */
+    uint16_t refuse_q, sent_refuse; /* a thin key's odds of refusal (wire
+                                       refuse_q), and as last leased */
+    uint32_t noticed_ms;            /* replica_node__ms of the last notices */
+    uint16_t noticed_refuse;        /* ... and their odds of refusal */
 };
-_Static_assert(sizeof(struct okey) == 88, "struct okey: 88 bytes, as replica.h's bounds say");
+_Static_assert(sizeof(struct okey) == 96, "struct okey: 96 bytes, as replica.h's bounds say");
+
+/* A notice this node holds for a key (replica_owner.c, "Thin keys"). */
+struct nnote {
+    int64_t until; /* held until then */
+    float chance;  /* a request is admitted on it with these odds */
+    uint32_t left; /* units it may still admit */
+};
 
 struct replica {
     char name[REPLICA_NAME_MAX + 1];
@@ -262,6 +289,10 @@ struct replica {
     uint64_t nreps;                          /* owner records held (sum of okey.n) */
     double ft_tokens; /* first touches on credit (replica_node__first_touch) */
     int64_t ft_last;
+    double nt_tokens; /* notices this owner may still send (NOTICE_RATE) */
+    int64_t nt_last;
+    struct table *notes; /* key -> struct nnote: notices received */
+    uint64_t rng;        /* xorshift64: the odds of a thin key's free units */
     struct replica_stats st;
 };
 
@@ -333,6 +364,8 @@ void replica_node_note_demand(struct replica *r, const char *key, size_t klen, i
 int replica_node_visit(struct replica *r, size_t i, int64_t now);
 /* A lease entry received from member from (not this node), addressed to
  * life (a past life's is stale). */
+/* The table hook of r->notes: a notice is droppable once past its time. */
+int64_t replica_node_note_drain(void *ud, const struct table_entry *e);
 void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
                            const struct wire_lease *l);
 /* A lease from this node's own owner side (see replica_owner.c). */

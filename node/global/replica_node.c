@@ -234,6 +234,62 @@ static int replica_node__first_touch(struct replica *r, int64_t now)
     return 1;
 }
 
+/* ---- notices ------------------------------------------------------------------ */
+
+/* A number in [0, 1) from the replica's own generator (xorshift64): the
+ * odds of a thin key are drawn per request. */
+static double replica_node__coin(struct replica *r)
+{
+    uint64_t x = r->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    r->rng = x;
+    return (double)(x >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int64_t replica_node_note_drain(void *ud, const struct table_entry *e)
+{
+    (void)ud;
+    return ((const struct nnote *)table_entry_value((struct table_entry *)e))->until;
+}
+
+/* The notice held for a key, if still in time; NULL if none. */
+static struct nnote *replica_node__note(struct replica *r, const char *key, size_t klen,
+                                        int64_t now)
+{
+    if (table_count(r->notes) == 0)
+        return NULL;
+    struct table_entry *e = table_find(r->notes, key, klen);
+    if (e == NULL)
+        return NULL;
+    struct nnote *n = table_entry_value(e);
+    return n->until > now ? n : NULL;
+}
+
+/* Keeps a thin key's notice (replica_owner.c, "Thin keys"): for
+ * NOTICE_TTL intervals a request for it that this node's own lease does
+ * not cover is admitted with the notice's odds, up to its units, and a
+ * first touch of it takes no unit on credit.  Out of memory or room, the
+ * notice is dropped (the node then acts as without it). */
+static void replica_node__notice(struct replica *r, const char *key, size_t klen,
+                                 const struct wire_lease *l, int64_t now)
+{
+    r->st.notices_received++;
+    struct table_entry *e = table_find(r->notes, key, klen);
+    if (l->refuse_q == 0) { /* odds of 1: the bucket has units again */
+        if (e != NULL)
+            table_delete(r->notes, e);
+        return;
+    }
+    if (e == NULL && table_insert(r->notes, key, klen, sizeof(struct nnote), 0, now, &e) != 0)
+        return;
+    struct nnote *n = table_entry_value(e);
+    n->until = now + NOTICE_TTL * r->interval;
+    n->chance = (float)(1.0 - (double)l->refuse_q / 65535.0);
+    n->left = (uint32_t)l->free;
+}
+
 /* A fresh key: the first lease has not come.  Its share is 1/N of the
  * limit; an established node starts with that share of the burst plus a
  * hash-spread fraction of a unit (so all N bursting at once admit about one
@@ -247,6 +303,7 @@ static void replica_node__key_init(struct replica *r, struct nkey *k, const char
     k->view_gen = (uint16_t)(r->view_gen - 1u);
     k->owner = (uint16_t)r->self;
     k->p.flags = NK_DIRTY;
+    k->chance_q = 65535;
     double n = r->nlive > 0 ? (double)r->nlive : 1.0;
     k->share = (float)replica_node__default_share(r, now);
     k->last_ns = k->last_lease = now;
@@ -280,8 +337,13 @@ static void replica_node__key_init(struct replica *r, struct nkey *k, const char
          * heard of the key has no reason to think it drained (a node keeps
          * the keys it knows drained until they refill: replica_node_drain). */
         k->free = 0.0F;
-        if (k->tokens < 1.0 && replica_node__first_touch(r, now))
+        if (replica_node__note(r, key, klen, now) != NULL) {
+            /* A notice: the cluster's bucket is drained; no whole unit to
+             * start with, none on credit (the notice's odds decide). */
+            k->tokens -= floor(k->tokens);
+        } else if (k->tokens < 1.0 && replica_node__first_touch(r, now)) {
             k->free = 1.0F;
+        }
     }
     if (replica_node__windowed(&k->p))
         (void)replica_node__window_apply(k);
@@ -330,8 +392,22 @@ static int replica_node__use_free(struct replica *r, struct nkey *k, int64_t qty
     if (qty <= 0 || (double)k->free < (double)qty ||
         r->now - k->last_lease > FREE_TTL * r->interval)
         return 0;
-    if ((k->p.flags & NK_LEASED) && replica_node__level(k, r->now) < (double)qty)
+    /* A thin key's odds already weigh the level (replica_owner.c): while
+     * the others ask for less than twice the rate, a part of a unit left
+     * is enough for them to decide (a key asked at its rate admitted 0.97
+     * of one central limiter when a whole unit had to be left). */
+    double rate = replica__rate(&k->p);
+    if ((k->p.flags & NK_LEASED) && k->thin && (double)k->others < 4.0 * rate * NUM_NS_PER_S) {
+        double dt = r->now > k->last_lease ? (double)(r->now - k->last_lease) : 0.0;
+        if ((double)k->level + dt * rate < (double)qty - 1.0)
+            return 0;
+    } else if ((k->p.flags & NK_LEASED) && replica_node__level(k, r->now) < (double)qty) {
         return 0;
+    }
+    if (k->chance_q < 65535 && replica_node__coin(r) * 65535.0 >= (double)k->chance_q) {
+        r->st.chance_refusals++;
+        return 0;
+    }
     k->free -= (float)qty;
     k->admitted += (uint64_t)qty;
     k->credit += (uint32_t)qty;
@@ -340,8 +416,45 @@ static int replica_node__use_free(struct replica *r, struct nkey *k, int64_t qty
     return 1;
 }
 
-static void replica_node__bucket_decide(struct replica *r, struct nkey *k, int64_t qty,
-                                        struct algo_result *out)
+/* Admits qty on a thin key's notice (replica_node__notice) when this
+ * node's own lease says nothing now (none yet, or past FREE_TTL); 1 if it
+ * did.  With no notice, a thin key's node whose lease is past takes a
+ * unit on credit as a first touch does: an owner sends notices while the
+ * key's odds are below 1, so none means the bucket has units to spare
+ * (a node that asks once a minute would otherwise be refused every time,
+ * its lease always past).  What it admits is on the cluster's credit, as
+ * free units. */
+static int replica_node__use_note(struct replica *r, struct nkey *k, const char *key, size_t klen,
+                                  int64_t qty)
+{
+    if ((k->p.flags & NK_LEASED) && r->now - k->last_lease <= FREE_TTL * r->interval)
+        return 0;
+    struct nnote *n = replica_node__note(r, key, klen, r->now);
+    if (n == NULL) {
+        if (!k->thin || qty != 1 || !replica_node__first_touch(r, r->now))
+            return 0;
+        k->admitted += 1;
+        k->credit += 1;
+        k->p.flags |= NK_DIRTY;
+        r->st.free_admits++;
+        return 1;
+    }
+    if ((int64_t)n->left < qty)
+        return 0;
+    if (replica_node__coin(r) >= (double)n->chance) {
+        r->st.chance_refusals++;
+        return 0;
+    }
+    n->left -= (uint32_t)qty;
+    k->admitted += (uint64_t)qty;
+    k->credit += (uint32_t)qty;
+    k->p.flags |= NK_DIRTY;
+    r->st.free_admits++;
+    return 1;
+}
+
+static void replica_node__bucket_decide(struct replica *r, struct nkey *k, const char *key,
+                                        size_t klen, int64_t qty, struct algo_result *out)
 {
     double es = k->share;
     double cap = replica_node_cap(k, es);
@@ -360,7 +473,7 @@ static void replica_node__bucket_decide(struct replica *r, struct nkey *k, int64
             if (k->tokens < 0)
                 r->st.debt_events++;
         }
-    } else if (replica_node__use_free(r, k, qty)) {
+    } else if (replica_node__use_free(r, k, qty) || replica_node__use_note(r, k, key, klen, qty)) {
         out->limited = 0;
         out->retry_after_ns = ALGO_NEVER;
     } else {
@@ -451,7 +564,7 @@ int replica_node_decide(struct replica *r, const char *key, size_t klen,
             out->retry_after_ns = ALGO_NEVER;
         }
     } else {
-        replica_node__bucket_decide(r, k, qty, out);
+        replica_node__bucket_decide(r, k, key, klen, qty, out);
     }
     if (!out->limited && qty > 0)
         k->level -= (float)qty;
@@ -516,6 +629,9 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
     k->last_lease = now;
     k->p.flags |= NK_KNOWN;
     k->free = (float)l->free;
+    k->chance_q = (uint16_t)(65535 - l->refuse_q);
+    k->acked = (uint32_t)l->seen;
+    k->thin = (flags & WIRE_L_THIN) != 0;
     k->level = (float)((double)l->level_milli / 1000.0 -
                        (double)(uint32_t)((uint32_t)k->admitted - (uint32_t)l->seen));
     k->others = (float)((double)l->demand_milli / 1000.0);
@@ -539,6 +655,11 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
      * and counts as held in the owner's account. */
     if (share <= 0.0 && k->demand <= 0.0F && k->acc <= 0.0F && (flags & WIRE_L_SETTLED) &&
         replica_node__gives_back(k) && k->tokens > 0.0)
+        k->tokens = 0.0;
+    /* A thin key's units are all in the cluster's bucket (replica_owner.c,
+     * "Thin keys"): what this node holds goes back, or nobody else could
+     * have it while this node waits for a request. */
+    if ((flags & WIRE_L_THIN) && share <= 0.0 && k->tokens > 0.0)
         k->tokens = 0.0;
     /* Units a smaller share threw away go back to the cluster's bucket
      * once the owner hears of it: tell it now, even if the key is idle. */
@@ -586,8 +707,20 @@ void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
                            const struct wire_lease *l)
 {
     r->st.lease_entries_received++;
-    if (life != r->life) {
+    /* A notice may come from an owner that has not heard this life yet
+     * (life 0): it is advice about a key, not a lease to a life. */
+    if (life != r->life && !(life == 0 && (l->flags & WIRE_L_NOTICE))) {
         r->st.stale_leases++;
+        return;
+    }
+    if (l->flags & WIRE_L_NOTICE) {
+        /* Only from the key's owner by this node's view. */
+        if (r->nlive == 0 ||
+            r->live[hrw_pick(hrw_hash(l->key, l->klen), r->live_hash, r->nlive)] != from) {
+            r->st.stale_leases++;
+            return;
+        }
+        replica_node__notice(r, l->key, l->klen, l, r->now);
         return;
     }
     struct table_entry *e = table_find(r->nodes, l->key, l->klen);
@@ -612,6 +745,10 @@ void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
 void replica_node_deliver(struct replica *r, const char *key, size_t klen, uint64_t life,
                           const struct wire_lease *l, int64_t now)
 {
+    if (l->flags & WIRE_L_NOTICE) {
+        replica_node__notice(r, key, klen, l, now);
+        return;
+    }
     struct table_entry *ne = table_find(r->nodes, key, klen);
     if (ne != NULL && life == r->life && replica_node_owner(r, nkey_of(ne), key, klen) == r->self)
         replica_node__apply_lease(r, nkey_of(ne), l, now);
@@ -726,6 +863,7 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
         .granted_milli = k->granted_m,
         .leased_by = k->leased_by,
         .credit = k->credit,
+        .unacked = (uint32_t)((uint32_t)k->admitted - k->acked),
     };
     if (w.frozen_share > WIRE_ONE)
         w.frozen_share = WIRE_ONE;

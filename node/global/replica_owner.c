@@ -205,8 +205,11 @@ void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
                 replica_owner__pour(o, limit - used, r->now);
         } else if (share) {
             /* Back after this owner let it go (and took what it held out
-             * of the bucket): what it still holds is counted as held. */
-            replica_owner__pour(o, -(double)e->tokens_milli / 1000.0, r->now);
+             * of the bucket): what it still holds is counted as held, and
+             * what it admitted since this owner's last lease (credit taken
+             * while it reported nothing, a thin key's above all) is
+             * counted now: the record that knew its count is gone. */
+            replica_owner__pour(o, (double)e->unacked - (double)e->tokens_milli / 1000.0, r->now);
         }
     } else if (e->admitted >= rp->admitted) {
         /* What a side admitted beyond the limit during a partition arrives
@@ -533,6 +536,152 @@ static void replica_owner__free(const struct replica *r, struct okey *o, double 
     }
 }
 
+/*
+ * Thin keys.  A key whose rate is slow (less than a unit in a quiet key's
+ * report period: 10 a minute, 100 a minute) cannot be split well by
+ * shares once its demand reaches its rate: each node's share of the rate
+ * is a part of a unit that fills in minutes, so the nodes hold parts of
+ * units nobody can spend (up to half a unit each; 100 nodes of 10 a
+ * minute at ten times the limit admitted a third of one central limiter
+ * that way), and the first touches and free units that make up for it
+ * give a unit per node too many (four times the oracle on 100 nodes).
+ * So while a slow key's known demand is at least its rate, the owner
+ * keeps all of the limit in the cluster's bucket: every node's share is 0
+ * and it gives back what it holds (the lease says WIRE_L_THIN), and a
+ * lease's free units come with odds, the chance that a request is
+ * admitted on them:
+ *
+ *     odds = (slack + rate x H) / (demand x H)   (at most 1; 0 if negative)
+ *
+ * where slack is what the bucket has beyond what the nodes hold, demand
+ * the key's known demand and H the FREE_AHEAD intervals free units count
+ * on.  A request on any node then passes with those odds, so the cluster
+ * admits about the slack plus the rate over H, whichever node the request
+ * lands on, and holds nothing in between: one central bucket, drawn by
+ * lot.  What is admitted is reported and poured into the bucket, whose
+ * slack sets the next odds (below the limit, 1; held at it, about rate /
+ * demand); a debt is in the slack already, so there is no separate
+ * repayment.  A node's free units still cap what it admits until its next
+ * lease (its expected part twice over, at least one), so the free units
+ * of the bound (replica.h) cover these too.
+ *
+ * A node that does not report the key (it has not asked for it lately, or
+ * never) would take a first touch on credit: a hundred nodes each asking
+ * once a minute are a hundred units.  So while the odds are below 1, the
+ * owner sends every live member that does not report the key a notice
+ * (a lease entry flagged WIRE_L_NOTICE, share 0) every NOTICE_EVERY
+ * intervals: for NOTICE_TTL intervals the member's requests for the key
+ * that its own lease does not cover pass with the notice's odds, one unit
+ * per notice, and it takes no first touch.  Without a notice (the odds
+ * are 1: units to spare), a node whose thin lease has lapsed takes a unit
+ * on credit as a first touch does, or a node asked once a minute would be
+ * refused every time.  Notices are at most NOTICE_RATE a second per
+ * owner; beyond that a key waits for a later computation.
+ */
+static int replica_owner__is_thin(const struct replica *r, const struct okey *o, uint32_t nl,
+                                  double dall)
+{
+    if (o->p.policy != POLICY_PARTITION_SHARE || !o->p.bucket || nl < 2)
+        return 0;
+    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
+    double per_report = rate * (double)(ACTIVE_EVERY * r->interval) / (double)NUM_NS_PER_S;
+    return per_report < 1.0 && dall >= rate;
+}
+
+/* A thin key's odds and free units (see above), written to o->refuse_q and
+ * each live reporter's share and free. */
+static void replica_owner__chance(const struct replica *r, struct okey *o, double dall, int64_t now)
+{
+    double em = replica__em(&o->p);
+    double limit = (double)replica__limit(&o->p);
+    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
+    double h = (double)(FREE_AHEAD * r->interval) / (double)NUM_NS_PER_S;
+    double slack = limit - replica_owner__used(o, now), room;
+    for (uint32_t i = 0; i < o->n; i++) {
+        o->reps[i].share = 0.0F;
+        double held = replica_owner__held(r, &o->reps[i], now, em, limit, &room);
+        if (held > 0.0)
+            slack -= held;
+    }
+    double a = slack + rate * h;
+    /* What went past the bucket is in its level already (slack < 0 until
+     * it refilled): no separate repayment, which would count it twice. */
+    o->repay = 0.0F;
+    double c = a <= 0.0 ? 0.0 : dall > 0.0 ? a / (dall * h) : 1.0;
+    if (c > 1.0)
+        c = 1.0;
+    o->refuse_q = (uint16_t)(c >= 1.0 ? 0 : (uint32_t)ceil((1.0 - c) * 65535.0));
+    for (uint32_t i = 0; i < o->n; i++) {
+        struct orep *rp = &o->reps[i];
+        double d = (rp->flags & REP_IDLE) ? 0.0 : rp->demand;
+        double f = c > 0.0 ? 1.0 + floor(2.0 * c * d * h) : 0.0;
+        rp->free = (uint16_t)(f > WIRE_FREE_MAX ? WIRE_FREE_MAX : f);
+    }
+}
+
+/* Whether odds of refusal q moved enough from those last sent, s, to send
+ * them unasked: the odds of admission by a quarter, or to or from none. */
+static int replica_owner__odds_moved(uint16_t q, uint16_t sent)
+{
+    double c = 1.0 - (double)q / 65535.0, s = 1.0 - (double)sent / 65535.0;
+    if ((c <= 0.0) != (s <= 0.0))
+        return 1;
+    return fabs(c - s) > 0.25 * (c > s ? c : s);
+}
+
+/* Sends a thin key's notice (see above) to every live member that does
+ * not report it, if NOTICE_EVERY intervals have passed and the budget
+ * allows all of them. */
+static void replica_owner__notices(struct replica *r, struct table_entry *te, double dall,
+                                   int64_t level_m, int64_t now)
+{
+    struct okey *o = okey_of(te);
+    uint32_t ms = (uint32_t)(uint64_t)(now / NUM_NS_PER_MS);
+    /* Again after NOTICE_EVERY intervals, or sooner (2 intervals at least)
+     * when the odds moved by a quarter (replica_owner__chance_moved): a
+     * notice that still said "none" when the bucket had refilled would
+     * refuse the next requests of every node for NOTICE_TTL. */
+    int64_t since = (int64_t)(uint32_t)(ms - o->noticed_ms) * NUM_NS_PER_MS;
+    if ((o->p.flags & OK_THIN) && since < NOTICE_EVERY * r->interval &&
+        (since < 2 * r->interval || !replica_owner__odds_moved(o->refuse_q, o->noticed_refuse)))
+        return;
+    if (now > r->nt_last) {
+        r->nt_tokens += (double)(now - r->nt_last) * NOTICE_RATE / (double)NUM_NS_PER_S;
+        if (r->nt_tokens > NOTICE_RATE)
+            r->nt_tokens = NOTICE_RATE;
+        r->nt_last = now;
+    }
+    size_t want = r->nlive;
+    for (uint32_t i = 0; i < o->n; i++)
+        if (replica_owner_rep_live(r, &o->reps[i], now)) {
+            r->mem[o->reps[i].member].mark = 1;
+            want--;
+        }
+    if ((double)want <= r->nt_tokens) {
+        r->nt_tokens -= (double)want;
+        o->noticed_ms = ms;
+        o->noticed_refuse = o->refuse_q;
+        struct wire_lease l = {.key = table_entry_key(te),
+                               .klen = te->klen,
+                               .flags = WIRE_L_NOTICE | WIRE_L_SETTLED,
+                               .free = o->refuse_q < 65535 ? 1 : 0,
+                               .level_milli = level_m,
+                               .demand_milli = (uint64_t)(dall > 1e15 ? 1e18 : dall * 1000.0),
+                               .refuse_q = o->refuse_q};
+        for (size_t i = 0; i < r->nlive; i++) {
+            uint32_t m = r->live[i];
+            if (r->mem[m].mark)
+                continue;
+            if (m == r->self)
+                replica_node_deliver(r, l.key, l.klen, r->life, &l, now);
+            else if (replica_append(r, m, 1, r->mem[m].life, NULL, &l) == 0)
+                r->st.notices_sent++;
+        }
+    }
+    for (uint32_t i = 0; i < o->n; i++)
+        r->mem[o->reps[i].member].mark = 0;
+}
+
 /* Splits a key's limit between its reporters and sends the leases that
  * changed or were asked for. */
 static void replica_owner__compute(struct replica *r, struct table_entry *te, int64_t now)
@@ -641,7 +790,15 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
                 rp->share *= (float)(room / fresh);
         }
     }
-    if (settled && o->p.bucket)
+    /* Every reporter's demand, late ones included (as replica_owner__free). */
+    double dall = 0.0;
+    for (uint32_t i = 0; i < o->n; i++)
+        dall += (o->reps[i].flags & REP_IDLE) ? 0.0 : o->reps[i].demand;
+    int thin = whole && !replica__young(r, now) && replica_owner__is_thin(r, o, nlive, dall);
+    if (thin)
+        for (uint32_t i = 0; i < o->n; i++)
+            o->reps[i].share = 0.0F; /* the bucket keeps it all: no grants either */
+    else if (settled && o->p.bucket)
         replica_owner__grant(r, o, now);
     /* Free units need a whole view and an owner past its young period, not
      * a settled record: a record this owner made anew starts from what its
@@ -649,6 +806,11 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
      * that moved here or whose past this owner cannot know is taken as
      * empty (replica_owner_on_report), which leaves no spare. */
     replica_owner__free(r, o, dsum, whole && !replica__young(r, now), now);
+    if (thin)
+        replica_owner__chance(r, o, dall, now);
+    else
+        o->refuse_q = 0;
+    int moved = replica_owner__odds_moved(o->refuse_q, o->sent_refuse);
     double lvl = (double)replica__limit(&o->p) - replica_owner__used(o, now);
     int64_t level_m = lvl < -9e15  ? (int64_t)-9e18
                       : lvl > 9e15 ? (int64_t)9e18
@@ -667,14 +829,14 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
          * any (most of a fleet's replication traffic). */
         double eps = w < rp->sent_share ? SHARE_EPS : SHARE_UP_EPS;
         int changed = rp->sent_share < 0.0 || diff > eps * (rp->sent_share + 0.01) ||
-                      rp->free != rp->sent_free;
+                      rp->free != rp->sent_free || moved;
         /* A grant not acknowledged yet goes out again (running total). */
         if (!changed && !(rp->flags & REP_FRESH) && rp->g_sent == rp->g_ack)
             continue;
         rp->flags &= (uint8_t)~REP_FRESH;
         rp->sent_share = (float)w;
         rp->sent_free = rp->free;
-        uint64_t lflags = settled ? WIRE_L_SETTLED : 0;
+        uint64_t lflags = (settled ? WIRE_L_SETTLED : 0) | (thin ? WIRE_L_THIN : 0);
         uint64_t s = (uint64_t)(w * (double)WIRE_ONE);
         if (s > WIRE_ONE)
             s = WIRE_ONE;
@@ -690,6 +852,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
                                           : others > 1e15 ? 1e18
                                                           : others * 1000.0),
                                (uint32_t)rp->admitted,
+                               o->refuse_q,
                                r->life};
         if (rp->member == r->self) {
             /* This node's own node side: no message (it checks, as for any
@@ -700,6 +863,13 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         if (replica_append(r, rp->member, 1, rp->life, NULL, &l) == 0)
             r->st.lease_entries_sent++;
     }
+    o->sent_refuse = o->refuse_q;
+    /* Notices while the odds are below 1, and once more when they are
+     * back to 1 (or the key is no longer thin), which lifts them. */
+    if ((thin && o->refuse_q > 0) || (o->p.flags & OK_THIN))
+        replica_owner__notices(r, te, dall, level_m, now);
+    /* OK_THIN: the notices out say less than 1 (lifted only by sending). */
+    o->p.flags = (uint8_t)(o->noticed_refuse > 0 ? o->p.flags | OK_THIN : o->p.flags & ~OK_THIN);
 }
 
 /* Computes owner key i if it is due (reported on, or not refreshed for

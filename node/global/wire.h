@@ -12,7 +12,10 @@
  *    units it may admit on the cluster's credit before its next lease
  *    (free), the cluster's level as the owner knows it and the demand of
  *    the key's other nodes (so the receiver can tell how fast the level
- *    falls until the next lease).
+ *    falls until the next lease), and for a thin key the odds that a
+ *    request on free units passes.  A lease entry flagged WIRE_L_NOTICE
+ *    is a notice to a member that does not report the key: only its odds,
+ *    free units and level count (replica_owner.c, "Thin keys").
  * Nothing on the wire is an absolute time: a host's clock, however wrong,
  * changes only what that host admits.  Every value is a count, a rate or a
  * fraction; report periods are durations.
@@ -76,6 +79,12 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots
 #define WIRE_R_NEED  0x08u /* the sender is out of units and free units: lease now */
 /* Lease flags (0x01 was version 1's "cold"; grants replace it). */
 #define WIRE_L_SETTLED 0x02u /* the owner's view is complete and settled */
+#define WIRE_L_NOTICE                                                                              \
+    0x04u /* a notice to a node that does not report the key                                       \
+             (replica_owner.c, "Thin keys"): not a lease */
+#define WIRE_L_THIN                                                                                \
+    0x08u /* a thin key: the cluster's bucket keeps the whole                                      \
+             limit, the receiver gives back what it holds */
 
 /*
  * The fields after the key (id 1, a bin of 1..WIRE_KEY_MAX bytes):
@@ -110,7 +119,11 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots
     X(15, leased_by, uint64_t, WIRE_U, UINT32_MAX)                                                 \
     /* units this life admitted on credit (first touches and free units),                          \
      * running total mod 2^32 */                                                                   \
-    X(16, credit, uint64_t, WIRE_U, UINT32_MAX)
+    X(16, credit, uint64_t, WIRE_U, UINT32_MAX)                                                    \
+    /* units this life admitted since the admitted count its owner's last                          \
+     * lease acknowledged (the lease's seen), mod 2^32: what an owner that                         \
+     * dropped the sender's record meanwhile has not counted */                                    \
+    X(17, unacked, uint64_t, WIRE_U, UINT32_MAX)
 
 #define WIRE_LEASE_FIELDS(X)                                                                       \
     /* WIRE_ONE-based */                                                                           \
@@ -128,7 +141,10 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots
     X(7, demand_milli, uint64_t, WIRE_U, UINT64_MAX)                                               \
     /* the receiver's admitted count in the report the level includes,                             \
      * mod 2^32 */                                                                                 \
-    X(8, seen, uint64_t, WIRE_U, UINT32_MAX)
+    X(8, seen, uint64_t, WIRE_U, UINT32_MAX)                                                       \
+    /* the odds that a request on free units is refused anyway, in                                 \
+     * 1/65535 (a thin key's chance, replica_owner.c); 0: never */                                 \
+    X(9, refuse_q, uint64_t, WIRE_U, 65535)
 
 #define WIRE_MEMBER_(id, member, type, sign, max) type member;
 

@@ -204,15 +204,18 @@ int main(int argc, char **argv)
             t.debt_events += x.debt_events;
             t.free_admits += x.free_admits;
             t.bad_packets += x.bad_packets;
+            t.notices_sent += x.notices_sent;
+            t.chance_refusals += x.chance_refusals;
         }
         fprintf(stderr,
                 "reports=%llu leases=%llu received=%llu stale=%llu decisions=%llu limited=%llu "
-                "debt=%llu bad=%llu free=%llu\n",
+                "debt=%llu bad=%llu free=%llu notices=%llu chance_refusals=%llu\n",
                 (unsigned long long)t.report_entries_sent, (unsigned long long)t.lease_entries_sent,
                 (unsigned long long)t.lease_entries_received, (unsigned long long)t.stale_leases,
                 (unsigned long long)t.decisions, (unsigned long long)t.limited,
                 (unsigned long long)t.debt_events, (unsigned long long)t.bad_packets,
-                (unsigned long long)t.free_admits);
+                (unsigned long long)t.free_admits, (unsigned long long)t.notices_sent,
+                (unsigned long long)t.chance_refusals);
     }
     fs_destroy(&s);
     return 0;

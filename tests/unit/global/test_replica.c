@@ -325,6 +325,46 @@ static void test_burst_follows_users(void **state)
     assert_true(bc >= 18);
 }
 
+/* A thin key (replica_owner.c): 6 a minute with a burst of 1, hammered
+ * from two nodes at a hundred times its rate, admits what one central
+ * bucket would (2 at once, then one each 10 s), not a unit per node per
+ * lease; the owner keeps the limit in the cluster's bucket (leases carry
+ * odds, shares are 0), and the third node, which never asked, is sent
+ * notices, so its own first requests take no unit on credit. */
+static void test_thin_key_central(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(N);
+    run_ms(1000); /* owners settled */
+    struct algo_params p = limit(1, 6, 60 * SEC);
+    int ok = 0;
+    for (int step = 0; step < 600; step++) { /* 60 s, 10 requests a second */
+        ok += ask(step % 2, "thin", &p, 1);
+        run_ms(100);
+    }
+    fprintf(stderr, "thin: %d admitted in 60 s (one central bucket: 8)\n", ok);
+    assert_true(ok >= 6 && ok <= 10);
+    struct replica_stats st;
+    replica_get_stats(net.r[2], &st);
+    fprintf(stderr, "thin: node c received %llu notices\n",
+            (unsigned long long)st.notices_received);
+    assert_true(st.notices_received > 0);
+    /* c asks 20 times, 10 ms apart, before any lease of its own: no
+     * first touch on credit while a notice says the bucket is drained;
+     * what passes, passes on the notice's odds (a unit at most). */
+    int c = 0;
+    for (int step = 0; step < 20; step++) {
+        c += ask(2, "thin", &p, 1);
+        net.now += 10 * MS;
+    }
+    assert_true(c <= 1);
+    struct replica_key_info ki;
+    assert_int_equal(replica_key_info(net.r[0], "thin", 4, net.now, &ki, NULL, NULL), 0);
+    assert_true(ki.share == 0.0);
+}
+
 /* Nodes that only peek at a key hold nothing of it once their owner has
  * answered: a burst of one unit (burst 0, 1 an hour) peeked at on every
  * node, the owner first (alone in its record, it leases itself all of it
@@ -728,6 +768,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shares_follow_demand, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lone_consumer_whole_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_burst_follows_users, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_thin_key_central, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peekers_hold_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_young_no_fresh_quota, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsync_drops_what_was_taken_as_new, setup, teardown),
