@@ -608,6 +608,13 @@ static void replica_owner__chance(const struct replica *r, struct okey *o, doubl
      * it refilled): no separate repayment, which would count it twice. */
     o->repay = 0.0F;
     double c = a <= 0.0 ? 0.0 : dall > 0.0 ? a / (dall * h) : 1.0;
+    /* A whole unit in the bucket is spent within about an interval, not
+     * over H: a bucket of one unit (no burst) that waits for a lucky draw
+     * is full and throws its refill away (50 a minute with no burst,
+     * asked at twenty times that: 0.92 of one central limiter over H). */
+    double i_s = (double)r->interval / (double)NUM_NS_PER_S;
+    if (slack >= 1.0 && dall > 0.0 && slack / (dall * i_s) > c)
+        c = slack / (dall * i_s);
     if (c > 1.0)
         c = 1.0;
     o->refuse_q = (uint16_t)(c >= 1.0 ? 0 : (uint32_t)ceil((1.0 - c) * 65535.0));

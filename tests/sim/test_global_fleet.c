@@ -386,8 +386,8 @@ static void test_spread_minute_slice(void **state)
     spread_cell_period(16, 5, 1.0, 0.0, 0.96, 2.0, 60);
     spread_cell_period(5, 5, 1.0, 0.0, 0.96, 2.0, 60);
     spread_cell_period(5, 16, 2.0, 0.0, 0.96, 2.0, 60);
-    spread_cell_period(16, 5, 10.0, 0.0, 0.97, 1.03, 60);
-    spread_cell_worst(100, 1, 10.0, 0.0, 0.95, 1.05, 60, 1.6);
+    spread_cell_period(16, 5, 10.0, 0.0, 0.95, 1.05, 60);
+    spread_cell_worst(100, 1, 10.0, 0.0, 0.95, 1.06, 60, 1.6);
 }
 
 /* The other algorithms that can be global, 5 nodes x 100 keys. */
