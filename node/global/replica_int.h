@@ -166,13 +166,13 @@ struct nkey {
                            1/65535 (65535 but for thin keys: replica_owner.c) */
     uint8_t thin;       /* the last lease was a thin key's */
     uint8_t spare_;
-    uint32_t acked;   /* the admitted count (mod 2^32) the last lease acknowledged */
-    float level;      /* the cluster's level at the last lease (units), less
-                         what this node admitted since */
-    float others;     /* the other nodes' demand at the last lease, units/s */
-    uint32_t credit;  /* units admitted on credit (free units), running total */
-    uint32_t visited; /* ms (replica_node__ms) of the last visit: demand's time step */
-    struct wloc *w;   /* window kinds only */
+    uint32_t reported; /* the credit count (mod 2^32) of its last report */
+    float level;       /* the cluster's level at the last lease (units), less
+                          what this node admitted since */
+    float others;      /* the other nodes' demand at the last lease, units/s */
+    uint32_t credit;   /* units admitted on credit (free units), running total */
+    uint32_t visited;  /* ms (replica_node__ms) of the last visit: demand's time step */
+    struct wloc *w;    /* window kinds only */
 };
 
 /* ---- owner side: a key this node aggregates ------------------------------ */

@@ -641,7 +641,6 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
     k->p.flags |= NK_KNOWN;
     k->free = (float)l->free;
     k->chance_q = (uint16_t)(65535 - l->refuse_q);
-    k->acked = (uint32_t)l->seen;
     k->thin = (flags & WIRE_L_THIN) != 0;
     k->level = (float)((double)l->level_milli / 1000.0 -
                        (double)(uint32_t)((uint32_t)k->admitted - (uint32_t)l->seen));
@@ -874,8 +873,15 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
         .granted_milli = k->granted_m,
         .leased_by = k->leased_by,
         .credit = k->credit,
-        .unacked = (uint32_t)((uint32_t)k->admitted - k->acked),
     };
+    /* Only after a silence (an idle report, then none) may the owner have
+     * dropped this node's record (replica_owner__compute): then what it
+     * admitted on credit since its previous report goes along (what it
+     * spent of the units it held, the owner counts by its tokens); else it
+     * would cost bytes on every report for nothing. */
+    if (replica_node__since(k->last_report, now) > r->silence)
+        w.unreported = k->credit - k->reported;
+    k->reported = k->credit;
     if (w.frozen_share > WIRE_ONE)
         w.frozen_share = WIRE_ONE;
     if (owner != r->self && (k->p.flags & NK_KNOWN) &&

@@ -206,10 +206,12 @@ void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
         } else if (share) {
             /* Back after this owner let it go (and took what it held out
              * of the bucket): what it still holds is counted as held, and
-             * what it admitted since this owner's last lease (credit taken
-             * while it reported nothing, a thin key's above all) is
-             * counted now: the record that knew its count is gone. */
-            replica_owner__pour(o, (double)e->unacked - (double)e->tokens_milli / 1000.0, r->now);
+             * what it admitted on credit since its previous report (a
+             * thin key's odds or notices, above all) is counted now: the
+             * record that knew its count is gone (what it spent of the
+             * units it held, its tokens tell). */
+            replica_owner__pour(o, (double)e->unreported - (double)e->tokens_milli / 1000.0,
+                                r->now);
         }
     } else if (e->admitted >= rp->admitted) {
         /* What a side admitted beyond the limit during a partition arrives

@@ -120,10 +120,11 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots
     /* units this life admitted on credit (first touches and free units),                          \
      * running total mod 2^32 */                                                                   \
     X(16, credit, uint64_t, WIRE_U, UINT32_MAX)                                                    \
-    /* units this life admitted since the admitted count its owner's last                          \
-     * lease acknowledged (the lease's seen), mod 2^32: what an owner that                         \
-     * dropped the sender's record meanwhile has not counted */                                    \
-    X(17, unacked, uint64_t, WIRE_U, UINT32_MAX)
+    /* units this life admitted on credit since its previous report, mod                           \
+     * 2^32, sent after a silence: what an owner that dropped the sender's                         \
+     * record meanwhile has not counted (what it spent of the units it                             \
+     * held, the owner counts by its tokens) */                                                    \
+    X(17, unreported, uint64_t, WIRE_U, UINT32_MAX)
 
 #define WIRE_LEASE_FIELDS(X)                                                                       \
     /* WIRE_ONE-based */                                                                           \

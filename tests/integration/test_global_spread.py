@@ -18,9 +18,9 @@ sent (the oracle):
 
 Beside them, two groups of slow keys (30 a minute, burst 1: thin keys,
 README "The bound"), at their rate and at ten times it: the same checks,
-and at ten times the limit within 10% of the oracle (a key admits about
-8 units in 12 s, so a unit is 12%; before thin keys each node's first
-touch added one).
+and at ten times the limit within 15% of the oracle (a key admits about
+8 units in 12 s, so a unit is 12%; 1.04 to 1.07 is measured, 1.25 and
+1.30 before thin keys, when each node's first touch added one).
 
 Every load loop is bounded in count and time; every process is stopped at
 the end, even on failure.
@@ -172,7 +172,8 @@ def main():
                               (g, refused, orc_refused, allow))
             if worst > bound:
                 failed.append("%s: a key %.1f units above its envelope" % (g, worst))
-            tol = 0.05 if period == 1 else 0.10
+            # A slow key admits about 8 units in 12 s: one is 12%.
+            tol = 0.05 if period == 1 else (0.20 if "ASAN_OPTIONS" in os.environ else 0.15)
             if demand >= 10 and abs(ok / orc - 1) > tol:
                 failed.append("%s: admitted/oracle %.3f" % (g, ok / orc))
         assert not failed, failed
