@@ -56,7 +56,8 @@
  *    refill of one interval (README "The bound").  Leases carry the level, so `remaining` is the
  * cluster's.
  *  - Thin keys.  A slow key (less than a unit of refill in a quiet key's
- *    report period, such as 10 a minute) asked at its rate or more cannot
+ *    report period, such as 10 a minute) asked at its rate or more (or
+ *    whose bucket is spent) cannot
  *    be split into shares: each node's share is a part of a unit that
  *    fills in minutes, stranded where no request comes, and the first
  *    touches and free units that made up for it gave a unit per node too

@@ -547,8 +547,9 @@ static void replica_owner__free(const struct replica *r, struct okey *o, double 
  * minute at ten times the limit admitted a third of one central limiter
  * that way), and the first touches and free units that make up for it
  * give a unit per node too many (four times the oracle on 100 nodes).
- * So while a slow key's known demand is at least its rate, the owner
- * keeps all of the limit in the cluster's bucket: every node's share is 0
+ * So while a slow key's known demand is at least its rate, or its bucket
+ * is spent (replica_owner__is_thin), the owner keeps all of the limit in
+ * the cluster's bucket: every node's share is 0
  * and it gives back what it holds (the lease says WIRE_L_THIN), and a
  * lease's free units come with odds, the chance that a request is
  * admitted on them:
