@@ -385,6 +385,26 @@ static double replica_node__level(const struct nkey *k, int64_t now)
     return lv > limit ? limit : lv;
 }
 
+/* Whether a draw with these odds (0..1) refuses; a refusal is counted. */
+static int replica_node__draw_refuses(struct replica *r, double odds)
+{
+    if (replica_node__coin(r) < odds)
+        return 0;
+    r->st.chance_refusals++;
+    return 1;
+}
+
+/* Admits qty on the cluster's credit (free units, odds, a notice, a first
+ * touch): the owner hears of it at the next tick.  Returns 1. */
+static int replica_node__on_credit(struct replica *r, struct nkey *k, int64_t qty)
+{
+    k->admitted += (uint64_t)qty;
+    k->credit += (uint32_t)qty;
+    k->p.flags |= NK_DIRTY;
+    r->st.free_admits++;
+    return 1;
+}
+
 /* Admits qty on the free units of k's last lease if they are still valid
  * and enough (see replica_owner__free); 1 if it did. */
 static int replica_node__use_free(struct replica *r, struct nkey *k, int64_t qty)
@@ -415,16 +435,10 @@ static int replica_node__use_free(struct replica *r, struct nkey *k, int64_t qty
         if (lv < need)
             return 0;
     }
-    if (k->chance_q < 65535 && replica_node__coin(r) * 65535.0 >= (double)k->chance_q) {
-        r->st.chance_refusals++;
+    if (k->chance_q < 65535 && replica_node__draw_refuses(r, (double)k->chance_q / 65535.0))
         return 0;
-    }
     k->free -= (float)qty;
-    k->admitted += (uint64_t)qty;
-    k->credit += (uint32_t)qty;
-    k->p.flags |= NK_DIRTY; /* the owner hears of it at the next tick */
-    r->st.free_admits++;
-    return 1;
+    return replica_node__on_credit(r, k, qty);
 }
 
 /* Admits qty on a thin key's notice (replica_node__notice) when this
@@ -444,24 +458,12 @@ static int replica_node__use_note(struct replica *r, struct nkey *k, const char 
     if (n == NULL) {
         if (!k->thin || qty != 1 || !replica_node__first_touch(r, r->now))
             return 0;
-        k->admitted += 1;
-        k->credit += 1;
-        k->p.flags |= NK_DIRTY;
-        r->st.free_admits++;
-        return 1;
+        return replica_node__on_credit(r, k, qty);
     }
-    if ((int64_t)n->left < qty)
+    if ((int64_t)n->left < qty || replica_node__draw_refuses(r, (double)n->chance))
         return 0;
-    if (replica_node__coin(r) >= (double)n->chance) {
-        r->st.chance_refusals++;
-        return 0;
-    }
     n->left -= (uint32_t)qty;
-    k->admitted += (uint64_t)qty;
-    k->credit += (uint32_t)qty;
-    k->p.flags |= NK_DIRTY;
-    r->st.free_admits++;
-    return 1;
+    return replica_node__on_credit(r, k, qty);
 }
 
 static void replica_node__bucket_decide(struct replica *r, struct nkey *k, const char *key,
