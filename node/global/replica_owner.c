@@ -620,7 +620,9 @@ static void replica_owner__chance(const struct replica *r, struct okey *o, doubl
     /* What went past the bucket is in its level already (slack < 0 until
      * it refilled): no separate repayment, which would count it twice. */
     o->repay = 0.0F;
-    double c = a <= 0.0 ? 0.0 : dall > 0.0 ? a / (dall * h) : 1.0;
+    /* No demand known (nodes that only peeked): a whole unit ahead, or none;
+     * odds of 1 on a part of a unit let a peeker spend a spent bucket. */
+    double c = a <= 0.0 ? 0.0 : dall > 0.0 ? a / (dall * h) : a >= 1.0 ? 1.0 : 0.0;
     /* A whole unit in the bucket is spent within about an interval, not
      * over H: a bucket of one unit (no burst) that waits for a lucky draw
      * is full and throws its refill away (50 a minute with no burst,
