@@ -805,7 +805,12 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
                           struct algo_result *out)
 {
     enum policy_partition rp = pol != NULL ? pol->partition : c->partition;
-    return replica_throttle(c->r, key, klen, p, rp, qty, cluster_clock_ns(c, now_ns), out);
+    int64_t now = cluster_clock_ns(c, now_ns);
+    int rc = replica_throttle(c->r, key, klen, p, rp, qty, now, out);
+    /* A prompt report asked for (replica.c): at the loop's next turn. */
+    if (replica_prompt_pending(c->r))
+        uv_idle_start(&c->slice, on_slice);
+    return rc;
 }
 
 void cluster_note_demand(struct cluster *c, const char *key, size_t klen, int64_t qty)

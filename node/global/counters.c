@@ -73,6 +73,8 @@ static const struct counter_row counters__replica[] = {
       "Global requests admitted on free units (the cluster's credit)."),
     R(chance_refusals, "chance_refusals", "chance_refusals_total", COUNTER_TOTAL,
       "Requests for thin global keys refused by the odds of their lease or notice."),
+    R(prompt_reports, "prompt_reports", "prompt_reports_total", COUNTER_TOTAL,
+      "Key reports sent at once (out of units, far from the limit) rather than at the next tick."),
     R(notices_sent, "notices_sent", "notices_sent_total", COUNTER_TOTAL,
       "Thin-key notices sent as an owner to nodes that do not report the key."),
     R(notices_received, "notices_received", "notices_received_total", COUNTER_TOTAL,

@@ -250,6 +250,8 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->ft_last = now_ns;
     r->nt_tokens = NOTICE_RATE;
     r->nt_last = now_ns;
+    r->pr_tokens = PROMPT_RATE;
+    r->pr_last = now_ns;
     r->rng = (cfg->life_id ^ 0x9e3779b97f4a7c15ULL) | 1u; /* never 0 */
     /* Reports may use about 400 KB/s: enough for every key every interval
      * up to ~1,300 contested keys, and a fair rotation beyond. */
@@ -310,6 +312,7 @@ void replica_destroy(struct replica *r)
     free(r->work.v);
     free(r->ohot.v);
     free(r->owork.v);
+    free(r->prompt.v);
     free(r);
 }
 
@@ -422,6 +425,29 @@ static size_t replica__slice(size_t n, int64_t *every, int64_t interval)
     return per;
 }
 
+/* The prompt reports asked for since the last call (replica_node_ask), at
+ * most TURN_VISITS of them and PROMPT_RATE a second; those beyond the
+ * budget wait for the next pass, as any report.  Keys this node owns are
+ * answered within (r->prompting, replica_owner_on_report). */
+static void replica__prompt(struct replica *r, int64_t now)
+{
+    if (now > r->pr_last) {
+        r->pr_tokens += (double)(now - r->pr_last) * PROMPT_RATE / (double)NUM_NS_PER_S;
+        if (r->pr_tokens > PROMPT_RATE)
+            r->pr_tokens = PROMPT_RATE;
+        r->pr_last = now;
+    }
+    size_t j = 0;
+    r->prompting = 1;
+    for (; j < r->prompt.n && j < TURN_VISITS; j++)
+        (void)replica_node_prompt(r, r->prompt.v[j], now);
+    r->prompting = 0;
+    size_t rest = r->prompt.n - j;
+    if (rest > 0)
+        memmove(r->prompt.v, r->prompt.v + j, rest * sizeof(*r->prompt.v));
+    r->prompt.n = rest;
+}
+
 /* Starts a pass: the keys queued so far become its work. */
 static void replica__pass_start(struct replica *r, int64_t now)
 {
@@ -480,6 +506,10 @@ void replica_tick(struct replica *r, int64_t now_ns)
     int64_t now = r->now;
     if (!r->synced && now - r->born >= r->young)
         r->synced = 1;
+    if (r->prompt.n > 0) {
+        replica__prompt(r, now);
+        replica__flush(r);
+    }
     if (!r->in_pass) {
         if (now < r->next_tick)
             return;
@@ -546,7 +576,12 @@ void replica_tick(struct replica *r, int64_t now_ns)
 
 int64_t replica_next_deadline(const struct replica *r)
 {
-    return r->in_pass ? r->now : r->next_tick;
+    return r->in_pass || r->prompt.n > 0 ? r->now : r->next_tick;
+}
+
+int replica_prompt_pending(const struct replica *r)
+{
+    return r->prompt.n > 0;
 }
 
 void replica_mark_synced(struct replica *r)

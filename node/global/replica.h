@@ -171,7 +171,7 @@ struct replica_stats {
     uint64_t bytes_received, bad_packets, stale_leases, send_errors, bare_unknown;
     uint64_t decisions, limited, young_denials, debt_events, free_admits;
     uint64_t gc_keys, owned_gc, refused_full, evicted, view_changes;
-    uint64_t notices_sent, notices_received, chance_refusals;
+    uint64_t notices_sent, notices_received, chance_refusals, prompt_reports;
 };
 
 /* One reporter of a key (on its owner), or this node's own lease. */
@@ -245,6 +245,10 @@ void replica_tick(struct replica *r, int64_t now_ns);
 /* Next time replica_tick has work: the replica's latest clock reading
  * while a pass is unfinished, else the start of the next pass. */
 int64_t replica_next_deadline(const struct replica *r);
+
+/* Whether prompt reports wait (a key out of units asked for its lease
+ * now): replica_tick sends them at once, without starting a pass early. */
+int replica_prompt_pending(const struct replica *r);
 
 /*
  * A direct message from member `from`.  A malformed one is counted and

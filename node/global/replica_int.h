@@ -53,6 +53,14 @@
 #define NOTICE_RATE  4096.0
 #define NOTICE_MAX   65536
 #define FREE_AHEAD   4 /* intervals of refill a lease's free units count on */
+/* Prompt reports (replica_node_ask): a key out of units and free units,
+ * far from hammered, reports at the loop's next turn instead of the next
+ * pass, and its owner answers at once; at most PROMPT_RATE a second per
+ * node (PROMPT_RATE at once), one awaiting its lease per key. */
+#define PROMPT_RATE 4096.0
+#define ASK_NONE    0 /* nkey.asked */
+#define ASK_QUEUED  1 /* in r->prompt */
+#define ASK_SENT    2 /* reported promptly, its lease not back yet */
 /* Intervals without a lease after which a report carries the limit again. */
 #define KNOWN_FOR           8
 #define REPLICA_MEMBERS_MAX 65535 /* names ever heard of */
@@ -165,14 +173,14 @@ struct nkey {
     uint16_t chance_q;  /* the odds that a request on free units is admitted, in
                            1/65535 (65535 but for thin keys: replica_owner.c) */
     uint8_t thin;       /* the last lease was a thin key's */
-    uint8_t spare_;
-    uint32_t reported; /* the credit count (mod 2^32) of its last report */
-    float level;       /* the cluster's level at the last lease (units), less
-                          what this node admitted since */
-    float others;      /* the other nodes' demand at the last lease, units/s */
-    uint32_t credit;   /* units admitted on credit (free units), running total */
-    uint32_t visited;  /* ms (replica_node__ms) of the last visit: demand's time step */
-    struct wloc *w;    /* window kinds only */
+    uint8_t asked;      /* ASK_*: a prompt report (replica_node_ask) */
+    uint32_t reported;  /* the credit count (mod 2^32) of its last report */
+    float level;        /* the cluster's level at the last lease (units), less
+                           what this node admitted since */
+    float others;       /* the other nodes' demand at the last lease, units/s */
+    uint32_t credit;    /* units admitted on credit (free units), running total */
+    uint32_t visited;   /* ms (replica_node__ms) of the last visit: demand's time step */
+    struct wloc *w;     /* window kinds only */
 };
 
 /* ---- owner side: a key this node aggregates ------------------------------ */
@@ -289,6 +297,10 @@ struct replica {
     uint64_t nreps;                          /* owner records held (sum of okey.n) */
     double ft_tokens; /* first touches on credit (replica_node__first_touch) */
     int64_t ft_last;
+    struct replica__idxv prompt; /* node keys asking for a lease now (replica_node_ask) */
+    double pr_tokens;            /* prompt reports this node may still send (PROMPT_RATE) */
+    int64_t pr_last;
+    int prompting;    /* in replica__prompt: an owner answers its own node side at once */
     double nt_tokens; /* notices this owner may still send (NOTICE_RATE) */
     int64_t nt_last;
     struct table *notes; /* key -> struct nnote: notices received */
@@ -362,6 +374,9 @@ void replica_node_note_demand(struct replica *r, const char *key, size_t klen, i
 #define VISIT_REPORTED 1
 #define VISIT_DROPPED  2
 int replica_node_visit(struct replica *r, size_t i, int64_t now);
+/* Sends node key i's prompt report if it is still asked for (ASK_QUEUED)
+ * and the PROMPT_RATE budget allows; returns 1 if it was sent. */
+int replica_node_prompt(struct replica *r, size_t i, int64_t now);
 /* A lease entry received from member from (not this node), addressed to
  * life (a past life's is stale). */
 /* The table hook of r->notes: a notice is droppable once past its time. */

@@ -208,6 +208,8 @@ void replica_node_free(void *ud, struct table_entry *e)
                 m->p.flags &= (uint8_t)~NK_HOT;
                 replica_node__queue(r, m);
             }
+            if (m->asked == ASK_QUEUED && replica_idx_push(&r->prompt, i) != 0)
+                m->asked = ASK_NONE; /* the next pass reports it */
         }
     }
 }
@@ -232,6 +234,27 @@ static int replica_node__first_touch(struct replica *r, int64_t now)
         return 0;
     r->ft_tokens -= 1.0;
     return 1;
+}
+
+/* ---- prompt reports -------------------------------------------------------------- */
+
+static int replica_node__needs(const struct nkey *k);
+
+/* After a request: a bucket key out of units and free units while far
+ * from hammered (replica_node__needs) asks its owner now, at the loop's
+ * next turn (replica_tick), rather than at the next pass, up to an
+ * interval later; the owner answers such a report at once
+ * (replica_owner_on_report), so a node that just spent its first unit, or
+ * its last free one, has its lease back in a round trip.  Before, spread
+ * demand at half its limit on five real nodes was refused up to a point
+ * more often than one central limiter, nearly all of it in the first
+ * fifth of a second of a key or right after a node's free unit went. */
+static void replica_node__ask(struct replica *r, struct nkey *k)
+{
+    if (k->asked != ASK_NONE || k->w != NULL || (k->p.flags & NK_YOUNG) || !replica_node__needs(k))
+        return;
+    if (replica_idx_push(&r->prompt, k->idx) == 0)
+        k->asked = ASK_QUEUED;
 }
 
 /* ---- notices ------------------------------------------------------------------ */
@@ -385,6 +408,18 @@ static double replica_node__level(const struct nkey *k, int64_t now)
     return lv > limit ? limit : lv;
 }
 
+/* The cluster's level as replica_node__level tells it, but for a thin
+ * key's: its other nodes take what their odds let through, not all they
+ * ask for (see replica_node__use_free). */
+static double replica_node__level_seen(const struct nkey *k, int64_t now)
+{
+    if (!k->thin)
+        return replica_node__level(k, now);
+    double dt = now > k->last_lease ? (double)(now - k->last_lease) : 0.0;
+    double others = (double)k->others / (double)NUM_NS_PER_S * (double)k->chance_q / 65535.0;
+    return (double)k->level + dt * (replica__rate(&k->p) - others);
+}
+
 /* Whether a draw with these odds (0..1) refuses; a refusal is counted. */
 static int replica_node__draw_refuses(struct replica *r, double odds)
 {
@@ -424,15 +459,10 @@ static int replica_node__use_free(struct replica *r, struct nkey *k, int64_t qty
      * whole part allowed, 10 a minute of burst 1 at ten times its rate on
      * 100 nodes admitted 1.04 to 1.06 of the oracle). */
     if (k->p.flags & NK_LEASED) {
-        double lv = replica_node__level(k, r->now), need = (double)qty;
-        if (k->thin) {
-            double dt = r->now > k->last_lease ? (double)(r->now - k->last_lease) : 0.0;
-            double others =
-                (double)k->others / (double)NUM_NS_PER_S * (double)k->chance_q / 65535.0;
-            lv = (double)k->level + dt * (replica__rate(&k->p) - others);
+        double need = (double)qty;
+        if (k->thin)
             need -= 1.0 / (double)replica__limit(&k->p);
-        }
-        if (lv < need)
+        if (replica_node__level_seen(k, r->now) < need)
             return 0;
     }
     if (k->chance_q < 65535 && replica_node__draw_refuses(r, (double)k->chance_q / 65535.0))
@@ -493,7 +523,12 @@ static void replica_node__bucket_decide(struct replica *r, struct nkey *k, const
         out->limited = 1;
         double want = need > cap ? cap : need;
         int64_t t = replica__ns_for(want - k->tokens, rate);
-        out->retry_after_ns = t == INT64_MAX ? r->interval : t;
+        /* Leased no rate (a thin key, or a node leased nothing): when the
+         * cluster's level will hold the request, as one central limiter
+         * would say (at least an interval: the next lease may say more). */
+        if (t == INT64_MAX && (k->p.flags & NK_LEASED))
+            t = replica__ns_for(need - replica_node__level_seen(k, r->now), replica__rate(&k->p));
+        out->retry_after_ns = t == INT64_MAX || t < r->interval ? r->interval : t;
     }
     out->remaining = k->tokens > 0 ? (int64_t)floor(k->tokens) : 0;
     int64_t reset = replica__ns_for(cap - k->tokens, rate);
@@ -588,6 +623,8 @@ int replica_node_decide(struct replica *r, const char *key, size_t klen,
         out->remaining = lv >= 1.0 ? (int64_t)floor(lv) : 0;
     }
     replica_node__touch(r, k);
+    if (qty > 0)
+        replica_node__ask(r, k);
     if (out->limited && qty > 0) {
         r->st.limited++;
         if (k->p.flags & NK_YOUNG)
@@ -641,6 +678,8 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
     double share = (double)l->share / (double)WIRE_ONE;
     k->last_lease = now;
     k->p.flags |= NK_KNOWN;
+    if (k->asked == ASK_SENT)
+        k->asked = ASK_NONE; /* answered: it may ask again */
     k->free = (float)l->free;
     k->chance_q = (uint16_t)(65535 - l->refuse_q);
     k->thin = (flags & WIRE_L_THIN) != 0;
@@ -950,6 +989,25 @@ static int replica_node__due(const struct replica *r, const struct nkey *k, int6
         return !(k->p.flags & NK_IDLE); /* one idle report, then silence */
     int64_t every = replica_node__contested(k) ? r->interval : r->every;
     return replica_node__since(k->last_report, now) >= every - NUM_NS_PER_MS; /* ms-rounded */
+}
+
+int replica_node_prompt(struct replica *r, size_t i, int64_t now)
+{
+    if (i >= r->nnk)
+        return 0;
+    struct table_entry *e = r->nk[i];
+    struct nkey *k = nkey_of(e);
+    if (k->asked != ASK_QUEUED)
+        return 0;
+    k->asked = ASK_NONE;
+    replica_node_refill(k, now);
+    if (r->pr_tokens < 1.0 || !replica_node__needs(k))
+        return 0; /* the next pass reports it; or a lease came meanwhile */
+    r->pr_tokens -= 1.0;
+    k->asked = ASK_SENT; /* first: an owner on this node answers within the report */
+    (void)replica_node__report(r, e, now);
+    r->st.prompt_reports++;
+    return 1;
 }
 
 /* Visits node key i: demand, refill, owner, degradation; reports it when

@@ -8,9 +8,11 @@ ten times it, all at once, for 12 s.  Every answer is compared with one
 central GCRA per key replaying the same requests at the times they were
 sent (the oracle):
 
-  - below: the cluster refuses at most three points more of the requests
+  - below: the cluster refuses at most one point more of the requests
     than the oracle (availability first: traffic under the limit passes;
-    one to two points are measured, more on a loaded machine);
+    0.0 to 0.3 points are measured at half the limit, up to 1.3 before a
+    node out of units asked its owner at once; three points under the
+    sanitizers, whose daemons run two to three times slower);
   - above: no key admits more, over any window, than its envelope (rate x
     window + burst + 1) plus the bound stated in the README
     (2 (burst + 1 + 14 r) + 3 N units);
@@ -166,7 +168,7 @@ def main():
             # Under the sanitizers the daemons run two to three times slower
             # and leases arrive later: a wider allowance there (the figure
             # that matters is the release build's).
-            allow = 0.05 if "ASAN_OPTIONS" in os.environ else 0.03
+            allow = 0.03 if "ASAN_OPTIONS" in os.environ else 0.01
             if refused > orc_refused + allow:
                 failed.append("%s: refused %.3f > oracle %.3f + %.2f" %
                               (g, refused, orc_refused, allow))

@@ -532,7 +532,11 @@ static inline void fs_run(struct fleetsim *s)
             fs_slot_push(s, list[j]);
         }
         free(list);
-        /* ticks */
+        /* ticks, and the prompt reports asked for in this ms (the
+         * daemon's loop runs them at its next turn) */
+        for (int i = 0; i < s->c.n; i++)
+            if (s->nd[i].up && s->now < s->nd[i].next_tick && replica_prompt_pending(s->nd[i].r))
+                replica_tick(s->nd[i].r, s->now + s->nd[i].offset);
         for (int i = 0; i < s->c.n; i++)
             if (s->nd[i].up && s->now >= s->nd[i].next_tick) {
                 /* A pass and its further slices at once, as the daemon's

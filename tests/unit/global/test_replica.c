@@ -365,6 +365,56 @@ static void test_thin_key_central(void **state)
     assert_true(ki.share == 0.0);
 }
 
+/* A node that spent its first unit of a key (its part of a small burst)
+ * asks its owner at once rather than at its next tick, and the owner
+ * answers at once: the next request, before any tick, is admitted on the
+ * free units of that lease, whichever node owns the key (this one too).
+ * Then, all in one instant, 60 requests over the three nodes with only
+ * prompt reports in between admit what one central bucket has plus the
+ * refill the free units count on and a unit per node, not a unit per
+ * request. */
+static void prompt_turn(void)
+{
+    for (int i = 0; i < N; i++)
+        if (replica_prompt_pending(net.r[i]))
+            replica_tick(net.r[i], net.now);
+    pump(); /* the reports */
+    pump(); /* the leases */
+}
+
+static void test_prompt_lease(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(N);
+    run_ms(1000);                             /* owners settled */
+    struct algo_params p = limit(2, 10, SEC); /* 3 at once, 10/s: a unit per node */
+    char key[8];
+    for (int k = 0; k < 6; k++) {
+        snprintf(key, sizeof(key), "p%d", k);
+        int i = k % N;
+        assert_true(ask(i, key, &p, 1));
+        assert_true(replica_prompt_pending(net.r[i]));
+        prompt_turn();
+        assert_true(ask(i, key, &p, 1));
+    }
+    struct replica_stats st;
+    uint64_t prompts = 0;
+    for (int i = 0; i < N; i++) {
+        replica_get_stats(net.r[i], &st);
+        prompts += st.prompt_reports;
+    }
+    assert_true(prompts >= 6);
+    int ok = 0;
+    for (int n = 0; n < 60; n++) {
+        ok += ask(n % N, "q", &p, 1);
+        prompt_turn();
+    }
+    fprintf(stderr, "prompt: %d of 60 admitted at once (one central bucket: 3)\n", ok);
+    assert_true(ok >= 3 && ok <= 3 + 4 + N);
+}
+
 /* Nodes that only peek at a key hold nothing of it once their owner has
  * answered: a burst of one unit (burst 0, 1 an hour) peeked at on every
  * node, the owner first (alone in its record, it leases itself all of it
@@ -769,6 +819,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lone_consumer_whole_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(test_burst_follows_users, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thin_key_central, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prompt_lease, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peekers_hold_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_young_no_fresh_quota, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsync_drops_what_was_taken_as_new, setup, teardown),
