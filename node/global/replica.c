@@ -252,6 +252,8 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->nt_last = now_ns;
     r->pr_tokens = PROMPT_RATE;
     r->pr_last = now_ns;
+    r->pn_tokens = FIRST_TOUCH_BURST;
+    r->pn_last = now_ns;
     r->rng = (cfg->life_id ^ 0x9e3779b97f4a7c15ULL) | 1u; /* never 0 */
     /* Reports may use about 400 KB/s: enough for every key every interval
      * up to ~1,300 contested keys, and a fair rotation beyond. */
@@ -425,18 +427,26 @@ static size_t replica__slice(size_t n, int64_t *every, int64_t interval)
     return per;
 }
 
+int replica_take(double *tokens, int64_t *last, double rate, double burst, int64_t now)
+{
+    if (now > *last) {
+        *tokens += (double)(now - *last) * rate / (double)NUM_NS_PER_S;
+        if (*tokens > burst)
+            *tokens = burst;
+        *last = now;
+    }
+    if (*tokens < 1.0)
+        return 0;
+    *tokens -= 1.0;
+    return 1;
+}
+
 /* The prompt reports asked for since the last call (replica_node_ask), at
  * most TURN_VISITS of them and PROMPT_RATE a second; those beyond the
  * budget wait for the next pass, as any report.  Keys this node owns are
  * answered within (r->prompting, replica_owner_on_report). */
 static void replica__prompt(struct replica *r, int64_t now)
 {
-    if (now > r->pr_last) {
-        r->pr_tokens += (double)(now - r->pr_last) * PROMPT_RATE / (double)NUM_NS_PER_S;
-        if (r->pr_tokens > PROMPT_RATE)
-            r->pr_tokens = PROMPT_RATE;
-        r->pr_last = now;
-    }
     size_t j = 0;
     r->prompting = 1;
     for (; j < r->prompt.n && j < TURN_VISITS; j++)

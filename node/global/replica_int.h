@@ -300,6 +300,8 @@ struct replica {
     struct replica__idxv prompt; /* node keys asking for a lease now (replica_node_ask) */
     double pr_tokens;            /* prompt reports this node may still send (PROMPT_RATE) */
     int64_t pr_last;
+    double pn_tokens; /* ... of keys never leased (as first touches: replica_node_ask) */
+    int64_t pn_last;
     int prompting;    /* in replica__prompt: an owner answers its own node side at once */
     double nt_tokens; /* notices this owner may still send (NOTICE_RATE) */
     int64_t nt_last;
@@ -356,6 +358,10 @@ int replica_push(struct table_entry ***arr, size_t *n, size_t *cap, struct table
  * than a message. */
 int replica_append(struct replica *r, uint32_t id, int t, uint64_t life,
                    const struct wire_report *rep, const struct wire_lease *lease);
+
+/* A token bucket of burst tokens refilled at rate a second, brought up to
+ * now: takes one token and returns 1 if there was one, else 0. */
+int replica_take(double *tokens, int64_t *last, double rate, double burst, int64_t now);
 
 /* ---- replica_node.c: the node side ------------------------------------------------ */
 

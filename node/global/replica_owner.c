@@ -96,7 +96,8 @@ static void replica_owner__pour(struct okey *o, double units, int64_t now)
     replica_owner__pour_from(o, units, now, now);
 }
 
-static void replica_owner__compute(struct replica *r, struct table_entry *te, int64_t now);
+static void replica_owner__compute(struct replica *r, struct table_entry *te, int64_t now,
+                                   uint32_t asker);
 
 void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
                              const struct wire_report *e)
@@ -277,7 +278,7 @@ void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
      * owner's next tick (the lease goes out with this receive's batch); a
      * prompt report of this node's own (replica_node_prompt) too. */
     if ((e->flags & WIRE_R_NEED) && (from != r->self || r->prompting))
-        replica_owner__compute(r, te, r->now);
+        replica_owner__compute(r, te, r->now, from);
 }
 
 /* Whether a reporter still speaks for itself: it reported within three of
@@ -539,6 +540,13 @@ static void replica_owner__free(const struct replica *r, struct okey *o, double 
     }
 }
 
+/* Whether o refills less than a unit in a quiet key's report period. */
+static int replica_owner__slow(const struct replica *r, const struct okey *o)
+{
+    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
+    return rate * (double)(ACTIVE_EVERY * r->interval) / (double)NUM_NS_PER_S < 1.0;
+}
+
 /*
  * Thin keys.  A key whose rate is slow (less than a unit in a quiet key's
  * report period: 10 a minute, 100 a minute) cannot be split well by
@@ -585,12 +593,10 @@ static void replica_owner__free(const struct replica *r, struct okey *o, double 
 static int replica_owner__is_thin(const struct replica *r, const struct okey *o, uint32_t nl,
                                   double dall)
 {
-    if (o->p.policy != POLICY_PARTITION_SHARE || !o->p.bucket || nl < 2)
+    if (o->p.policy != POLICY_PARTITION_SHARE || !o->p.bucket || nl < 2 ||
+        !replica_owner__slow(r, o))
         return 0;
     double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
-    double per_report = rate * (double)(ACTIVE_EVERY * r->interval) / (double)NUM_NS_PER_S;
-    if (per_report >= 1.0)
-        return 0;
     if (dall >= rate)
         return 1;
     /* Demand read low (each node asks about once a minute and its
@@ -715,8 +721,19 @@ static void replica_owner__notices(struct replica *r, struct table_entry *te, do
 }
 
 /* Splits a key's limit between its reporters and sends the leases that
- * changed or were asked for. */
-static void replica_owner__compute(struct replica *r, struct table_entry *te, int64_t now)
+ * changed or were asked for.  Answering one reporter's ask (asker, a
+ * member id; NO_ASKER for a pass's computation) for a key that is not
+ * slow, the others get theirs now only if their share shrank (the bound
+ * needs it) or the odds moved; the rest waits for the pass, which
+ * computes the key again (answering an ask sent every reporter of a
+ * hammered key a new lease: 100 nodes of 10,000 keys with 10% loss sent
+ * 1.05 MB/s a node, 0.95 with this).  A slow key's nodes get theirs at
+ * once: their free units are what they admit on (per-minute keys on 16
+ * nodes with 10% loss, at their limit: 0.970 of one central limiter when
+ * held back, 0.984 not). */
+#define NO_ASKER UINT32_MAX
+static void replica_owner__compute(struct replica *r, struct table_entry *te, int64_t now,
+                                   uint32_t asker)
 {
     struct okey *o = okey_of(te);
     double reserved = 0.0, dsum = 0.0;
@@ -842,7 +859,9 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         replica_owner__chance(r, o, dall, now);
     else
         o->refuse_q = 0;
-    int moved = replica_owner__odds_moved(o->refuse_q, o->sent_refuse);
+    int moved = replica_owner__odds_moved(o->refuse_q, o->sent_refuse), later = 0;
+    if (asker != NO_ASKER && replica_owner__slow(r, o))
+        asker = NO_ASKER;
     double lvl = (double)replica__limit(&o->p) - replica_owner__used(o, now);
     int64_t level_m = lvl < -9e15  ? (int64_t)-9e18
                       : lvl > 9e15 ? (int64_t)9e18
@@ -865,6 +884,11 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         /* A grant not acknowledged yet goes out again (running total). */
         if (!changed && !(rp->flags & REP_FRESH) && rp->g_sent == rp->g_ack)
             continue;
+        if (asker != NO_ASKER && rp->member != asker && !moved && rp->sent_share >= 0.0 &&
+            w >= rp->sent_share - SHARE_EPS * (rp->sent_share + 0.01)) {
+            later = 1; /* the pass's computation sends it */
+            continue;
+        }
         rp->flags &= (uint8_t)~REP_FRESH;
         rp->sent_share = (float)w;
         rp->sent_free = rp->free;
@@ -896,6 +920,10 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
             r->st.lease_entries_sent++;
     }
     o->sent_refuse = o->refuse_q;
+    if (later) { /* leases held back for the pass (see above) */
+        o->p.flags |= OK_FRESH;
+        replica_owner__oqueue(r, o);
+    }
     /* Notices while the odds are below 1, and once more when they are
      * back to 1 (or the key is no longer thin), which lifts them. */
     if ((thin && o->refuse_q > 0) || (o->p.flags & OK_THIN))
@@ -915,7 +943,7 @@ int replica_owner_visit(struct replica *r, size_t i, int64_t now)
     o->p.flags &= (uint8_t)~OK_QUEUED;
     if (!(o->p.flags & OK_FRESH) && now - o->computed_at < r->oevery && o->n > 0)
         return 0;
-    replica_owner__compute(r, te, now);
+    replica_owner__compute(r, te, now, NO_ASKER);
     if (o->n == 0) { /* every reporter idle, gone or silent for long */
         r->st.owned_gc++;
         table_delete(r->owned, te); /* moves the last key to i */

@@ -218,16 +218,17 @@ int main(int argc, char **argv)
             t.bad_packets += x.bad_packets;
             t.notices_sent += x.notices_sent;
             t.chance_refusals += x.chance_refusals;
+            t.prompt_reports += x.prompt_reports;
         }
         fprintf(stderr,
                 "reports=%llu leases=%llu received=%llu stale=%llu decisions=%llu limited=%llu "
-                "debt=%llu bad=%llu free=%llu notices=%llu chance_refusals=%llu\n",
+                "debt=%llu bad=%llu free=%llu notices=%llu chance_refusals=%llu prompt=%llu\n",
                 (unsigned long long)t.report_entries_sent, (unsigned long long)t.lease_entries_sent,
                 (unsigned long long)t.lease_entries_received, (unsigned long long)t.stale_leases,
                 (unsigned long long)t.decisions, (unsigned long long)t.limited,
                 (unsigned long long)t.debt_events, (unsigned long long)t.bad_packets,
                 (unsigned long long)t.free_admits, (unsigned long long)t.notices_sent,
-                (unsigned long long)t.chance_refusals);
+                (unsigned long long)t.chance_refusals, (unsigned long long)t.prompt_reports);
     }
     fs_destroy(&s);
     return 0;
