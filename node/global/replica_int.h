@@ -333,6 +333,13 @@ static inline double replica__rate(const struct rlimit *p)
     return (double)p->count / (double)p->period_ns;
 }
 
+/* Whether a limit refills less than a unit in a quiet key's report period
+ * (ACTIVE_EVERY intervals): a slow key (thin keys, prompt reports). */
+static inline int replica__slow(const struct rlimit *p, int64_t interval)
+{
+    return replica__rate(p) * (double)(ACTIVE_EVERY * interval) < 1.0;
+}
+
 /* Nanoseconds until units come at rate_per_ns: 0 for none, INT64_MAX for
  * never (no rate, or beyond the range). */
 static inline int64_t replica__ns_for(double units, double rate_per_ns)

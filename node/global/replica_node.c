@@ -255,9 +255,9 @@ static void replica_node__ask(struct replica *r, struct nkey *k)
      * is seconds of its rate (per-minute keys on 16 nodes with 10% loss,
      * at 0.8 of their limit: 0.977 of one central limiter, 0.98 with). */
     double rate = replica__rate(&k->p) * (double)NUM_NS_PER_S;
-    int slow = rate * (double)(ACTIVE_EVERY * r->interval) / (double)NUM_NS_PER_S < 1.0;
-    if (!slow && ((double)k->demand + (double)k->others >= rate ||
-                  ((k->p.flags & NK_LEASED) && replica_node__level_seen(k, r->now) < 1.0)))
+    if (!replica__slow(&k->p, r->interval) &&
+        ((double)k->demand + (double)k->others >= rate ||
+         ((k->p.flags & NK_LEASED) && replica_node__level_seen(k, r->now) < 1.0)))
         return;
     /* A key never leased yet: nothing is known of its demand, and an owner
      * that hears one node alone gives it all the spare as free units.  Few

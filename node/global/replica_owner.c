@@ -540,13 +540,6 @@ static void replica_owner__free(const struct replica *r, struct okey *o, double 
     }
 }
 
-/* Whether o refills less than a unit in a quiet key's report period. */
-static int replica_owner__slow(const struct replica *r, const struct okey *o)
-{
-    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
-    return rate * (double)(ACTIVE_EVERY * r->interval) / (double)NUM_NS_PER_S < 1.0;
-}
-
 /*
  * Thin keys.  A key whose rate is slow (less than a unit in a quiet key's
  * report period: 10 a minute, 100 a minute) cannot be split well by
@@ -594,7 +587,7 @@ static int replica_owner__is_thin(const struct replica *r, const struct okey *o,
                                   double dall)
 {
     if (o->p.policy != POLICY_PARTITION_SHARE || !o->p.bucket || nl < 2 ||
-        !replica_owner__slow(r, o))
+        !replica__slow(&o->p, r->interval))
         return 0;
     double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
     if (dall >= rate)
@@ -862,7 +855,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
     else
         o->refuse_q = 0;
     int moved = replica_owner__odds_moved(o->refuse_q, o->sent_refuse), later = 0;
-    if (asker != NO_ASKER && replica_owner__slow(r, o))
+    if (asker != NO_ASKER && replica__slow(&o->p, r->interval))
         asker = NO_ASKER;
     double lvl = (double)replica__limit(&o->p) - replica_owner__used(o, now);
     int64_t level_m = lvl < -9e15  ? (int64_t)-9e18
