@@ -434,7 +434,9 @@ static int wire__entry(struct dec *d, void *entry, const char **key, size_t *kle
 }
 
 /* One pass over the entries; delivers them when h is not NULL. */
-static int wire__entries(const uint8_t *buf, size_t len, const struct wire_handler *h,
+/* One pass over a batch's entries.  With check set, h's peek sees each
+ * entry and report and lease are not called; without it, they are. */
+static int wire__entries(const uint8_t *buf, size_t len, const struct wire_handler *h, int check,
                          uint8_t *type, uint64_t *life)
 {
     struct dec d = {buf, buf + len};
@@ -470,7 +472,9 @@ static int wire__entries(const uint8_t *buf, size_t len, const struct wire_handl
             memset(&r, 0, sizeof(r));
             if (wire__entry(&d, &r, &r.key, &r.klen, wire__report_fields, WIRE__NREPORT) != 0)
                 return -SLUICE_EPROTO;
-            if (h != NULL && h->report != NULL)
+            if (check && h != NULL && h->peek != NULL)
+                h->peek(h->ud, WIRE_REPORT, r.key, r.klen);
+            else if (!check && h != NULL && h->report != NULL)
                 h->report(h->ud, *life, &r);
         } else {
             struct wire_lease l;
@@ -478,7 +482,9 @@ static int wire__entries(const uint8_t *buf, size_t len, const struct wire_handl
             if (wire__entry(&d, &l, &l.key, &l.klen, wire__lease_fields, WIRE__NLEASE) != 0)
                 return -SLUICE_EPROTO;
             l.owner_life = from;
-            if (h != NULL && h->lease != NULL)
+            if (check && h != NULL && h->peek != NULL)
+                h->peek(h->ud, WIRE_LEASE, l.key, l.klen);
+            else if (!check && h != NULL && h->lease != NULL)
                 h->lease(h->ud, *life, &l);
         }
     }
@@ -493,8 +499,8 @@ int wire_decode(const uint8_t *buf, size_t len, const struct wire_handler *h)
     uint64_t life;
     if (buf == NULL || len == 0)
         return -SLUICE_EPROTO;
-    int rc = wire__entries(buf, len, NULL, &type, &life);
+    int rc = wire__entries(buf, len, h, 1, &type, &life);
     if (rc < 0 || h == NULL)
         return rc;
-    return wire__entries(buf, len, h, &type, &life);
+    return wire__entries(buf, len, h, 0, &type, &life);
 }

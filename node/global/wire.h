@@ -187,18 +187,24 @@ int wire_add_lease(struct wire_writer *w, const struct wire_lease *e);
 size_t wire_writer_finish(struct wire_writer *w);
 
 /* What a decoder hands over: the type, the life, and each entry (pointers
- * into the buffer, valid during the call). */
+ * into the buffer, valid during the call).  peek, if set, sees each entry's
+ * key while the batch is being checked, before any report or lease call: a
+ * chance to bring into the cache what the entries will touch (a receiver's
+ * key lookups are cache misses at a million keys).  It must not act on the
+ * entry: a batch found malformed after it is still dropped whole. */
 struct wire_handler {
     void *ud;
     void (*report)(void *ud, uint64_t life, const struct wire_report *e);
     void (*lease)(void *ud, uint64_t life, const struct wire_lease *e);
+    void (*peek)(void *ud, uint8_t type, const char *key, size_t klen);
 };
 
 /*
- * Decodes a batch.  The whole batch is checked before any entry is handed
- * over, so a malformed batch delivers nothing.  Returns the number of
- * entries, or -SLUICE_EPROTO (malformed, trailing bytes, bad values),
- * -SLUICE_EINVAL (unknown version or type).  h may be NULL (validate only).
+ * Decodes a batch.  The whole batch is checked (peek seeing each entry)
+ * before any entry is handed over, so a malformed batch delivers nothing.
+ * Returns the number of entries, or -SLUICE_EPROTO (malformed, trailing
+ * bytes, bad values), -SLUICE_EINVAL (unknown version or type).  h may be
+ * NULL (validate only).
  */
 int wire_decode(const uint8_t *buf, size_t len, const struct wire_handler *h);
 

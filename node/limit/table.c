@@ -283,6 +283,22 @@ struct table_entry *table_find(struct table *t, const char *key, size_t klen)
     return NULL;
 }
 
+uint32_t table_prefetch(const struct table *t, const char *key, size_t klen)
+{
+    uint32_t h = table__hash(t, key, klen > TABLE_MAX_KEY ? 0 : klen);
+    __builtin_prefetch(&t->buckets[h & t->mask]);
+    if (t->old != NULL && (h & t->omask) >= t->rehash_idx)
+        __builtin_prefetch(&t->old[h & t->omask]);
+    return h;
+}
+
+void table_prefetch_chain(const struct table *t, uint32_t hash)
+{
+    const struct table_entry *e = t->buckets[hash & t->mask];
+    if (e != NULL)
+        __builtin_prefetch(e);
+}
+
 /* Unlinks e from its chain (without resizing). */
 static void table__unlink(struct table *t, struct table_entry *e)
 {

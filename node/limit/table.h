@@ -103,6 +103,14 @@ static inline void *table_entry_value(struct table_entry *e)
  * valid until the next insert, delete, reclaim step or destroy. */
 struct table_entry *table_find(struct table *t, const char *key, size_t klen);
 
+/* Prefetching for a batch of lookups (a received batch of keys): stage one
+ * asks the cache for key's bucket and returns its hash, stage two, called
+ * with that hash a little later (the bucket arrived meanwhile), asks for
+ * the first entry of its chain.  Hints only: nothing is read beyond the
+ * bucket array, nothing changes, and a later table_find finds the same. */
+uint32_t table_prefetch(const struct table *t, const char *key, size_t klen);
+void table_prefetch_chain(const struct table *t, uint32_t hash);
+
 /*
  * Inserts key (which must be absent) with a zeroed value area of vsize bytes
  * and the given tag.  now is the time used to decide what is drained if the

@@ -549,7 +549,7 @@ static void count_report(void *ud, uint64_t life, const struct wire_report *e)
 
 static void count_bare(int c[2])
 {
-    struct wire_handler h = {c, count_report, NULL};
+    struct wire_handler h = {c, count_report, NULL, NULL};
     for (size_t i = 0; i < net.nq; i++)
         (void)wire_decode(net.q[i].buf, net.q[i].len, &h);
 }

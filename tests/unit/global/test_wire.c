@@ -87,7 +87,7 @@ static void test_report_roundtrip(void **state)
     uint8_t buf[512];
     size_t n = build_reports(buf, sizeof(buf));
     struct got g = {0};
-    struct wire_handler h = {&g, on_report, on_lease};
+    struct wire_handler h = {&g, on_report, on_lease, NULL};
     assert_int_equal(wire_decode(buf, n, &h), 2);
     assert_int_equal(g.reports, 2);
     assert_int_equal(g.leases, 0);
@@ -140,7 +140,7 @@ static void test_lease_roundtrip(void **state)
     assert_int_equal(wire_add_lease(&w, &bad), -SLUICE_EINVAL);
     size_t n = wire_writer_finish(&w);
     struct got g = {0};
-    struct wire_handler h = {&g, on_report, on_lease};
+    struct wire_handler h = {&g, on_report, on_lease, NULL};
     assert_int_equal(wire_decode(buf, n, &h), 2);
     assert_int_equal(g.leases, 2);
     assert_true(g.life == 7);
@@ -165,10 +165,54 @@ static void test_truncated_everywhere(void **state)
     size_t n = build_reports(buf, sizeof(buf));
     for (size_t cut = 0; cut < n; cut++) {
         struct got g = {0};
-        struct wire_handler h = {&g, on_report, on_lease};
+        struct wire_handler h = {&g, on_report, on_lease, NULL};
         int rc = wire_decode(buf, cut, &h);
         assert_true(rc < 0);
         assert_int_equal(g.reports, 0);
+    }
+}
+
+/* peek sees every entry's key, in order, before the first entry is handed
+ * over; on a batch cut short it may see some, and nothing is handed over. */
+struct peeked {
+    struct got g;
+    int peeks;
+    char keys[8][64];
+};
+
+static void on_peek(void *ud, uint8_t type, const char *key, size_t klen)
+{
+    struct peeked *p = ud;
+    assert_int_equal(type, WIRE_REPORT);
+    assert_int_equal(p->g.reports, 0); /* nothing handed over yet */
+    memcpy(p->keys[p->peeks], key, klen);
+    p->keys[p->peeks][klen] = 0;
+    p->peeks++;
+}
+
+static void on_peeked_report(void *ud, uint64_t life, const struct wire_report *e)
+{
+    on_report(&((struct peeked *)ud)->g, life, e);
+}
+
+static void test_peek_before_delivery(void **state)
+{
+    (void)state;
+    uint8_t buf[512];
+    size_t n = build_reports(buf, sizeof(buf));
+    struct peeked p;
+    memset(&p, 0, sizeof(p));
+    struct wire_handler h = {&p, on_peeked_report, NULL, on_peek};
+    assert_int_equal(wire_decode(buf, n, &h), 2);
+    assert_int_equal(p.peeks, 2);
+    assert_string_equal(p.keys[0], "user:42");
+    assert_string_equal(p.keys[1], "k");
+    assert_int_equal(p.g.reports, 2);
+    for (size_t cut = 0; cut < n; cut++) {
+        memset(&p, 0, sizeof(p));
+        assert_true(wire_decode(buf, cut, &h) < 0);
+        assert_true(p.peeks <= 1);
+        assert_int_equal(p.g.reports, 0);
     }
 }
 
@@ -403,7 +447,7 @@ static void test_fields_added_and_missing(void **state)
     uint8_t buf[256];
     size_t n = pack_by_hand(buf, sizeof(buf), 0);
     struct got g = {0};
-    struct wire_handler h = {&g, on_report, on_lease};
+    struct wire_handler h = {&g, on_report, on_lease, NULL};
     assert_int_equal(wire_decode(buf, n, &h), 1);
     assert_int_equal(g.leases, 1);
     assert_memory_equal(g.l[0].key, "k:1", 3);
@@ -434,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_report_roundtrip),
         cmocka_unit_test(test_lease_roundtrip),
         cmocka_unit_test(test_truncated_everywhere),
+        cmocka_unit_test(test_peek_before_delivery),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_full_batch),
         cmocka_unit_test(test_msgpack_reads_every_message),
