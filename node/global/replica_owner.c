@@ -848,8 +848,16 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
      * a settled record: a record this owner made anew starts from what its
      * reporters say they took (a new key's first touches included), and one
      * that moved here or whose past this owner cannot know is taken as
-     * empty (replica_owner_on_report), which leaves no spare. */
-    replica_owner__free(r, o, dsum, whole && !replica__young(r, now), now);
+     * empty (replica_owner_on_report), which leaves no spare.  Nor from a
+     * life younger than a silence window, even one a settled owner has
+     * already answered (synced: its young period is over): the reports of
+     * the nodes that did not restart may not all have come in yet, and a
+     * record built from those of the restarted alone has room it does not
+     * have (two of three nodes killed and restarted, their asks answered
+     * within milliseconds: up to 12 units a key in their first 200 ms).
+     * A life with no young period (a lone first node) has no past. */
+    int grown = r->young == 0 || now - r->born >= r->silence;
+    replica_owner__free(r, o, dsum, whole && !replica__young(r, now) && grown, now);
     if (thin)
         replica_owner__chance(r, o, dall, now);
     else

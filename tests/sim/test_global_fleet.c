@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdlib.h>
 
 #include "fleetsim.h"
 
@@ -186,7 +187,12 @@ static void test_partition_optimistic(void **state)
  * 3 a key, within the stated bound of README's "The bound").  Over
  * seeds 1-300 the restarted nodes admitted at most 816 (seed 160; this test
  * allowed 8 a key until then); taken as new members instead (no young
- * period: a fresh quota), 1,137 to 1,309 on seeds 1-7. */
+ * period: a fresh quota), 1,137 to 1,309 on seeds 1-7.  Once a node out of
+ * units asked its owner at once, a restarted owner answered by a settled
+ * one within milliseconds gave free units from records the restarted
+ * alone had filled: 1,221 (seed 344), 1 seed in 100 over 1,000; with free
+ * units from a life a silence window old only, at most 770 over seeds
+ * 1-600 (seed 27). */
 static void test_restart_two_of_three(void **state)
 {
     (void)state;
@@ -415,6 +421,10 @@ static void test_sliding_window(void **state)
 int main(void)
 {
     seed = test_seed("sim_test_global_fleet");
+    /* SLUICE_TEST=name (a cmocka pattern) replays one test with the seed. */
+    const char *only = getenv("SLUICE_TEST");
+    if (only != NULL && *only != '\0')
+        cmocka_set_test_filter(only);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_16x1000),
         cmocka_unit_test(test_loss),
