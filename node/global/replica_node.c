@@ -435,6 +435,20 @@ static double replica_node__level_seen(const struct nkey *k, int64_t now)
     return (double)k->level + dt * (replica__rate(&k->p) - others);
 }
 
+/* The level a refusal's retry_after counts on: as replica_node__level_seen,
+ * but the other nodes' demand is not taken off ahead of time (one central
+ * limiter's retry_after is when its bucket holds the request, whoever else
+ * is asking: a key hammered elsewhere drains replica_node__level below 0
+ * for as long as the hammering lasts, and said seconds where one unit's
+ * time is due). */
+static double replica_node__level_retry(const struct nkey *k, int64_t now)
+{
+    if (k->thin)
+        return replica_node__level_seen(k, now);
+    double dt = now > k->last_lease ? (double)(now - k->last_lease) : 0.0;
+    return (double)k->level + dt * replica__rate(&k->p);
+}
+
 /* Whether a draw with these odds (0..1) refuses; a refusal is counted. */
 static int replica_node__draw_refuses(struct replica *r, double odds)
 {
@@ -538,11 +552,19 @@ static void replica_node__bucket_decide(struct replica *r, struct nkey *k, const
         out->limited = 1;
         double want = need > cap ? cap : need;
         int64_t t = replica__ns_for(want - k->tokens, rate);
-        /* Leased no rate (a thin key, or a node leased nothing): when the
-         * cluster's level will hold the request, as one central limiter
-         * would say (at least an interval: the next lease may say more). */
-        if (t == INT64_MAX && (k->p.flags & NK_LEASED))
-            t = replica__ns_for(need - replica_node__level_seen(k, r->now), replica__rate(&k->p));
+        /* When the cluster's level will hold the request, as one central
+         * limiter would say, where that is sooner than this node's bucket
+         * (a share of 1/N refills N times slower than the cluster; a node
+         * leased no rate, a thin key, has only this): a client spread over
+         * the nodes may be admitted anywhere, and this node asked its owner
+         * for units (replica_node_ask).  At least an interval: the next
+         * lease may say more. */
+        if (k->p.flags & NK_LEASED) {
+            int64_t tc =
+                replica__ns_for(need - replica_node__level_retry(k, r->now), replica__rate(&k->p));
+            if (tc < t)
+                t = tc;
+        }
         out->retry_after_ns = t == INT64_MAX || t < r->interval ? r->interval : t;
     }
     out->remaining = k->tokens > 0 ? (int64_t)floor(k->tokens) : 0;

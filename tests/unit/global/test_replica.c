@@ -415,6 +415,47 @@ static void test_prompt_lease(void **state)
     assert_true(ok >= 3 && ok <= 3 + 4 + N);
 }
 
+/* A refusal's retry_after is when the cluster would admit, as one central
+ * limiter would say, not when the refusing node's share refills: a key of
+ * 5 a second that node 1 hammers (50 a second) holds a small share on node
+ * 0, which asks twice a second; node 0's refusals say at most a unit's time
+ * of the whole rate (0.2 s) and an interval (2.7 s was said before, node
+ * 0's own share's time; 0.8 s with the other nodes' demand taken off the
+ * level ahead of time). */
+static void test_retry_after_is_the_clusters(void **state)
+{
+    (void)state;
+    for (int i = 0; i < N; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(N);
+    run_ms(1000);
+    struct algo_params p = limit(9, 300, 60 * SEC); /* 10 at once, 5 a second */
+    int64_t worst = 0, sum = 0;
+    int seen = 0;
+    for (int n = 0; n < 500; n++) { /* 10 s; node 1 asks 50 a second, node 0 2 */
+        (void)ask(1, "r", &p, 1);
+        if (n % 25 == 0) {
+            struct algo_result res;
+            assert_int_equal(
+                replica_throttle(net.r[0], "r", 1, &p, POLICY_PARTITION_SHARE, 1, net.now, &res),
+                0);
+            if (res.limited && n >= 250) {
+                seen++;
+                sum += res.retry_after_ns;
+                if (res.retry_after_ns > worst)
+                    worst = res.retry_after_ns;
+            }
+        }
+        run_ms(20);
+    }
+    fprintf(stderr,
+            "retry_after: mean %.3f s, worst %.3f s over %d refusals (one central limiter: "
+            "0.2)\n",
+            seen ? (double)sum / seen / 1e9 : 0.0, (double)worst / 1e9, seen);
+    assert_true(seen >= 5);
+    assert_true(worst <= 300 * MS);
+}
+
 /* Nodes that only peek at a key hold nothing of it once their owner has
  * answered: a burst of one unit (burst 0, 1 an hour) peeked at on every
  * node, the owner first (alone in its record, it leases itself all of it
@@ -820,6 +861,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_burst_follows_users, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thin_key_central, setup, teardown),
         cmocka_unit_test_setup_teardown(test_prompt_lease, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retry_after_is_the_clusters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peekers_hold_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_young_no_fresh_quota, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unsync_drops_what_was_taken_as_new, setup, teardown),
