@@ -433,7 +433,6 @@ static int wire__entry(struct dec *d, void *entry, const char **key, size_t *kle
     return (seen & 2u) ? 0 : -SLUICE_EPROTO; /* the key is required */
 }
 
-/* One pass over the entries; delivers them when h is not NULL. */
 /* One pass over a batch's entries.  With check set, h's peek sees each
  * entry and report and lease are not called; without it, they are. */
 static int wire__entries(const uint8_t *buf, size_t len, const struct wire_handler *h, int check,

@@ -145,6 +145,15 @@ static void run_ms(int64_t ms)
     }
 }
 
+/* N replicas, all in one view, a second on: their owners settled. */
+static void settled_cluster(void)
+{
+    for (int i = 0; i < N; i++)
+        net.r[i] = mk(i, 0, 0, 0);
+    view(N);
+    run_ms(1000);
+}
+
 /* A node alone has the whole limit: the burst at once, then the rate. */
 static void test_lone_node(void **state)
 {
@@ -290,10 +299,7 @@ static void test_lone_consumer_whole_burst(void **state)
 static void test_burst_follows_users(void **state)
 {
     (void)state;
-    for (int i = 0; i < N; i++)
-        net.r[i] = mk(i, 0, 0, 0);
-    view(N);
-    run_ms(1000);                                    /* owners settled */
+    settled_cluster();
     struct algo_params p = limit(29, 1, 3600 * SEC); /* 30 at once, then 1 an hour */
     int ok[N] = {0};
     for (int step = 0; step < 270; step++) { /* one request every 20 ms, round robin */
@@ -334,10 +340,7 @@ static void test_burst_follows_users(void **state)
 static void test_thin_key_central(void **state)
 {
     (void)state;
-    for (int i = 0; i < N; i++)
-        net.r[i] = mk(i, 0, 0, 0);
-    view(N);
-    run_ms(1000); /* owners settled */
+    settled_cluster();
     struct algo_params p = limit(1, 6, 60 * SEC);
     int ok = 0;
     for (int step = 0; step < 600; step++) { /* 60 s, 10 requests a second */
@@ -385,10 +388,7 @@ static void prompt_turn(void)
 static void test_prompt_lease(void **state)
 {
     (void)state;
-    for (int i = 0; i < N; i++)
-        net.r[i] = mk(i, 0, 0, 0);
-    view(N);
-    run_ms(1000);                             /* owners settled */
+    settled_cluster();
     struct algo_params p = limit(2, 10, SEC); /* 3 at once, 10/s: a unit per node */
     char key[8];
     for (int k = 0; k < 6; k++) {
@@ -425,10 +425,7 @@ static void test_prompt_lease(void **state)
 static void test_retry_after_is_the_clusters(void **state)
 {
     (void)state;
-    for (int i = 0; i < N; i++)
-        net.r[i] = mk(i, 0, 0, 0);
-    view(N);
-    run_ms(1000);
+    settled_cluster();
     struct algo_params p = limit(9, 300, 60 * SEC); /* 10 at once, 5 a second */
     int64_t worst = 0, sum = 0;
     int seen = 0;
@@ -465,10 +462,7 @@ static void test_retry_after_is_the_clusters(void **state)
 static void test_peekers_hold_nothing(void **state)
 {
     (void)state;
-    for (int i = 0; i < N; i++)
-        net.r[i] = mk(i, 0, 0, 0);
-    view(N);
-    run_ms(1000);
+    settled_cluster();
     struct algo_params p = limit(0, 1, 3600 * SEC);
     char key[8][8];
     for (int k = 0; k < 8; k++) {
@@ -805,10 +799,7 @@ static void test_bad_arguments(void **state)
 static void test_window_part_below_a_unit(void **state)
 {
     (void)state;
-    for (int i = 0; i < N; i++)
-        net.r[i] = mk(i, 0, 0, 0);
-    view(N);
-    run_ms(1000);
+    settled_cluster();
     struct algo_params p;
     assert_int_equal(algo_params_init(&p, ALGO_FIXED_WINDOW, 0, 1, 60 * SEC, 0), 0);
     /* every node holds the key and has heard from its owner */
@@ -832,10 +823,7 @@ static void test_window_part_below_a_unit(void **state)
 static void test_impossible_quantity_not_demand(void **state)
 {
     (void)state;
-    for (int i = 0; i < N; i++)
-        net.r[i] = mk(i, 0, 0, 0);
-    view(N);
-    run_ms(1000);
+    settled_cluster();
     struct algo_params p = limit(4, 10, SEC); /* 5 at once, 10 a second */
     int ok = 0;
     for (int step = 0; step < 300; step++) { /* 3 s */
