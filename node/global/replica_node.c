@@ -502,12 +502,13 @@ static int replica_node__use_free(struct replica *r, struct nkey *k, int64_t qty
 
 /* Admits qty on a thin key's notice (replica_node__notice) when this
  * node's own lease says nothing now (none yet, or past FREE_TTL); 1 if it
- * did.  With no notice, a thin key's node whose lease is past takes a
- * unit on credit as a first touch does: an owner sends notices while the
- * key's odds are below 1, so none means the bucket has units to spare
- * (a node that asks once a minute would otherwise be refused every time,
- * its lease always past).  What it admits is on the cluster's credit, as
- * free units. */
+ * did.  With no notice, a slow key's node whose lease is past takes a
+ * unit on credit as a first touch does: an owner sends notices while a
+ * thin key's odds are below 1, and a slow key that is not thin has units
+ * to spare, so none means the bucket has some (a node that asks once a
+ * minute would otherwise be refused every time, its lease always past and
+ * its units given back with its idle report: replica_node__report).  What
+ * it admits is on the cluster's credit, as free units. */
 static int replica_node__use_note(struct replica *r, struct nkey *k, const char *key, size_t klen,
                                   int64_t qty)
 {
@@ -515,7 +516,8 @@ static int replica_node__use_note(struct replica *r, struct nkey *k, const char 
         return 0;
     struct nnote *n = replica_node__note(r, key, klen, r->now);
     if (n == NULL) {
-        if (!k->thin || qty != 1 || !replica_node__first_touch(r, r->now))
+        if (!(k->p.flags & NK_LEASED) || !replica__slow(&k->p, r->interval) || qty != 1 ||
+            !replica_node__first_touch(r, r->now))
             return 0;
         return replica_node__on_credit(r, k, qty);
     }
@@ -900,13 +902,20 @@ static int replica_node__full(const struct nkey *k)
     return k->tokens >= replica_node_cap(k, k->share) - 1e-9;
 }
 
-/* Idle: the bucket is full again and nothing was asked for IDLE_AFTER_NS
- * (nor two intervals): the key is reported idle once, then dropped after
- * the grace. */
+/* Whether k is a slow key whose units went back with its idle report
+ * (replica_node__report). */
+static int replica_node__gave_back(const struct replica *r, const struct nkey *k)
+{
+    return (k->p.flags & NK_IDLE) && replica__slow(&k->p, r->interval) && k->tokens <= 0.0;
+}
+
+/* Idle: the bucket is full again (or its units went back with the idle
+ * report) and nothing was asked for IDLE_AFTER_NS (nor two intervals):
+ * the key is reported idle once, then dropped after the grace. */
 static int replica_node__idle(const struct replica *r, const struct nkey *k, int64_t now)
 {
     int64_t quiet = IDLE_AFTER_NS > 2 * r->interval ? IDLE_AFTER_NS : 2 * r->interval;
-    return replica_node__full(k) && now - k->last_req >= quiet;
+    return (replica_node__full(k) || replica_node__gave_back(r, k)) && now - k->last_req >= quiet;
 }
 
 /* Whether k is out of units and free units while its key is far enough
@@ -930,6 +939,21 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
     if (idle) {
         k->demand = 0.0F; /* what is left of the EWMA is history */
         k->acc = 0.0F;
+        /* A slow key's units go back with its idle report (the owner
+         * counts a node's reported tokens as held): a unit is seconds of
+         * its rate, and a node that held most of the burst when it fell
+         * quiet (its share had followed its demand) left the others
+         * drained until it dropped the key, the grace later, or longer if
+         * the report was lost (per-minute keys on 16 nodes of burst 5 at
+         * 0.8 of their limit with 10% loss: 0.969-0.988 of one central
+         * limiter over seeds 1-40; 0.994-1.003 over seeds 1-30 with
+         * this).  Not to an owner silent for two silence windows (a
+         * partition): what it holds may be all this side has.  Its next
+         * request is admitted on the free units of its last lease, or on
+         * credit once that lapsed (replica_node__use_note). */
+        if (replica__slow(&k->p, r->interval) && (k->p.flags & NK_LEASED) && k->leased_by != 0 &&
+            now - k->last_lease <= 2 * r->silence)
+            k->tokens = 0.0;
     }
     int contested = replica_node__contested(k);
     struct wire_report w = {
@@ -996,11 +1020,15 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
  * gives them back, or the cluster would lose up to a unit for every node
  * that touched the key and went quiet (a key of 10 a minute spread over
  * 16 nodes admitted 0.89 of one central limiter).  Sent only for a key a
- * settled owner leased; a lost message loses those units as before. */
+ * settled owner leased; a lost message loses those units as before.  A
+ * slow key that gave its units back with its idle report is told of too,
+ * holding none: if that report was lost, the owner still counts the units
+ * as held and the node's share as reserved until it hears more. */
 static void replica_node__gone(struct replica *r, struct table_entry *e)
 {
     struct nkey *k = nkey_of(e);
-    if (!(k->p.flags & NK_LEASED) || k->leased_by == 0 || k->tokens < 0.001)
+    if (!(k->p.flags & NK_LEASED) || k->leased_by == 0 ||
+        (k->tokens < 0.001 && !replica_node__gave_back(r, k)))
         return;
     uint32_t owner = replica_node_owner(r, k, table_entry_key(e), e->klen);
     struct wire_report w = {

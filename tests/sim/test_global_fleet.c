@@ -323,24 +323,25 @@ static void test_cold_start(void **state)
  * 0.98 of one central GCRA fed the same arrivals with up to 16 nodes and
  * 0.95 with 100, within 5% of it at ten times the limit with no key above
  * 1.25x, and every key stays within its envelope plus the bound (run). */
-static void spread_cell_period(int n, int64_t burst, double demand, double skew, double lo,
-                               double hi, int64_t period_s)
+static void spread_cell_period(int n, int64_t burst, double demand, double skew, double loss,
+                               double lo, double hi, int64_t period_s)
 {
     struct fs_cfg c;
     struct fs_result r;
-    char what[64];
+    char what[96];
     fs_default(&c, seed);
     c.n = n;
     c.burst = burst;
     c.demand = demand;
     c.skew = skew;
+    c.loss = loss;
     c.rate_lo = c.rate_hi = 10;
     if (period_s > 1) {
         c.period_ns = period_s * FS_SEC;
         c.seconds = 2 * period_s;
     }
-    snprintf(what, sizeof(what), "spread b%lld d%g s%g per %llds", (long long)burst, demand, skew,
-             (long long)period_s);
+    snprintf(what, sizeof(what), "spread b%lld d%g s%g loss %g per %llds", (long long)burst, demand,
+             skew, loss, (long long)period_s);
     run(&c, &r, what);
     assert_true(r.ratio >= lo);
     assert_true(r.ratio <= hi);
@@ -350,7 +351,7 @@ static void spread_cell_period(int n, int64_t burst, double demand, double skew,
 
 static void spread_cell(int n, int64_t burst, double demand, double skew, double lo, double hi)
 {
-    spread_cell_period(n, burst, demand, skew, lo, hi, 1);
+    spread_cell_period(n, burst, demand, skew, 0.0, lo, hi, 1);
 }
 
 static void test_spread_slice(void **state)
@@ -381,11 +382,28 @@ static void test_spread_slice(void **state)
 static void test_spread_minute_slice(void **state)
 {
     (void)state;
-    spread_cell_period(16, 5, 1.0, 0.0, 0.96, 2.0, 60);
-    spread_cell_period(5, 5, 1.0, 0.0, 0.96, 2.0, 60);
-    spread_cell_period(5, 16, 2.0, 0.0, 0.96, 2.0, 60);
-    spread_cell_period(16, 5, 10.0, 0.0, 0.95, 1.05, 60);
-    spread_cell_period(100, 1, 10.0, 0.0, 0.95, 1.06, 60);
+    spread_cell_period(16, 5, 1.0, 0.0, 0.0, 0.96, 2.0, 60);
+    spread_cell_period(5, 5, 1.0, 0.0, 0.0, 0.96, 2.0, 60);
+    spread_cell_period(5, 16, 2.0, 0.0, 0.0, 0.96, 2.0, 60);
+    spread_cell_period(16, 5, 10.0, 0.0, 0.0, 0.95, 1.05, 60);
+    spread_cell_period(100, 1, 10.0, 0.0, 0.0, 0.95, 1.06, 60);
+}
+
+/* Per-minute limits with 10% of the messages lost, under and at the
+ * limit: what the issue asks of every cell (0.98 of one central limiter
+ * up to 16 nodes, 0.95 at 100).  A node that held most of a slow key's
+ * burst when it fell quiet kept it until it dropped the key, and a lost
+ * idle report kept it counted as held longer still: 16 nodes of burst 5
+ * at 0.8 of the limit admitted 0.969-0.988 of the oracle over seeds 1-40,
+ * 100 nodes at the limit 0.941-0.969 over seeds 1-12.  Its idle report
+ * now gives its units back (replica_node__report): over seeds 1-30,
+ * 0.994-1.003, 0.999-1.007 at the limit, and 1.001-1.011. */
+static void test_spread_minute_loss(void **state)
+{
+    (void)state;
+    spread_cell_period(16, 5, 0.8, 0.0, 0.1, 0.98, 2.0, 60);
+    spread_cell_period(16, 5, 1.0, 0.0, 0.1, 0.98, 2.0, 60);
+    spread_cell_period(100, 5, 1.0, 0.0, 0.1, 0.95, 2.0, 60);
 }
 
 /* The other algorithms that can be global, 5 nodes x 100 keys. */
@@ -440,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_cold_start),
         cmocka_unit_test(test_spread_slice),
         cmocka_unit_test(test_spread_minute_slice),
+        cmocka_unit_test(test_spread_minute_loss),
         cmocka_unit_test(test_token_bucket),
         cmocka_unit_test(test_fixed_window),
         cmocka_unit_test(test_sliding_window),
