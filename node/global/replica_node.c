@@ -410,15 +410,22 @@ static int replica_node__params_equal(const struct rlimit *a, const struct algo_
            a->period_ns == b->period_ns && a->precision == b->precision;
 }
 
-/* The cluster's level as this node can tell: the owner's at the last
- * lease, less what this node admitted since, plus the refill since, less
- * what the other nodes' demand took meanwhile (their expected use: the
- * owner's level is an estimate a lease old, so this is too). */
-static double replica_node__level(const struct nkey *k, int64_t now)
+/* The cluster's level at now as this node projects it: the owner's at the
+ * last lease, less what this node admitted since, plus the refill since,
+ * less taken (units/ns) for what the other nodes are expected to use
+ * meanwhile (the owner's level is an estimate a lease old, so this is
+ * too). */
+static double replica_node__project(const struct nkey *k, int64_t now, double taken)
 {
     double dt = now > k->last_lease ? (double)(now - k->last_lease) : 0.0;
-    double lv =
-        (double)k->level + dt * (replica__rate(&k->p) - (double)k->others / (double)NUM_NS_PER_S);
+    return (double)k->level + dt * (replica__rate(&k->p) - taken);
+}
+
+/* The cluster's level as this node can tell: the other nodes take all
+ * their demand, and the level is at most the limit. */
+static double replica_node__level(const struct nkey *k, int64_t now)
+{
+    double lv = replica_node__project(k, now, (double)k->others / (double)NUM_NS_PER_S);
     double limit = (double)replica__limit(&k->p);
     return lv > limit ? limit : lv;
 }
@@ -430,9 +437,8 @@ static double replica_node__level_seen(const struct nkey *k, int64_t now)
 {
     if (!k->thin)
         return replica_node__level(k, now);
-    double dt = now > k->last_lease ? (double)(now - k->last_lease) : 0.0;
-    double others = (double)k->others / (double)NUM_NS_PER_S * (double)k->chance_q / 65535.0;
-    return (double)k->level + dt * (replica__rate(&k->p) - others);
+    return replica_node__project(
+        k, now, (double)k->others / (double)NUM_NS_PER_S * (double)k->chance_q / 65535.0);
 }
 
 /* The level a refusal's retry_after counts on: as replica_node__level_seen,
@@ -443,10 +449,7 @@ static double replica_node__level_seen(const struct nkey *k, int64_t now)
  * time is due). */
 static double replica_node__level_retry(const struct nkey *k, int64_t now)
 {
-    if (k->thin)
-        return replica_node__level_seen(k, now);
-    double dt = now > k->last_lease ? (double)(now - k->last_lease) : 0.0;
-    return (double)k->level + dt * replica__rate(&k->p);
+    return k->thin ? replica_node__level_seen(k, now) : replica_node__project(k, now, 0.0);
 }
 
 /* Whether a draw with these odds (0..1) refuses; a refusal is counted. */
@@ -581,7 +584,6 @@ int replica_node_decide(struct replica *r, const char *key, size_t klen,
     struct table_entry *e = table_find(r->nodes, key, klen);
     struct nkey *k;
     if (e == NULL) {
-        size_t before = table_count(r->nodes);
         struct table_stats ts0, ts1;
         table_get_stats(r->nodes, &ts0);
         int rc = table_insert(r->nodes, key, klen, sizeof(struct nkey), 0, now_ns, &e);
@@ -592,7 +594,6 @@ int replica_node_decide(struct replica *r, const char *key, size_t klen,
         }
         table_get_stats(r->nodes, &ts1);
         r->st.evicted += ts1.evicted - ts0.evicted;
-        (void)before;
         k = nkey_of(e);
         k->idx = (uint32_t)r->nnk;
         if (replica_push(&r->nk, &r->nnk, &r->capnk, e) != 0) {
