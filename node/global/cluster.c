@@ -182,6 +182,7 @@ static void cluster__on_direct(void *ud, const char *from, const uint8_t *msg, s
         m = malloc(sizeof(*m) + len);
     if (m == NULL) {
         (void)replica_receive(c->r, from, msg, len, cluster_now_ns(c)); /* bad ones are counted */
+        replica_flush(c->r);
         return;
     }
     m->next = NULL;
@@ -214,6 +215,7 @@ static void cluster__rx_apply(struct cluster *c)
         if (uv_hrtime() - t0 >= RX_TURN_NS)
             break;
     }
+    replica_flush(c->r); /* what they made for other members, in shared batches */
 }
 
 static void cluster__rx_free(struct cluster *c)

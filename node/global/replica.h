@@ -120,7 +120,8 @@
 #include "policy.h"
 
 /* Sends one direct message to member `to`; 0 or negative (then dropped).
- * The replica calls it from replica_tick and replica_receive only. */
+ * The replica calls it from replica_tick, replica_receive and
+ * replica_flush only. */
 typedef int (*replica_send_fn)(void *ud, const char *to, const uint8_t *buf, size_t len);
 
 /* Units of p's limit that key used before it was a global key here (its
@@ -253,10 +254,16 @@ int replica_prompt_pending(const struct replica *r);
 /*
  * A direct message from member `from`.  A malformed one is counted and
  * dropped: -SLUICE_EPROTO / -SLUICE_EINVAL.  May send (leases) through the
- * send function.
+ * send function: the answer to an ask at once; the leases it sends to
+ * other members wait for replica_flush (or the next replica_tick), so
+ * that those of the messages received in one loop turn share batches.
  */
 int replica_receive(struct replica *r, const char *from, const uint8_t *buf, size_t len,
                     int64_t now_ns);
+
+/* Sends what the receives since the last call left waiting (and what a
+ * finished pass left).  Call it after the messages of a loop turn. */
+void replica_flush(struct replica *r);
 
 /* 1 once this life is past its young period (or got a lease from an owner
  * that knows the cluster). */

@@ -74,6 +74,8 @@
 #define SWEEP_MAX    16384
 #define REPORT_COST  2 /* a report built, in key visits */
 #define COMPUTE_COST 4 /* an owner's computation, in key visits */
+/* The longest an entry waits for its batch to fill (replica__flush). */
+#define BATCH_HOLD_NS 5000000
 /* Nobody is leased more than SPLIT_HEADROOM x its own demand (replica_owner_split). */
 #define SPLIT_HEADROOM 3.0
 
@@ -130,6 +132,9 @@ struct member {
      * tick or a receive fills them. */
     struct wire_writer out[2];
     uint8_t *outbuf[2];
+    int64_t out_at[2];  /* when each pending batch took its first entry */
+    uint8_t out_now[2]; /* it holds an entry to send at the end of this call */
+    uint8_t out_rx[2];  /* ... at the end of this loop turn (replica_flush) */
 };
 
 /* ---- node side: a key this node serves ---------------------------------- */
@@ -292,10 +297,13 @@ struct replica {
     size_t sweep, sweep_left;                /* node sweep: cursor into nk, visits left this pass */
     size_t osweep, osweep_left;              /* owner sweep: cursor into ok, visits left */
     int in_pass, sweep_all;                  /* sweep_all: the view changed, visit every key soon */
-    size_t budget;                           /* report bytes left in this pass */
-    int64_t every, oevery;                   /* report and refresh periods of quiet keys */
-    uint64_t nreps;                          /* owner records held (sum of okey.n) */
-    double ft_tokens; /* first touches on credit (replica_node__first_touch) */
+    int walking;           /* in a pass's walk: its entries wait for its end (replica__flush) */
+    int in_rx;             /* in replica_receive */
+    uint32_t answering;    /* the member whose ask is answered now (UINT32_MAX: none) */
+    size_t budget;         /* report bytes left in this pass */
+    int64_t every, oevery; /* report and refresh periods of quiet keys */
+    uint64_t nreps;        /* owner records held (sum of okey.n) */
+    double ft_tokens;      /* first touches on credit (replica_node__first_touch) */
     int64_t ft_last;
     struct replica__idxv prompt; /* node keys asking for a lease now (replica_node_ask) */
     double pr_tokens;            /* prompt reports this node may still send (PROMPT_RATE) */

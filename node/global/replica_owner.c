@@ -277,8 +277,11 @@ void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
     /* A node out of units and free units asks: answer now, not at this
      * owner's next tick (the lease goes out with this receive's batch); a
      * prompt report of this node's own (replica_node_prompt) too. */
-    if ((e->flags & WIRE_R_NEED) && (from != r->self || r->prompting))
+    if ((e->flags & WIRE_R_NEED) && (from != r->self || r->prompting)) {
+        r->answering = from; /* its lease goes out at once (replica__flush) */
         replica_owner__compute(r, te, r->now, from);
+        r->answering = UINT32_MAX;
+    }
 }
 
 /* Whether a reporter still speaks for itself: it reported within three of

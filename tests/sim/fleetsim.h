@@ -503,14 +503,21 @@ static inline void fs_run(struct fleetsim *s)
             last_view = s->now;
             s->view_dirty = 0;
         }
-        /* messages due */
+        /* messages due, and the batches they left waiting, as the
+         * daemon's loop flushes them after the messages of a turn */
+        int got = 0;
         while (s->nq > 0 && s->q[0].at <= s->now) {
             struct fs_msg m = fs_q_pop(s);
-            if (fs_reachable(s, m.from, m.to, s->now) && s->nd[m.to].r != NULL)
+            if (fs_reachable(s, m.from, m.to, s->now) && s->nd[m.to].r != NULL) {
                 replica_receive(s->nd[m.to].r, s->nd[m.from].name, m.buf, m.len,
                                 s->now + s->nd[m.to].offset);
+                got = 1;
+            }
             free(m.buf);
         }
+        for (int i = 0; got && i < s->c.n; i++)
+            if (s->nd[i].r != NULL)
+                replica_flush(s->nd[i].r);
         /* arrivals in this ms */
         size_t si = (size_t)((s->now / FS_MSEC) % FS_WHEEL);
         size_t cnt = s->slot_n[si];
