@@ -63,6 +63,9 @@ static void pump(void)
             replica_receive(net.r[m->to], net.name[m->from], m->buf, m->len, net.now);
     }
     net.nq = 0;
+    for (int i = 0; i < N; i++) /* as the daemon's loop, after a turn's messages */
+        if (net.r[i] != NULL)
+            replica_flush(net.r[i]);
 }
 
 static struct replica *mk(int i, int64_t young, size_t max_keys, int evict)
@@ -766,6 +769,61 @@ static void test_churn_10k_per_second(void **state)
     assert_true(st.gc_keys >= 100000);
 }
 
+/* A host clock that moves 0.2 ms at every reading: a pass's turn (0.5 ms
+ * of its clock) ends after a few dozen key visits, as on a loaded host. */
+static int64_t slow_clock(void *ud)
+{
+    int64_t *t = ud;
+    return *t += 200000;
+}
+
+/* A pass that runs over many loop turns sends its reports in full batches,
+ * not a small batch to every owner at the end of every turn: each batch
+ * costs a 26-byte header, and the lease that answers it another (100 nodes
+ * of 10,000 keys sent two or three entries a batch). */
+static void test_pass_batches_fill(void **state)
+{
+    (void)state;
+    int64_t host = 0;
+    for (int i = 0; i < N; i++) {
+        struct replica_config c = {0};
+        c.node_name = net.name[i];
+        c.life_id = 1000 + (uint64_t)i;
+        c.interval_ns = 100 * MS;
+        c.default_policy = POLICY_PARTITION_SHARE;
+        c.send = sendfn;
+        c.send_ud = (void *)(intptr_t)i;
+        c.clock = slow_clock;
+        c.clock_ud = &host;
+        assert_int_equal(replica_create(&net.r[i], &c, net.now), 0);
+    }
+    view(N);
+    run_ms(1000);
+    struct algo_params p = limit(100, 100, SEC);
+    char key[32];
+    for (int j = 0; j < 300; j++) {
+        snprintf(key, sizeof(key), "batch:%d", j);
+        ask(0, key, &p, 1);
+    }
+    run_ms(1000); /* every key leased, its first reports and prompts done */
+    struct replica_stats a, b;
+    replica_get_stats(net.r[0], &a);
+    for (int j = 0; j < 300; j++) {
+        snprintf(key, sizeof(key), "batch:%d", j);
+        assert_true(ask(0, key, &p, 1));
+    }
+    run_ms(100); /* one pass reports them all */
+    replica_get_stats(net.r[0], &b);
+    uint64_t entries = b.report_entries_sent - a.report_entries_sent;
+    uint64_t msgs = b.reports_sent - a.reports_sent;
+    uint64_t bytes = b.report_bytes_sent - a.report_bytes_sent;
+    fprintf(stderr, "  a pass's reports: %llu entries in %llu messages, %llu bytes\n",
+            (unsigned long long)entries, (unsigned long long)msgs, (unsigned long long)bytes);
+    /* About 200 go to the two other owners, in batches of up to 1200 bytes. */
+    assert_true(entries >= 150);
+    assert_true(msgs <= bytes / 1000 + 4);
+}
+
 /* Bad arguments change nothing. */
 static void test_bad_arguments(void **state)
 {
@@ -857,6 +915,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_max_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_keys_reclaimed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_churn_10k_per_second, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pass_batches_fill, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_window_part_below_a_unit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_impossible_quantity_not_demand, setup, teardown),
