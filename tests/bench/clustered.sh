@@ -13,7 +13,11 @@
 #   tests/bench/clustered.sh [BUILD_DIR]       (default build)
 # Environment: BENCH_SCALE multiplies the request counts (default 1:
 # 300,000 per round, about 2 minutes on 2 cores; 0.02 gives the smoke run);
-# CLUSTERED_SPACES (default "1000 100000 1000000").
+# CLUSTERED_SPACES (default "1000 100000 1000000"); CLUSTERED_ROUNDS
+# (default 3): rounds of each cell, the two daemons in turn and in
+# alternating order; a line of medians follows a cell's rounds (one round
+# of a pipelined cell lasts under a second, and on a shared 2-core host a
+# single one varies by a third).
 # This is a benchmark, not a test: it prints figures and exits 0.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +27,7 @@ build=${1:-build}
 BIN=$(cd "$build/bin" && pwd)
 SCALE=${BENCH_SCALE:-1}
 SPACES=${CLUSTERED_SPACES:-"1000 100000 1000000"}
+ROUNDS=${CLUSTERED_ROUNDS:-3}
 command -v redis-benchmark >/dev/null || { echo "clustered: redis-benchmark not found" >&2; exit 1; }
 
 TMP=$(mktemp -d /tmp/sluice-clustered.XXXXXX)
@@ -74,14 +79,40 @@ round() {
 echo "clustered node (node 1 of 3, owns about a third of its keys) vs standalone, same run"
 echo "redis-benchmark -c 50 -n $(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }') CL.THROTTLE key:__rand_int__ 15 30 60 1"
 printf '%-9s %-4s %11s %11s %8s %8s %8s %8s %9s %9s %8s %8s  %s\n' keys pipe clustered standalone p99_cl p99_st max_cl max_st turn_cl_us turn_st_us cpu_cl cpu_st ratio
+row() {
+  printf '%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9s %9s %8s %8s  ratio ops %.2f p99 %.2f\n' "$@" \
+    "$(awk -v a="$3" -v b="$4" 'BEGIN { print a / b }')" \
+    "$(awk -v a="$5" -v b="$6" 'BEGIN { print (b > 0 ? a / b : 0) }')"
+}
 for pipe in 1 16; do
   for space in $SPACES; do
-    read -r ca cp cm ct cc < <(round "$TMP/n1.sock" "$pipe" "$space")
-    read -r sa sp sm st sc < <(round "$TMP/alone.sock" "$pipe" "$space")
-    printf '%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9s %9s %8s %8s  ratio ops %.2f p99 %.2f\n' \
-      "$space" "$pipe" "$ca" "$sa" "$cp" "$sp" "$cm" "$sm" "$ct" "$st" "$cc" "$sc" \
-      "$(awk -v a="$ca" -v b="$sa" 'BEGIN { print a / b }')" \
-      "$(awk -v a="$cp" -v b="$sp" 'BEGIN { print (b > 0 ? a / b : 0) }')"
+    rows=()
+    for k in $(seq 1 "$ROUNDS"); do
+      if [ $((k % 2)) -eq 1 ]; then
+        read -r ca cp cm ct cc < <(round "$TMP/n1.sock" "$pipe" "$space")
+        read -r sa sp sm st sc < <(round "$TMP/alone.sock" "$pipe" "$space")
+      else
+        read -r sa sp sm st sc < <(round "$TMP/alone.sock" "$pipe" "$space")
+        read -r ca cp cm ct cc < <(round "$TMP/n1.sock" "$pipe" "$space")
+      fi
+      row "$space" "$pipe" "$ca" "$sa" "$cp" "$sp" "$cm" "$sm" "$ct" "$st" "$cc" "$sc"
+      rows+=("$ca $sa $cp $sp $cm $sm $ct $st $cc $sc")
+    done
+    if [ "$ROUNDS" -gt 1 ]; then
+      # The median of each column, and of each round's ratios.
+      printf '%s\n' "${rows[@]}" | awk -v sp="$space" -v pp="$pipe" '
+        function med(c,   n, i, j, t, v) {
+          n = 0
+          for (i = 1; i <= NR; i++) v[++n] = col[i, c]
+          for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+          return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+        }
+        { for (c = 1; c <= NF; c++) col[NR, c] = $c; col[NR, 11] = $1 / $2; col[NR, 12] = ($4 > 0 ? $3 / $4 : 0) }
+        END {
+          printf "%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9.0f %9.0f %8.0f %8.0f  median of %d: ratio ops %.2f p99 %.2f\n",
+            sp, pp, med(1), med(2), med(3), med(4), med(5), med(6), med(7), med(8), med(9), med(10), NR, med(11), med(12)
+        }'
+    fi
   done
 done
 redis-cli -s "$TMP/n1.sock" INFO cluster | tr -d '\r' | grep -E '^(global_keys|owned_keys|reports_sent|leases_sent):' | tr '\n' ' '
