@@ -654,11 +654,12 @@ static int commands__config(struct commands *cmds, struct server_client *c, size
         return SERVER_CONTINUE;
     }
     /* Redis's RESETSTAT zeroes its statistics; sluice's counters are
-     * totals a scrape takes differences of, so it forgets only the one
-     * maximum INFO shows: the longest loop turn. */
+     * totals a scrape takes differences of, so it forgets only the maxima
+     * INFO shows: the longest loop turn and replication slice. */
     if (argc == 2 && args_is(argv[1], argvlen[1], "RESETSTAT")) {
         if (c != NULL)
             server_reset_loop_max(server_client_server(c));
+        cluster_reset_max(cmds->cluster);
         resp_add_simple(out, "OK");
         return SERVER_CONTINUE;
     }

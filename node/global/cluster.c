@@ -12,6 +12,7 @@
 
 #include <sodium.h>
 
+#include "cputime.h"
 #include "gossip/gossip.h"
 #include "gossip/keyring.h"
 #include "gossip/uv.h"
@@ -52,6 +53,9 @@ struct cluster {
     uv_timer_t tick, leave;
     uv_idle_t slice;      /* the rest of a replica pass (replica_tick), a slice per loop turn */
     unsigned slice_turns; /* alternates received messages and the pass (on_slice) */
+    /* The longest stretch of replication work in one loop turn since the
+     * last cluster_reset_max (on_slice, on_tick): wall and thread CPU ns. */
+    uint64_t slice_max_ns, slice_max_cpu_ns;
     /* Replication messages waiting to be applied, oldest first (owned;
      * cluster__on_direct, cluster__rx_apply). */
     struct cluster_rx *rx_head, *rx_tail;
@@ -378,6 +382,19 @@ static void cluster__run_replica(struct cluster *c)
     cluster__reschedule(c);
 }
 
+/* Keeps the longest replication stretch (cluster_max_slice). */
+static void cluster__slice_end(struct cluster *c, uint64_t t0, uint64_t cpu0)
+{
+    uint64_t wall = uv_hrtime() - t0, cpu = cputime_thread_ns();
+    cpu = cpu > cpu0 ? cpu - cpu0 : 0;
+    if (wall > c->slice_max_ns)
+        c->slice_max_ns = wall;
+    if (cpu > c->slice_max_cpu_ns)
+        c->slice_max_cpu_ns = cpu;
+}
+
+static void cluster__slice(struct cluster *c);
+
 static void on_slice(uv_idle_t *h)
 {
     struct cluster *c = h->data;
@@ -385,6 +402,13 @@ static void on_slice(uv_idle_t *h)
         uv_idle_stop(h);
         return;
     }
+    uint64_t t0 = uv_hrtime(), cpu0 = cputime_thread_ns();
+    cluster__slice(c);
+    cluster__slice_end(c, t0, cpu0);
+}
+
+static void cluster__slice(struct cluster *c)
+{
     /* One slice of work a turn: received messages, or the pass, in turn
      * when both wait (each is bounded by its own budget, and a turn that
      * ran both, and a tick's start as well, kept clients waiting 1.5 ms). */
@@ -399,11 +423,20 @@ static void on_slice(uv_idle_t *h)
     cluster__run_replica(c);
 }
 
+static void cluster__tick(struct cluster *c);
+
 static void on_tick(uv_timer_t *t)
 {
     struct cluster *c = t->data;
     if (c->g == NULL)
         return;
+    uint64_t t0 = uv_hrtime(), cpu0 = cputime_thread_ns();
+    cluster__tick(c);
+    cluster__slice_end(c, t0, cpu0);
+}
+
+static void cluster__tick(struct cluster *c)
+{
     cluster__refresh_view(c);
     if (!replica_synced(c->r)) {
         /* A node new to the cluster (no past life of its name) has nothing
@@ -858,4 +891,18 @@ int cluster_failed(const struct cluster *c)
 int cluster_on_full_allow(const struct cluster *c)
 {
     return c != NULL && c->on_full_allow;
+}
+
+void cluster_max_slice(const struct cluster *c, uint64_t *wall_ns, uint64_t *cpu_ns)
+{
+    *wall_ns = c != NULL ? c->slice_max_ns : 0;
+    *cpu_ns = c != NULL ? c->slice_max_cpu_ns : 0;
+}
+
+void cluster_reset_max(struct cluster *c)
+{
+    if (c == NULL)
+        return;
+    c->slice_max_ns = 0;
+    c->slice_max_cpu_ns = 0;
 }

@@ -161,6 +161,13 @@ struct gossip_node *cluster_gossip(struct cluster *c);
 struct replica *cluster_replica(struct cluster *c);
 /* The global concurrency limits (global/slots.h); NULL for NULL c. */
 struct slots *cluster_slots(struct cluster *c);
+/* The longest stretch of replication work the loop ran in one go since
+ * the last cluster_reset_max (a slice of a pass, a turn's received
+ * messages, a tick), as wall time and as the loop thread's CPU time, in
+ * ns: what the replication adds to a turn (INFO's loop_max_turn_us is the
+ * whole turn, clients' requests included).  0 for a NULL cluster. */
+void cluster_max_slice(const struct cluster *c, uint64_t *wall_ns, uint64_t *cpu_ns);
+void cluster_reset_max(struct cluster *c);
 const char *cluster_node_name(const struct cluster *c);
 /* The advertised gossip address, "IP:PORT". */
 const char *cluster_address(const struct cluster *c);

@@ -1,26 +1,15 @@
 /* loopstat: the event loop's turn durations (see loopstat.h). */
 #include "loopstat.h"
 
-#include <time.h>
-
+#include "cputime.h"
 #include "sluice/error.h"
-
-/* The loop thread's CPU time in ns (0 if the clock cannot be read: the CPU
- * maximum then stays 0). */
-static uint64_t loopstat__cpu_ns(void)
-{
-    struct timespec ts;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void loopstat__on_prepare(uv_prepare_t *h)
 {
     struct loopstat *ls = h->data;
     uint64_t now = uv_hrtime();
     uint64_t idle = uv_metrics_idle_time(h->loop);
-    uint64_t cpu = loopstat__cpu_ns();
+    uint64_t cpu = cputime_thread_ns();
     if (ls->last_ns != 0) {
         /* The CPU the thread used over the same span (the poll's own
          * system call included, a few us): a turn whose work is long but

@@ -254,6 +254,14 @@ def test_steady(c):
     assert "slots: %d" % c.n in out.stdout and len(slot_lines) == c.n, out.stdout
     print("ok: sluicectl key shows %d slots" % c.n)
 
+    # INFO cluster shows the longest stretch of replication work the node
+    # ran in one loop turn (wall and CPU); the load above made some.
+    with c.client(0) as r:
+        ci = r.info("cluster")
+    wall, cpu = ci["replication_max_slice_us"], ci["replication_max_slice_cpu_us"]
+    print("ok: longest replication slice %d us (%d us of CPU)" % (wall, cpu))
+    assert isinstance(wall, int) and isinstance(cpu, int) and cpu > 0 and wall > 0, ci
+
 
 def test_kill_restart(c):
     victim = 2
