@@ -70,7 +70,7 @@
  * every n / SWEEP_MAX intervals beyond). */
 #define TURN_VISITS  1024
 #define TURN_NS      500000 /* replica work per loop turn, by the clock (replica__timed) */
-#define TURN_CHECK   32     /* visits between two readings of the clock (replica__timed) */
+#define TURN_CHECK   8      /* visits between two readings of the clock (replica__timed) */
 #define SWEEP_MAX    16384
 #define REPORT_COST  2 /* a report built, in key visits */
 #define COMPUTE_COST 4 /* an owner's computation, in key visits */
@@ -291,8 +291,8 @@ struct replica {
         uint32_t *v;
         size_t n, cap;
     } hot, urgent, uwork, work, ohot, owork; /* urgent: due keys a pass's byte
-                                                budget left unreported, first in
-                                                the next (uwork) */
+                                                budget left unreported, next in
+                                                line once uwork is drained */
     size_t uwpos, wpos, owpos;               /* next entry of uwork / work / owork */
     size_t sweep, sweep_left;                /* node sweep: cursor into nk, visits left this pass */
     size_t osweep, osweep_left;              /* owner sweep: cursor into ok, visits left */
