@@ -176,10 +176,9 @@ void commands_cluster_info(struct cluster *cl, const struct readiness *ready, st
         info_str(t, "gossip_address", cluster_address(cl));
         info_str(t, "default_scope",
                  cluster_default_scope(cl) == POLICY_SCOPE_GLOBAL ? "global" : "local");
-        uint64_t wall, cpu;
-        cluster_max_slice(cl, &wall, &cpu);
-        info_u64(t, "replication_max_slice_us", wall / 1000u);
-        info_u64(t, "replication_max_slice_cpu_us", cpu / 1000u);
+        struct cluster_stats cs;
+        cluster_get_stats(cl, &cs);
+        info_counters(t, &cluster_counters, &cs);
     }
     if (g != NULL) {
         struct count_ctx x;

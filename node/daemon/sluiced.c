@@ -196,6 +196,7 @@ struct daemon_counters {
     struct commands_sl_stats sl;
     struct gossip_stats gossip;
     struct replica_stats replica;
+    struct cluster_stats cluster;
     struct metrics_keyed rls_keys[RLS_SERVICE_MAX_STATS + 1];
 };
 
@@ -316,6 +317,8 @@ static void sluiced__collect(void *ud, struct metrics_snapshot *s)
             s->ndrops++;
         }
         metrics_snapshot_add(s, 1, &counters_gossip, &x->gossip);
+        cluster_get_stats(d->cluster, &x->cluster);
+        metrics_snapshot_add(s, 1, &cluster_counters, &x->cluster);
     }
     if (cluster_slots(d->cluster) != NULL) {
         slots_get_stats(cluster_slots(d->cluster), &x->slots);

@@ -893,11 +893,23 @@ int cluster_on_full_allow(const struct cluster *c)
     return c != NULL && c->on_full_allow;
 }
 
-void cluster_max_slice(const struct cluster *c, uint64_t *wall_ns, uint64_t *cpu_ns)
+void cluster_get_stats(const struct cluster *c, struct cluster_stats *out)
 {
-    *wall_ns = c != NULL ? c->slice_max_ns : 0;
-    *cpu_ns = c != NULL ? c->slice_max_cpu_ns : 0;
+    out->replication_max_slice_us = c != NULL ? c->slice_max_ns / 1000u : 0;
+    out->replication_max_slice_cpu_us = c != NULL ? c->slice_max_cpu_ns / 1000u : 0;
 }
+
+static const struct counter_row cluster__rows[] = {
+    COUNTER_ROW(struct cluster_stats, replication_max_slice_us, "replication_max_slice_us",
+                "replication_max_slice_microseconds", COUNTER_GAUGE,
+                "The longest stretch of replication work in one event loop turn since start or "
+                "CONFIG RESETSTAT, in us."),
+    COUNTER_ROW(struct cluster_stats, replication_max_slice_cpu_us, "replication_max_slice_cpu_us",
+                "replication_max_slice_cpu_microseconds", COUNTER_GAUGE,
+                "The most CPU time one stretch of replication work used since start or CONFIG "
+                "RESETSTAT, in us."),
+};
+const struct counter_table cluster_counters = COUNTER_TABLE(cluster__rows);
 
 void cluster_reset_max(struct cluster *c)
 {

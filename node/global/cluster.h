@@ -34,6 +34,7 @@
 #include <uv.h>
 
 #include "algo.h"
+#include "counter.h"
 #include "policy.h"
 
 struct cluster;
@@ -162,11 +163,17 @@ struct replica *cluster_replica(struct cluster *c);
 /* The global concurrency limits (global/slots.h); NULL for NULL c. */
 struct slots *cluster_slots(struct cluster *c);
 /* The longest stretch of replication work the loop ran in one go since
- * the last cluster_reset_max (a slice of a pass, a turn's received
- * messages, a tick), as wall time and as the loop thread's CPU time, in
- * ns: what the replication adds to a turn (INFO's loop_max_turn_us is the
- * whole turn, clients' requests included).  0 for a NULL cluster. */
-void cluster_max_slice(const struct cluster *c, uint64_t *wall_ns, uint64_t *cpu_ns);
+ * start or the last cluster_reset_max (a slice of a pass, a turn's
+ * received messages, a tick), as wall time and as the loop thread's CPU
+ * time: what the replication adds to a turn (loop_max_turn_us is the whole
+ * turn, clients' requests included). */
+struct cluster_stats {
+    uint64_t replication_max_slice_us, replication_max_slice_cpu_us;
+};
+/* Its counter table (INFO's "# Cluster", /metrics). */
+extern const struct counter_table cluster_counters;
+/* Fills *out; zeroes for a NULL cluster. */
+void cluster_get_stats(const struct cluster *c, struct cluster_stats *out);
 void cluster_reset_max(struct cluster *c);
 const char *cluster_node_name(const struct cluster *c);
 /* The advertised gossip address, "IP:PORT". */

@@ -80,10 +80,14 @@ static void replica__flush_one(struct replica *r, uint32_t id, int t)
 
 /* Sends the pending batches that are due.  An entry waits for its batch to
  * fill only where that costs no answer its time:
- *  - a pass's walk (r->walking) runs over several loop turns; its entries
+ *  - a pass's walk (r->walking) runs over several loop turns; its reports
  *    wait for the end of the pass, and batches sent at the end of every
  *    turn carried two or three entries, so each 26-byte batch header
- *    weighed as much as its entries (100 nodes x 10,000 keys, 10% loss);
+ *    weighed as much as its entries (100 nodes x 10,000 keys, 10% loss).
+ *    Its leases go at the end of the turn: a lease held over turns reaches
+ *    its node after its owner has counted reports that spent its level
+ *    (the likely cause of one failure of integration_test_cluster_sl, a
+ *    node that admitted a spent unit of a key of one an hour);
  *  - the leases a receive sends to members other than the asker it
  *    answers (shares that shrank, notices) wait for replica_flush, which
  *    the caller runs after the messages of one loop turn, so answers to
@@ -137,7 +141,7 @@ int replica_append(struct replica *r, uint32_t id, int t, uint64_t life,
             return -SLUICE_ENOMEM;
         int rc = t == 0 ? wire_add_report(w, rep) : wire_add_lease(w, lease);
         if (rc != -SLUICE_ETOOBIG) {
-            if (rc == 0 && !r->walking) {
+            if (rc == 0 && !(t == 0 && r->walking)) {
                 if (r->in_rx && t == 1 && id != r->answering)
                     r->mem[id].out_rx[t] = 1;
                 else
