@@ -700,7 +700,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
         (r->sweep_left == 0 || r->nnk == 0) && r->owpos >= r->owork.n &&
         (r->osweep_left == 0 || r->nok == 0))
         r->in_pass = 0;
-    replica__flush(r, r->in_pass ? FLUSH_TURN : FLUSH_ALL);
+    replica_flush(r);
 }
 
 void replica_flush(struct replica *r)
