@@ -74,6 +74,10 @@
 #define SWEEP_MAX    16384
 #define REPORT_COST  2 /* a report built, in key visits */
 #define COMPUTE_COST 4 /* an owner's computation, in key visits */
+/* A pass's slice also lasts at most 1 / TURN_SHARE of the time since the
+ * previous slice ended, and TURN_MIN_NS at least (replica_tick). */
+#define TURN_SHARE  4
+#define TURN_MIN_NS 50000
 /* The longest an entry waits for its batch to fill (replica__flush). */
 #define BATCH_HOLD_NS 5000000
 /* Nobody is leased more than SPLIT_HEADROOM x its own demand (replica_owner_split). */
@@ -263,6 +267,7 @@ struct replica {
     void *carry_ud;
     replica_clock_fn clock; /* replica__timed */
     void *clock_ud;
+    int64_t slice_end, slice_ns; /* the clock at the last slice's end; this slice's length */
 
     struct member *mem;
     size_t nmem, capmem;

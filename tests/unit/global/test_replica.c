@@ -824,6 +824,62 @@ static void test_pass_batches_fill(void **state)
     assert_true(msgs <= bytes / 1000 + 4);
 }
 
+/* A host clock that moves 5 us at every reading (eight key visits). */
+static int64_t visit_clock(void *ud)
+{
+    int64_t *t = ud;
+    return *t += 5000;
+}
+
+/* A pass behind its keys (20,000 new ones at once) takes a slice of each
+ * loop turn: between turns of 1 ms of clients' work, a quarter of that
+ * (TURN_SHARE), not TURN_NS, or a clustered node under load gives a third
+ * of its time to the replication; on an idle loop, a whole TURN_NS.  The
+ * pass still ends. */
+static void test_pass_slice_shares_the_loop(void **state)
+{
+    (void)state;
+    int64_t host = 0;
+    struct replica_config c = {0};
+    c.node_name = net.name[0];
+    c.life_id = 1000;
+    c.interval_ns = 100 * MS;
+    c.default_policy = POLICY_PARTITION_SHARE;
+    c.send = sendfn;
+    c.send_ud = (void *)(intptr_t)0;
+    c.clock = visit_clock;
+    c.clock_ud = &host;
+    assert_int_equal(replica_create(&net.r[0], &c, net.now), 0);
+    view(1);
+    run_ms(1000);
+    struct algo_params p = limit(100, 100, SEC);
+    char key[32];
+    for (int j = 0; j < 20000; j++) {
+        snprintf(key, sizeof(key), "slice:%d", j);
+        assert_true(ask(0, key, &p, 1));
+    }
+    net.now += 100 * MS; /* the next pass is due */
+    int64_t longest_busy = 0, longest_idle = 0;
+    int turns = 0;
+    for (; turns < 10000 && net.now >= replica_next_deadline(net.r[0]); turns++) {
+        int idle = turns % 10 == 9; /* every tenth turn follows 50 ms of quiet */
+        host += idle ? 50 * MS : 1 * MS;
+        int64_t before = host;
+        replica_tick(net.r[0], net.now);
+        int64_t took = host - before;
+        if (idle && took > longest_idle)
+            longest_idle = took;
+        if (!idle && took > longest_busy)
+            longest_busy = took;
+        pump();
+    }
+    fprintf(stderr, "  %d turns; longest slice %lld us after 1 ms, %lld us after 50 ms\n", turns,
+            (long long)(longest_busy / 1000), (long long)(longest_idle / 1000));
+    assert_true(turns < 10000);          /* the pass ended */
+    assert_true(longest_busy <= 300000); /* a quarter of 1 ms, and a reading or two */
+    assert_true(longest_idle >= 400000); /* the loop had time: a whole slice */
+}
+
 /* Bad arguments change nothing. */
 static void test_bad_arguments(void **state)
 {
@@ -916,6 +972,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idle_keys_reclaimed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_churn_10k_per_second, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pass_batches_fill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pass_slice_shares_the_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_window_part_below_a_unit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_impossible_quantity_not_demand, setup, teardown),
