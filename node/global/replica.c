@@ -640,10 +640,11 @@ void replica_tick(struct replica *r, int64_t now_ns)
     size_t left = TURN_VISITS;
     unsigned n = 0;
     int64_t t0 = r->clock != NULL ? r->clock(r->clock_ud) : 0;
-    /* A pass behind its keys (a million new keys a second come faster than
-     * it visits them) would otherwise take TURN_NS of every turn, and the
-     * shorter the clients' turns (server.c, TURN_BUDGET_NS), the more of the
-     * loop: a quarter of the time, as Redis's active expire cycle takes. */
+    /* A pass behind its keys (new keys coming faster than it visits them)
+     * would otherwise take TURN_NS of every turn, however short the
+     * clients' work in it (fifty clients unpipelined: a few hundred
+     * microseconds a turn): a quarter of the time at most, as Redis's
+     * active expire cycle takes. */
     r->slice_ns = TURN_NS;
     if (r->slice_end != 0 && (t0 - r->slice_end) / TURN_SHARE < TURN_NS)
         r->slice_ns = (t0 - r->slice_end) / TURN_SHARE > TURN_MIN_NS

@@ -52,18 +52,6 @@ _Static_assert(OUT_HARD_DEFAULT == 16 * 1024 * 1024,
  * kept unexecuted, the client stops being read, and it is executed at the
  * next turn (every such client at the next, so none waits more than one
  * turn behind the others). */
-/* Clients' input is executed for about TURN_BUDGET_NS of a loop turn
- * (by the clock, over the turns loopstat counts).  Past it, a client's read
- * is kept unexecuted as a second read is, and while any is kept every newly
- * read client queues behind it: the kept ones are executed at the turn's
- * end (server__on_hu_idle), first come first, one at least and more while
- * the turn's budget lasts.  The replication's work in a turn is bounded on
- * its own (replica.c) and not counted here: counted, a turn whose pass took
- * the budget would serve one client.  One read of each of fifty clients
- * pipelining 16 requests made a 2 ms turn on a standalone node and 3 to 4
- * ms on a clustered one, and nothing else (a gossip probe, a replication
- * message) was served meanwhile. */
-#define TURN_BUDGET_NS 1000000
 /* One log line per this many ms about clients closed over the budget. */
 #define MEM_LOG_INTERVAL_MS 10000
 /* The parser's arrays, per argument slot (struct resp_parser). */
@@ -127,10 +115,7 @@ struct server {
     struct closebudget closes;                   /* hang-ups closed this turn */
     uint64_t turn;                               /* loop turns since start (turn_end counts them) */
     struct server_client *held_head, *held_tail; /* read twice in a turn (FIFO) */
-    int deferring;        /* some were kept for TURN_BUDGET_NS: newcomers queue too */
-    uint64_t budget_turn; /* loop_stat.turns when client_ns began */
-    uint64_t client_ns;   /* clients' execution so far in that turn */
-    char *tcp_bind;       /* NULL: no TCP listener */
+    char *tcp_bind;                              /* NULL: no TCP listener */
     int tcp_open, tcp_port, tcp_loopback;
     char *path;
     unsigned mode;
@@ -812,24 +797,6 @@ static void server__client_hung_up(struct server_client *c)
     uv_idle_start(&s->hu_idle, server__on_hu_idle);
 }
 
-/* Clients' execution so far in the loop turn under way (TURN_BUDGET_NS);
- * 0 while the loop's turns are not counted. */
-static uint64_t server__client_ns(struct server *s)
-{
-    if (s->budget_turn != s->loop_stat.turns) {
-        s->budget_turn = s->loop_stat.turns;
-        s->client_ns = 0;
-    }
-    return s->loop_stat.started ? s->client_ns : 0;
-}
-
-/* Adds the time since t0 (uv_hrtime) to the turn's clients' execution. */
-static void server__charge(struct server *s, uint64_t t0)
-{
-    (void)server__client_ns(s);
-    s->client_ns += uv_hrtime() - t0;
-}
-
 static void server__on_hu_idle(uv_idle_t *h)
 {
     struct server *s = h->data;
@@ -839,25 +806,18 @@ static void server__on_hu_idle(uv_idle_t *h)
         server__client_close(c);
         server__client_release(c);
     }
-    /* Clients read twice last turn, or past its budget: their kept input
-     * now, each once, until the budget is spent (one client at least). */
+    /* Clients read twice last turn: their kept input now, each once. */
     struct server_client *last = s->held_tail;
-    int ran = 0;
     while (s->held_head != NULL) {
-        if (ran++ > 0 && server__client_ns(s) > TURN_BUDGET_NS)
-            break;
         struct server_client *c = s->held_head;
         server__client_unhold(c);
         c->read_turn = s->turn + 1; /* this turn's read */
-        uint64_t t0 = s->now_ns = uv_hrtime();
+        s->now_ns = uv_hrtime();
         server__client_resume(c); /* executes its input, reads it again */
         server__client_settle(c);
-        server__charge(s, t0);
         if (c == last)
             break;
     }
-    if (s->held_head == NULL)
-        s->deferring = 0;
     if (s->hu_head == NULL && s->held_head == NULL)
         uv_idle_stop(h);
 }
@@ -899,14 +859,6 @@ static int server__client_hold(struct server_client *c, const char *data, size_t
     return 0;
 }
 
-/* Whether a client read now waits for the turn's end (TURN_BUDGET_NS). */
-static int server__over_budget(struct server *s)
-{
-    if (!s->deferring && server__client_ns(s) > TURN_BUDGET_NS)
-        s->deferring = 1;
-    return s->deferring;
-}
-
 static void server__on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     struct server_client *c = (struct server_client *)stream;
@@ -916,7 +868,7 @@ static void server__on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *
     }
     if (nread == 0)
         return;
-    uint64_t t0 = c->srv->now_ns = uv_hrtime();
+    c->srv->now_ns = uv_hrtime();
     c->last_ms = uv_now(c->srv->loop);
     const char *data;
     size_t len;
@@ -929,7 +881,7 @@ static void server__on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *
         len = c->inlen;
     }
     struct server *s = c->srv;
-    if (s->turn_init && (c->read_turn == s->turn + 1 || server__over_budget(s))) {
+    if (s->turn_init && c->read_turn == s->turn + 1) {
         (void)server__client_hold(c, data, len);
         return;
     }
@@ -942,7 +894,6 @@ static void server__on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *
     server__client_flush(c);
     server__client_resume(c);
     server__client_settle(c);
-    server__charge(s, t0);
 }
 
 /*

@@ -146,8 +146,7 @@ struct server_stats {
     uint64_t tcp_clients;               /* TCP clients connected now (gauge) */
     uint64_t tcp_evictions;             /* TCP clients closed for a newcomer over the cap */
     uint64_t tcp_timeouts;              /* TCP clients closed: no AUTH in time, or idle */
-    uint64_t
-        held_reads; /* client reads kept for the turn's end (one read a turn, TURN_BUDGET_NS) */
+    uint64_t held_reads;       /* client reads kept for the next loop turn (one read a turn) */
     uint64_t deferred_closes;  /* hung-up clients closed at a later turn (closebudget.h) */
     uint64_t loop_turns;       /* event loop turns measured (loopstat.h) */
     uint64_t loop_max_turn_us; /* the longest turn's work, in us, since start or CONFIG RESETSTAT */

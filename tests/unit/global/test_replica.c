@@ -833,9 +833,9 @@ static int64_t visit_clock(void *ud)
 
 /* A pass behind its keys (20,000 new ones at once) takes a slice of each
  * loop turn: between turns of 1 ms of clients' work, a quarter of that
- * (TURN_SHARE), not TURN_NS, or a clustered node under load gives a third
- * of its time to the replication; on an idle loop, a whole TURN_NS.  The
- * pass still ends. */
+ * (TURN_SHARE), not TURN_NS (a third of the loop, and more between the
+ * shorter turns of unpipelined clients); on an idle loop, a whole TURN_NS.
+ * The pass still ends. */
 static void test_pass_slice_shares_the_loop(void **state)
 {
     (void)state;

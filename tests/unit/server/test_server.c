@@ -87,14 +87,6 @@ static int dispatch(void *ud, struct server_client *c, size_t argc, const char *
         bigs_done++;
         return SERVER_CONTINUE;
     }
-    if (argvlen[0] == 4 && memcmp(argv[0], "SPIN", 4) == 0 && argc == 2) {
-        /* Works ms milliseconds on the loop, then answers +SPUN. */
-        uint64_t until = uv_hrtime() + (uint64_t)strtoull(argv[1], NULL, 10) * 1000000u;
-        while (uv_hrtime() < until)
-            ;
-        resp_add_simple(out, "SPUN");
-        return SERVER_CONTINUE;
-    }
     if (argvlen[0] == 4 && memcmp(argv[0], "ECHO", 4) == 0 && argc == 2) {
         resp_add_bulk(out, argv[1], argvlen[1]);
         return SERVER_CONTINUE;
@@ -477,57 +469,6 @@ static void test_one_read_a_turn_per_client(void **state)
     stop_server(s);
 }
 
-/*
- * A loop turn executes clients' input for about a millisecond of work
- * (TURN_BUDGET_NS): four clients that each send a command of 2 ms of work
- * at once are served over several turns, at most one past the budget and
- * one kept from the turn before in each, and every client gets its
- * answers, in order.
- */
-static void test_turn_budget_spreads_clients_over_turns(void **state)
-{
-    struct server *s = start_server();
-    enum { CLIENTS = 4 };
-    int fd[CLIENTS];
-    for (int i = 0; i < CLIENTS; i++)
-        fd[i] = connect_client();
-    for (int i = 0; i < 20; i++) /* accepted before they send */
-        uv_run(&loop, UV_RUN_NOWAIT);
-    static const char req[] = "*2\r\n$4\r\nSPIN\r\n$1\r\n2\r\n*1\r\n$4\r\nPING\r\n";
-    static const char want[] = "+SPUN\r\n+PONG\r\n";
-    for (int i = 0; i < CLIENTS; i++)
-        assert_int_equal(send(fd[i], req, sizeof(req) - 1, 0), (ssize_t)(sizeof(req) - 1));
-    char got[CLIENTS][32];
-    size_t have[CLIENTS] = {0};
-    uint64_t before = 0;
-    int done = 0;
-    for (int turn = 0; turn < 1000 && done < CLIENTS; turn++) {
-        uv_run(&loop, UV_RUN_NOWAIT);
-        struct server_stats st;
-        server_get_stats(s, &st);
-        /* two clients' commands a turn at most: two SPINs, two PINGs */
-        assert_true(st.total_commands - before <= 4);
-        before = st.total_commands;
-        done = 0;
-        for (int i = 0; i < CLIENTS; i++) {
-            ssize_t n = recv(fd[i], got[i] + have[i], sizeof(got[i]) - have[i], MSG_DONTWAIT);
-            if (n > 0)
-                have[i] += (size_t)n;
-            done += have[i] >= sizeof(want) - 1;
-        }
-    }
-    for (int i = 0; i < CLIENTS; i++) {
-        assert_int_equal(have[i], sizeof(want) - 1);
-        assert_memory_equal(got[i], want, sizeof(want) - 1);
-        close(fd[i]);
-    }
-    struct server_stats st;
-    server_get_stats(s, &st);
-    assert_int_equal(st.total_commands, 2 * CLIENTS);
-    assert_true(st.held_reads >= CLIENTS - 2);
-    stop_server(s);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -539,7 +480,6 @@ int main(void)
         cmocka_unit_test(test_client_memory_budget_disconnects_heaviest),
         cmocka_unit_test(test_input_buffer_shrinks_after_large_request),
         cmocka_unit_test(test_one_read_a_turn_per_client),
-        cmocka_unit_test(test_turn_budget_spreads_clients_over_turns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
