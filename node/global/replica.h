@@ -131,7 +131,9 @@ typedef int64_t (*replica_carry_fn)(void *ud, const char *key, size_t klen,
                                     const struct algo_params *p);
 
 /* The host's monotonic clock in ns, read while a pass runs to end its turn
- * on time.  Optional (a simulator passes none: its turns end by count). */
+ * on time: half a millisecond at most, and a quarter of the time since its
+ * previous turn ended.  Optional (a simulator passes none: its turns end by
+ * count). */
 typedef int64_t (*replica_clock_fn)(void *ud);
 
 struct replica_config {

@@ -777,6 +777,21 @@ static int64_t slow_clock(void *ud)
     return *t += 200000;
 }
 
+/* Replica i on a host clock the test moves through clock (replica__timed). */
+static void mk_clocked(int i, replica_clock_fn clock, int64_t *host)
+{
+    struct replica_config c = {0};
+    c.node_name = net.name[i];
+    c.life_id = 1000 + (uint64_t)i;
+    c.interval_ns = 100 * MS;
+    c.default_policy = POLICY_PARTITION_SHARE;
+    c.send = sendfn;
+    c.send_ud = (void *)(intptr_t)i;
+    c.clock = clock;
+    c.clock_ud = host;
+    assert_int_equal(replica_create(&net.r[i], &c, net.now), 0);
+}
+
 /* A pass that runs over many loop turns sends its reports in full batches,
  * not a small batch to every owner at the end of every turn: each batch
  * costs a 26-byte header, and the lease that answers it another (100 nodes
@@ -785,18 +800,8 @@ static void test_pass_batches_fill(void **state)
 {
     (void)state;
     int64_t host = 0;
-    for (int i = 0; i < N; i++) {
-        struct replica_config c = {0};
-        c.node_name = net.name[i];
-        c.life_id = 1000 + (uint64_t)i;
-        c.interval_ns = 100 * MS;
-        c.default_policy = POLICY_PARTITION_SHARE;
-        c.send = sendfn;
-        c.send_ud = (void *)(intptr_t)i;
-        c.clock = slow_clock;
-        c.clock_ud = &host;
-        assert_int_equal(replica_create(&net.r[i], &c, net.now), 0);
-    }
+    for (int i = 0; i < N; i++)
+        mk_clocked(i, slow_clock, &host);
     view(N);
     run_ms(1000);
     struct algo_params p = limit(100, 100, SEC);
@@ -840,16 +845,7 @@ static void test_pass_slice_shares_the_loop(void **state)
 {
     (void)state;
     int64_t host = 0;
-    struct replica_config c = {0};
-    c.node_name = net.name[0];
-    c.life_id = 1000;
-    c.interval_ns = 100 * MS;
-    c.default_policy = POLICY_PARTITION_SHARE;
-    c.send = sendfn;
-    c.send_ud = (void *)(intptr_t)0;
-    c.clock = visit_clock;
-    c.clock_ud = &host;
-    assert_int_equal(replica_create(&net.r[0], &c, net.now), 0);
+    mk_clocked(0, visit_clock, &host);
     view(1);
     run_ms(1000);
     struct algo_params p = limit(100, 100, SEC);
