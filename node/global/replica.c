@@ -475,11 +475,11 @@ static size_t replica__cost(int v, size_t left)
  * alone let a turn run 10 ms over 100,000 keys on a loaded host, where
  * Redis's active expire cycle stops at its time limit, and a reading every
  * 32 visits let a slice run 0.4 ms past TURN_NS at a million keys). */
-static size_t replica__timed(struct replica *r, size_t left, unsigned *n, int64_t t0)
+static size_t replica__timed(struct replica *r, size_t left, unsigned *n, int64_t until)
 {
     if (left == 0 || r->clock == NULL || (++*n % TURN_CHECK) != 0)
         return left;
-    return r->clock(r->clock_ud) - t0 >= r->slice_ns ? 0 : left;
+    return r->clock(r->clock_ud) >= until ? 0 : left;
 }
 
 /* Prefetching in the pass's loops.  At a million keys each visit's key is
@@ -645,11 +645,8 @@ void replica_tick(struct replica *r, int64_t now_ns)
      * clients' work in it (fifty clients unpipelined: a few hundred
      * microseconds a turn): a quarter of the time at most, as Redis's
      * active expire cycle takes. */
-    r->slice_ns = TURN_NS;
-    if (r->slice_end != 0 && (t0 - r->slice_end) / TURN_SHARE < TURN_NS)
-        r->slice_ns = (t0 - r->slice_end) / TURN_SHARE > TURN_MIN_NS
-                          ? (t0 - r->slice_end) / TURN_SHARE
-                          : TURN_MIN_NS;
+    int64_t slice = r->slice_end != 0 ? (t0 - r->slice_end) / TURN_SHARE : TURN_NS;
+    int64_t until = t0 + (slice > TURN_NS ? TURN_NS : slice < TURN_MIN_NS ? TURN_MIN_NS : slice);
     r->walking = 1;
     /* Starved keys while the budget lasts; the rest wait their turn. */
     while (left > 0 && r->budget > 0 && r->uwpos < r->uwork.n) {
@@ -661,7 +658,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
             left = replica__cost(replica_node_visit(r, i, now), left);
         else
             left--;
-        left = replica__timed(r, left, &n, t0);
+        left = replica__timed(r, left, &n, until);
     }
     while (left > 0 && r->wpos < r->work.n) {
         replica__prefetch_q(r->nk, r->nnk, &r->work, r->wpos);
@@ -670,7 +667,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
             left = replica__cost(replica_node_visit(r, i, now), left);
         else
             left--;
-        left = replica__timed(r, left, &n, t0);
+        left = replica__timed(r, left, &n, until);
     }
     while (left > 0 && r->sweep_left > 0 && r->nnk > 0) {
         if (r->sweep >= r->nnk)
@@ -680,7 +677,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
         int v = 0;
         if (!(nkey_of(r->nk[r->sweep])->p.flags & NK_HOT)) /* else its own visit comes */
             v = replica_node_visit(r, r->sweep, now);
-        left = replica__timed(r, replica__cost(v, left), &n, t0);
+        left = replica__timed(r, replica__cost(v, left), &n, until);
         if (v != VISIT_DROPPED)
             r->sweep++;
     }
@@ -691,7 +688,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
             left = replica__ocost(replica_owner_visit(r, i, now), left);
         else
             left--;
-        left = replica__timed(r, left, &n, t0);
+        left = replica__timed(r, left, &n, until);
     }
     while (left > 0 && r->osweep_left > 0 && r->nok > 0) {
         if (r->osweep >= r->nok)
@@ -701,7 +698,7 @@ void replica_tick(struct replica *r, int64_t now_ns)
         int ov = 0;
         if (!(okey_of(r->ok[r->osweep])->p.flags & OK_QUEUED))
             ov = replica_owner_visit(r, r->osweep, now);
-        left = replica__timed(r, replica__ocost(ov, left), &n, t0);
+        left = replica__timed(r, replica__ocost(ov, left), &n, until);
         if (ov != OV_DROPPED)
             r->osweep++;
     }

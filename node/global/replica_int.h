@@ -267,7 +267,7 @@ struct replica {
     void *carry_ud;
     replica_clock_fn clock; /* replica__timed */
     void *clock_ud;
-    int64_t slice_end, slice_ns; /* the clock at the last slice's end; this slice's length */
+    int64_t slice_end; /* the clock at the last pass slice's end (replica_tick) */
 
     struct member *mem;
     size_t nmem, capmem;
