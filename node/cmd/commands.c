@@ -83,6 +83,23 @@ static int commands__reply_arity(struct resp_buf *out, const char *name)
 
 #define CELL_ERR "Cell error: Store error: "
 
+void commands_hint(void *ud, size_t argc, const char **argv, const size_t *argvlen, int stage,
+                   uint32_t *state)
+{
+    struct commands *cmds = ud;
+    if ((argc != 5 && argc != 6) || argvlen[0] != 11 ||
+        strncasecmp(argv[0], "cl.throttle", 11) != 0 || argvlen[1] == 0 ||
+        argvlen[1] > cmds->max_key)
+        return;
+    struct decide d = {cmds->lim, cmds->cluster};
+    struct decide_req q = {.key = argv[1],
+                           .klen = argvlen[1],
+                           .pol =
+                               policy_set_match(limiter_policies(cmds->lim), argv[1], argvlen[1]),
+                           .scope = -1};
+    decide_prefetch(&d, &q, stage, state);
+}
+
 static int commands__throttle(struct commands *cmds, struct server_client *c, size_t argc,
                               const char **argv, const size_t *argvlen, struct resp_buf *out)
 {

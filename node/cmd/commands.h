@@ -59,6 +59,12 @@ struct commands;
 int commands_create(struct limiter *lim, const struct commands_config *cfg, struct commands **out);
 void commands_destroy(struct commands *cmds);
 
+/* A server_hint_fn: ud is the struct commands.  CL.THROTTLE's key is
+ * looked for ahead in the table that will decide it (decide_prefetch);
+ * other commands are not hinted. */
+void commands_hint(void *ud, size_t argc, const char **argv, const size_t *argvlen, int stage,
+                   uint32_t *state);
+
 /*
  * A server_dispatch_fn: ud is the struct commands.  c may be NULL (unit
  * tests): then client-specific commands answer an error and time is read

@@ -1193,6 +1193,8 @@ static int sluiced__start_listeners(struct daemon *d, struct daemon_options *o, 
      * have a deadline and are evicted first. */
     o->scfg.tcp_auth = o->ccfg.requirepass != NULL && o->ccfg.requirepass[0] != '\0';
     int rc = server_create(&d->loop, &o->scfg, commands_dispatch, d->cmds, &d->srv);
+    if (rc == 0)
+        server_set_hint(d->srv, commands_hint);
     if (rc == -SLUICE_EINVAL) {
         log_error("invalid socket path '%s' (empty, or longer than %zu bytes)", o->socket_path,
                   sizeof(((struct sockaddr_un *)0)->sun_path) - 1);

@@ -848,6 +848,11 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
     return rc;
 }
 
+void cluster_prefetch(const struct cluster *c, const char *key, size_t klen, int stage, uint32_t *h)
+{
+    replica_prefetch(c->r, key, klen, stage, h);
+}
+
 void cluster_note_demand(struct cluster *c, const char *key, size_t klen, int64_t qty)
 {
     replica_note_demand(c->r, key, klen, qty, cluster_now_ns(c));

@@ -128,6 +128,10 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
                           const struct algo_params *p, int64_t qty, int64_t now_ns,
                           struct algo_result *out);
 
+/* cluster_decide_global's look-ahead hint (replica_prefetch). */
+void cluster_prefetch(const struct cluster *c, const char *key, size_t klen, int stage,
+                      uint32_t *h);
+
 /* A global key's request refused by a check that did not decide through
  * cluster_decide_global (SL.MULTI's all-or-nothing peek, a charge the
  * replica could not admit): counted as demand so the key's owner leases by

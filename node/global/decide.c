@@ -32,6 +32,14 @@ int decide_is_global(const struct decide *d, const struct decide_req *q)
     return cluster_is_global(d->cl, q->pol, q->scope, kind);
 }
 
+void decide_prefetch(const struct decide *d, const struct decide_req *q, int stage, uint32_t *h)
+{
+    if (decide_is_global(d, q))
+        cluster_prefetch(d->cl, q->key, q->klen, stage, h);
+    else
+        limiter_prefetch(d->lim, q->key, q->klen, stage, h);
+}
+
 int64_t decide_clock(const struct decide *d, int global, int64_t now_ns)
 {
     return global ? cluster_clock_ns(d->cl, now_ns) : now_ns;

@@ -70,6 +70,11 @@ struct decide_req {
     int64_t at_ns;
 };
 
+/* A look-ahead hint for deciding q soon (server_hint_fn): the table that
+ * will decide it is asked for q's key, stage 0 its bucket, stage 1 its
+ * entry; *h carries the hash between them.  Changes nothing. */
+void decide_prefetch(const struct decide *d, const struct decide_req *q, int stage, uint32_t *h);
+
 /* 1 when q's key is decided by the cluster (cluster_is_global on its
  * policy, scope and algorithm).  Never fails. */
 int decide_is_global(const struct decide *d, const struct decide_req *q);

@@ -367,6 +367,14 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
     return replica_node_decide(r, key, klen, p, pol, qty, now_ns, out);
 }
 
+void replica_prefetch(const struct replica *r, const char *key, size_t klen, int stage, uint32_t *h)
+{
+    if (stage == 0)
+        *h = table_prefetch(r->nodes, key, klen);
+    else
+        table_prefetch_chain(r->nodes, *h);
+}
+
 void replica_note_demand(struct replica *r, const char *key, size_t klen, int64_t qty,
                          int64_t now_ns)
 {

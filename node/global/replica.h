@@ -231,6 +231,13 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
                      enum policy_partition pol, int64_t qty, int64_t now_ns,
                      struct algo_result *out);
 
+/* A look-ahead hint for a decision on key soon (server_hint_fn): stage 0
+ * asks the cache for its bucket in the node's key table and keeps the hash
+ * in *h, stage 1 for the first entry of that bucket's chain.  Changes
+ * nothing. */
+void replica_prefetch(const struct replica *r, const char *key, size_t klen, int stage,
+                      uint32_t *h);
+
 /* Counts qty units asked for key (held here) that a caller refused without
  * deciding through replica_throttle (SL.MULTI's all-or-nothing check), so
  * that the demand the key's owner splits by includes them.  No-op for a key

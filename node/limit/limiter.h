@@ -84,6 +84,12 @@ int limiter_throttle(struct limiter *lim, const char *key, size_t klen, int64_t 
                      int64_t count, int64_t period_s, int64_t quantity, int64_t now_ns,
                      struct limiter_throttle_result *out);
 
+/* A look-ahead hint for a decision on key soon (server_hint_fn): stage 0
+ * asks the cache for its bucket and keeps the hash in *h, stage 1 for the
+ * first entry of its chain.  Changes nothing. */
+void limiter_prefetch(const struct limiter *lim, const char *key, size_t klen, int stage,
+                      uint32_t *h);
+
 /* CL.THROTTLE's inline GCRA limit (no policy matched) answered in
  * nanoseconds (struct algo_result), for a caller that words the reply itself
  * (the decision entry, global/decide.h): limiter_throttle's fast path, its

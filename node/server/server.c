@@ -143,6 +143,7 @@ struct server {
     int mem_logged;
     uint64_t mem_unlogged, mem_unlogged_bytes, mem_unlogged_largest;
     server_dispatch_fn dispatch;
+    server_hint_fn hint;
     void *ud;
     struct server_client *clients;
     uint64_t next_id;
@@ -239,6 +240,11 @@ int server_create(uv_loop_t *loop, const struct server_config *cfg, server_dispa
 const char *server_error(const struct server *s)
 {
     return s->err;
+}
+
+void server_set_hint(struct server *s, server_hint_fn hint)
+{
+    s->hint = hint;
 }
 
 void server_get_stats(const struct server *s, struct server_stats *out)
@@ -669,20 +675,106 @@ static int server__client_paused(const struct server_client *c)
 }
 
 /*
+ * Look-ahead (server_hint_fn).  Pipelined commands are parsed a window of
+ * AHEAD_CMDS at a time (a command of more than AHEAD_ARGS arguments ends
+ * the window and runs after it), and while command i runs the hint has
+ * asked for the bucket of command i + AHEAD_BUCKET and the entry of command
+ * i + AHEAD_ENTRY.  A command takes a microsecond or so, time enough for a
+ * cache miss to arrive; asking for a whole window's buckets and then their
+ * entries in two tight loops did not help a daemon at a million keys, as
+ * the first entries' buckets were still on their way.
+ */
+#define AHEAD_CMDS   16
+#define AHEAD_ARGS   8
+#define AHEAD_BUCKET 4
+#define AHEAD_ENTRY  2
+
+/* One command of a window: its arguments (pointing into the client's
+ * input, which stays put while the window runs), the offset just past it,
+ * and the hint's state for it. */
+struct server__ahead {
+    size_t argc, end;
+    const char *argv[AHEAD_ARGS];
+    size_t argvlen[AHEAD_ARGS];
+    uint32_t hint;
+};
+
+/* Runs one command; returns 0 when it paused the client. */
+static int server__client_run(struct server_client *c, size_t argc, const char **argv,
+                              const size_t *argvlen)
+{
+    struct server *s = c->srv;
+    s->stats.total_commands++;
+    if (s->dispatch(s->ud, c, argc, argv, argvlen, &c->out) == SERVER_CLOSE_AFTER_REPLY)
+        c->close_after_reply = 1;
+    return !server__client_paused(c);
+}
+
+/*
  * Executes the complete commands in buf[0..len) until the input runs out or
- * the client pauses; returns the bytes consumed.
+ * the client pauses; returns the bytes consumed.  A command that pauses the
+ * client ends its window: the bytes after it are parsed again when the
+ * client resumes, so the parser forgets what it read past it.  A framing
+ * error is answered after the commands before it ran, and the rest of the
+ * input is dropped.
  */
 static size_t server__client_execute(struct server_client *c, const char *buf, size_t len)
 {
     struct server *s = c->srv;
+    struct server__ahead w[AHEAD_CMDS];
     size_t pos = 0;
     c->executing = 1;
     s->depth++;
     while (pos < len && !server__client_paused(c)) {
         struct resp_cmd cmd;
-        int rc = resp_parse(&c->parser, buf + pos, len - pos, &cmd);
-        if (rc == 0)
+        size_t n = 0, p = pos;
+        int rc = 1, direct = 0;
+        while (n < AHEAD_CMDS && p < len) {
+            rc = resp_parse(&c->parser, buf + p, len - p, &cmd);
+            if (rc <= 0)
+                break;
+            p += cmd.consumed;
+            if (cmd.argc == 0)
+                continue;
+            if (cmd.argc > AHEAD_ARGS) {
+                direct = 1; /* runs after the window, from the parser's arrays */
+                break;
+            }
+            w[n].argc = cmd.argc;
+            w[n].end = p;
+            memcpy(w[n].argv, cmd.argv, cmd.argc * sizeof(cmd.argv[0]));
+            memcpy(w[n].argvlen, cmd.argvlen, cmd.argc * sizeof(cmd.argvlen[0]));
+            n++;
+        }
+        server_hint_fn hint = n > 1 ? s->hint : NULL;
+        for (size_t j = 0; hint != NULL && j < n && j < AHEAD_BUCKET; j++)
+            hint(s->ud, w[j].argc, w[j].argv, w[j].argvlen, 0, &w[j].hint);
+        for (size_t j = 0; hint != NULL && j < n && j < AHEAD_ENTRY; j++)
+            hint(s->ud, w[j].argc, w[j].argv, w[j].argvlen, 1, &w[j].hint);
+        size_t i = 0;
+        for (; i < n; i++) {
+            if (hint != NULL && i + AHEAD_BUCKET < n) {
+                struct server__ahead *a = &w[i + AHEAD_BUCKET];
+                hint(s->ud, a->argc, a->argv, a->argvlen, 0, &a->hint);
+            }
+            if (hint != NULL && i + AHEAD_ENTRY < n) {
+                struct server__ahead *a = &w[i + AHEAD_ENTRY];
+                hint(s->ud, a->argc, a->argv, a->argvlen, 1, &a->hint);
+            }
+            if (!server__client_run(c, w[i].argc, w[i].argv, w[i].argvlen))
+                break;
+        }
+        if (i < n) { /* paused after w[i]: the rest is read again later */
+            pos = w[i].end;
+            resp_parser_reset(&c->parser);
             break;
+        }
+        if (direct) {
+            if (!server__client_run(c, cmd.argc, cmd.argv, cmd.argvlen)) {
+                pos = p;
+                break;
+            }
+        }
         if (rc < 0) {
             s->stats.protocol_errors++;
             log_debug("client %llu: %s", (unsigned long long)c->id, resp_parser_error(&c->parser));
@@ -693,13 +785,9 @@ static size_t server__client_execute(struct server_client *c, const char *buf, s
             s->depth--;
             return len; /* the rest is unframeable: drop it */
         }
-        pos += cmd.consumed;
-        if (cmd.argc == 0)
-            continue;
-        s->stats.total_commands++;
-        if (s->dispatch(s->ud, c, cmd.argc, cmd.argv, cmd.argvlen, &c->out) ==
-            SERVER_CLOSE_AFTER_REPLY)
-            c->close_after_reply = 1;
+        pos = p;
+        if (rc == 0)
+            break;
     }
     c->executing = 0;
     s->depth--;

@@ -2,7 +2,8 @@
  * The server's deferred replies: a command answered later (by a timer) keeps
  * its place among pipelined replies, further commands wait for it, and a
  * client that leaves (or a server that shuts down) while blocked cancels the
- * pending reply exactly once without leaking.
+ * pending reply exactly once without leaking.  Pipelined commands are looked
+ * at ahead (server_hint_fn) and still run once each, in order.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -469,6 +470,106 @@ static void test_one_read_a_turn_per_client(void **state)
     stop_server(s);
 }
 
+/* ---- look-ahead ------------------------------------------------------- */
+
+#define AHEAD_KEYS 64
+static int hinted[AHEAD_KEYS][2]; /* ECHO k: stage 0 and 1 seen */
+static int ran_hinted, ran_alone, hint_order_bad;
+
+/* Records which ECHO keys were hinted; stage 1 must follow stage 0. */
+static void hint(void *ud, size_t argc, const char **argv, const size_t *argvlen, int stage,
+                 uint32_t *state)
+{
+    (void)ud;
+    if (argc != 2 || argvlen[0] != 4 || memcmp(argv[0], "ECHO", 4) != 0)
+        return;
+    int k = atoi(argv[1]);
+    if (k < 0 || k >= AHEAD_KEYS)
+        return;
+    if (stage == 0)
+        *state = (uint32_t)k + 1;
+    else if (*state != (uint32_t)k + 1 || !hinted[k][0])
+        hint_order_bad++;
+    hinted[k][stage]++;
+}
+
+static int ahead_dispatch(void *ud, struct server_client *c, size_t argc, const char **argv,
+                          const size_t *argvlen, struct resp_buf *out)
+{
+    if (argc == 2 && argvlen[0] == 4 && memcmp(argv[0], "ECHO", 4) == 0) {
+        int k = atoi(argv[1]);
+        if (k >= 0 && k < AHEAD_KEYS) {
+            if (hinted[k][0] >= 1 && hinted[k][1] >= 1)
+                ran_hinted++;
+            else
+                ran_alone++;
+        }
+    }
+    return dispatch(ud, c, argc, argv, argvlen, out);
+}
+
+/*
+ * A pipeline of ECHOs with a blocking command, a command too long for the
+ * look-ahead and a framing error in it: every command before the error is
+ * answered once, in order, the error last, then the connection closes; the
+ * hint saw each ECHO (both stages, in order) before it ran, but for one
+ * that ran alone.
+ */
+static void test_lookahead_hints_and_keeps_order(void **state)
+{
+    (void)state;
+    memset(hinted, 0, sizeof(hinted));
+    ran_hinted = ran_alone = hint_order_bad = 0;
+    snprintf(sock_path, sizeof(sock_path), "/tmp/sluice-test-server-%d.sock", (int)getpid());
+    unlink(sock_path);
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_config cfg = {.socket_path = sock_path, .socket_mode = 0600};
+    struct server *s;
+    assert_int_equal(server_create(&loop, &cfg, ahead_dispatch, NULL, &s), 0);
+    server_set_hint(s, hint);
+    assert_int_equal(server_start(s), 0);
+    cancels = unblocks = blocked_now = bigs_done = 0;
+
+    char req[2048], want[2048];
+    size_t rl = 0, wl = 0;
+    for (int k = 0; k < 40; k++) {
+        rl += (size_t)snprintf(req + rl, sizeof(req) - rl, "*2\r\n$4\r\nECHO\r\n$%d\r\n%d\r\n",
+                               k < 10 ? 1 : 2, k);
+        wl += (size_t)snprintf(want + wl, sizeof(want) - wl, "$%d\r\n%d\r\n", k < 10 ? 1 : 2, k);
+        if (k == 5) { /* blocks mid-window: the rest waits, then runs */
+            rl += (size_t)snprintf(req + rl, sizeof(req) - rl, "BLOCK 5\r\n");
+            wl += (size_t)snprintf(want + wl, sizeof(want) - wl, "+DONE\r\n");
+        }
+        if (k == 20) { /* more arguments than the look-ahead keeps */
+            rl += (size_t)snprintf(req + rl, sizeof(req) - rl, "PING 1 2 3 4 5 6 7 8 9 10\r\n");
+            wl += (size_t)snprintf(want + wl, sizeof(want) - wl, "+PONG\r\n");
+        }
+    }
+    rl += (size_t)snprintf(req + rl, sizeof(req) - rl, "*2\r\n$x\r\nECHO 41\r\n");
+    wl += (size_t)snprintf(want + wl, sizeof(want) - wl, "-ERR Protocol error");
+    int fd = connect_client();
+    assert_int_equal(send(fd, req, rl, 0), (ssize_t)rl);
+    char got[2048];
+    size_t gl = 0;
+    for (int i = 0; i < 20000; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        ssize_t n = recv(fd, got + gl, sizeof(got) - gl, MSG_DONTWAIT);
+        if (n == 0)
+            break; /* closed after the error */
+        if (n > 0)
+            gl += (size_t)n;
+        usleep(100);
+    }
+    assert_true(gl >= wl);
+    assert_memory_equal(got, want, wl);
+    assert_int_equal(unblocks, 1);
+    assert_int_equal(hint_order_bad, 0);
+    assert_int_equal(ran_hinted + ran_alone, 40);
+    assert_true(ran_alone <= 2);
+    close(fd);
+    stop_server(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -480,6 +581,7 @@ int main(void)
         cmocka_unit_test(test_client_memory_budget_disconnects_heaviest),
         cmocka_unit_test(test_input_buffer_shrinks_after_large_request),
         cmocka_unit_test(test_one_read_a_turn_per_client),
+        cmocka_unit_test(test_lookahead_hints_and_keeps_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
