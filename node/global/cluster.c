@@ -902,6 +902,9 @@ void cluster_get_stats(const struct cluster *c, struct cluster_stats *out)
 {
     out->replication_max_slice_us = c != NULL ? c->slice_max_ns / 1000u : 0;
     out->replication_max_slice_cpu_us = c != NULL ? c->slice_max_cpu_ns / 1000u : 0;
+    out->replication_max_pass_ms =
+        c != NULL && c->r != NULL ? (uint64_t)replica_pass_max(c->r, cluster_now_ns(c)) / 1000000u
+                                  : 0;
 }
 
 static const struct counter_row cluster__rows[] = {
@@ -913,6 +916,11 @@ static const struct counter_row cluster__rows[] = {
                 "replication_max_slice_cpu_microseconds", COUNTER_GAUGE,
                 "The most CPU time one stretch of replication work used since start or CONFIG "
                 "RESETSTAT, in us."),
+    COUNTER_ROW(struct cluster_stats, replication_max_pass_ms, "replication_max_pass_ms",
+                "replication_max_pass_milliseconds", COUNTER_GAUGE,
+                "The longest replication pass since start or CONFIG RESETSTAT, the one in "
+                "progress included, in ms: a pass starts every gossip interval, and one that "
+                "takes longer is a replication behind its keys."),
 };
 const struct counter_table cluster_counters = COUNTER_TABLE(cluster__rows);
 
@@ -922,4 +930,6 @@ void cluster_reset_max(struct cluster *c)
         return;
     c->slice_max_ns = 0;
     c->slice_max_cpu_ns = 0;
+    if (c->r != NULL)
+        replica_reset_max(c->r);
 }

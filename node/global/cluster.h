@@ -173,6 +173,7 @@ struct slots *cluster_slots(struct cluster *c);
  * turn, clients' requests included). */
 struct cluster_stats {
     uint64_t replication_max_slice_us, replication_max_slice_cpu_us;
+    uint64_t replication_max_pass_ms; /* replica_pass_max */
 };
 /* Its counter table (INFO's "# Cluster", /metrics). */
 extern const struct counter_table cluster_counters;

@@ -615,6 +615,7 @@ static void replica__pass_start(struct replica *r, int64_t now)
     r->budget = r->tick_budget;
     (void)table_reclaim_step(r->notes, now, 64); /* notices past their time */
     r->in_pass = 1;
+    r->pass_start = now;
     r->next_tick = now + r->interval;
 }
 
@@ -713,11 +714,25 @@ void replica_tick(struct replica *r, int64_t now_ns)
     r->walking = 0;
     if ((r->uwpos >= r->uwork.n || r->budget == 0) && r->wpos >= r->work.n &&
         (r->sweep_left == 0 || r->nnk == 0) && r->owpos >= r->owork.n &&
-        (r->osweep_left == 0 || r->nok == 0))
+        (r->osweep_left == 0 || r->nok == 0)) {
         r->in_pass = 0;
+        if (now - r->pass_start > r->pass_max)
+            r->pass_max = now - r->pass_start;
+    }
     replica_flush(r);
     if (r->clock != NULL)
         r->slice_end = r->clock(r->clock_ud);
+}
+
+int64_t replica_pass_max(const struct replica *r, int64_t now_ns)
+{
+    int64_t running = r->in_pass && now_ns > r->pass_start ? now_ns - r->pass_start : 0;
+    return running > r->pass_max ? running : r->pass_max;
+}
+
+void replica_reset_max(struct replica *r)
+{
+    r->pass_max = 0;
 }
 
 void replica_flush(struct replica *r)

@@ -274,6 +274,15 @@ int replica_receive(struct replica *r, const char *from, const uint8_t *buf, siz
  * finished pass left).  Call it after the messages of a loop turn. */
 void replica_flush(struct replica *r);
 
+/* The longest pass since replica_create or replica_reset_max, the one in
+ * progress at now_ns included, in ns: from its start to the visit of its
+ * last key.  A pass starts every interval; one that takes longer is a
+ * replication behind its keys (their reports wait longer than an
+ * interval), as when new keys come faster than a pass's share of the loop
+ * visits them.  Never fails. */
+int64_t replica_pass_max(const struct replica *r, int64_t now_ns);
+void replica_reset_max(struct replica *r);
+
 /* 1 once this life is past its young period (or got a lease from an owner
  * that knows the cluster). */
 int replica_synced(const struct replica *r);

@@ -302,6 +302,8 @@ struct replica {
     size_t sweep, sweep_left;                /* node sweep: cursor into nk, visits left this pass */
     size_t osweep, osweep_left;              /* owner sweep: cursor into ok, visits left */
     int in_pass, sweep_all;                  /* sweep_all: the view changed, visit every key soon */
+    int64_t pass_start, pass_max;            /* the pass in progress began; the longest since
+                                                replica_reset_max (replica_pass_max) */
     int walking;           /* in a pass's walk: its reports wait for its end (replica__flush) */
     int in_rx;             /* in replica_receive */
     uint32_t answering;    /* the member whose ask is answered now (UINT32_MAX: none) */

@@ -12,12 +12,16 @@
 # the clustered node's longest stretch of replication work in one turn
 # (INFO cluster replication_max_slice_us and _cpu_us: the part of a turn
 # the replication adds; a turn's whole length is mostly clients' requests,
-# 50 clients of 16 pipelined commands each); all reset before each round
-# with CONFIG RESETSTAT.
+# 50 clients of 16 pipelined commands each), and its longest replication
+# pass (replication_max_pass_ms: a pass starts every 100 ms, and one that
+# lasts longer is a replication behind its new keys, whose work then goes
+# on after the round); all reset before each round with CONFIG RESETSTAT.
 #   tests/bench/clustered.sh [BUILD_DIR]       (default build)
 # Environment: BENCH_SCALE multiplies the request counts (default 1:
 # 300,000 per round, about 2 minutes on 2 cores; 0.02 gives the smoke run);
-# CLUSTERED_SPACES (default "1000 100000 1000000"); CLUSTERED_ROUNDS
+# CLUSTERED_SPACES (default "1000 100000 1000000"); CLUSTERED_CLIENTS
+# (default 50) and CLUSTERED_PIPES (default "1 16"), other shapes of the
+# same load; CLUSTERED_ROUNDS
 # (default 3): rounds of each cell, the two daemons in turn and in
 # alternating order; a line of medians follows a cell's rounds (one round
 # of a pipelined cell lasts under a second, and on a shared 2-core host a
@@ -32,6 +36,8 @@ BIN=$(cd "$build/bin" && pwd)
 SCALE=${BENCH_SCALE:-1}
 SPACES=${CLUSTERED_SPACES:-"1000 100000 1000000"}
 ROUNDS=${CLUSTERED_ROUNDS:-3}
+CLIENTS=${CLUSTERED_CLIENTS:-50}
+PIPES=${CLUSTERED_PIPES:-"1 16"}
 command -v redis-benchmark >/dev/null || { echo "clustered: redis-benchmark not found" >&2; exit 1; }
 
 TMP=$(mktemp -d /tmp/sluice-clustered.XXXXXX)
@@ -70,39 +76,40 @@ for _ in $(seq 1 200); do
 done
 
 # round SOCK PIPE SPACE -> "ops_per_s p99_ms max_ms loop_max_turn_us loop_max_turn_cpu_us
-#                           replication_max_slice_us replication_max_slice_cpu_us" (0 0 standalone)
+#                           replication_max_slice_us replication_max_slice_cpu_us
+#                           replication_max_pass_ms" (0 0 0 standalone)
 round() {
   local sock=$1 pipe=$2 space=$3 n out
   n=$(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }')
   redis-cli -s "$sock" CONFIG RESETSTAT >/dev/null
-  out=$(redis-benchmark -s "$sock" -c 50 -P "$pipe" -n "$n" -r "$space" --csv \
+  out=$(redis-benchmark -s "$sock" -c "$CLIENTS" -P "$pipe" -n "$n" -r "$space" --csv \
     CL.THROTTLE 'key:__rand_int__' 15 30 60 1 2>/dev/null |
     awk -F'","' 'NR==2 { gsub(/"/, "", $2); gsub(/"/, "", $7); gsub(/"/, "", $8); print $2, $7, $8 }')
   echo "$out $(redis-cli -s "$sock" INFO stats | tr -d '\r' | awk -F: '$1 == "loop_max_turn_us" { t = $2 } $1 == "loop_max_turn_cpu_us" { c = $2 } END { print t, c }')" \
-    "$(redis-cli -s "$sock" INFO cluster | tr -d '\r' | awk -F: '$1 == "replication_max_slice_us" { t = $2 } $1 == "replication_max_slice_cpu_us" { c = $2 } END { print t + 0, c + 0 }')"
+    "$(redis-cli -s "$sock" INFO cluster | tr -d '\r' | awk -F: '$1 == "replication_max_slice_us" { t = $2 } $1 == "replication_max_slice_cpu_us" { c = $2 } $1 == "replication_max_pass_ms" { p = $2 } END { print t + 0, c + 0, p + 0 }')"
 }
 
 echo "clustered node (node 1 of 3, owns about a third of its keys) vs standalone, same run"
-echo "redis-benchmark -c 50 -n $(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }') CL.THROTTLE key:__rand_int__ 15 30 60 1"
-printf '%-9s %-4s %11s %11s %8s %8s %8s %8s %9s %9s %8s %8s %8s %8s  %s\n' keys pipe clustered standalone p99_cl p99_st max_cl max_st turn_cl_us turn_st_us cpu_cl cpu_st repl_us repl_cpu ratio
+echo "redis-benchmark -c $CLIENTS -n $(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }') CL.THROTTLE key:__rand_int__ 15 30 60 1"
+printf '%-9s %-4s %11s %11s %8s %8s %8s %8s %9s %9s %8s %8s %8s %8s %7s  %s\n' keys pipe clustered standalone p99_cl p99_st max_cl max_st turn_cl_us turn_st_us cpu_cl cpu_st repl_us repl_cpu pass_ms ratio
 row() {
-  printf '%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9s %9s %8s %8s %8s %8s  ratio ops %.2f p99 %.2f\n' "$@" \
+  printf '%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9s %9s %8s %8s %8s %8s %7s  ratio ops %.2f p99 %.2f\n' "$@" \
     "$(awk -v a="$3" -v b="$4" 'BEGIN { print a / b }')" \
     "$(awk -v a="$5" -v b="$6" 'BEGIN { print (b > 0 ? a / b : 0) }')"
 }
-for pipe in 1 16; do
+for pipe in $PIPES; do
   for space in $SPACES; do
     rows=()
     for k in $(seq 1 "$ROUNDS"); do
       if [ $((k % 2)) -eq 1 ]; then
-        read -r ca cp cm ct cc cr cq < <(round "$TMP/n1.sock" "$pipe" "$space")
+        read -r ca cp cm ct cc cr cq cs < <(round "$TMP/n1.sock" "$pipe" "$space")
         read -r sa sp sm st sc _ < <(round "$TMP/alone.sock" "$pipe" "$space")
       else
         read -r sa sp sm st sc _ < <(round "$TMP/alone.sock" "$pipe" "$space")
-        read -r ca cp cm ct cc cr cq < <(round "$TMP/n1.sock" "$pipe" "$space")
+        read -r ca cp cm ct cc cr cq cs < <(round "$TMP/n1.sock" "$pipe" "$space")
       fi
-      row "$space" "$pipe" "$ca" "$sa" "$cp" "$sp" "$cm" "$sm" "$ct" "$st" "$cc" "$sc" "$cr" "$cq"
-      rows+=("$ca $sa $cp $sp $cm $sm $ct $st $cc $sc $cr $cq")
+      row "$space" "$pipe" "$ca" "$sa" "$cp" "$sp" "$cm" "$sm" "$ct" "$st" "$cc" "$sc" "$cr" "$cq" "$cs"
+      rows+=("$ca $sa $cp $sp $cm $sm $ct $st $cc $sc $cr $cq $cs")
     done
     if [ "$ROUNDS" -gt 1 ]; then
       # The median of each column, and of each round's ratios.
@@ -113,10 +120,10 @@ for pipe in 1 16; do
           for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
           return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
         }
-        { for (c = 1; c <= NF; c++) col[NR, c] = $c; col[NR, 13] = $1 / $2; col[NR, 14] = ($4 > 0 ? $3 / $4 : 0) }
+        { for (c = 1; c <= NF; c++) col[NR, c] = $c; col[NR, 14] = $1 / $2; col[NR, 15] = ($4 > 0 ? $3 / $4 : 0) }
         END {
-          printf "%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9.0f %9.0f %8.0f %8.0f %8.0f %8.0f  median of %d: ratio ops %.2f p99 %.2f\n",
-            sp, pp, med(1), med(2), med(3), med(4), med(5), med(6), med(7), med(8), med(9), med(10), med(11), med(12), NR, med(13), med(14)
+          printf "%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9.0f %9.0f %8.0f %8.0f %8.0f %8.0f %7.0f  median of %d: ratio ops %.2f p99 %.2f\n",
+            sp, pp, med(1), med(2), med(3), med(4), med(5), med(6), med(7), med(8), med(9), med(10), med(11), med(12), med(13), NR, med(14), med(15)
         }'
     fi
   done
