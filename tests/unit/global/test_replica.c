@@ -909,7 +909,7 @@ static void test_pass_length_reported(void **state)
     int64_t took = replica_pass_max(net.r[0], net.now);
     fprintf(stderr, "  %d turns; the longest pass %lld ms\n", turns, (long long)(took / MS));
     assert_true(turns < 10000);
-    assert_true(took > 100 * MS); /* longer than the interval */
+    assert_true(took > 100 * MS);    /* longer than the interval */
     assert_true(took <= turns * MS); /* no longer than the turns it ran over */
     replica_reset_max(net.r[0]);
     assert_int_equal(replica_pass_max(net.r[0], net.now), 0);
