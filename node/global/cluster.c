@@ -905,6 +905,12 @@ void cluster_get_stats(const struct cluster *c, struct cluster_stats *out)
     out->replication_max_pass_ms =
         c != NULL && c->r != NULL ? (uint64_t)replica_pass_max(c->r, cluster_now_ns(c)) / 1000000u
                                   : 0;
+    out->replication_backlog = 0;
+    if (c != NULL && c->r != NULL) {
+        out->replication_backlog = replica_backlog(c->r);
+        for (const struct cluster_rx *m = c->rx_head; m != NULL; m = m->next)
+            out->replication_backlog++;
+    }
 }
 
 static const struct counter_row cluster__rows[] = {
@@ -921,6 +927,10 @@ static const struct counter_row cluster__rows[] = {
                 "The longest replication pass since start or CONFIG RESETSTAT, the one in "
                 "progress included, in ms: a pass starts every gossip interval, and one that "
                 "takes longer is a replication behind its keys."),
+    COUNTER_ROW(struct cluster_stats, replication_backlog, "replication_backlog",
+                "replication_backlog", COUNTER_GAUGE,
+                "About how many keys (and received messages) wait for the replication's work; 0 "
+                "once it has caught up with the requests."),
 };
 const struct counter_table cluster_counters = COUNTER_TABLE(cluster__rows);
 

@@ -174,6 +174,7 @@ struct slots *cluster_slots(struct cluster *c);
 struct cluster_stats {
     uint64_t replication_max_slice_us, replication_max_slice_cpu_us;
     uint64_t replication_max_pass_ms; /* replica_pass_max */
+    uint64_t replication_backlog;     /* replica_backlog plus messages waiting to be applied */
 };
 /* Its counter table (INFO's "# Cluster", /metrics). */
 extern const struct counter_table cluster_counters;

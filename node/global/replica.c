@@ -735,6 +735,12 @@ void replica_reset_max(struct replica *r)
     r->pass_max = 0;
 }
 
+size_t replica_backlog(const struct replica *r)
+{
+    return r->hot.n + (r->work.n - r->wpos) + (r->uwork.n - r->uwpos) + r->urgent.n + r->prompt.n +
+           r->ohot.n + (r->owork.n - r->owpos);
+}
+
 void replica_flush(struct replica *r)
 {
     replica__flush(r, r->in_pass ? FLUSH_TURN : FLUSH_ALL);

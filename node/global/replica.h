@@ -283,6 +283,13 @@ void replica_flush(struct replica *r);
 int64_t replica_pass_max(const struct replica *r, int64_t now_ns);
 void replica_reset_max(struct replica *r);
 
+/* About how many keys wait for the replication's work (news for a pass to
+ * report or compute, prompt reports, due keys a pass's byte budget left
+ * for the next): 0 once it has caught up with its keys' requests, some
+ * every interval while keys are contested.  A key may be counted twice and
+ * one that left still counted until its entry is skipped.  Never fails. */
+size_t replica_backlog(const struct replica *r);
+
 /* 1 once this life is past its young period (or got a lease from an owner
  * that knows the cluster). */
 int replica_synced(const struct replica *r);

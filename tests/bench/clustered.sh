@@ -77,53 +77,80 @@ done
 
 # round SOCK PIPE SPACE -> "ops_per_s p99_ms max_ms loop_max_turn_us loop_max_turn_cpu_us
 #                           replication_max_slice_us replication_max_slice_cpu_us
-#                           replication_max_pass_ms" (0 0 0 standalone)
+#                           replication_max_pass_ms catchup_cpu_ms" (0 0 0 0 standalone)
 round() {
-  local sock=$1 pipe=$2 space=$3 n out
+  local sock=$1 pipe=$2 space=$3 n out stats
   n=$(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }')
   redis-cli -s "$sock" CONFIG RESETSTAT >/dev/null
   out=$(redis-benchmark -s "$sock" -c "$CLIENTS" -P "$pipe" -n "$n" -r "$space" --csv \
     CL.THROTTLE 'key:__rand_int__' 15 30 60 1 2>/dev/null |
     awk -F'","' 'NR==2 { gsub(/"/, "", $2); gsub(/"/, "", $7); gsub(/"/, "", $8); print $2, $7, $8 }')
-  echo "$out $(redis-cli -s "$sock" INFO stats | tr -d '\r' | awk -F: '$1 == "loop_max_turn_us" { t = $2 } $1 == "loop_max_turn_cpu_us" { c = $2 } END { print t, c }')" \
-    "$(redis-cli -s "$sock" INFO cluster | tr -d '\r' | awk -F: '$1 == "replication_max_slice_us" { t = $2 } $1 == "replication_max_slice_cpu_us" { c = $2 } $1 == "replication_max_pass_ms" { p = $2 } END { print t + 0, c + 0, p + 0 }')"
+  local t0
+  t0=$(cputicks "${PIDS[0]}") # node 1's CPU when the round ended
+  stats="$out $(redis-cli -s "$sock" INFO stats | tr -d '\r' | awk -F: '$1 == "loop_max_turn_us" { t = $2 } $1 == "loop_max_turn_cpu_us" { c = $2 } END { print t, c }') $(redis-cli -s "$sock" INFO cluster | tr -d '\r' | awk -F: '$1 == "replication_max_slice_us" { t = $2 } $1 == "replication_max_slice_cpu_us" { c = $2 } $1 == "replication_max_pass_ms" { p = $2 } END { print t + 0, c + 0, p + 0 }')"
+  if [ "$sock" = "$TMP/n1.sock" ]; then echo "$stats $(catchup "${PIDS[0]}" "$t0")"; else echo "$stats 0"; fi
+}
+
+# catchup PID TICKS -> the CPU (ms) a clustered node used after a round
+# (when its CPU read TICKS) until it
+# went quiet (a tenth of a second with less than 10 ms of CPU; up to 60 s):
+# the replication work the round's requests left it.  Under -P 16 over new
+# keys a pass gets a quarter of the loop at most, and the rest of its work
+# is done after the round, so the round's ops/s leave it out.  0 for the
+# standalone node, which has no such work.
+cputicks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+catchup() {
+  local pid=$1 t0=$2 a b
+  a=$(cputicks "$pid")
+  for _ in $(seq 1 600); do
+    sleep 0.1
+    b=$(cputicks "$pid")
+    [ $((b - a)) -lt 1 ] && break
+    a=$b
+  done
+  echo $(((a - t0) * 1000 / $(getconf CLK_TCK)))
 }
 
 echo "clustered node (node 1 of 3, owns about a third of its keys) vs standalone, same run"
 echo "redis-benchmark -c $CLIENTS -n $(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }') CL.THROTTLE key:__rand_int__ 15 30 60 1"
-printf '%-9s %-4s %11s %11s %8s %8s %8s %8s %9s %9s %8s %8s %8s %8s %7s  %s\n' keys pipe clustered standalone p99_cl p99_st max_cl max_st turn_cl_us turn_st_us cpu_cl cpu_st repl_us repl_cpu pass_ms ratio
+printf '%-9s %-4s %11s %11s %8s %8s %8s %8s %9s %9s %8s %8s %8s %8s %7s %8s  %s\n' keys pipe clustered standalone p99_cl p99_st max_cl max_st turn_cl_us turn_st_us cpu_cl cpu_st repl_us repl_cpu pass_ms catch_ms ratio
+# The ratio "with catch-up" counts the round's requests over the round's
+# time and the catch-up after it (N / (N / ops + catch-up)).
+N_REQ=$(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }')
 row() {
-  printf '%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9s %9s %8s %8s %8s %8s %7s  ratio ops %.2f p99 %.2f\n' "$@" \
+  printf '%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9s %9s %8s %8s %8s %8s %7s %8s  ratio ops %.2f p99 %.2f with catch-up %.2f\n' "$@" \
     "$(awk -v a="$3" -v b="$4" 'BEGIN { print a / b }')" \
-    "$(awk -v a="$5" -v b="$6" 'BEGIN { print (b > 0 ? a / b : 0) }')"
+    "$(awk -v a="$5" -v b="$6" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
+    "$(awk -v a="$3" -v b="$4" -v c="${16}" -v n="$N_REQ" 'BEGIN { print n / (n / a + c / 1000) / b }')"
 }
 for pipe in $PIPES; do
   for space in $SPACES; do
     rows=()
     for k in $(seq 1 "$ROUNDS"); do
       if [ $((k % 2)) -eq 1 ]; then
-        read -r ca cp cm ct cc cr cq cs < <(round "$TMP/n1.sock" "$pipe" "$space")
+        read -r ca cp cm ct cc cr cq cs cu < <(round "$TMP/n1.sock" "$pipe" "$space")
         read -r sa sp sm st sc _ < <(round "$TMP/alone.sock" "$pipe" "$space")
       else
         read -r sa sp sm st sc _ < <(round "$TMP/alone.sock" "$pipe" "$space")
-        read -r ca cp cm ct cc cr cq cs < <(round "$TMP/n1.sock" "$pipe" "$space")
+        read -r ca cp cm ct cc cr cq cs cu < <(round "$TMP/n1.sock" "$pipe" "$space")
       fi
-      row "$space" "$pipe" "$ca" "$sa" "$cp" "$sp" "$cm" "$sm" "$ct" "$st" "$cc" "$sc" "$cr" "$cq" "$cs"
-      rows+=("$ca $sa $cp $sp $cm $sm $ct $st $cc $sc $cr $cq $cs")
+      row "$space" "$pipe" "$ca" "$sa" "$cp" "$sp" "$cm" "$sm" "$ct" "$st" "$cc" "$sc" "$cr" "$cq" "$cs" "$cu"
+      rows+=("$ca $sa $cp $sp $cm $sm $ct $st $cc $sc $cr $cq $cs $cu")
     done
     if [ "$ROUNDS" -gt 1 ]; then
       # The median of each column, and of each round's ratios.
-      printf '%s\n' "${rows[@]}" | awk -v sp="$space" -v pp="$pipe" '
+      printf '%s\n' "${rows[@]}" | awk -v sp="$space" -v pp="$pipe" -v n="$N_REQ" '
         function med(c,   n, i, j, t, v) {
           n = 0
           for (i = 1; i <= NR; i++) v[++n] = col[i, c]
           for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
           return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
         }
-        { for (c = 1; c <= NF; c++) col[NR, c] = $c; col[NR, 14] = $1 / $2; col[NR, 15] = ($4 > 0 ? $3 / $4 : 0) }
+        { for (c = 1; c <= NF; c++) col[NR, c] = $c; col[NR, 15] = $1 / $2; col[NR, 16] = ($4 > 0 ? $3 / $4 : 0)
+          col[NR, 17] = n / (n / $1 + $14 / 1000) / $2 }
         END {
-          printf "%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9.0f %9.0f %8.0f %8.0f %8.0f %8.0f %7.0f  median of %d: ratio ops %.2f p99 %.2f\n",
-            sp, pp, med(1), med(2), med(3), med(4), med(5), med(6), med(7), med(8), med(9), med(10), med(11), med(12), med(13), NR, med(14), med(15)
+          printf "%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9.0f %9.0f %8.0f %8.0f %8.0f %8.0f %7.0f %8.0f  median of %d: ratio ops %.2f p99 %.2f with catch-up %.2f\n",
+            sp, pp, med(1), med(2), med(3), med(4), med(5), med(6), med(7), med(8), med(9), med(10), med(11), med(12), med(13), med(14), NR, med(15), med(16), med(17)
         }'
     fi
   done

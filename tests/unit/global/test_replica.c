@@ -878,7 +878,7 @@ static void test_pass_slice_shares_the_loop(void **state)
 
 /* How long a pass takes is told (replica_pass_max): the pass in progress
  * while it runs, the longest since the last reset once it ended, nothing
- * after a reset.  20,000 new keys between turns of 1 ms of clients' work
+ * after a reset; and how much waits for it (replica_backlog), until none.  20,000 new keys between turns of 1 ms of clients' work
  * take a pass of many turns, longer than the interval: the replication is
  * behind its keys, and says so. */
 static void test_pass_length_reported(void **state)
@@ -897,6 +897,7 @@ static void test_pass_length_reported(void **state)
         assert_true(ask(0, key, &p, 1));
     }
     net.now += 100 * MS; /* the next pass is due */
+    assert_true(replica_backlog(net.r[0]) >= 20000); /* every new key waits for its report */
     int turns = 0;
     for (; turns < 10000 && net.now >= replica_next_deadline(net.r[0]); turns++) {
         replica_tick(net.r[0], net.now);
@@ -911,6 +912,7 @@ static void test_pass_length_reported(void **state)
     assert_true(turns < 10000);
     assert_true(took > 100 * MS);    /* longer than the interval */
     assert_true(took <= turns * MS); /* no longer than the turns it ran over */
+    assert_int_equal(replica_backlog(net.r[0]), 0); /* caught up */
     replica_reset_max(net.r[0]);
     assert_int_equal(replica_pass_max(net.r[0], net.now), 0);
 }
