@@ -92,9 +92,9 @@ round() {
 }
 
 # catchup PID TICKS -> the CPU (ms) a clustered node used after a round
-# (when its CPU read TICKS) until it
-# went quiet (a tenth of a second with less than 10 ms of CPU; up to 60 s):
-# the replication work the round's requests left it.  Under -P 16 over new
+# (when its CPU read TICKS) until it went quiet (a tenth of a second with
+# less than 20 ms of CPU; up to 10 s): the replication work the round's
+# requests left it.  Under -P 16 over new
 # keys a pass gets a quarter of the loop at most, and the rest of its work
 # is done after the round, so the round's ops/s leave it out.  0 for the
 # standalone node, which has no such work.
@@ -102,10 +102,10 @@ cputicks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 catchup() {
   local pid=$1 t0=$2 a b
   a=$(cputicks "$pid")
-  for _ in $(seq 1 600); do
+  for _ in $(seq 1 100); do
     sleep 0.1
     b=$(cputicks "$pid")
-    [ $((b - a)) -lt 1 ] && break
+    [ $((b - a)) -lt 2 ] && break
     a=$b
   done
   echo $(((a - t0) * 1000 / $(getconf CLK_TCK)))
