@@ -902,11 +902,11 @@ void cluster_get_stats(const struct cluster *c, struct cluster_stats *out)
 {
     out->replication_max_slice_us = c != NULL ? c->slice_max_ns / 1000u : 0;
     out->replication_max_slice_cpu_us = c != NULL ? c->slice_max_cpu_ns / 1000u : 0;
-    out->replication_max_pass_ms =
-        c != NULL && c->r != NULL ? (uint64_t)replica_pass_max(c->r, cluster_now_ns(c)) / 1000000u
-                                  : 0;
+    out->replication_max_pass_ms = 0;
     out->replication_backlog = 0;
     if (c != NULL && c->r != NULL) {
+        out->replication_max_pass_ms =
+            (uint64_t)replica_pass_max(c->r, cluster_now_ns(c)) / 1000000u;
         out->replication_backlog = replica_backlog(c->r);
         for (const struct cluster_rx *m = c->rx_head; m != NULL; m = m->next)
             out->replication_backlog++;

@@ -369,10 +369,7 @@ int replica_throttle(struct replica *r, const char *key, size_t klen, const stru
 
 void replica_prefetch(const struct replica *r, const char *key, size_t klen, int stage, uint32_t *h)
 {
-    if (stage == 0)
-        *h = table_prefetch(r->nodes, key, klen);
-    else
-        table_prefetch_chain(r->nodes, *h);
+    table_prefetch_stage(r->nodes, key, klen, stage, h);
 }
 
 void replica_note_demand(struct replica *r, const char *key, size_t klen, int64_t qty,

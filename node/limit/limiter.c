@@ -919,10 +919,7 @@ int limiter_cell_params(struct limiter *lim, int64_t burst, int64_t count, int64
 void limiter_prefetch(const struct limiter *lim, const char *key, size_t klen, int stage,
                       uint32_t *h)
 {
-    if (stage == 0)
-        *h = table_prefetch(lim->table, key, klen);
-    else
-        table_prefetch_chain(lim->table, *h);
+    table_prefetch_stage(lim->table, key, klen, stage, h);
 }
 
 int limiter_decide_cell(struct limiter *lim, const char *key, size_t klen, int64_t max_burst,

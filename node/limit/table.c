@@ -299,6 +299,15 @@ void table_prefetch_chain(const struct table *t, uint32_t hash)
         __builtin_prefetch(e);
 }
 
+void table_prefetch_stage(const struct table *t, const char *key, size_t klen, int stage,
+                          uint32_t *hash)
+{
+    if (stage == 0)
+        *hash = table_prefetch(t, key, klen);
+    else
+        table_prefetch_chain(t, *hash);
+}
+
 /* Unlinks e from its chain (without resizing). */
 static void table__unlink(struct table *t, struct table_entry *e)
 {

@@ -110,6 +110,11 @@ struct table_entry *table_find(struct table *t, const char *key, size_t klen);
  * bucket array, nothing changes, and a later table_find finds the same. */
 uint32_t table_prefetch(const struct table *t, const char *key, size_t klen);
 void table_prefetch_chain(const struct table *t, uint32_t hash);
+/* The two stages as one call, for a hint that reaches the table through
+ * its owner (server_hint_fn): stage 0 is table_prefetch, keeping the hash
+ * in *hash; stage 1 is table_prefetch_chain with it. */
+void table_prefetch_stage(const struct table *t, const char *key, size_t klen, int stage,
+                          uint32_t *hash);
 
 /*
  * Inserts key (which must be absent) with a zeroed value area of vsize bytes

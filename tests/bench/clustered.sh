@@ -85,8 +85,8 @@ round() {
   out=$(redis-benchmark -s "$sock" -c "$CLIENTS" -P "$pipe" -n "$n" -r "$space" --csv \
     CL.THROTTLE 'key:__rand_int__' 15 30 60 1 2>/dev/null |
     awk -F'","' 'NR==2 { gsub(/"/, "", $2); gsub(/"/, "", $7); gsub(/"/, "", $8); print $2, $7, $8 }')
-  local t0
-  t0=$(cputicks "${PIDS[0]}") # node 1's CPU when the round ended
+  local t0=0
+  [ "$sock" = "$TMP/n1.sock" ] && t0=$(cputicks "${PIDS[0]}") # node 1's CPU when the round ended
   stats="$out $(redis-cli -s "$sock" INFO stats | tr -d '\r' | awk -F: '$1 == "loop_max_turn_us" { t = $2 } $1 == "loop_max_turn_cpu_us" { c = $2 } END { print t, c }') $(redis-cli -s "$sock" INFO cluster | tr -d '\r' | awk -F: '$1 == "replication_max_slice_us" { t = $2 } $1 == "replication_max_slice_cpu_us" { c = $2 } $1 == "replication_max_pass_ms" { p = $2 } END { print t + 0, c + 0, p + 0 }')"
   if [ "$sock" = "$TMP/n1.sock" ]; then echo "$stats $(catchup "${PIDS[0]}" "$t0")"; else echo "$stats 0"; fi
 }
