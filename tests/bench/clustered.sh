@@ -16,6 +16,11 @@
 # pass (replication_max_pass_ms: a pass starts every 100 ms, and one that
 # lasts longer is a replication behind its new keys, whose work then goes
 # on after the round); all reset before each round with CONFIG RESETSTAT.
+# Last, the CPU each daemon's loop thread used per request (us_cl, us_st;
+# node 1's until it went quiet after the round, so its catch-up is in)
+# and nodes 2 and 3's together over node 1's rounds (us_2_3): what a
+# request costs the cluster, which moves less with the host's scheduling
+# than ops/s do (though a shared host's stolen time is counted too).
 #   tests/bench/clustered.sh [BUILD_DIR]       (default build)
 # Environment: BENCH_SCALE multiplies the request counts (default 1:
 # 300,000 per round, about 2 minutes on 2 cores; 0.02 gives the smoke run);
@@ -77,65 +82,86 @@ done
 
 # round SOCK PIPE SPACE -> "ops_per_s p99_ms max_ms loop_max_turn_us loop_max_turn_cpu_us
 #                           replication_max_slice_us replication_max_slice_cpu_us
-#                           replication_max_pass_ms catchup_cpu_ms" (0 0 0 0 standalone)
+#                           replication_max_pass_ms catchup_cpu_ms us_per_req peers_us_per_req"
+# (the replication fields and the catch-up 0 for the standalone node).
+# us_per_req is the CPU the daemon used per request, from the round's
+# start until it went quiet after it (for node 1, the catch-up included);
+# peers_us_per_req the same for nodes 2 and 3 together over node 1's
+# round and catch-up (0 for the standalone node).  The CPU a process uses
+# moves far less with the host's scheduling than its ops/s do.
 round() {
-  local sock=$1 pipe=$2 space=$3 n out stats
+  local sock=$1 pipe=$2 space=$3 n out stats pid=${PIDS[3]} c0 p0 t0
   n=$(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }')
+  [ "$sock" = "$TMP/n1.sock" ] && pid=${PIDS[0]}
   redis-cli -s "$sock" CONFIG RESETSTAT >/dev/null
+  c0=$(cpu_ns "$pid")
+  p0=$(($(cpu_ns "${PIDS[1]}") + $(cpu_ns "${PIDS[2]}")))
   out=$(redis-benchmark -s "$sock" -c "$CLIENTS" -P "$pipe" -n "$n" -r "$space" --csv \
     CL.THROTTLE 'key:__rand_int__' 15 30 60 1 2>/dev/null |
     awk -F'","' 'NR==2 { gsub(/"/, "", $2); gsub(/"/, "", $7); gsub(/"/, "", $8); print $2, $7, $8 }')
-  local t0=0
-  [ "$sock" = "$TMP/n1.sock" ] && t0=$(cputicks "${PIDS[0]}") # node 1's CPU when the round ended
+  t0=$(cpu_ns "$pid") # the daemon's CPU when the round ended
   stats="$out $(redis-cli -s "$sock" INFO stats | tr -d '\r' | awk -F: '$1 == "loop_max_turn_us" { t = $2 } $1 == "loop_max_turn_cpu_us" { c = $2 } END { print t, c }') $(redis-cli -s "$sock" INFO cluster | tr -d '\r' | awk -F: '$1 == "replication_max_slice_us" { t = $2 } $1 == "replication_max_slice_cpu_us" { c = $2 } $1 == "replication_max_pass_ms" { p = $2 } END { print t + 0, c + 0, p + 0 }')"
-  if [ "$sock" = "$TMP/n1.sock" ]; then echo "$stats $(catchup "${PIDS[0]}" "$t0")"; else echo "$stats 0"; fi
+  local quiet catch peers=0
+  quiet=$(settle "$pid")
+  catch=$(((quiet - t0) / 1000000))
+  if [ "$sock" = "$TMP/n1.sock" ]; then
+    peers=$(($(cpu_ns "${PIDS[1]}") + $(cpu_ns "${PIDS[2]}") - p0))
+  else
+    catch=0
+  fi
+  echo "$stats $catch $(awk -v c=$((quiet - c0)) -v p="$peers" -v n="$n" 'BEGIN { printf "%.2f %.2f", c / n / 1000, p / n / 1000 }')"
 }
 
-# catchup PID TICKS -> the CPU (ms) a clustered node used after a round
-# (when its CPU read TICKS) until it went quiet (a tenth of a second with
-# less than 20 ms of CPU; up to 10 s): the replication work the round's
-# requests left it.  Under -P 16 over new
-# keys a pass gets a quarter of the loop at most, and the rest of its work
-# is done after the round, so the round's ops/s leave it out.  0 for the
-# standalone node, which has no such work.
-cputicks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-catchup() {
-  local pid=$1 t0=$2 a b
-  a=$(cputicks "$pid")
+# cpu_ns PID -> the CPU its main thread (the event loop) has used, in ns.
+cpu_ns() { awk '{ print $1 }' "/proc/$1/schedstat"; }
+# settle PID -> its CPU (ns) once it went quiet after a round: a tenth of a
+# second with less than 20 ms of CPU, up to 10 s.  The CPU a clustered
+# node used between the round's end and then is its catch-up: the
+# replication work the round's requests left it (under -P 16 over new keys
+# a pass gets a quarter of the loop at most, and the rest of its work is
+# done after the round, so the round's ops/s leave it out).  A standalone
+# node goes quiet at once.
+settle() {
+  local pid=$1 a b
+  a=$(cpu_ns "$pid")
   for _ in $(seq 1 100); do
     sleep 0.1
-    b=$(cputicks "$pid")
-    [ $((b - a)) -lt 2 ] && break
+    b=$(cpu_ns "$pid")
+    [ $((b - a)) -lt 20000000 ] && break
     a=$b
   done
-  echo $(((a - t0) * 1000 / $(getconf CLK_TCK)))
+  echo "$a"
 }
 
 echo "clustered node (node 1 of 3, owns about a third of its keys) vs standalone, same run"
 echo "redis-benchmark -c $CLIENTS -n $(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }') CL.THROTTLE key:__rand_int__ 15 30 60 1"
-printf '%-9s %-4s %11s %11s %8s %8s %8s %8s %9s %9s %8s %8s %8s %8s %7s %8s  %s\n' keys pipe clustered standalone p99_cl p99_st max_cl max_st turn_cl_us turn_st_us cpu_cl cpu_st repl_us repl_cpu pass_ms catch_ms ratio
+printf '%-9s %-4s %11s %11s %8s %8s %8s %8s %9s %9s %8s %8s %8s %8s %7s %8s %6s %6s %6s  %s\n' keys pipe clustered standalone p99_cl p99_st max_cl max_st turn_cl_us turn_st_us cpu_cl cpu_st repl_us repl_cpu pass_ms catch_ms us_cl us_2_3 us_st ratio
 # The ratio "with catch-up" counts the round's requests over the round's
-# time and the catch-up after it (N / (N / ops + catch-up)).
+# time and the catch-up after it (N / (N / ops + catch-up)).  "CPU per
+# request" is node 1's (its catch-up included) over the standalone node's,
+# then with nodes 2 and 3 added: what a request costs the cluster.
 N_REQ=$(awk -v s="$SCALE" 'BEGIN { v = int(300000 * s); print (v < 2000 ? 2000 : v) }')
 row() {
-  printf '%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9s %9s %8s %8s %8s %8s %7s %8s  ratio ops %.2f p99 %.2f with catch-up %.2f\n' "$@" \
+  printf '%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9s %9s %8s %8s %8s %8s %7s %8s %6.2f %6.2f %6.2f  ratio ops %.2f p99 %.2f with catch-up %.2f, CPU per request x%.2f (x%.2f with nodes 2 and 3)\n' "$@" \
     "$(awk -v a="$3" -v b="$4" 'BEGIN { print a / b }')" \
     "$(awk -v a="$5" -v b="$6" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
-    "$(awk -v a="$3" -v b="$4" -v c="${16}" -v n="$N_REQ" 'BEGIN { print n / (n / a + c / 1000) / b }')"
+    "$(awk -v a="$3" -v b="$4" -v c="${16}" -v n="$N_REQ" 'BEGIN { print n / (n / a + c / 1000) / b }')" \
+    "$(awk -v a="${17}" -v b="${19}" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
+    "$(awk -v a="${17}" -v p="${18}" -v b="${19}" 'BEGIN { print (b > 0 ? (a + p) / b : 0) }')"
 }
 for pipe in $PIPES; do
   for space in $SPACES; do
     rows=()
     for k in $(seq 1 "$ROUNDS"); do
       if [ $((k % 2)) -eq 1 ]; then
-        read -r ca cp cm ct cc cr cq cs cu < <(round "$TMP/n1.sock" "$pipe" "$space")
-        read -r sa sp sm st sc _ < <(round "$TMP/alone.sock" "$pipe" "$space")
+        read -r ca cp cm ct cc cr cq cs cu cx cy < <(round "$TMP/n1.sock" "$pipe" "$space")
+        read -r sa sp sm st sc _ _ _ _ sx _ < <(round "$TMP/alone.sock" "$pipe" "$space")
       else
-        read -r sa sp sm st sc _ < <(round "$TMP/alone.sock" "$pipe" "$space")
-        read -r ca cp cm ct cc cr cq cs cu < <(round "$TMP/n1.sock" "$pipe" "$space")
+        read -r sa sp sm st sc _ _ _ _ sx _ < <(round "$TMP/alone.sock" "$pipe" "$space")
+        read -r ca cp cm ct cc cr cq cs cu cx cy < <(round "$TMP/n1.sock" "$pipe" "$space")
       fi
-      row "$space" "$pipe" "$ca" "$sa" "$cp" "$sp" "$cm" "$sm" "$ct" "$st" "$cc" "$sc" "$cr" "$cq" "$cs" "$cu"
-      rows+=("$ca $sa $cp $sp $cm $sm $ct $st $cc $sc $cr $cq $cs $cu")
+      row "$space" "$pipe" "$ca" "$sa" "$cp" "$sp" "$cm" "$sm" "$ct" "$st" "$cc" "$sc" "$cr" "$cq" "$cs" "$cu" "$cx" "$cy" "$sx"
+      rows+=("$ca $sa $cp $sp $cm $sm $ct $st $cc $sc $cr $cq $cs $cu $cx $cy $sx")
     done
     if [ "$ROUNDS" -gt 1 ]; then
       # The median of each column, and of each round's ratios.
@@ -146,11 +172,12 @@ for pipe in $PIPES; do
           for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
           return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
         }
-        { for (c = 1; c <= NF; c++) col[NR, c] = $c; col[NR, 15] = $1 / $2; col[NR, 16] = ($4 > 0 ? $3 / $4 : 0)
-          col[NR, 17] = n / (n / $1 + $14 / 1000) / $2 }
+        { for (c = 1; c <= NF; c++) col[NR, c] = $c; col[NR, 18] = $1 / $2; col[NR, 19] = ($4 > 0 ? $3 / $4 : 0)
+          col[NR, 20] = n / (n / $1 + $14 / 1000) / $2
+          col[NR, 21] = ($17 > 0 ? $15 / $17 : 0); col[NR, 22] = ($17 > 0 ? ($15 + $16) / $17 : 0) }
         END {
-          printf "%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9.0f %9.0f %8.0f %8.0f %8.0f %8.0f %7.0f %8.0f  median of %d: ratio ops %.2f p99 %.2f with catch-up %.2f\n",
-            sp, pp, med(1), med(2), med(3), med(4), med(5), med(6), med(7), med(8), med(9), med(10), med(11), med(12), med(13), med(14), NR, med(15), med(16), med(17)
+          printf "%-9s %-4s %11.0f %11.0f %8.3f %8.3f %8.3f %8.3f %9.0f %9.0f %8.0f %8.0f %8.0f %8.0f %7.0f %8.0f %6.2f %6.2f %6.2f  median of %d: ratio ops %.2f p99 %.2f with catch-up %.2f, CPU per request x%.2f (x%.2f with nodes 2 and 3)\n",
+            sp, pp, med(1), med(2), med(3), med(4), med(5), med(6), med(7), med(8), med(9), med(10), med(11), med(12), med(13), med(14), med(15), med(16), med(17), NR, med(18), med(19), med(20), med(21), med(22)
         }'
     fi
   done
