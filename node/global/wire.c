@@ -3,7 +3,7 @@
  * Encoding is msgpack-c's packer writing into the caller's buffer;
  * decoding walks the bytes once, bounding every count and length by the
  * bytes left before it is trusted, and hands over entries only after the
- * whole batch has passed (wire_decode).
+ * whole batch has passed (wire_decode), from what that walk decoded.
  */
 #include "wire.h"
 
@@ -433,73 +433,103 @@ static int wire__entry(struct dec *d, void *entry, const char **key, size_t *kle
     return (seen & 2u) ? 0 : -SLUICE_EPROTO; /* the key is required */
 }
 
-/* One pass over a batch's entries.  With check set, h's peek sees each
- * entry and report and lease are not called; without it, they are. */
-static int wire__entries(const uint8_t *buf, size_t len, const struct wire_handler *h, int check,
-                         uint8_t *type, uint64_t *life)
+/* The batch's header: its type, the life it names and the sender's, and
+ * its entry count (bounded by the bytes: every entry takes at least 5). */
+static int wire__header(struct dec *d, size_t len, uint8_t *type, uint64_t *life, uint64_t *from,
+                        uint64_t *n)
 {
-    struct dec d = {buf, buf + len};
-    const uint8_t *p = wire__take(&d, 3);
+    const uint8_t *p = wire__take(d, 3);
     /* Version 1's header was an array of 4: told apart by its version. */
     if (p == NULL || (p[0] != 0x95 && p[0] != 0x94))
         return -SLUICE_EPROTO;
     if (p[1] != WIRE_VERSION || (p[2] != WIRE_REPORT && p[2] != WIRE_LEASE))
         return -SLUICE_EINVAL;
-    uint64_t from;
     *type = p[2];
-    if (p[0] != 0x95 || wire__u64(&d, UINT64_MAX, life) != 0 ||
-        wire__u64(&d, UINT64_MAX, &from) != 0)
+    if (p[0] != 0x95 || wire__u64(d, UINT64_MAX, life) != 0 || wire__u64(d, UINT64_MAX, from) != 0)
         return -SLUICE_EPROTO;
-    const uint8_t *t = wire__take(&d, 1);
-    uint64_t n;
+    const uint8_t *t = wire__take(d, 1);
     if (t == NULL)
         return -SLUICE_EPROTO;
     if (*t >= 0x90 && *t <= 0x9f)
-        n = *t & 0x0fu;
-    else if (*t == 0xdc && (p = wire__take(&d, 2)) != NULL)
-        n = wire__be(p, 2);
-    else if (*t == 0xdd && (p = wire__take(&d, 4)) != NULL)
-        n = wire__be(p, 4);
+        *n = *t & 0x0fu;
+    else if (*t == 0xdc && (p = wire__take(d, 2)) != NULL)
+        *n = wire__be(p, 2);
+    else if (*t == 0xdd && (p = wire__take(d, 4)) != NULL)
+        *n = wire__be(p, 4);
     else
         return -SLUICE_EPROTO;
-    /* Every entry takes at least 5 bytes: a count beyond that is a lie. */
-    if (n > len / 5)
+    return *n > len / 5 ? -SLUICE_EPROTO : 0;
+}
+
+/* An entry of either type, decoded. */
+union wire__any {
+    struct wire_report r;
+    struct wire_lease l;
+};
+
+/* Decodes the next entry of a batch of type into *e; 0 or -SLUICE_EPROTO. */
+static int wire__next(struct dec *d, uint8_t type, uint64_t from, union wire__any *e)
+{
+    memset(e, 0, sizeof(*e));
+    if (type == WIRE_REPORT)
+        return wire__entry(d, &e->r, &e->r.key, &e->r.klen, wire__report_fields, WIRE__NREPORT);
+    if (wire__entry(d, &e->l, &e->l.key, &e->l.klen, wire__lease_fields, WIRE__NLEASE) != 0)
         return -SLUICE_EPROTO;
+    e->l.owner_life = from;
+    return 0;
+}
+
+static void wire__deliver(const struct wire_handler *h, uint8_t type, uint64_t life,
+                          const union wire__any *e)
+{
+    if (type == WIRE_REPORT && h->report != NULL)
+        h->report(h->ud, life, &e->r);
+    else if (type == WIRE_LEASE && h->lease != NULL)
+        h->lease(h->ud, life, &e->l);
+}
+
+/* Entries a decode keeps from its checking walk to hand over without
+ * decoding them again: a batch of a datagram's size holds about 40. */
+#define WIRE__KEEP 64
+
+int wire_decode(const uint8_t *buf, size_t len, const struct wire_handler *h)
+{
+    if (buf == NULL || len == 0)
+        return -SLUICE_EPROTO;
+    struct dec d = {buf, buf + len};
+    uint8_t type;
+    uint64_t life, from, n;
+    int rc = wire__header(&d, len, &type, &life, &from, &n);
+    if (rc != 0)
+        return rc;
+    /* The checking walk: every entry is decoded, the first WIRE__KEEP
+     * kept, and peek sees each; nothing is handed over until the whole
+     * batch has passed.  Entries beyond those kept (a batch larger than a
+     * datagram's usual size) are decoded again to be handed over. */
+    union wire__any kept[WIRE__KEEP], one;
+    struct dec rest = d;
     for (uint64_t i = 0; i < n; i++) {
-        if (*type == WIRE_REPORT) {
-            struct wire_report r;
-            memset(&r, 0, sizeof(r));
-            if (wire__entry(&d, &r, &r.key, &r.klen, wire__report_fields, WIRE__NREPORT) != 0)
-                return -SLUICE_EPROTO;
-            if (check && h != NULL && h->peek != NULL)
-                h->peek(h->ud, WIRE_REPORT, r.key, r.klen);
-            else if (!check && h != NULL && h->report != NULL)
-                h->report(h->ud, *life, &r);
-        } else {
-            struct wire_lease l;
-            memset(&l, 0, sizeof(l));
-            if (wire__entry(&d, &l, &l.key, &l.klen, wire__lease_fields, WIRE__NLEASE) != 0)
-                return -SLUICE_EPROTO;
-            l.owner_life = from;
-            if (check && h != NULL && h->peek != NULL)
-                h->peek(h->ud, WIRE_LEASE, l.key, l.klen);
-            else if (!check && h != NULL && h->lease != NULL)
-                h->lease(h->ud, *life, &l);
+        union wire__any *e = i < WIRE__KEEP ? &kept[i] : &one;
+        if (wire__next(&d, type, from, e) != 0)
+            return -SLUICE_EPROTO;
+        if (i + 1 == WIRE__KEEP)
+            rest = d;
+        if (h != NULL && h->peek != NULL) {
+            if (type == WIRE_REPORT)
+                h->peek(h->ud, type, e->r.key, e->r.klen);
+            else
+                h->peek(h->ud, type, e->l.key, e->l.klen);
         }
     }
     if (d.p != d.end)
         return -SLUICE_EPROTO;
+    if (h == NULL)
+        return (int)n;
+    for (uint64_t i = 0; i < n && i < WIRE__KEEP; i++)
+        wire__deliver(h, type, life, &kept[i]);
+    for (uint64_t i = WIRE__KEEP; i < n; i++) {
+        (void)wire__next(&rest, type, from, &one); /* checked above */
+        wire__deliver(h, type, life, &one);
+    }
     return (int)n;
-}
-
-int wire_decode(const uint8_t *buf, size_t len, const struct wire_handler *h)
-{
-    uint8_t type;
-    uint64_t life;
-    if (buf == NULL || len == 0)
-        return -SLUICE_EPROTO;
-    int rc = wire__entries(buf, len, h, 1, &type, &life);
-    if (rc < 0 || h == NULL)
-        return rc;
-    return wire__entries(buf, len, h, 0, &type, &life);
 }

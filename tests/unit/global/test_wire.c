@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <msgpack.h>
@@ -213,6 +214,54 @@ static void test_peek_before_delivery(void **state)
         assert_true(wire_decode(buf, cut, &h) < 0);
         assert_true(p.peeks <= 1);
         assert_int_equal(p.g.reports, 0);
+    }
+}
+
+/* A batch of more entries than a decode keeps from its checking walk
+ * (a large datagram, or entries of a few bytes): every entry is handed
+ * over once, in order, with its own fields, both those kept and those
+ * decoded again; a batch cut anywhere hands over none of them. */
+struct many {
+    int n, bad;
+};
+
+static void on_many_lease(void *ud, uint64_t life, const struct wire_lease *e)
+{
+    struct many *m = ud;
+    char key[16];
+    int len = snprintf(key, sizeof(key), "k%d", m->n);
+    (void)life;
+    if (e->klen != (size_t)len || memcmp(e->key, key, e->klen) != 0 ||
+        e->free != (uint64_t)m->n + 1 || e->share != (uint64_t)m->n * 1000 ||
+        e->owner_life != 0xfeedULL)
+        m->bad++;
+    m->n++;
+}
+
+static void test_large_batch_in_order(void **state)
+{
+    (void)state;
+    static uint8_t buf[16384];
+    struct wire_writer w;
+    wire_writer_init(&w, buf, sizeof(buf), WIRE_LEASE, 7, 0xfeedULL);
+    for (int i = 0; i < 300; i++) {
+        char key[16];
+        int len = snprintf(key, sizeof(key), "k%d", i);
+        struct wire_lease l = {.key = key, .klen = (size_t)len};
+        l.free = (uint64_t)i + 1;
+        l.share = (uint64_t)i * 1000;
+        assert_int_equal(wire_add_lease(&w, &l), 0);
+    }
+    size_t n = wire_writer_finish(&w);
+    struct many m = {0, 0};
+    struct wire_handler h = {&m, NULL, on_many_lease, NULL};
+    assert_int_equal(wire_decode(buf, n, &h), 300);
+    assert_int_equal(m.n, 300);
+    assert_int_equal(m.bad, 0);
+    for (size_t cut = n - 40; cut < n; cut++) {
+        m.n = m.bad = 0;
+        assert_true(wire_decode(buf, cut, &h) < 0);
+        assert_int_equal(m.n, 0);
     }
 }
 
@@ -479,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_lease_roundtrip),
         cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_peek_before_delivery),
+        cmocka_unit_test(test_large_batch_in_order),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_full_batch),
         cmocka_unit_test(test_msgpack_reads_every_message),
