@@ -54,14 +54,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Three free UDP ports on 127.0.0.1.
-read -r P1 P2 P3 < <(/usr/bin/python3 - <<'PY'
-import socket
-ss = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])
-PY
-)
+read -r P1 P2 P3 < <(bench_free_ports udp 3)
 "$BIN/sluicectl" keygen -o "$TMP/cluster.key" >/dev/null
 JOIN="127.0.0.1:$P1,127.0.0.1:$P2,127.0.0.1:$P3"
 i=0

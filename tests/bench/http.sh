@@ -34,7 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PORT=$(( 20000 + RANDOM % 20000 ))
+PORT=$(bench_free_ports tcp 1)
 "$build/bin/sluiced" --socket "$TMP/s.sock" --http "127.0.0.1:$PORT" --log-level warn &
 SPID=$!
 for _ in $(seq 1 200); do

@@ -53,6 +53,21 @@ bench_side_by_side() {
   done
 }
 
+# N ports on 127.0.0.1 free for PROTO (tcp or udp) now, as the kernel
+# hands them out (bound at once, then released), on one line.  A port
+# drawn at random instead (20000-40000) could be one another process
+# held, or an outgoing connection's: the daemon then failed to listen.
+bench_free_ports() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import socket, sys
+kind = socket.SOCK_STREAM if sys.argv[1] == "tcp" else socket.SOCK_DGRAM
+ss = [socket.socket(socket.AF_INET, kind) for _ in range(int(sys.argv[2]))]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])
+PY
+}
+
 # A bounded wait (10 s) for a Unix socket ($1) that answers PING; exits the
 # calling script when it does not.
 bench_wait_sock() {

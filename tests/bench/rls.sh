@@ -46,7 +46,7 @@ YAML
 # value: "u1"}]}]} behind gRPC's 5-byte prefix (21 bytes of protobuf).
 printf '\x00\x00\x00\x00\x15\x0a\x05bench\x12\x0c\x0a\x0a\x0a\x04user\x12\x02u1' >"$TMP/req"
 
-PORT=$(( 20000 + RANDOM % 20000 ))
+PORT=$(bench_free_ports tcp 1)
 "$build/bin/sluiced" --socket "$TMP/s.sock" --grpc "127.0.0.1:$PORT" \
   --ratelimit-config "$TMP/rl" --log-level warn &
 SPID=$!
