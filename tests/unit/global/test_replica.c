@@ -660,13 +660,13 @@ static void run_owners_ms(int64_t ms)
     }
 }
 
-/* New keys asked once on node a (15 at once, 60 a minute) get one lease
- * per report from their owners.  The cluster's bucket refilling the unit
- * taken raises a key's free units by one a few intervals later; that rise
- * waits for the key's next report instead of going out alone (over a
- * million new keys it was a second lease for most, half the owners'
- * lease traffic).  The next report is answered with it, and the keys keep
- * their whole burst. */
+/* New keys asked once on node a alone (15 at once, 60 a minute) get one
+ * lease per report from their owners.  The cluster's bucket refilling the
+ * unit taken raises a key's free units by one a few intervals later; for
+ * a key's only reporter, which holds units, that rise waits for the key's
+ * next report instead of going out alone (over a million new keys it was
+ * a second lease for most, half the owners' lease traffic).  The next
+ * report is answered with it, and the keys keep their whole burst. */
 static void test_one_lease_per_new_key(void **state)
 {
     (void)state;
