@@ -313,8 +313,14 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
                               .free_value = NULL,
                               .ud = r};
     uint32_t id;
-    if (table_create(&r->nodes, &tc) != 0 || table_create(&r->owned, &to) != 0 ||
-        table_create(&r->notes, &tn) != 0 || replica__intern(r, r->name, nl, &id) != 0) {
+    /* One seed for the node and owner tables: an entry's hash field then
+     * serves a lookup of its key in the other (a key this node both serves
+     * and owns crosses between them on every report and lease). */
+    int rc = table_create(&r->nodes, &tc);
+    if (rc == 0)
+        table_get_seed(r->nodes, to.seed);
+    if (rc != 0 || table_create(&r->owned, &to) != 0 || table_create(&r->notes, &tn) != 0 ||
+        replica__intern(r, r->name, nl, &id) != 0) {
         replica_destroy(r);
         return -SLUICE_ENOMEM;
     }
@@ -393,9 +399,9 @@ void replica_note_demand(struct replica *r, const char *key, size_t klen, int64_
 struct replica__rx {
     struct replica *r;
     uint32_t from;
-    unsigned npf, chained;
-    uint32_t pf[RX_PREFETCH]; /* hashes of the keys peeked at */
-    uint8_t pft[RX_PREFETCH]; /* ... and their batch's type */
+    unsigned npf, chained, ndone; /* ndone: entries handed over so far */
+    uint32_t pf[RX_PREFETCH];     /* hashes of the keys peeked at */
+    uint8_t pft[RX_PREFETCH];     /* ... and their batch's type */
 };
 
 static const struct table *replica__rx_table(const struct replica__rx *x, uint8_t type)
@@ -421,12 +427,21 @@ static void replica__rx_peek(void *ud, uint8_t type, const char *key, size_t kle
         replica__rx_chain(x, x->npf - RX_LAG);
 }
 
+/* The hash of the entry handed over now, in its table: peeked at first
+ * (the same order), or computed beyond RX_PREFETCH entries. */
+static uint32_t replica__rx_hash(struct replica__rx *x, uint8_t type, const char *key, size_t klen)
+{
+    unsigned i = x->ndone++;
+    return i < x->npf ? x->pf[i] : table_hash(replica__rx_table(x, type), key, klen);
+}
+
 static void replica__rx_report(void *ud, uint64_t life, const struct wire_report *e)
 {
     struct replica__rx *x = ud;
     replica__rx_chain(x, x->npf);
     x->r->mem[x->from].life = life; /* where its notices go */
-    replica_owner_on_report(x->r, x->from, life, e);
+    replica_owner_on_report_hashed(x->r, x->from, life, e,
+                                   replica__rx_hash(x, WIRE_REPORT, e->key, e->klen));
 }
 
 static void replica__rx_lease(void *ud, uint64_t life, const struct wire_lease *l)
@@ -434,7 +449,7 @@ static void replica__rx_lease(void *ud, uint64_t life, const struct wire_lease *
     struct replica__rx *x = ud;
     replica__rx_chain(x, x->npf);
     x->r->mem[x->from].life = l->owner_life;
-    replica_node_on_lease(x->r, x->from, life, l);
+    replica_node_on_lease(x->r, x->from, life, l, replica__rx_hash(x, WIRE_LEASE, l->key, l->klen));
 }
 
 int replica_receive(struct replica *r, const char *from, const uint8_t *buf, size_t len,
@@ -492,9 +507,12 @@ static size_t replica__timed(struct replica *r, size_t left, unsigned *n, int64_
  * row, most of a visit's cost (a pass of first-touched keys spent a third of
  * its time on the flag test before the visit).  The slot of the key
  * PF_FAR ahead and the entry of the key PF_NEAR ahead are asked for early,
- * so the misses overlap instead of queueing one behind the other.  The
- * helpers are forced inline: GCC 12 finds a call whose only effect is a
- * prefetch free of side effects and drops it whole. */
+ * so the misses overlap instead of queueing one behind the other.  (Asking
+ * too for the other table's bucket and chain of a key this node both serves
+ * and owns, which its visit looks up there, moved the stall into the
+ * prefetching and gained nothing measurable.)  The helpers are forced
+ * inline: GCC 12 finds a call whose only effect is a prefetch free of side
+ * effects and drops it whole. */
 #define PF_NEAR   4
 #define PF_FAR    12
 #define PF_INLINE static inline __attribute__((always_inline))

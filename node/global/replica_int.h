@@ -405,15 +405,20 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now);
 /* Sends node key i's prompt report if it is still asked for (ASK_QUEUED)
  * and the PROMPT_RATE budget allows; returns 1 if it was sent. */
 int replica_node_prompt(struct replica *r, size_t i, int64_t now);
-/* A lease entry received from member from (not this node), addressed to
- * life (a past life's is stale). */
 /* The table hook of r->notes: a notice is droppable once past its time. */
 int64_t replica_node_note_drain(void *ud, const struct table_entry *e);
+/* A lease entry received from member from (not this node), addressed to
+ * life (a past life's is stale); hash is the key's in r->nodes
+ * (table_hash). */
 void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
-                           const struct wire_lease *l);
-/* A lease from this node's own owner side (see replica_owner.c). */
+                           const struct wire_lease *l, uint32_t hash);
+/* A lease from this node's own owner side (see replica_owner.c); _hashed
+ * with the key's hash (table_hash: r->nodes and r->owned share a seed, so
+ * an owned entry's hash field is the key's in r->nodes). */
 void replica_node_deliver(struct replica *r, const char *key, size_t klen, uint64_t life,
                           const struct wire_lease *l, int64_t now);
+void replica_node_deliver_hashed(struct replica *r, const char *key, size_t klen, uint32_t hash,
+                                 uint64_t life, const struct wire_lease *l, int64_t now);
 /* The member that owns node key k by the current view (recomputed once per
  * view change). */
 uint32_t replica_node_owner(struct replica *r, struct nkey *k, const char *key, size_t klen);
@@ -427,9 +432,13 @@ void replica_node_free(void *ud, struct table_entry *e);
 
 /* ---- replica_owner.c: the owner side ---------------------------------------------- */
 
-/* A report entry from member from's life life (from may be this node). */
+/* A report entry from member from's life life (from may be this node);
+ * _hashed with the key's hash in r->owned (table_hash; a node entry's hash
+ * field is it: the two tables share a seed). */
 void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
                              const struct wire_report *e);
+void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t life,
+                                    const struct wire_report *e, uint32_t hash);
 /* Computes owner key i in a pass if due; returns 0, OV_COMPUTED or OV_DROPPED. */
 #define OV_COMPUTED 1
 #define OV_DROPPED  2

@@ -581,12 +581,13 @@ int replica_node_decide(struct replica *r, const char *key, size_t klen,
                         const struct algo_params *p, enum policy_partition pol, int64_t qty,
                         int64_t now_ns, struct algo_result *out)
 {
-    struct table_entry *e = table_find(r->nodes, key, klen);
+    uint32_t hash;
+    struct table_entry *e = table_find_for_insert(r->nodes, key, klen, &hash);
     struct nkey *k;
     if (e == NULL) {
         struct table_stats ts0, ts1;
         table_get_stats(r->nodes, &ts0);
-        int rc = table_insert(r->nodes, key, klen, sizeof(struct nkey), 0, now_ns, &e);
+        int rc = table_insert_hashed(r->nodes, key, klen, hash, sizeof(struct nkey), 0, now_ns, &e);
         if (rc != 0) {
             if (rc == -SLUICE_EFULL)
                 r->st.refused_full++;
@@ -795,7 +796,7 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
  * counted stale and dropped, one for a key this node no longer holds is
  * dropped. */
 void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
-                           const struct wire_lease *l)
+                           const struct wire_lease *l, uint32_t hash)
 {
     r->st.lease_entries_received++;
     /* A notice may come from an owner that has not heard this life yet
@@ -814,7 +815,7 @@ void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
         replica_node__notice(r, l->key, l->klen, l, r->now);
         return;
     }
-    struct table_entry *e = table_find(r->nodes, l->key, l->klen);
+    struct table_entry *e = table_find_hashed(r->nodes, l->key, l->klen, hash);
     if (e == NULL)
         return;
     struct nkey *k = nkey_of(e);
@@ -836,11 +837,17 @@ void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
 void replica_node_deliver(struct replica *r, const char *key, size_t klen, uint64_t life,
                           const struct wire_lease *l, int64_t now)
 {
+    replica_node_deliver_hashed(r, key, klen, table_hash(r->nodes, key, klen), life, l, now);
+}
+
+void replica_node_deliver_hashed(struct replica *r, const char *key, size_t klen, uint32_t hash,
+                                 uint64_t life, const struct wire_lease *l, int64_t now)
+{
     if (l->flags & WIRE_L_NOTICE) {
         replica_node__notice(r, key, klen, l, now);
         return;
     }
-    struct table_entry *ne = table_find(r->nodes, key, klen);
+    struct table_entry *ne = table_find_hashed(r->nodes, key, klen, hash);
     if (ne != NULL && life == r->life && replica_node_owner(r, nkey_of(ne), key, klen) == r->self)
         replica_node__apply_lease(r, nkey_of(ne), l, now);
 }
@@ -1004,7 +1011,7 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
         k->p.flags |= NK_IDLE;
     r->st.report_entries_sent++;
     if (owner == r->self) {
-        replica_owner_on_report(r, r->self, r->life, &w);
+        replica_owner_on_report_hashed(r, r->self, r->life, &w, e->hash);
         return 0;
     }
     size_t before = r->mem[owner].outbuf[0] ? r->mem[owner].out[0].len : 0;
@@ -1041,7 +1048,7 @@ static void replica_node__gone(struct replica *r, struct table_entry *e)
     };
     r->st.report_entries_sent++;
     if (owner == r->self)
-        replica_owner_on_report(r, r->self, r->life, &w);
+        replica_owner_on_report_hashed(r, r->self, r->life, &w, e->hash);
     else
         (void)replica_append(r, owner, 0, r->life, &w, NULL);
 }

@@ -102,6 +102,12 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
 void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
                              const struct wire_report *e)
 {
+    replica_owner_on_report_hashed(r, from, life, e, table_hash(r->owned, e->key, e->klen));
+}
+
+void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t life,
+                                    const struct wire_report *e, uint32_t hash)
+{
     struct algo_params p;
     /* A report without the limit (count 0: left out) is for a record this
      * owner holds; one with it must carry a valid limit. */
@@ -113,7 +119,7 @@ void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
         return;
     }
     r->st.report_entries_received++;
-    struct table_entry *te = table_find(r->owned, e->key, e->klen);
+    struct table_entry *te = table_find_hashed(r->owned, e->key, e->klen, hash);
     struct okey *o;
     if (te == NULL) {
         if (e->flags & WIRE_R_GONE)
@@ -124,7 +130,8 @@ void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
             r->st.bare_unknown++;
             return;
         }
-        if (table_insert(r->owned, e->key, e->klen, sizeof(struct okey), 0, r->now, &te) != 0)
+        if (table_insert_hashed(r->owned, e->key, e->klen, hash, sizeof(struct okey), 0, r->now,
+                                &te) != 0)
             return;
         o = okey_of(te);
         o->idx = (uint32_t)r->nok;
@@ -931,7 +938,8 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         if (rp->member == r->self) {
             /* This node's own node side: no message (it checks, as for any
              * owner, that this node owns the key by its own view). */
-            replica_node_deliver(r, table_entry_key(te), te->klen, rp->life, &l, now);
+            replica_node_deliver_hashed(r, table_entry_key(te), te->klen, te->hash, rp->life, &l,
+                                        now);
             continue;
         }
         if (replica_append(r, rp->member, 1, rp->life, NULL, &l) == 0)

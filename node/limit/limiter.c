@@ -338,7 +338,8 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
     if (at >= 0 && at < now)
         now = at;
 
-    e = table_find(lim->table, key, klen);
+    uint32_t hash; /* for the insert too */
+    e = table_find_for_insert(lim->table, key, klen, &hash);
     if (e != NULL && e->tag != limiter__tag(p->kind)) {
         carry = limiter__carry_across(e, p, pol, now);
         table_delete(lim->table, e);
@@ -417,7 +418,8 @@ static int limiter__run_at(struct limiter *lim, const char *key, size_t klen,
             limiter__hdr_update(p, table_entry_value(e), out, now);
         }
     } else if (!drained) {
-        rc = table_insert(lim->table, key, klen, off + ssz, limiter__tag(p->kind), now, &e);
+        rc = table_insert_hashed(lim->table, key, klen, hash, off + ssz, limiter__tag(p->kind), now,
+                                 &e);
         if (rc == 0) {
             if (paced && (op == OP_DECIDE || op == OP_CHARGE))
                 e->flags |= LIMITER_F_PACED;
@@ -806,7 +808,8 @@ limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_
     if ((lim->st.decisions & (RECLAIM_EVERY - 1)) == 0)
         table_reclaim_step(lim->table, now_ns, RECLAIM_BUCKETS);
 
-    e = table_find(lim->table, key, klen);
+    uint32_t hash; /* for the insert too */
+    e = table_find_for_insert(lim->table, key, klen, &hash);
     tat = GCRA_TAT_FULL;
     if (e != NULL && e->tag != LIMITER_TAG_GCRA) {
         /* Another algorithm's state: CL.THROTTLE is GCRA; it starts as a
@@ -837,7 +840,8 @@ limiter__throttle_gcra(struct limiter *lim, const char *key, size_t klen, int64_
             memcpy(table_entry_value(e), &tat, sizeof(tat));
         }
     } else if (!gcra_is_drained(tat, now_ns)) {
-        rc = table_insert(lim->table, key, klen, sizeof(tat), LIMITER_TAG_GCRA, now_ns, &e);
+        rc = table_insert_hashed(lim->table, key, klen, hash, sizeof(tat), LIMITER_TAG_GCRA, now_ns,
+                                 &e);
         if (rc == -SLUICE_EFULL && lim->cfg.overflow == LIMITER_OVERFLOW_ALLOW) {
             lim->st.overflow_allowed++;
         } else if (rc == -SLUICE_EFULL) {

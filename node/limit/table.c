@@ -263,14 +263,23 @@ static void table__maybe_shrink(struct table *t)
 
 /* ---- lookup ---- */
 
-struct table_entry *table_find(struct table *t, const char *key, size_t klen)
+uint32_t table_hash(const struct table *t, const char *key, size_t klen)
 {
-    uint32_t h;
+    return table__hash(t, key, klen > TABLE_MAX_KEY ? 0 : klen);
+}
+
+void table_get_seed(const struct table *t, uint64_t seed[2])
+{
+    seed[0] = t->k0;
+    seed[1] = t->k1;
+}
+
+/* The lookup of table_find, with key's hash h given. */
+static inline struct table_entry *table__find(struct table *t, const char *key, size_t klen,
+                                              uint32_t h)
+{
     struct table_entry *e;
 
-    if (klen > TABLE_MAX_KEY)
-        return NULL;
-    h = table__hash(t, key, klen);
     for (e = t->buckets[h & t->mask]; e != NULL; e = e->next) {
         if (e->hash == h && e->klen == klen && memcmp(table_entry_key(e), key, klen) == 0)
             return e;
@@ -281,6 +290,25 @@ struct table_entry *table_find(struct table *t, const char *key, size_t klen)
             return e;
     }
     return NULL;
+}
+
+struct table_entry *table_find(struct table *t, const char *key, size_t klen)
+{
+    if (klen > TABLE_MAX_KEY)
+        return NULL;
+    return table__find(t, key, klen, table__hash(t, key, klen));
+}
+
+struct table_entry *table_find_for_insert(struct table *t, const char *key, size_t klen,
+                                          uint32_t *hash)
+{
+    *hash = table__hash(t, key, klen > TABLE_MAX_KEY ? 0 : klen);
+    return klen > TABLE_MAX_KEY ? NULL : table__find(t, key, klen, *hash);
+}
+
+struct table_entry *table_find_hashed(struct table *t, const char *key, size_t klen, uint32_t h)
+{
+    return klen > TABLE_MAX_KEY ? NULL : table__find(t, key, klen, h);
 }
 
 uint32_t table_prefetch(const struct table *t, const char *key, size_t klen)
@@ -439,9 +467,16 @@ static int table__make_room(struct table *t, int64_t now)
 int table_insert(struct table *t, const char *key, size_t klen, size_t vsize, uint8_t tag,
                  int64_t now, struct table_entry **out)
 {
+    if (klen > TABLE_MAX_KEY)
+        return -SLUICE_EINVAL;
+    return table_insert_hashed(t, key, klen, table__hash(t, key, klen), vsize, tag, now, out);
+}
+
+int table_insert_hashed(struct table *t, const char *key, size_t klen, uint32_t h, size_t vsize,
+                        uint8_t tag, int64_t now, struct table_entry **out)
+{
     struct table_entry *e;
     size_t kpad, size;
-    uint32_t h;
 
     if (klen > TABLE_MAX_KEY || vsize > SIZE_MAX / 2)
         return -SLUICE_EINVAL;
@@ -455,7 +490,6 @@ int table_insert(struct table *t, const char *key, size_t klen, size_t vsize, ui
     e = malloc(size);
     if (e == NULL)
         return -SLUICE_ENOMEM;
-    h = table__hash(t, key, klen);
     e->hash = h;
     e->klen = (uint16_t)klen;
     e->tag = tag;

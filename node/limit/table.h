@@ -103,6 +103,21 @@ static inline void *table_entry_value(struct table_entry *e)
  * valid until the next insert, delete, reclaim step or destroy. */
 struct table_entry *table_find(struct table *t, const char *key, size_t klen);
 
+/* The hash table_find and table_insert compute for key (what an entry keeps
+ * in its hash field), for a caller that looks a key up more than once or
+ * in two tables of the same seed: table_find_hashed and table_insert_hashed
+ * take it instead of computing it again.  A hash that is not key's in t
+ * finds nothing, or files the entry where nothing finds it. */
+uint32_t table_hash(const struct table *t, const char *key, size_t klen);
+struct table_entry *table_find_hashed(struct table *t, const char *key, size_t klen, uint32_t hash);
+/* table_find that leaves key's hash in *hash (table_hash), for the
+ * table_insert_hashed of a key it did not find. */
+struct table_entry *table_find_for_insert(struct table *t, const char *key, size_t klen,
+                                          uint32_t *hash);
+/* The table's hash key (seed): a table created with it hashes every key as
+ * t does, so an entry's hash field serves lookups in both. */
+void table_get_seed(const struct table *t, uint64_t seed[2]);
+
 /* Prefetching for a batch of lookups (a received batch of keys): stage one
  * asks the cache for key's bucket and returns its hash, stage two, called
  * with that hash a little later (the bucket arrived meanwhile), asks for
@@ -127,6 +142,9 @@ void table_prefetch_stage(const struct table *t, const char *key, size_t klen, i
  */
 int table_insert(struct table *t, const char *key, size_t klen, size_t vsize, uint8_t tag,
                  int64_t now, struct table_entry **out);
+/* table_insert with key's hash in t (table_hash) given. */
+int table_insert_hashed(struct table *t, const char *key, size_t klen, uint32_t hash, size_t vsize,
+                        uint8_t tag, int64_t now, struct table_entry **out);
 
 /* Removes and frees e (calling free_value).  e must belong to t. */
 void table_delete(struct table *t, struct table_entry *e);

@@ -106,6 +106,55 @@ static void test_basic(void **state)
     assert_int_equal(freed_count, 3);
 }
 
+/* A key's hash (table_hash, or left by table_find_for_insert) serves
+ * table_find_hashed and table_insert_hashed as table_find and table_insert
+ * compute it, through growth; a table made with another's seed (table_get_seed) hashes every
+ * key the same, so an entry's hash field finds its key in the other; a
+ * wrong hash finds nothing. */
+static void test_hashed_and_shared_seed(void **state)
+{
+    (void)state;
+    struct table *a = mk(0, 0, 5);
+    struct table_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.drain = drain_of;
+    cfg.free_value = on_free;
+    table_get_seed(a, cfg.seed);
+    struct table *b, *c;
+    assert_int_equal(table_create(&b, &cfg), 0);
+    memset(cfg.seed, 0, sizeof(cfg.seed)); /* a random seed of its own */
+    assert_int_equal(table_create(&c, &cfg), 0);
+    char k[32];
+    int differ = 0;
+    for (int i = 0; i < 5000; i++) {
+        size_t n = (size_t)snprintf(k, sizeof(k), "key:%d", i);
+        struct table_entry *ea, *eb;
+        uint32_t h = table_hash(a, k, n), h2 = 0;
+        assert_null(table_find_hashed(a, k, n, h));
+        assert_null(table_find_for_insert(a, k, n, &h2));
+        assert_int_equal(h2, h);
+        assert_int_equal(table_insert_hashed(a, k, n, h, sizeof(int64_t), 1, 0, &ea), 0);
+        assert_int_equal(ea->hash, h);
+        assert_ptr_equal(table_find_for_insert(a, k, n, &h2), ea);
+        assert_int_equal(table_hash(b, k, n), h);
+        differ += table_hash(c, k, n) != h;
+        assert_int_equal(table_insert_hashed(b, k, n, ea->hash, sizeof(int64_t), 2, 0, &eb), 0);
+        assert_ptr_equal(table_find(b, k, n), eb);
+    }
+    assert_true(differ > 4900);
+    for (int i = 0; i < 5000; i++) {
+        size_t n = (size_t)snprintf(k, sizeof(k), "key:%d", i);
+        struct table_entry *ea = table_find(a, k, n);
+        assert_non_null(ea);
+        assert_ptr_equal(table_find_hashed(a, k, n, ea->hash), ea);
+        assert_non_null(table_find_hashed(b, k, n, ea->hash));
+        assert_null(table_find_hashed(a, k, n, ea->hash ^ 0x5a5a5a5au));
+    }
+    table_destroy(a);
+    table_destroy(b);
+    table_destroy(c);
+}
+
 /* Many keys through few buckets (every chain has several entries before the
  * first growth), then growth to 100k keys and shrink back. */
 static void test_collisions_growth_shrink(void **state)
@@ -448,7 +497,7 @@ int main(void)
         cmocka_unit_test(test_basic),         cmocka_unit_test(test_collisions_growth_shrink),
         cmocka_unit_test(test_reclaim),       cmocka_unit_test(test_max_keys_evict),
         cmocka_unit_test(test_max_keys_fail), cmocka_unit_test(test_scan_under_change),
-        cmocka_unit_test(test_random_model),
+        cmocka_unit_test(test_random_model),  cmocka_unit_test(test_hashed_and_shared_seed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
