@@ -432,11 +432,9 @@ void replica_node_free(void *ud, struct table_entry *e);
 
 /* ---- replica_owner.c: the owner side ---------------------------------------------- */
 
-/* A report entry from member from's life life (from may be this node);
- * _hashed with the key's hash in r->owned (table_hash; a node entry's hash
- * field is it: the two tables share a seed). */
-void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
-                             const struct wire_report *e);
+/* A report entry from member from's life life (from may be this node),
+ * with the key's hash in r->owned (table_hash; a node entry's hash field is
+ * it: the two tables share a seed). */
 void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t life,
                                     const struct wire_report *e, uint32_t hash);
 /* Computes owner key i in a pass if due; returns 0, OV_COMPUTED or OV_DROPPED. */

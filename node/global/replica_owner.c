@@ -99,12 +99,6 @@ static void replica_owner__pour(struct okey *o, double units, int64_t now)
 static void replica_owner__compute(struct replica *r, struct table_entry *te, int64_t now,
                                    uint32_t asker);
 
-void replica_owner_on_report(struct replica *r, uint32_t from, uint64_t life,
-                             const struct wire_report *e)
-{
-    replica_owner_on_report_hashed(r, from, life, e, table_hash(r->owned, e->key, e->klen));
-}
-
 void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t life,
                                     const struct wire_report *e, uint32_t hash)
 {
