@@ -98,12 +98,12 @@
  * Bounds.  Node side: at most max_keys global keys (the daemon's --max-keys,
  *   evict or refuse as --on-full says), about 200 bytes each; a key whose
  *   bucket is full and that saw no request for gc_grace_ns is dropped.
- *   Owner side: at most max_owned key records, each 96 bytes plus 64 per
- *   reporting node; a record with no live reporter is dropped after a
- *   silence window (phantom_max_ns for reserved shares).  Notices: at most
- *   NOTICE_MAX (65,536) held per node, each the key plus 16 bytes, dropped
- *   when their time is past or evicted nearest it first; an owner sends
- *   at most NOTICE_RATE (4,096) a second.
+ *   Owner side: at most max_owned key records, each 160 bytes with its
+ *   first reporting node, plus 64 per further one; a record with no live
+ *   reporter is dropped after a silence window (phantom_max_ns for
+ *   reserved shares).  Notices: at most NOTICE_MAX (65,536) held per node,
+ *   each the key plus 16 bytes, dropped when their time is past or evicted
+ *   nearest it first; an owner sends at most NOTICE_RATE (4,096) a second.
  *
  * Everything runs on one thread (the event loop); nothing here locks.  Time
  * is an int64 of nanoseconds on a monotonic clock, passed in.  Functions

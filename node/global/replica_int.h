@@ -244,8 +244,14 @@ struct okey {
                                        refuse_q), and as last leased */
     uint32_t noticed_ms;            /* replica_node__ms of the last notices */
     uint16_t noticed_refuse;        /* ... and their odds of refusal */
+    /* The first reporter's record, in place: most keys have one reporter,
+     * and a record of its own would cost an allocation and its header per
+     * key (reps is &one while cap is 1; a second reporter moves both to a
+     * heap array, replica_owner__add_rep). */
+    struct orep one;
 };
-_Static_assert(sizeof(struct okey) == 96, "struct okey: 96 bytes, as replica.h's bounds say");
+_Static_assert(sizeof(struct okey) == 160,
+               "struct okey: 160 bytes with its first reporter, as replica.h's bounds say");
 
 /* A notice this node holds for a key (replica_owner.c, "Thin keys"). */
 struct nnote {

@@ -35,7 +35,8 @@ void replica_owner_free(void *ud, struct table_entry *e)
     struct replica *r = ud;
     struct okey *o = okey_of(e);
     r->nreps -= o->n;
-    free(o->reps);
+    if (o->reps != &o->one)
+        free(o->reps);
     o->reps = NULL;
     uint32_t i = o->idx;
     if (i < r->nok && r->ok[i] == e) {
@@ -52,6 +53,34 @@ void replica_owner_free(void *ud, struct table_entry *e)
 }
 
 /* ---- reports received ------------------------------------------------------ */
+
+/* Makes room for one more reporter in o->reps: the record's own slot for
+ * the first (o->one), then a heap array that doubles.  Fails with
+ * -SLUICE_ENOMEM, o unchanged. */
+static int replica_owner__add_rep(struct okey *o)
+{
+    if (o->n < o->cap)
+        return 0;
+    if (o->cap == 0) {
+        o->reps = &o->one;
+        o->cap = 1;
+        return 0;
+    }
+    uint32_t nc = o->cap * 2;
+    struct orep *a;
+    if (o->reps == &o->one) {
+        a = malloc(nc * sizeof(*a));
+        if (a != NULL)
+            memcpy(a, o->reps, o->n * sizeof(*a));
+    } else {
+        a = realloc(o->reps, nc * sizeof(*a));
+    }
+    if (a == NULL)
+        return -SLUICE_ENOMEM;
+    o->reps = a;
+    o->cap = nc;
+    return 0;
+}
 
 static struct orep *replica_owner__rep(struct okey *o, uint32_t member)
 {
@@ -163,14 +192,8 @@ void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t l
         return;
     }
     if (rp == NULL) {
-        if (o->n == o->cap) {
-            uint32_t nc = o->cap ? o->cap * 2 : 1; /* most keys: one reporter */
-            struct orep *a = realloc(o->reps, nc * sizeof(*a));
-            if (a == NULL)
-                return;
-            o->reps = a;
-            o->cap = nc;
-        }
+        if (replica_owner__add_rep(o) != 0)
+            return;
         rp = &o->reps[o->n++];
         r->nreps++;
         memset(rp, 0, sizeof(*rp));
