@@ -489,10 +489,12 @@ static void cluster__tick(struct cluster *c)
     c->gc_seen = st.gc_keys;
     int64_t now = cluster_now_ns(c);
     /* Drained keys were dropped: give their memory back once the keys held
-     * fell to half their peak (at most once a second).  malloc_trim walks
-     * the whole heap and stops the loop for as long (seconds over a
-     * million keys on a loaded host): under steady churn the memory is
-     * reused by new keys instead, so it only runs after a real fall. */
+     * fell to half their peak (at most once a second).  Their entries' pages
+     * go back as they empty (the tables' slab); this is for what else they
+     * held from malloc (window states, reporter arrays, batches).
+     * malloc_trim walks the whole heap and stops the loop for as long:
+     * under steady churn the memory is reused by new keys instead, so it
+     * only runs after a real fall. */
     uint64_t held = st.keys + st.owned_keys;
     if (held > c->keys_peak)
         c->keys_peak = held;

@@ -11,6 +11,7 @@
  */
 #include "table.h"
 
+#include "slab.h"
 #include "sluice/error.h"
 
 #include <stdlib.h>
@@ -40,6 +41,9 @@ struct table {
     uint64_t k0, k1; /* SipHash key */
     struct table_config cfg;
     uint64_t reclaimed, evicted, full;
+    /* Entries up to SLAB_MAX bytes (all but those of long keys) come from
+     * here; larger ones from malloc, flagged TABLE_F_HEAP. */
+    struct slab *slab;
 };
 
 /* ---- SipHash-1-3 (keyed, so bucket positions are not predictable) ---- */
@@ -146,7 +150,8 @@ int table_create(struct table **out, const struct table_config *cfg)
     if (t == NULL)
         return -SLUICE_ENOMEM;
     t->buckets = calloc(TABLE_MIN_BUCKETS, sizeof(*t->buckets));
-    if (t->buckets == NULL) {
+    if (t->buckets == NULL || slab_create(&t->slab) != 0) {
+        free(t->buckets);
         free(t);
         return -SLUICE_ENOMEM;
     }
@@ -176,7 +181,10 @@ static void table__free_entry(struct table *t, struct table_entry *e)
 {
     if (t->cfg.free_value != NULL)
         t->cfg.free_value(t->cfg.ud, e);
-    free(e);
+    if (e->flags & TABLE_F_HEAP)
+        free(e);
+    else
+        slab_free(t->slab, e);
 }
 
 static void table__free_chains(struct table *t, struct table_entry **b, uint64_t from,
@@ -199,6 +207,7 @@ void table_destroy(struct table *t)
     table__free_chains(t, t->old, t->rehash_idx, t->omask);
     free(t->buckets);
     free(t->old);
+    slab_destroy(t->slab);
     free(t);
 }
 
@@ -487,13 +496,14 @@ int table_insert_hashed(struct table *t, const char *key, size_t klen, uint32_t 
     }
     kpad = (klen + 7u) & ~(size_t)7u;
     size = sizeof(*e) + kpad + vsize;
-    e = malloc(size);
+    int heap = size > SLAB_MAX;
+    e = heap ? malloc(size) : slab_alloc(t->slab, size);
     if (e == NULL)
         return -SLUICE_ENOMEM;
     e->hash = h;
     e->klen = (uint16_t)klen;
     e->tag = tag;
-    e->flags = 0;
+    e->flags = heap ? TABLE_F_HEAP : 0;
     if (klen > 0)
         memcpy((char *)(e + 1), key, klen);
     memset((char *)(e + 1) + klen, 0, kpad - klen + vsize);

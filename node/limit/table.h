@@ -3,7 +3,8 @@
  * blobs, reclaims keys whose state has drained, and stays within max_keys.
  *
  * Structure: a power-of-two array of bucket heads with separate chaining
- * (the chain link lives in the entry).  Each entry is one malloc block:
+ * (the chain link lives in the entry).  Each entry is one block of the
+ * table's slab (slab.h), or of malloc beyond SLAB_MAX bytes (long keys):
  *
  *   +------+------+------+-----+-------+-----------------+----------------+
  *   | next | hash | klen | tag | flags | key bytes, pad8 | value (vsize)  |
@@ -17,11 +18,11 @@
  * drain_at (when does this entry become equal to an absent key) and
  * free_value (release anything the value area points to).
  *
- * Memory per key: 16 header + round8(klen) + vsize, rounded by malloc to a
- * 16-byte multiple plus 8 bytes of malloc header, plus 8 bytes of bucket head
- * (load factor kept between 1/4 and 1).  "user:123456" with an 8-byte GCRA
- * state: malloc(40) -> 48-byte chunk, + 8..16 bytes of buckets, about 60
- * bytes per key.
+ * Memory per key: 16 header + round8(klen) + vsize, exactly (the slab's
+ * classes are 8 bytes apart and its objects carry no header), plus 8 bytes
+ * of bucket head (load factor kept between 1/4 and 1).  "user:123456" with
+ * an 8-byte GCRA state: 40 bytes, + 8..16 bytes of buckets, about 52 bytes
+ * per key (malloc made it a 48-byte chunk).
  *
  * Complexity: find/insert/delete O(1) expected (keyed SipHash-1-3, so clients
  * cannot aim at a chain); growth and shrink move the entries to the new
@@ -46,6 +47,7 @@
 #include <stdint.h>
 
 #define TABLE_F_PINNED 0x01u /* never reclaimed or evicted (e.g. referenced) */
+#define TABLE_F_HEAP   0x02u /* the table's own: the entry came from malloc (slab.h) */
 #define TABLE_MAX_KEY  65535u
 
 struct table_entry {

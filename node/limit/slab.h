@@ -1,0 +1,67 @@
+/*
+ * slab: the key table's entry allocator (table.c).
+ *
+ * A table holds up to millions of small entries of a few sizes (a header,
+ * a key of a few bytes, an algorithm's state or a replica record), made
+ * and freed one at a time on the event loop.  malloc gives each its own
+ * header and rounds it up to 16 bytes, and a table that grows by a million
+ * keys takes each new page of memory with a fault of its own.  Here:
+ *
+ *   - sizes are classes of 8 bytes up to SLAB_MAX; an object costs its
+ *     class, nothing more;
+ *   - each class carves objects from 64 KiB pages of its own; a freed
+ *     object goes on its page's free list, and a class fills the pages it
+ *     has room in before it takes a new one;
+ *   - a page whose last object is freed goes back to the system
+ *     (MADV_DONTNEED) and to a pool any class takes pages from, so a table
+ *     that held a million keys and dropped them gives their memory back,
+ *     as malloc_trim would (a class keeps one empty page, so a table that
+ *     adds and drops a key at a page's edge does not fault each time);
+ *   - pages come from 2 MiB regions, aligned, so a page's class is found
+ *     from an object's address (the page's first 16 bytes say it); regions
+ *     after the first are advised for transparent huge pages, so a large
+ *     table takes its memory a region per fault where the kernel allows
+ *     it (a small one stays a few 4 KiB pages).
+ *
+ * What it does not do: move objects (a page with one live object keeps
+ * its 64 KiB), or unmap regions before slab_destroy (their pages' memory
+ * goes back, their addresses stay reserved).  Under AddressSanitizer, free
+ * objects and the unused part of a page are poisoned, so a use after free
+ * is reported as it would be with malloc.
+ *
+ * One thread: a slab belongs to its table, on the loop that owns it.
+ */
+#ifndef SLUICE_SLAB_H
+#define SLUICE_SLAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLAB_MAX 1024u /* the largest object; larger ones are the caller's (malloc) */
+
+struct slab;
+
+struct slab_stats {
+    uint64_t regions;  /* 2 MiB regions mapped */
+    uint64_t pages;    /* 64 KiB pages a class holds now */
+    uint64_t released; /* pages given back to the system, running total */
+    uint64_t live;     /* objects allocated and not freed */
+};
+
+/* Creates an empty slab (no memory mapped until the first object).  Fails
+ * with -SLUICE_ENOMEM or -SLUICE_EINVAL (NULL out). */
+int slab_create(struct slab **out);
+
+/* Unmaps every region: every object of s is gone.  NULL is a no-op. */
+void slab_destroy(struct slab *s);
+
+/* An object of size bytes (1..SLAB_MAX), 8-byte aligned, its contents
+ * undefined; NULL when size is out of range or no memory is left. */
+void *slab_alloc(struct slab *s, size_t size);
+
+/* Frees p, an object slab_alloc of s returned (NULL: a no-op). */
+void slab_free(struct slab *s, void *p);
+
+void slab_get_stats(const struct slab *s, struct slab_stats *out);
+
+#endif
