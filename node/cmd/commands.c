@@ -384,6 +384,23 @@ static int commands__client(struct commands *cmds, struct server_client *c, size
             int shown = argvlen[2] > 128 ? 128 : (int)argvlen[2];
             resp_add_errorf(out, "ERR Unrecognized option '%.*s'", shown, argv[2]);
         }
+    } else if (args_is(sub, sublen, "HELP")) {
+        static const char *const help[] = {
+            "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GETNAME",
+            "    Return the name of the current connection.",
+            "ID",
+            "    Return the ID of the current connection.",
+            "SETINFO <option> <value>",
+            "    Set client meta attr. Options are: LIB-NAME, LIB-VER (accepted, not kept).",
+            "SETNAME <name>",
+            "    Assign the name <name> to the current connection.",
+            "HELP",
+            "    Print this help.",
+        };
+        resp_add_array(out, sizeof(help) / sizeof(help[0]));
+        for (size_t i = 0; i < sizeof(help) / sizeof(help[0]); i++)
+            resp_add_simple(out, help[i]);
     } else {
         int shown = sublen > 128 ? 128 : (int)sublen;
         resp_add_errorf(out, "ERR unknown subcommand '%.*s'. Try CLIENT HELP.", shown, sub);

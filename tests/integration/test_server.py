@@ -70,6 +70,13 @@ class RedisPyTest(unittest.TestCase):
             r.client_setname("worker-1")
             self.assertEqual(r.client_getname(), "worker-1")
             self.assertIsInstance(r.client_id(), int)
+            # CLIENT HELP, which the error for an unknown subcommand names,
+            # lists the subcommands there are.
+            helped = b" ".join(r.execute_command("CLIENT", "HELP"))
+            for sub in (b"GETNAME", b"ID", b"SETINFO", b"SETNAME"):
+                self.assertIn(sub, helped)
+            with self.assertRaisesRegex(redis.ResponseError, "Try CLIENT HELP"):
+                r.execute_command("CLIENT", "KILL", "x")
             self.assertIn("connected_clients", r.info())
             self.assertIn("keys", r.info("limiter"))
             with self.assertRaisesRegex(redis.ResponseError, "Couldn't parse as integer: x"):
