@@ -36,11 +36,19 @@
 #endif
 #ifdef SLAB_ASAN
 #include <sanitizer/asan_interface.h>
+#include <sanitizer/lsan_interface.h>
 #define SLAB_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
 #define SLAB_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+/* Entries point at memory of malloc's (a sliding log's ring): the leak
+ * checker must look for pointers in the regions, as it does in malloc's
+ * blocks, or it reports what a live entry holds as leaked. */
+#define SLAB_ROOT(p, n)   __lsan_register_root_region((p), (n))
+#define SLAB_UNROOT(p, n) __lsan_unregister_root_region((p), (n))
 #else
 #define SLAB_POISON(p, n)   ((void)(p), (void)(n))
 #define SLAB_UNPOISON(p, n) ((void)(p), (void)(n))
+#define SLAB_ROOT(p, n)     ((void)(p), (void)(n))
+#define SLAB_UNROOT(p, n)   ((void)(p), (void)(n))
 #endif
 
 struct slab__page {
@@ -77,6 +85,7 @@ void slab_destroy(struct slab *s)
         return;
     for (size_t i = 0; i < s->nregions; i++) {
         SLAB_UNPOISON(s->regions[i], SLAB_REGION);
+        SLAB_UNROOT(s->regions[i], SLAB_REGION);
         munmap(s->regions[i], SLAB_REGION);
     }
     free(s->regions);
@@ -122,6 +131,7 @@ static char *slab__region(struct slab *s)
         (void)madvise(r, SLAB_REGION, MADV_HUGEPAGE);
 #endif
     SLAB_POISON(r, SLAB_REGION);
+    SLAB_ROOT(r, SLAB_REGION);
     s->regions[s->nregions++] = r;
     s->st.regions++;
     return r;
@@ -221,6 +231,10 @@ void slab_free(struct slab *s, void *p)
     if (p == NULL)
         return;
     struct slab__page *pg = (struct slab__page *)((uintptr_t)p & ~(uintptr_t)(SLAB_PAGE - 1));
+#ifdef SLAB_ASAN
+    /* A freed entry's pointers must not hide a leak from the checker. */
+    memset(p, 0, (size_t)pg->cls * 8u);
+#endif
     memcpy(p, &pg->free, sizeof(pg->free));
     pg->free = p;
     SLAB_POISON(p, (size_t)pg->cls * 8u);
