@@ -156,8 +156,9 @@ static void slab__unlink(struct slab *s, struct slab__page *pg)
 /* Faults page p in whole, in one call: a table past its first region is
  * growing by thousands of entries, and faulting its pages 4 KiB at a time
  * costs a trap each (on the 2-core VM of the benchmarks, 2 MiB took 5.5 ms
- * so and 2.7 ms populated 64 KiB at a time).  Not huge pages: those took
- * as long in all, but a single fault of 2 MiB stalled the loop 2 to 6 ms.
+ * faulted 4 KiB at a time, 2.7 ms populated 64 KiB at a time).  Not huge
+ * pages: those took as long in all, but a single fault of 2 MiB stalled
+ * the loop 2 to 6 ms.
  * A kernel before 5.14 says EINVAL, and the page faults in as it is used;
  * the first region is left to fault so, so a small table (most of a
  * daemon's) holds only the 4 KiB pages it uses. */
