@@ -52,14 +52,13 @@
 #endif
 
 struct slab__page {
-    struct slab__page *next, *prev; /* in s->avail[cls] while listed */
+    struct slab__page *next, *prev; /* in s->avail[cls] while it has room */
     void *free;                     /* this page's free objects, linked through their first word */
     uint32_t cls, live;
     uint32_t bump; /* offset of its first never-used object */
-    uint32_t listed;
-    uint64_t unused;
 };
-_Static_assert(sizeof(struct slab__page) == SLAB_HDR, "a page header is SLAB_HDR bytes");
+/* Objects begin SLAB_HDR bytes into a page, 16-aligned for the first. */
+_Static_assert(sizeof(struct slab__page) <= SLAB_HDR, "a page header fits in SLAB_HDR bytes");
 
 struct slab {
     struct slab__page *avail[SLAB_CLASSES]; /* each class's pages with room, allocated from first */
@@ -138,7 +137,12 @@ static void slab__link(struct slab *s, struct slab__page *pg)
     if (*head != NULL)
         (*head)->prev = pg;
     *head = pg;
-    pg->listed = 1;
+}
+
+/* Whether pg is in its class's list (it has room). */
+static int slab__listed(const struct slab *s, const struct slab__page *pg)
+{
+    return pg->prev != NULL || s->avail[pg->cls] == pg;
 }
 
 static void slab__unlink(struct slab *s, struct slab__page *pg)
@@ -150,7 +154,6 @@ static void slab__unlink(struct slab *s, struct slab__page *pg)
     if (pg->next != NULL)
         pg->next->prev = pg->prev;
     pg->next = pg->prev = NULL;
-    pg->listed = 0;
 }
 
 /* Faults page p in whole, in one call: a table past its first region is
@@ -253,7 +256,7 @@ void slab_free(struct slab *s, void *p)
     SLAB_POISON(p, (size_t)pg->cls * 8u);
     pg->live--;
     s->st.live--;
-    if (!pg->listed)
+    if (!slab__listed(s, pg))
         slab__link(s, pg);
     /* Empty: back to the system, unless it is its class's one page with
      * room (kept, or a key made and dropped over and over at a page's
