@@ -242,6 +242,46 @@ static void slab__release(struct slab *s, struct slab__page *pg)
     /* else: its address is lost until slab_destroy; its memory is not */
 }
 
+void *slab_array_alloc(size_t len)
+{
+    if (len < SLAB_ARRAY_MAP)
+        return calloc(1, len);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    SLAB_ROOT(p, len);
+    return p;
+}
+
+void slab_array_free(void *p, size_t len)
+{
+    if (p == NULL)
+        return;
+    if (len < SLAB_ARRAY_MAP) {
+        free(p);
+        return;
+    }
+    SLAB_UNROOT(p, len);
+    munmap(p, len);
+}
+
+void slab_array_populate(void *p, size_t len, size_t off, size_t n)
+{
+    if (len < SLAB_ARRAY_MAP || off >= len)
+        return;
+    if (n > len - off)
+        n = len - off;
+    /* Whole pages only: mapped arrays start on a page, and their parts
+     * are asked for in multiples of 4 KiB. */
+    uintptr_t a = ((uintptr_t)p + off + 4095u) & ~(uintptr_t)4095u;
+    uintptr_t end = ((uintptr_t)p + off + n) & ~(uintptr_t)4095u;
+    if (end > a) {
+#ifdef MADV_POPULATE_WRITE
+        (void)madvise((void *)a, end - a, MADV_POPULATE_WRITE);
+#endif
+    }
+}
+
 void slab_free(struct slab *s, void *p)
 {
     if (p == NULL)

@@ -65,4 +65,30 @@ void slab_free(struct slab *s, void *p);
 
 void slab_get_stats(const struct slab *s, struct slab_stats *out);
 
+/*
+ * Large zeroed arrays of a table's own (its bucket arrays), mapped apart
+ * from malloc's heap.  An array of SLAB_ARRAY_MAP bytes or more is an
+ * anonymous mapping: freed, it goes back to the system at once, and it can
+ * be faulted in ahead of its use (slab_array_populate), a part at a time;
+ * a smaller one comes from calloc.  From malloc's heap instead, a large
+ * array was either faulted 4 KiB at a time wherever a new key landed, or,
+ * once malloc had raised its mapping threshold, cleared with memset in one
+ * go.  Under AddressSanitizer a mapped array is a root region of the leak
+ * checker, as a region is (an entry of a long key, from malloc, is reached
+ * only through it).
+ */
+#define SLAB_ARRAY_MAP ((size_t)64 << 10)
+
+/* A zeroed array of len bytes; NULL when out of memory. */
+void *slab_array_alloc(size_t len);
+
+/* Frees an array slab_array_alloc gave for len bytes (NULL: a no-op). */
+void slab_array_free(void *p, size_t len);
+
+/* Faults in the 4 KiB pages of [off, off + n) of an array of len bytes
+ * from slab_array_alloc, in one call (MADV_POPULATE_WRITE) instead of a
+ * trap each as they are first touched.  A hint: a calloc'd array, a kernel
+ * before 5.14 or a failure leaves the pages to fault as they are used. */
+void slab_array_populate(void *p, size_t len, size_t off, size_t n);
+
 #endif

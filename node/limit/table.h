@@ -77,9 +77,11 @@ struct table_config {
 struct table_stats {
     uint64_t keys;
     uint64_t buckets;
-    uint64_t reclaimed; /* drained entries freed by the table */
-    uint64_t evicted;   /* undrained entries evicted at max_keys */
-    uint64_t full;      /* inserts refused with -SLUICE_EFULL */
+    uint64_t reclaimed;   /* drained entries freed by the table */
+    uint64_t evicted;     /* undrained entries evicted at max_keys */
+    uint64_t full;        /* inserts refused with -SLUICE_EFULL */
+    uint64_t grown_ready; /* growths whose bucket array was faulted in ahead */
+    uint64_t prepared;    /* bytes of the next growth's array faulted in so far */
 };
 
 struct table;

@@ -200,6 +200,84 @@ static void test_collisions_growth_shrink(void **state)
     table_destroy(t);
 }
 
+static void put_n(struct table *t, int from, int to)
+{
+    char k[32];
+    for (int i = from; i < to; i++)
+        put(t, k, (size_t)snprintf(k, sizeof(k), "user:%d", i), i);
+}
+
+static void del_n(struct table *t, int from, int to)
+{
+    char k[32];
+    for (int i = from; i < to; i++) {
+        struct table_entry *e = table_find(t, k, (size_t)snprintf(k, sizeof(k), "user:%d", i));
+        assert_non_null(e);
+        table_delete(t, e);
+    }
+}
+
+/* A growth's bucket array is mapped and faulted in over the last 16th of
+ * the inserts before it, whole by the time it is needed, and the growth
+ * takes it; one the keys no longer head for is let go; a table max_keys
+ * keeps from growing prepares nothing. */
+static void test_growth_prepared(void **state)
+{
+    (void)state;
+    struct table *t = mk(0, 0, 5);
+    struct table_stats st;
+    const int n = 8192; /* buckets; the next array is 128 KiB */
+    put_n(t, 0, n - n / 16 - 1);
+    table_get_stats(t, &st);
+    assert_int_equal(st.buckets, n);
+    assert_int_equal(st.prepared, 0);
+    uint64_t g0 = st.grown_ready; /* the growth to n took one (64 KiB) */
+    assert_int_equal(g0, 1);
+    put_n(t, n - n / 16 - 1, n - n / 16);
+    table_get_stats(t, &st);
+    assert_true(st.prepared > 0 && st.prepared < 2u * n * sizeof(void *));
+    put_n(t, n - n / 16, n);
+    table_get_stats(t, &st);
+    assert_int_equal(st.buckets, n);
+    assert_int_equal(st.prepared, 2u * n * sizeof(void *)); /* all of it, before the growth */
+    assert_int_equal(st.grown_ready, g0);
+    put_n(t, n, n + 1);
+    table_get_stats(t, &st);
+    assert_int_equal(st.buckets, 2 * n);
+    assert_int_equal(st.grown_ready, g0 + 1);
+    assert_int_equal(st.prepared, 0);
+    char k[32];
+    for (int i = 0; i <= n; i++)
+        assert_int_equal(get(t, k, (size_t)snprintf(k, sizeof(k), "user:%d", i)), i);
+
+    /* Into the next window, then back out of it: the array is let go. */
+    put_n(t, n + 1, 2 * n - n / 16 + 10);
+    table_get_stats(t, &st);
+    assert_true(st.prepared > 0);
+    del_n(t, n + 1000, n + 1000 + n / 4);
+    table_get_stats(t, &st);
+    assert_int_equal(st.prepared, 0);
+    assert_int_equal(st.buckets, 2 * n);
+    /* Back again, and on through the growth: prepared anew and taken. */
+    put_n(t, n + 1000, n + 1000 + n / 4);
+    put_n(t, 2 * n - n / 16 + 10, 2 * n + 1);
+    table_get_stats(t, &st);
+    assert_int_equal(st.buckets, 4 * n);
+    assert_int_equal(st.grown_ready, g0 + 2);
+    assert_int_equal(st.keys, 2 * n + 1);
+    for (int i = 0; i <= 2 * n; i++)
+        assert_int_equal(get(t, k, (size_t)snprintf(k, sizeof(k), "user:%d", i)), i);
+    table_destroy(t);
+
+    /* max_keys at the bucket count: the growth cannot come. */
+    t = mk((size_t)n, 0, 6);
+    put_n(t, 0, n);
+    table_get_stats(t, &st);
+    assert_int_equal(st.buckets, n);
+    assert_int_equal(st.prepared, 0);
+    table_destroy(t);
+}
+
 static void test_reclaim(void **state)
 {
     (void)state;
@@ -494,10 +572,11 @@ static void test_random_model(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_basic),         cmocka_unit_test(test_collisions_growth_shrink),
-        cmocka_unit_test(test_reclaim),       cmocka_unit_test(test_max_keys_evict),
-        cmocka_unit_test(test_max_keys_fail), cmocka_unit_test(test_scan_under_change),
-        cmocka_unit_test(test_random_model),  cmocka_unit_test(test_hashed_and_shared_seed),
+        cmocka_unit_test(test_basic),           cmocka_unit_test(test_collisions_growth_shrink),
+        cmocka_unit_test(test_reclaim),         cmocka_unit_test(test_max_keys_evict),
+        cmocka_unit_test(test_max_keys_fail),   cmocka_unit_test(test_scan_under_change),
+        cmocka_unit_test(test_random_model),    cmocka_unit_test(test_hashed_and_shared_seed),
+        cmocka_unit_test(test_growth_prepared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
