@@ -22,7 +22,11 @@
  * classes are 8 bytes apart and its objects carry no header), plus 8 bytes
  * of bucket head (load factor kept between 1/4 and 1).  "user:123456" with
  * an 8-byte GCRA state: 40 bytes, + 8..16 bytes of buckets, about 52 bytes
- * per key (malloc made it a 48-byte chunk).
+ * per key (malloc made it a 48-byte chunk).  Over the last sixteenth of the
+ * inserts before a growth, the next array is held as well (up to 16 bytes
+ * a bucket more): it is faulted in ahead, a little per insert, so the
+ * growth does not fault it in wherever new keys land (table.c,
+ * TABLE_PREP_WINDOW).
  *
  * Complexity: find/insert/delete O(1) expected (keyed SipHash-1-3, so clients
  * cannot aim at a chain); growth and shrink move the entries to the new
