@@ -36,9 +36,9 @@
  * turn right after a table of a few hundred thousand keys grew took 400
  * faults and 6 ms.  Faulted ahead, it costs half as much (a call per 16
  * KiB instead of a trap per 4 KiB), a few microseconds at a time.  The
- * price is the next array's memory up to n/16 inserts early (8 bytes a
- * bucket); a prepared array is let go if the keys fall back below
- * 1 - 2/TABLE_PREP_WINDOW of the buckets. */
+ * price is the next array's memory up to n/16 inserts early (16 bytes per
+ * bucket of the current array, at most); a prepared array is let go if
+ * the keys fall back below 1 - 2/TABLE_PREP_WINDOW of the buckets. */
 #define TABLE_PREP_WINDOW 16u
 #define TABLE_PREP_CHUNK  ((size_t)16 << 10)
 #define TABLE_PREP_EVERY  48u
@@ -265,13 +265,6 @@ static struct table_entry **table__old_head(struct table *t, uint32_t h)
     return NULL;
 }
 
-/* Starts a resize to nbuckets (a power of two): a new array now, the
- * entries moved REHASH_STEP buckets per insert or delete, so no call
- * stalls on a rehash of millions (a turn of the event loop stays short).
- * A resize still in progress is finished first (a rare, short walk: the
- * steps finish a growth before it fills the new array).  On allocation
- * failure the table simply stays at its current size: chains get longer,
- * nothing breaks. */
 /* Lets a prepared array go (table__prepare). */
 static void table__drop_next(struct table *t)
 {
@@ -280,6 +273,14 @@ static void table__drop_next(struct table *t)
     t->next_n = 0;
 }
 
+/* Starts a resize to nbuckets (a power of two): a new array now (for a
+ * growth, the one table__prepare faulted in), the entries moved
+ * REHASH_STEP buckets per insert or delete, so no call
+ * stalls on a rehash of millions (a turn of the event loop stays short).
+ * A resize still in progress is finished first (a rare, short walk: the
+ * steps finish a growth before it fills the new array).  On allocation
+ * failure the table simply stays at its current size: chains get longer,
+ * nothing breaks. */
 static void table__resize(struct table *t, uint64_t nbuckets)
 {
     table__rehash_step(t, UINT64_MAX);
