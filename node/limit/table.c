@@ -275,9 +275,9 @@ static void table__drop_next(struct table *t)
 
 /* Starts a resize to nbuckets (a power of two): a new array now (for a
  * growth, the one table__prepare faulted in), the entries moved
- * REHASH_STEP buckets per insert or delete, so no call
- * stalls on a rehash of millions (a turn of the event loop stays short).
- * A resize still in progress is finished first (a rare, short walk: the
+ * REHASH_STEP buckets per insert or delete, so no call stalls on a rehash
+ * of millions (a turn of the event loop stays short).  A resize still in
+ * progress is finished first (a rare, short walk: the
  * steps finish a growth before it fills the new array).  On allocation
  * failure the table simply stays at its current size: chains get longer,
  * nothing breaks. */
