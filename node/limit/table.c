@@ -277,10 +277,9 @@ static void table__drop_next(struct table *t)
  * growth, the one table__prepare faulted in), the entries moved
  * REHASH_STEP buckets per insert or delete, so no call stalls on a rehash
  * of millions (a turn of the event loop stays short).  A resize still in
- * progress is finished first (a rare, short walk: the
- * steps finish a growth before it fills the new array).  On allocation
- * failure the table simply stays at its current size: chains get longer,
- * nothing breaks. */
+ * progress is finished first (a rare, short walk: the steps finish a
+ * growth before it fills the new array).  On allocation failure the table
+ * simply stays at its current size: chains get longer, nothing breaks. */
 static void table__resize(struct table *t, uint64_t nbuckets)
 {
     table__rehash_step(t, UINT64_MAX);
