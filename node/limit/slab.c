@@ -156,7 +156,8 @@ static void slab__unlink(struct slab *s, struct slab__page *pg)
     pg->next = pg->prev = NULL;
 }
 
-/* Faults page p in whole, in one call: a table past its first region is
+/* Faults [p, p + len) in whole, in one call (a slab page, or part of a
+ * table's array: slab_array_populate): a table past its first region is
  * growing by thousands of entries, and faulting its pages 4 KiB at a time
  * costs a trap each (on the 2-core VM of the benchmarks, 2 MiB took 5.5 ms
  * faulted 4 KiB at a time, 2.7 ms populated 64 KiB at a time).  Not huge
@@ -165,12 +166,13 @@ static void slab__unlink(struct slab *s, struct slab__page *pg)
  * A kernel before 5.14 says EINVAL, and the page faults in as it is used;
  * the first region is left to fault so, so a small table (most of a
  * daemon's) holds only the 4 KiB pages it uses. */
-static void slab__populate(char *p)
+static void slab__populate(void *p, size_t len)
 {
 #ifdef MADV_POPULATE_WRITE
-    (void)madvise(p, SLAB_PAGE, MADV_POPULATE_WRITE);
+    (void)madvise(p, len, MADV_POPULATE_WRITE);
 #else
     (void)p;
+    (void)len;
 #endif
 }
 
@@ -193,7 +195,7 @@ static struct slab__page *slab__page(struct slab *s, uint32_t c)
         s->next_page += SLAB_PAGE;
     }
     if (s->nregions > 1)
-        slab__populate(p);
+        slab__populate(p, SLAB_PAGE);
     SLAB_UNPOISON(p, SLAB_HDR);
     struct slab__page *pg = (struct slab__page *)(void *)p;
     memset(pg, 0, sizeof(*pg));
@@ -275,11 +277,8 @@ void slab_array_populate(void *p, size_t len, size_t off, size_t n)
      * are asked for in multiples of 4 KiB. */
     uintptr_t a = ((uintptr_t)p + off + 4095u) & ~(uintptr_t)4095u;
     uintptr_t end = ((uintptr_t)p + off + n) & ~(uintptr_t)4095u;
-    if (end > a) {
-#ifdef MADV_POPULATE_WRITE
-        (void)madvise((void *)a, end - a, MADV_POPULATE_WRITE);
-#endif
-    }
+    if (end > a)
+        slab__populate((void *)a, end - a);
 }
 
 void slab_free(struct slab *s, void *p)

@@ -42,6 +42,9 @@
 #define TABLE_PREP_WINDOW 16u
 #define TABLE_PREP_CHUNK  ((size_t)16 << 10)
 #define TABLE_PREP_EVERY  48u
+/* A prepared array is a power of two times SLAB_ARRAY_MAP bytes: whole
+ * chunks fill it exactly. */
+_Static_assert(SLAB_ARRAY_MAP % TABLE_PREP_CHUNK == 0, "prepared in whole chunks");
 
 struct table {
     struct table_entry **buckets;
@@ -667,7 +670,5 @@ void table_get_stats(const struct table *t, struct table_stats *out)
     out->evicted = t->evicted;
     out->full = t->full;
     out->grown_ready = t->grown_ready;
-    out->prepared = t->next == NULL                               ? 0
-                    : t->next_done < t->next_n * sizeof(*t->next) ? t->next_done
-                                                                  : t->next_n * sizeof(*t->next);
+    out->prepared = t->next != NULL ? t->next_done : 0; /* chunks divide the array */
 }
