@@ -153,7 +153,6 @@ int http_parse_request(const char *buf, size_t len, size_t max, struct http_requ
     /* Paused in on_headers_complete, the parser may or may not have
      * counted the head's last byte: the head ends at the first empty line,
      * which the parser has just validated. */
-    (void)n;
     if (out->path == NULL || out->path < buf || out->path >= buf + lim)
         return -SLUICE_EPROTO;
     /* From the request line on (the parser skips empty lines before it). */
@@ -168,6 +167,15 @@ int http_parse_request(const char *buf, size_t len, size_t max, struct http_requ
     }
     if (end == 0)
         return -SLUICE_EPROTO;
+    /* The parser's head must be the one found here: a request line it
+     * reads across a bare line feed ("GET /a H:\n\r\n1.1\r\nX: y\n\r\n")
+     * ends its head past the first empty line, and its headers would then
+     * come from what the listener takes for the next request. */
+    if (n > end)
+        return -SLUICE_EPROTO;
+    for (size_t i = 0; i < out->nheaders; i++)
+        if (out->headers[i].value + out->headers[i].value_len > buf + end)
+            return -SLUICE_EPROTO;
     if (p.http_major != 1 || p.http_minor > 1)
         return -SLUICE_EPROTO;
     /* Obsolete line folding (a header line starting with a space or tab),

@@ -20,6 +20,8 @@ static const char *const seeds[] = {
     "\xffGET /metrics?x=1 HTTP/1.1\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n\r\n",
     "\xffGET /v1/throttle?key=a%20b&policy=p&cost=2 HTTP/1.1\r\nX-Sluice-Key: k\r\n\r\n",
     "\xffGET /v1/throttle?key=%zz&burst=+1 HTTP/1.1\r\n\r\n",
+    /* libhttp-parser's head ends past the first empty line (refused). */
+    "\xffGET /m?Ro&key= H:\n\r\n1.1\r\nonino:\n\r\n",
     NULL,
 };
 const char *const *fuzz_seed_inputs(size_t **lens);
