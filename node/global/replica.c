@@ -352,6 +352,8 @@ void replica_destroy(struct replica *r)
     free(r->hot.v);
     free(r->urgent.v);
     free(r->uwork.v);
+    free(r->curgent.v);
+    free(r->cwork.v);
     free(r->work.v);
     free(r->ohot.v);
     free(r->owork.v);
@@ -563,6 +565,28 @@ static size_t replica__slice(size_t n, int64_t *every, int64_t interval)
     return per;
 }
 
+/* The report period of a quiet key: every (replica__slice's), or longer,
+ * so that reports of all the keys this node serves fit in QUIET_SHARE of
+ * a pass's byte budget (a report's bytes as this node's have measured), up
+ * to QUIET_EVERY_MAX_NS.  A quiet key's report only refreshes its owner's
+ * picture of it, and a key is quiet until its bucket is full again: a node
+ * of 100,000 keys of a unit an hour wanted ten times its budget for
+ * reports due every half second, kept 90,000 of them waiting, and its
+ * owners dropped reporters they no longer heard from.  A report carries
+ * its period, and its owner waits three of them before it calls the
+ * reporter silent. */
+static int64_t replica__quiet_every(const struct replica *r, int64_t every)
+{
+    double per = r->st.report_entries_sent > 0
+                     ? (double)r->st.report_bytes_sent / (double)r->st.report_entries_sent
+                     : REPORT_BYTES_GUESS;
+    double passes = ceil((double)r->nnk * per / ((double)r->tick_budget * QUIET_SHARE));
+    double ns = passes * (double)r->interval;
+    if (ns > (double)QUIET_EVERY_MAX_NS)
+        ns = (double)QUIET_EVERY_MAX_NS;
+    return (int64_t)ns > every ? (int64_t)ns : every;
+}
+
 int replica_take(double *tokens, int64_t *last, double rate, double burst, int64_t now)
 {
     if (now > *last) {
@@ -609,6 +633,13 @@ static void replica__pass_start(struct replica *r, int64_t now)
         r->urgent.n = 0;
         r->uwpos = 0;
     }
+    if (r->cwpos >= r->cwork.n) {
+        struct replica__idxv drained = r->cwork;
+        r->cwork = r->curgent;
+        r->curgent = drained;
+        r->curgent.n = 0;
+        r->cwpos = 0;
+    }
     /* Then the keys with news. */
     struct replica__idxv t = r->work;
     r->work = r->hot;
@@ -621,6 +652,7 @@ static void replica__pass_start(struct replica *r, int64_t now)
     r->ohot.n = 0;
     r->owpos = 0;
     r->sweep_left = replica__slice(r->nnk, &r->every, r->interval);
+    r->every = replica__quiet_every(r, r->every);
     r->osweep_left = replica__slice(r->nok, &r->oevery, r->interval);
     if (r->sweep_all) {
         r->sweep_left = r->nnk;
@@ -632,6 +664,26 @@ static void replica__pass_start(struct replica *r, int64_t now)
     r->in_pass = 1;
     r->pass_start = now;
     r->next_tick = now + r->interval;
+}
+
+/* Visits the node keys queued in q from *pos on while visits and time
+ * are left (replica_tick) and the pass's byte budget is above floor (-1:
+ * whatever it is).  An entry whose key left, or was visited already (see
+ * replica_node__queue), is skipped; looking costs a visit too.  Returns
+ * the visits left. */
+static size_t replica__walk(struct replica *r, struct replica__idxv *q, size_t *pos, int64_t floor,
+                            size_t left, unsigned *n, int64_t until, int64_t now)
+{
+    while (left > 0 && (floor < 0 || r->budget > (size_t)floor) && *pos < q->n) {
+        replica__prefetch_q(r->nk, r->nnk, q, *pos);
+        uint32_t i = q->v[(*pos)++];
+        if (i < r->nnk && (nkey_of(r->nk[i])->p.flags & NK_HOT))
+            left = replica__cost(replica_node_visit(r, i, now), left);
+        else
+            left--;
+        left = replica__timed(r, left, n, until);
+    }
+    return left;
 }
 
 /* A pass.  Every interval a pass visits the node keys with news (a
@@ -672,27 +724,14 @@ void replica_tick(struct replica *r, int64_t now_ns)
     int64_t slice = r->slice_end != 0 ? (t0 - r->slice_end) / TURN_SHARE : TURN_NS;
     int64_t until = t0 + (slice > TURN_NS ? TURN_NS : slice < TURN_MIN_NS ? TURN_MIN_NS : slice);
     r->walking = 1;
-    /* Starved keys while the budget lasts; the rest wait their turn. */
-    while (left > 0 && r->budget > 0 && r->uwpos < r->uwork.n) {
-        replica__prefetch_q(r->nk, r->nnk, &r->uwork, r->uwpos);
-        uint32_t i = r->uwork.v[r->uwpos++];
-        /* An entry whose key left, or was visited already (see
-         * replica_node__queue), is skipped; looking costs a visit too. */
-        if (i < r->nnk && (nkey_of(r->nk[i])->p.flags & NK_HOT))
-            left = replica__cost(replica_node_visit(r, i, now), left);
-        else
-            left--;
-        left = replica__timed(r, left, &n, until);
-    }
-    while (left > 0 && r->wpos < r->work.n) {
-        replica__prefetch_q(r->nk, r->nnk, &r->work, r->wpos);
-        uint32_t i = r->work.v[r->wpos++];
-        if (i < r->nnk && (nkey_of(r->nk[i])->p.flags & NK_HOT))
-            left = replica__cost(replica_node_visit(r, i, now), left);
-        else
-            left--;
-        left = replica__timed(r, left, &n, until);
-    }
+    /* Starved quiet keys while their part of the budget lasts (the rest
+     * is the contested keys', replica_node_visit), then starved contested
+     * keys with all that is left, oldest first; then the keys with news.
+     * The others wait their turn. */
+    left = replica__walk(r, &r->uwork, &r->uwpos, (int64_t)replica__quiet_floor(r), left, &n, until,
+                         now);
+    left = replica__walk(r, &r->cwork, &r->cwpos, 0, left, &n, until, now);
+    left = replica__walk(r, &r->work, &r->wpos, -1, left, &n, until, now);
     while (left > 0 && r->sweep_left > 0 && r->nnk > 0) {
         if (r->sweep >= r->nnk)
             r->sweep = 0;
@@ -727,7 +766,8 @@ void replica_tick(struct replica *r, int64_t now_ns)
             r->osweep++;
     }
     r->walking = 0;
-    if ((r->uwpos >= r->uwork.n || r->budget == 0) && r->wpos >= r->work.n &&
+    if ((r->uwpos >= r->uwork.n || r->budget <= replica__quiet_floor(r)) &&
+        (r->cwpos >= r->cwork.n || r->budget == 0) && r->wpos >= r->work.n &&
         (r->sweep_left == 0 || r->nnk == 0) && r->owpos >= r->owork.n &&
         (r->osweep_left == 0 || r->nok == 0)) {
         r->in_pass = 0;
@@ -752,8 +792,9 @@ void replica_reset_max(struct replica *r)
 
 size_t replica_backlog(const struct replica *r)
 {
-    return r->hot.n + (r->work.n - r->wpos) + (r->uwork.n - r->uwpos) + r->urgent.n + r->prompt.n +
-           r->ohot.n + (r->owork.n - r->owpos);
+    return r->hot.n + (r->work.n - r->wpos) + (r->uwork.n - r->uwpos) + r->urgent.n +
+           (r->cwork.n - r->cwpos) + r->curgent.n + r->prompt.n + r->ohot.n +
+           (r->owork.n - r->owpos);
 }
 
 void replica_flush(struct replica *r)

@@ -53,8 +53,10 @@
  *    owner's bucket; below empty, the shares shrink until repaid.  Bound:
  *    over any window a key admits at most its envelope (count x window /
  *    period + burst + 1) plus 2 (burst + 1 + 14 r) + 3 N units, r the
- *    refill of one interval (README "The bound").  Leases carry the level, so `remaining` is the
- * cluster's.
+ *    refill of one interval, for keys reported every fifth interval or
+ *    more often (README "The bound" gives the term for the longer report
+ *    periods of a node's many quiet keys: replica__quiet_every).  Leases
+ *    carry the level, so `remaining` is the cluster's.
  *  - Thin keys.  A slow key (less than a unit of refill in a quiet key's
  *    report period, such as 10 a minute) asked at its rate or more (or
  *    whose bucket is spent) cannot

@@ -74,6 +74,13 @@
 #define SWEEP_MAX    16384
 #define REPORT_COST  2 /* a report built, in key visits */
 #define COMPUTE_COST 4 /* an owner's computation, in key visits */
+/* Quiet keys' reports take at most QUIET_SHARE of a pass's byte budget,
+ * and their period stretches until they fit in it (replica__quiet_every),
+ * up to QUIET_EVERY_MAX_NS (a report's period travels in centiseconds, at
+ * most 655 s); REPORT_BYTES_GUESS is a report's bytes until some were sent. */
+#define QUIET_SHARE        0.5
+#define QUIET_EVERY_MAX_NS (300 * 1000000000LL)
+#define REPORT_BYTES_GUESS 40.0
 /* A pass's slice also lasts at most 1 / TURN_SHARE of the time since the
  * previous slice ended, and TURN_MIN_NS at least (replica_tick). */
 #define TURN_SHARE  4
@@ -301,15 +308,16 @@ struct replica {
     struct replica__idxv {
         uint32_t *v;
         size_t n, cap;
-    } hot, urgent, uwork, work, ohot, owork; /* urgent: due keys a pass's byte
-                                                budget left unreported, next in
-                                                line once uwork is drained */
-    size_t uwpos, wpos, owpos;               /* next entry of uwork / work / owork */
-    size_t sweep, sweep_left;                /* node sweep: cursor into nk, visits left this pass */
-    size_t osweep, osweep_left;              /* owner sweep: cursor into ok, visits left */
-    int in_pass, sweep_all;                  /* sweep_all: the view changed, visit every key soon */
-    int64_t pass_start, pass_max;            /* the pass in progress began; the longest since
-                                                replica_reset_max (replica_pass_max) */
+    } hot, urgent, uwork, curgent, cwork, work, ohot, owork;
+    /* urgent: quiet due keys a pass's byte budget left unreported, next in
+     * line once uwork is drained; curgent and cwork the same for contested
+     * keys, ahead of the keys with news (replica_tick). */
+    size_t uwpos, cwpos, wpos, owpos; /* next entry of uwork / cwork / work / owork */
+    size_t sweep, sweep_left;         /* node sweep: cursor into nk, visits left this pass */
+    size_t osweep, osweep_left;       /* owner sweep: cursor into ok, visits left */
+    int in_pass, sweep_all;           /* sweep_all: the view changed, visit every key soon */
+    int64_t pass_start, pass_max;     /* the pass in progress began; the longest since
+                                         replica_reset_max (replica_pass_max) */
     int walking;           /* in a pass's walk: its reports wait for its end (replica__flush) */
     int in_rx;             /* in replica_receive */
     uint32_t answering;    /* the member whose ask is answered now (UINT32_MAX: none) */
@@ -330,6 +338,13 @@ struct replica {
     uint64_t rng;        /* xorshift64: the odds of a thin key's free units */
     struct replica_stats st;
 };
+
+/* The budget a pass keeps for its contested keys' reports: quiet keys
+ * report only while more is left (QUIET_SHARE). */
+static inline size_t replica__quiet_floor(const struct replica *r)
+{
+    return (size_t)((double)r->tick_budget * (1.0 - QUIET_SHARE));
+}
 
 static inline struct nkey *nkey_of(struct table_entry *e)
 {

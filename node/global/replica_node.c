@@ -1101,12 +1101,15 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now)
      * node keeps its last lease until the key moves to a live owner). */
     if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence)
         k->p.flags |= NK_DEGRADED;
-    int starved = 0;
+    int starved = 0, contested = replica_node__contested(k);
     if (k->p.flags & NK_DIRTY) {
         rc = VISIT_REPORTED;
     } else if (replica_node__due(r, k, now)) {
-        rc = r->budget > 0 ? VISIT_REPORTED : 0;
-        starved = r->budget == 0;
+        /* A quiet key reports only while the budget is above the
+         * contested keys' part: those follow demand, and a quiet key's
+         * report can wait (replica__quiet_every). */
+        rc = r->budget > (contested ? 0 : replica__quiet_floor(r)) ? VISIT_REPORTED : 0;
+        starved = rc == 0;
     }
     if (rc == VISIT_REPORTED) {
         size_t b = replica_node__report(r, e, now);
@@ -1118,11 +1121,11 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now)
         table_delete(r->nodes, e); /* moves the last key to i */
         return VISIT_DROPPED;
     }
-    /* A due key the budget could not take goes first in the next pass (a
-     * fair rotation: those reported queue up behind it); a contested one
-     * is checked every interval. */
+    /* A due key the budget could not take goes first in the next pass's
+     * part of its kind (a fair rotation: those reported queue up behind
+     * it); a contested one is checked every interval. */
     if (starved)
-        replica_node__queue_on(k, &r->urgent);
+        replica_node__queue_on(k, contested ? &r->curgent : &r->urgent);
     else if (replica_node__contested(k))
         replica_node__queue(r, k);
     return rc;

@@ -23,11 +23,20 @@ static void replica_owner__oqueue(struct replica *r, struct okey *o)
         o->p.flags |= OK_QUEUED;
 }
 
+/* An owner key is as good as absent once no reporter is left and, for a
+ * bucket, the cluster's bucket has refilled: until then o->tat holds what
+ * the cluster admitted, and a report would otherwise make the key anew,
+ * full, a fresh quota.  Reporters are dropped when silent for long, and a
+ * quiet key's reports may be minutes apart (replica__quiet_every): a
+ * hundred thousand keys of a unit an hour, each node's reporters of them
+ * dropped before their next report came, were dropped with them. */
 int64_t replica_owner_drain(void *ud, const struct table_entry *e)
 {
     (void)ud;
     const struct okey *o = (const struct okey *)table_entry_value((struct table_entry *)e);
-    return o->n == 0 ? 0 : INT64_MAX;
+    if (o->n > 0)
+        return INT64_MAX;
+    return o->p.bucket ? o->tat : 0;
 }
 
 void replica_owner_free(void *ud, struct table_entry *e)
@@ -976,9 +985,10 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
 }
 
 /* Computes owner key i if it is due (reported on, or not refreshed for
- * oevery); drops it when no reporter is left.  Returns OV_DROPPED if it
- * was dropped (another key now sits at i), OV_COMPUTED if it was computed
- * and kept, 0 if it was only looked at. */
+ * oevery); drops it when no reporter is left and its bucket has refilled
+ * (replica_owner_drain).  Returns OV_DROPPED if it was dropped (another
+ * key now sits at i), OV_COMPUTED if it was computed and kept, 0 if it was
+ * only looked at. */
 int replica_owner_visit(struct replica *r, size_t i, int64_t now)
 {
     struct table_entry *te = r->ok[i];
@@ -987,7 +997,9 @@ int replica_owner_visit(struct replica *r, size_t i, int64_t now)
     if (!(o->p.flags & OK_FRESH) && now - o->computed_at < r->oevery && o->n > 0)
         return 0;
     replica_owner__compute(r, te, now, NO_ASKER);
-    if (o->n == 0) { /* every reporter idle, gone or silent for long */
+    /* Every reporter idle, gone or silent for long, and the cluster's
+     * bucket full again (replica_owner_drain). */
+    if (o->n == 0 && replica_owner_drain(r, te) <= now) {
         r->st.owned_gc++;
         table_delete(r->owned, te); /* moves the last key to i */
         return OV_DROPPED;
