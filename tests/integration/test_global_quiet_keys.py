@@ -8,7 +8,7 @@ to its owner now and then; due every half second, those reports wanted ten
 times a node's report budget.  The budget then went to whichever keys waited
 longest, the reports of the keys being hammered waited seconds behind them,
 and their owners leased on stale news: a key of 16 units admitted 50 of 60
-requests in 3 s.  Checked here on five real sluiced processes on
+requests in 3 s.  Checked here on three real sluiced processes on
 127.0.0.1, each given the same 100,000 keys:
 
   1. keys hammered after the load (round robin over the nodes, 60 requests
@@ -115,7 +115,7 @@ def spread_at_half(c, seed=1):
 
 def main():
     tmp = tempfile.mkdtemp(prefix="sluice-quiet-")
-    c = Cluster(5, tmp)
+    c = Cluster(3, tmp)
     failed = []
     try:
         c.start_all()
@@ -155,7 +155,10 @@ def main():
         refused, oracle = spread_at_half(c)
         print("spread at half the limit: refused %.1f%% (one central limiter %.1f%%)" %
               (100 * refused, 100 * oracle))
-        assert refused <= oracle + 0.01, (refused, oracle)
+        # Under the sanitizers the daemons run two to three times slower
+        # (test_global_spread.py allows the same).
+        allow = 0.03 if "ASAN_OPTIONS" in os.environ else 0.01
+        assert refused <= oracle + allow, (refused, oracle)
         for a, b in zip(after, before):
             assert a["report_entries_sent"] > b, "a node stopped reporting"
     finally:
