@@ -123,7 +123,7 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
         resp_add_null(out);
         return SERVER_CONTINUE;
     }
-    resp_add_array(out, 32);
+    resp_add_array(out, 34);
     resp_add_pair_str(out, "scope", "global");
     resp_add_pair_str(out, "algorithm", algo_name(info.params.kind));
     resp_add_pair_int(out, "burst", info.params.burst);
@@ -141,6 +141,8 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
     resp_add_pair_str(out, "owner", info.owner != NULL ? info.owner : "");
     resp_add_pair_str(out, "owned", info.owned ? "yes" : "no");
     resp_add_pair_str(out, "degraded", info.degraded ? "yes" : "no");
+    resp_add_pair_int(out, "lease_age_ms",
+                      info.lease_age_ns < 0 ? -1 : info.lease_age_ns / NUM_NS_PER_MS);
     resp_add_pair_str(out, "synced", replica_synced(r) ? "yes" : "no");
     resp_add_bulk_str(out, "slots");
     resp_add_array(out, x.n);

@@ -278,7 +278,7 @@ int replica_create(struct replica **out, const struct replica_config *cfg, int64
     r->clock_ud = cfg->clock_ud;
     r->now = r->born = now_ns;
     r->next_tick = now_ns;
-    r->every = r->oevery = ACTIVE_EVERY * r->interval;
+    r->every = r->every_keen = r->oevery = ACTIVE_EVERY * r->interval;
     r->synced = r->young == 0;
     r->ft_tokens = FIRST_TOUCH_BURST;
     r->ft_last = now_ns;
@@ -651,8 +651,8 @@ static void replica__pass_start(struct replica *r, int64_t now)
     r->ohot = t;
     r->ohot.n = 0;
     r->owpos = 0;
-    r->sweep_left = replica__slice(r->nnk, &r->every, r->interval);
-    r->every = replica__quiet_every(r, r->every);
+    r->sweep_left = replica__slice(r->nnk, &r->every_keen, r->interval);
+    r->every = replica__quiet_every(r, r->every_keen);
     r->osweep_left = replica__slice(r->nok, &r->oevery, r->interval);
     if (r->sweep_all) {
         r->sweep_left = r->nnk;
@@ -874,12 +874,14 @@ int replica_key_info(struct replica *r, const char *key, size_t klen, int64_t no
         info->owner = r->mem[owner].name;
         info->owned = owner == r->self;
         info->degraded = (k->p.flags & NK_DEGRADED) != 0;
+        info->lease_age_ns = (k->p.flags & NK_LEASED) ? r->now - k->last_lease : -1;
     } else {
         struct okey *o = okey_of(te);
         (void)replica__params_of(&info->params, &o->p);
         info->policy = (enum policy_partition)o->p.policy;
         info->owner = r->name;
         info->owned = 1;
+        info->lease_age_ns = -1;
     }
     if (te != NULL) {
         struct okey *o = okey_of(te);

@@ -202,6 +202,7 @@ struct replica_key_info {
     const char *owner;      /* the key's owner by this node's view */
     int owned;              /* 1 if this node owns it */
     int degraded;           /* 1 if its owner has been silent for a silence window */
+    int64_t lease_age_ns;   /* since this node's last lease of the key; -1: none yet */
     size_t nslots;
 };
 

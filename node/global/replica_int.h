@@ -81,6 +81,9 @@
 #define QUIET_SHARE        0.5
 #define QUIET_EVERY_MAX_NS (300 * 1000000000LL)
 #define REPORT_BYTES_GUESS 40.0
+/* A key asked again (not only its first request) within KEEN_NS is keen
+ * (replica_node__keen): its reports keep their period and their place. */
+#define KEEN_NS (5000 * 1000000LL)
 /* A pass's slice also lasts at most 1 / TURN_SHARE of the time since the
  * previous slice ended, and TURN_MIN_NS at least (replica_tick). */
 #define TURN_SHARE  4
@@ -323,6 +326,7 @@ struct replica {
     uint32_t answering;    /* the member whose ask is answered now (UINT32_MAX: none) */
     size_t budget;         /* report bytes left in this pass */
     int64_t every, oevery; /* report and refresh periods of quiet keys */
+    int64_t every_keen;    /* ... of a quiet key asked again lately (replica_node__keen) */
     uint64_t nreps;        /* owner records held (sum of okey.n) */
     double ft_tokens;      /* first touches on credit (replica_node__first_touch) */
     int64_t ft_last;

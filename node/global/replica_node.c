@@ -905,6 +905,31 @@ static int replica_node__contested(const struct nkey *k)
     return k->demand > 0.0 && (k->demand >= 0.5 * own || k->tokens < 1.0);
 }
 
+/* Whether the key's reports are news, not a refresh: contested, or asked
+ * again within KEEN_NS (a request after its first).  A keen key reports
+ * at the quiet period of a node of few keys (every_keen) and ahead of the
+ * quiet ones (replica_node_visit): spread demand below the limit leans on
+ * fresh leases, and on five nodes of 50,000 keys touched once each, keys
+ * at half their limit, reported with those, were refused 4% of the time
+ * where one central limiter refuses 0.1%.  A key touched once (a quota
+ * of a unit an hour, each user once) is not keen. */
+static int replica_node__keen(const struct nkey *k, int64_t now)
+{
+    if (replica_node__contested(k))
+        return 1;
+    int64_t ago = now - k->last_req;
+    return ago < KEEN_NS && replica_node__since(k->born, now) > ago + NUM_NS_PER_MS;
+}
+
+/* The report period of key k: an interval when contested, else the quiet
+ * period of its kind (replica__quiet_every). */
+static int64_t replica_node__period(const struct replica *r, const struct nkey *k, int64_t now)
+{
+    if (replica_node__contested(k))
+        return r->interval;
+    return replica_node__keen(k, now) ? r->every_keen : r->every;
+}
+
 static int replica_node__full(const struct nkey *k)
 {
     return k->tokens >= replica_node_cap(k, k->share) - 1e-9;
@@ -963,7 +988,6 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
             now - k->last_lease <= 2 * r->silence)
             k->tokens = 0.0;
     }
-    int contested = replica_node__contested(k);
     struct wire_report w = {
         .key = table_entry_key(e),
         .klen = e->klen,
@@ -976,7 +1000,7 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
         .demand_milli = (uint64_t)(k->demand * 1000.0 + 0.5),
         .admitted = k->admitted,
         .frozen_share = (uint64_t)(k->fshare * (double)WIRE_ONE),
-        .period_ms = (uint64_t)((contested ? r->interval : r->every) / 1000000LL),
+        .period_ms = (uint64_t)(replica_node__period(r, k, now) / 1000000LL),
         .flags = (uint64_t)(((k->p.flags & NK_YOUNG) ? WIRE_R_YOUNG : 0) |
                             (idle ? WIRE_R_IDLE : 0) | (replica_node__needs(k) ? WIRE_R_NEED : 0)),
         .tokens_milli = k->tokens > 0.0 ? (uint64_t)(k->tokens * 1000.0) : 0,
@@ -1060,8 +1084,8 @@ static int replica_node__due(const struct replica *r, const struct nkey *k, int6
         return 1;
     if (replica_node__idle(r, k, now))
         return !(k->p.flags & NK_IDLE); /* one idle report, then silence */
-    int64_t every = replica_node__contested(k) ? r->interval : r->every;
-    return replica_node__since(k->last_report, now) >= every - NUM_NS_PER_MS; /* ms-rounded */
+    return replica_node__since(k->last_report, now) >=
+           replica_node__period(r, k, now) - NUM_NS_PER_MS; /* ms-rounded */
 }
 
 int replica_node_prompt(struct replica *r, size_t i, int64_t now)
@@ -1101,14 +1125,14 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now)
      * node keeps its last lease until the key moves to a live owner). */
     if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence)
         k->p.flags |= NK_DEGRADED;
-    int starved = 0, contested = replica_node__contested(k);
+    int starved = 0, keen = replica_node__keen(k, now);
     if (k->p.flags & NK_DIRTY) {
         rc = VISIT_REPORTED;
     } else if (replica_node__due(r, k, now)) {
-        /* A quiet key reports only while the budget is above the
-         * contested keys' part: those follow demand, and a quiet key's
-         * report can wait (replica__quiet_every). */
-        rc = r->budget > (contested ? 0 : replica__quiet_floor(r)) ? VISIT_REPORTED : 0;
+        /* A quiet key reports only while the budget is above the keen
+         * keys' part: those follow demand, and a quiet key's report can
+         * wait (replica__quiet_every). */
+        rc = r->budget > (keen ? 0 : replica__quiet_floor(r)) ? VISIT_REPORTED : 0;
         starved = rc == 0;
     }
     if (rc == VISIT_REPORTED) {
@@ -1125,7 +1149,7 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now)
      * part of its kind (a fair rotation: those reported queue up behind
      * it); a contested one is checked every interval. */
     if (starved)
-        replica_node__queue_on(k, contested ? &r->curgent : &r->urgent);
+        replica_node__queue_on(k, keen ? &r->curgent : &r->urgent);
     else if (replica_node__contested(k))
         replica_node__queue(r, k);
     return rc;

@@ -197,6 +197,18 @@ def wait_owner_knows(c, key, counts, holder):
             key, ", ".join("%s admitted %d" % kv for kv in sorted(want.items()))))
 
 
+def wait_lease_after(c, i, key, since):
+    """Waits until node i has a lease of key that came after `since`
+    (time.monotonic()): what an owner knew at `since` reaches node i with
+    its next lease, and until then node i may admit on the spare of the
+    lease before (SL.KEY's lease_age_ms)."""
+    def fresh():
+        info = key_info(c, i, key)
+        age = int(info["lease_age_ms"]) if info is not None else -1
+        return age >= 0 and age / 1000.0 < time.monotonic() - since
+    sluicetest.wait_until(fresh, SETTLE_S, "node %d to get a lease of %s" % (i, key), interval=0.05)
+
+
 def lease_entries(c):
     out = []
     for i in range(N):
@@ -318,9 +330,9 @@ def test_multi_mixed(c):
     with c.client(1) as r:
         assert allowed(until_allowed(r, "SL.THROTTLE", "gm:1"))
     wait_owner_knows(c, "gm:1", {1: 1}, holder=1)
+    wait_lease_after(c, 0, "gm:1", time.monotonic())
     with c.client(0) as r:
-        sluicetest.wait_until(lambda: r.execute_command("SL.PEEK", "gm:1")[2] == 0, timeout=5,
-                              what="node 0 to see gm:1 spent (the owner's next lease)")
+        assert r.execute_command("SL.PEEK", "gm:1")[2] == 0
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 5
         rep = r.execute_command("SL.MULTI", "KEY", "gm:1", "KEY", "lm:1")
         assert rep[0] == 1 and rep[1][0] == 1 and rep[2][0] == 0, rep
@@ -329,9 +341,9 @@ def test_multi_mixed(c):
         assert rep[0] == 0, rep
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 4
     wait_owner_knows(c, "gm:2", {0: 1}, holder=0)
+    wait_lease_after(c, 2, "gm:2", time.monotonic())
     with c.client(2) as r:
-        sluicetest.wait_until(lambda: r.execute_command("SL.PEEK", "gm:2")[2] == 0, timeout=5,
-                              what="node 2 to see gm:2 charged (the owner's next lease)")
+        assert r.execute_command("SL.PEEK", "gm:2")[2] == 0
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 5, "local key charged elsewhere"
         assert not allowed(r.execute_command("SL.THROTTLE", "gm:2"))
     print("ok: SL.MULTI over a global and a local key is all or nothing")

@@ -16,8 +16,10 @@ requests in 3 s.  Checked here on three real sluiced processes on
      both keys of the load (each node took a unit) and new ones;
   2. keys asked at half their limit, spread at random over the nodes,
      are refused hardly more often than one central limiter refuses them
-     (availability first: their leases come in time however many quiet
-     keys wait);
+     (availability first: a key asked again reports at its short period
+     however many quiet keys wait; reported at the quiet keys' period, such
+     keys on five nodes of 50,000 quiet keys were refused 2 to 4% of the
+     time over 12 s where the oracle refuses 0.1%);
   3. the replication is not stuck behind the quiet keys: each node goes on
      reporting while they wait.
 
