@@ -212,6 +212,9 @@ struct nkey {
 #define OK_FRESH  0x01u /* reported on since its last computation */
 #define OK_QUEUED 0x02u /* queued for a computation (r->ohot) */
 #define OK_THIN   0x04u /* a thin key whose notices out have odds below 1 */
+/* This life took the key's bucket as empty on the report of a node another
+ * owner leased: what it holds since is refill (replica_owner_compute). */
+#define OK_EMPTIED 0x08u
 
 /* 64 bytes: owner records are many (one per key and reporting node). */
 struct orep {

@@ -268,21 +268,28 @@ def write_cluster_key(path):
     subprocess.run([SLUICECTL, "keygen", "-o", path], check=True)
 
 
-def gcra_oracle(answers, burst, rate):
-    """Units one central GCRA (burst, rate per second) admits for the same
-    requests at the same times; answers are tuples sorted by their first
-    field, the request's time in seconds."""
+def gcra_admits(answers, burst, rate):
+    """Whether one central GCRA (burst, rate per second) admits each of the
+    same requests at the same times, as a list of bools; answers are tuples
+    sorted by their first field, the request's time in seconds."""
     emission = 1.0 / rate
     cap = (burst + 1) * emission
     tat = None
-    admitted = 0
+    out = []
     for t, *_ in answers:
         if tat is None or tat < t:
             tat = t
-        if tat + emission - t <= cap + 1e-9:
+        ok = tat + emission - t <= cap + 1e-9
+        if ok:
             tat += emission
-            admitted += 1
-    return admitted
+        out.append(ok)
+    return out
+
+
+def gcra_oracle(answers, burst, rate):
+    """Units one central GCRA (burst, rate per second) admits for the same
+    requests at the same times (gcra_admits)."""
+    return sum(gcra_admits(answers, burst, rate))
 
 
 class Lan:
