@@ -157,7 +157,7 @@ struct member {
 #define NK_DIRTY    0x02u /* report at the next tick */
 #define NK_IDLE     0x04u /* the idle report went out */
 #define NK_LEASED   0x08u /* a lease arrived at least once */
-#define NK_DEGRADED 0x10u /* owner silent: the node keeps its last lease */
+#define NK_DEGRADED 0x10u /* owner silent: last lease, or its demand part */
 #define NK_GROWN    0x20u /* past its first second: demand is an EWMA */
 #define NK_HOT      0x40u /* queued for a visit in this pass or the next (r->hot) */
 #define NK_KNOWN                                                                                   \

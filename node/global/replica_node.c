@@ -50,7 +50,11 @@ double replica_node_cap(const struct nkey *k, double share)
     double c = share * (double)replica__limit(&k->p);
     if (c < 1.0)
         c = 1.0;
-    if (k->demand > PRESSURE * share * (double)k->p.count * 1e9 / (double)k->p.period_ns)
+    /* Under pressure, or while the owner is silent (a share near 0 from
+     * a lease that counted on free units would otherwise hold one unit
+     * that a second request in a row finds spent). */
+    if (k->demand > PRESSURE * share * (double)k->p.count * 1e9 / (double)k->p.period_ns ||
+        (k->p.flags & NK_DEGRADED))
         c += 1.0;
     return c;
 }
@@ -1107,6 +1111,31 @@ int replica_node_prompt(struct replica *r, size_t i, int64_t now)
     return 1;
 }
 
+/* The share a node takes while the key's owner is silent (NK_DEGRADED),
+ * where its last lease gave less: below the limit, its own demand and an
+ * equal part of what the cluster's demand left of the rate at the last
+ * lease; at or beyond it, its part of that demand; as a fraction of the
+ * rate.  Every node that sees the same silence takes its own such part,
+ * and the parts sum to one rate.  Demand spread thin below the limit runs
+ * on free units with a share near 0 (replica_owner__free), and free units
+ * lapse FREE_TTL intervals after the last lease: without this, a key whose
+ * owner was killed was refused on every other node until the owner was
+ * declared dead (five nodes at the default probe interval, keys at half
+ * their limit: half of their requests for seven seconds). */
+static double replica_node__silent_share(const struct replica *r, const struct nkey *k)
+{
+    double rate = replica__rate(&k->p) * (double)NUM_NS_PER_S;
+    double d = (double)k->demand, o = (double)k->others;
+    if (rate <= 0.0 || d <= 0.0 || k->thin)
+        return 0.0;
+    double s;
+    if (d + o >= rate)
+        s = d / (d + o);
+    else
+        s = (d + (rate - d - o) / (double)(r->nlive > 0 ? r->nlive : 1)) / rate;
+    return s > 1.0 ? 1.0 : s;
+}
+
 /* Visits node key i: demand, refill, owner, degradation; reports it when
  * dirty (always) or due (within the pass's byte budget); keeps it queued
  * while contested; drops it once drained.  Returns VISIT_DROPPED if it was
@@ -1122,9 +1151,15 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now)
     replica_node_refill(k, now);
     uint32_t owner = replica_node_owner(r, k, table_entry_key(e), e->klen);
     /* Asked, no answer for two silence windows: shown as degraded (the
-     * node keeps its last lease until the key moves to a live owner). */
-    if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence)
+     * node keeps its last lease until the key moves to a live owner, its
+     * share at least replica_node__silent_share and its bucket a unit
+     * larger: replica_node_cap). */
+    if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence) {
         k->p.flags |= NK_DEGRADED;
+        double s = replica_node__silent_share(r, k);
+        if (s > (double)k->share)
+            replica_node__set_share(k, s, now);
+    }
     int starved = 0, keen = replica_node__keen(k, now);
     if (k->p.flags & NK_DIRTY) {
         rc = VISIT_REPORTED;
