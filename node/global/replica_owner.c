@@ -901,7 +901,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
      * for a restarted owner's young period, the other nodes refused 18 to
      * 39% of the requests for its keys asked at half their limit while it
      * rejoined, where one central limiter refused 0 to 2.4% (five nodes;
-     * 0 to 4.8% lent: test_global_restart_spread.py). */
+     * 0 to 10.9% lent: test_global_restart_spread.py). */
     int grown = r->young == 0 || now - r->born >= r->silence;
     int known = (!replica__young(r, now) && grown) || (o->p.flags & OK_EMPTIED);
     replica_owner__free(r, o, dsum, whole && known, now);
