@@ -268,6 +268,17 @@ def write_cluster_key(path):
     subprocess.run([SLUICECTL, "keygen", "-o", path], check=True)
 
 
+def poisson_spread(rnd, key, rate, seconds, per_node):
+    """Appends to per_node[i] the (time, key) of each request node i gets
+    for key: a Poisson stream of `rate` requests a second over `seconds`,
+    each request on a node drawn at random (a load balancer in front).
+    rnd is a random.Random; the lists are left unsorted."""
+    t = rnd.expovariate(rate)
+    while t < seconds:
+        per_node[rnd.randrange(len(per_node))].append((t, key))
+        t += rnd.expovariate(rate)
+
+
 def gcra_admits(answers, burst, rate):
     """Whether one central GCRA (burst, rate per second) admits each of the
     same requests at the same times, as a list of bools; answers are tuples

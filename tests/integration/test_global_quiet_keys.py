@@ -87,15 +87,10 @@ def spread_at_half(c, seed=1):
     random nodes, for SPREAD_SECONDS; returns (refused, refused by one
     central GCRA per key) as fractions of the requests."""
     rnd = random.Random(seed)
-    plan = []
+    per_node = [[] for _ in range(c.n)]
     for k in range(SPREAD_KEYS):
-        t = 0.0
-        while True:
-            t += rnd.expovariate(SPREAD_RATE / 2)
-            if t >= SPREAD_SECONDS:
-                break
-            plan.append((t, "spread:%d" % k, rnd.randrange(c.n)))
-    plan.sort()
+        sluicetest.poisson_spread(rnd, "spread:%d" % k, SPREAD_RATE / 2, SPREAD_SECONDS, per_node)
+    plan = sorted((t, key, i) for i, lst in enumerate(per_node) for t, key in lst)
     clients = [c.client(i) for i in range(c.n)]
     answers = []
     t0 = time.monotonic()

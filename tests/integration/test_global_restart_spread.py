@@ -131,10 +131,7 @@ class Load:
         rate = DEMAND * COUNT
         self.todo = [[] for _ in range(N)]
         for k in range(KEYS):
-            t = self.rnd.expovariate(rate)
-            while t < HARD_END:
-                self.todo[self.rnd.randrange(N)].append((t, "rs:%d" % k))
-                t += self.rnd.expovariate(rate)
+            sluicetest.poisson_spread(self.rnd, "rs:%d" % k, rate, HARD_END, self.todo)
         for lst in self.todo:
             lst.sort()
 

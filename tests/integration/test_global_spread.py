@@ -59,11 +59,8 @@ def schedule(seed):
     for g, (demand, _, count, period) in GROUPS.items():
         rate = count / period
         for k in range(KEYS):
-            key = "spread:%s:%d" % (g, k)
-            t = rnd.expovariate(demand * rate)
-            while t < SECONDS:
-                per_node[rnd.randrange(N)].append((t, key))
-                t += rnd.expovariate(demand * rate)
+            sluicetest.poisson_spread(rnd, "spread:%s:%d" % (g, k), demand * rate, SECONDS,
+                                      per_node)
     for lst in per_node:
         lst.sort()
     return per_node
