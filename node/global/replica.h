@@ -21,8 +21,10 @@
  *  - Report.  Every node that serves a key reports it to the key's owner,
  *    many keys per direct message (global/wire.h): the limit, the node's
  *    demand (requested units per second, denied ones included), what it
- *    admitted, the units left in its bucket, and the share it last held
- *    while the cluster was whole (its frozen share).  Contested keys report
+ *    admitted, the units left in its bucket, and its part of the key's
+ *    rate as the cluster last left it while whole (its frozen share: its
+ *    part of the demand, as a silent owner's node counts it).  Contested
+ *    keys report
  *    every interval, active ones every few, an idle key once when it goes
  *    idle, then never.
  *  - Lease.  The owner splits the limit between the nodes reporting demand,
@@ -86,8 +88,11 @@
  *   do not take it; idle reports release it at once.
  * Partition.  Each side's owner leases only to its side.  share: nodes keep
  *   their last lease, a new owner caps every reporter at its frozen share,
- *   so each side holds its last known share.  optimistic: a node whose owner
- *   is silent enforces the full limit and repays the excess after healing.
+ *   so each side holds its last known share; the owner's bucket for the
+ *   side refills at the sum of its nodes' frozen shares and lends free
+ *   units from it, so demand spread thin pools within the side (one burst
+ *   per side over the partition).  optimistic: a node whose owner is
+ *   silent enforces the full limit and repays the excess after healing.
  * Restart.  A new life's key starts with less than one unit, not a fresh
  *   quota, and gets nothing from an owner that is not settled; a settled
  *   owner grants it what the central bucket has left, so a key the others

@@ -90,6 +90,10 @@
 #define TURN_MIN_NS 50000
 /* The longest an entry waits for its batch to fill (replica__flush). */
 #define BATCH_HOLD_NS 5000000
+/* The least part of the rate a side's bucket is kept at (okey.side): below
+ * it the side lends no free units, and what it admits empties its bucket. */
+#define SIDE_MIN 0.01
+
 /* Nobody is leased more than SPLIT_HEADROOM x its own demand (replica_owner_split). */
 #define SPLIT_HEADROOM 3.0
 
@@ -244,6 +248,10 @@ static inline double replica__rep_fshare(const struct orep *rp)
 struct okey {
     struct rlimit p;
     uint32_t idx;
+    /* 0 while this owner's view is whole; else the part of the rate its
+     * side has, as of the last computation (replica_owner.c, "A side's
+     * bucket"): tat then takes em / side a unit. */
+    float side;
     int64_t created_at, computed_at;
     /* The cluster's bucket as a GCRA: the consumption reported and, for
      * share keys, assumed (replica_owner.c, "The cluster's bucket"); optimistic keys

@@ -716,6 +716,31 @@ static int replica_node__gives_back(const struct nkey *k)
     return k->free >= 1.0F && (double)k->others < GIVE_BACK_DEMAND * rate;
 }
 
+/* The share a node takes while the key's owner is silent (NK_DEGRADED),
+ * where its last lease gave less: below the limit, its own demand and an
+ * equal part of what the cluster's demand left of the rate at the last
+ * lease; at or beyond it, its part of that demand; as a fraction of the
+ * rate.  Every node that sees the same silence takes its own such part,
+ * and the parts sum to one rate.  Demand spread thin below the limit runs
+ * on free units with a share near 0 (replica_owner__free), and free units
+ * lapse FREE_TTL intervals after the last lease: without this, a key whose
+ * owner was killed was refused on every other node until the owner was
+ * declared dead (five nodes at the default probe interval, keys at half
+ * their limit: half of their requests for seven seconds). */
+static double replica_node__silent_share(const struct replica *r, const struct nkey *k)
+{
+    double rate = replica__rate(&k->p) * (double)NUM_NS_PER_S;
+    double d = (double)k->demand, o = (double)k->others;
+    if (rate <= 0.0 || d <= 0.0 || k->thin)
+        return 0.0;
+    double s;
+    if (d + o >= rate)
+        s = d / (d + o);
+    else
+        s = (d + (rate - d - o) / (double)(r->nlive > 0 ? r->nlive : 1)) / rate;
+    return s > 1.0 ? 1.0 : s;
+}
+
 static void replica_node__apply_lease(struct replica *r, struct nkey *k, const struct wire_lease *l,
                                       int64_t now)
 {
@@ -789,7 +814,16 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
     }
     k->p.flags = (uint8_t)((k->p.flags & ~NK_YOUNG) | NK_LEASED);
     if (flags & WIRE_L_SETTLED) {
-        k->fshare = (float)share;
+        /* The part this node keeps if the cluster splits (the owner's
+         * caution caps its share there, and a side's bucket refills at
+         * the sum of its nodes' parts: replica_owner.c, "A side's
+         * bucket"): its part of the demand as the silent share counts it,
+         * so the parts of all nodes sum to one rate; its share if it has
+         * no demand.  A share follows demand with headroom (a node that
+         * just saw a few requests close together holds more), and it is
+         * near 0 where free units do the work. */
+        double part = replica_node__silent_share(r, k);
+        k->fshare = (float)(part > 0.0 ? part : share);
         r->synced = 1; /* an owner that knows the cluster has answered */
     }
 }
@@ -1109,31 +1143,6 @@ int replica_node_prompt(struct replica *r, size_t i, int64_t now)
     (void)replica_node__report(r, e, now);
     r->st.prompt_reports++;
     return 1;
-}
-
-/* The share a node takes while the key's owner is silent (NK_DEGRADED),
- * where its last lease gave less: below the limit, its own demand and an
- * equal part of what the cluster's demand left of the rate at the last
- * lease; at or beyond it, its part of that demand; as a fraction of the
- * rate.  Every node that sees the same silence takes its own such part,
- * and the parts sum to one rate.  Demand spread thin below the limit runs
- * on free units with a share near 0 (replica_owner__free), and free units
- * lapse FREE_TTL intervals after the last lease: without this, a key whose
- * owner was killed was refused on every other node until the owner was
- * declared dead (five nodes at the default probe interval, keys at half
- * their limit: half of their requests for seven seconds). */
-static double replica_node__silent_share(const struct replica *r, const struct nkey *k)
-{
-    double rate = replica__rate(&k->p) * (double)NUM_NS_PER_S;
-    double d = (double)k->demand, o = (double)k->others;
-    if (rate <= 0.0 || d <= 0.0 || k->thin)
-        return 0.0;
-    double s;
-    if (d + o >= rate)
-        s = d / (d + o);
-    else
-        s = (d + (rate - d - o) / (double)(r->nlive > 0 ? r->nlive : 1)) / rate;
-    return s > 1.0 ? 1.0 : s;
 }
 
 /* Visits node key i: demand, refill, owner, degradation; reports it when

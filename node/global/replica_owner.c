@@ -99,10 +99,18 @@ static struct orep *replica_owner__rep(struct okey *o, uint32_t member)
     return NULL;
 }
 
-/* Units of the cluster's bucket o->tat taken at now. */
+/* The part of the rate o's bucket refills at: 1, or a side's (o->side). */
+static double replica_owner__part(const struct okey *o)
+{
+    return o->side > 0.0F ? (double)o->side : 1.0;
+}
+
+/* Units of the cluster's bucket o->tat taken at now (of a side's bucket
+ * while the view is split: replica_owner__compute). */
 static double replica_owner__used(const struct okey *o, int64_t now)
 {
-    return o->tat > now ? (double)(o->tat - now) / replica__em(&o->p) : 0.0;
+    return o->tat > now ? (double)(o->tat - now) / replica__em(&o->p) * replica_owner__part(o)
+                        : 0.0;
 }
 
 /* Units below empty that are report timing, not excess: one unit and an
@@ -119,13 +127,22 @@ static double replica_owner__timing(const struct replica *r, const struct okey *
  * now, never below a full bucket. */
 static void replica_owner__pour_from(struct okey *o, double units, int64_t from, int64_t now)
 {
-    double add = units * replica__em(&o->p);
+    double add = units * replica__em(&o->p) / replica_owner__part(o);
     int64_t at = add >= 0.0 ? from : now;
     int64_t base = o->tat > at ? o->tat : at;
     if (add >= 0.0)
         o->tat = add > 9e18 - (double)base ? INT64_MAX : base + (int64_t)add;
     else
         o->tat = (double)(base - now) > -add ? base + (int64_t)add : now;
+}
+
+/* Takes the cluster's bucket as empty at now, unless emptier. */
+static void replica_owner__empty(struct okey *o, int64_t now)
+{
+    double used = replica_owner__used(o, now), limit = (double)replica__limit(&o->p);
+    double add = limit * replica__em(&o->p) / replica_owner__part(o);
+    if (used < limit)
+        o->tat = add > 9e18 - (double)now ? INT64_MAX : now + (int64_t)add;
 }
 
 /* Pours units into the cluster's bucket at now (replica_owner__pour_from). */
@@ -232,13 +249,10 @@ void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t l
         if (e->leased_by == 0) {
             replica_owner__pour(o, (double)e->admitted, r->now);
         } else if (e->leased_by != wire_life_tag(r->life)) {
-            /* Taken as empty now, unless emptier. */
-            double used = replica_owner__used(o, r->now);
-            double limit = (double)replica__limit(&o->p);
-            if (share && used < limit)
-                replica_owner__pour(o, limit - used, r->now);
-            if (share)
+            if (share) {
+                replica_owner__empty(o, r->now);
                 o->p.flags |= OK_EMPTIED;
+            }
         } else if (share) {
             /* Back after this owner let it go (and took what it held out
              * of the bucket): what it still holds is counted as held, and
@@ -257,7 +271,8 @@ void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t l
          * rotation): what it admitted then was that share's refill, spent
          * long ago, so it may empty the bucket but not put it in debt. */
         int back = share && r->now - rp->last_at > BACK_AFTER * r->interval;
-        int64_t empty = r->now + (int64_t)((double)replica__limit(&o->p) * replica__em(&o->p));
+        int64_t empty = r->now + (int64_t)((double)replica__limit(&o->p) * replica__em(&o->p) /
+                                           replica_owner__part(o));
         int64_t tat0 = o->tat;
         /* The units came over the time since its last report, not at
          * once: poured from then (at most two report periods back), a
@@ -300,7 +315,10 @@ void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t l
     }
     rp->tokens = (float)((double)e->tokens_milli / 1000.0);
     rp->demand = (float)((double)e->demand_milli / 1000.0);
-    rp->fshare_q = (uint16_t)floor((double)e->frozen_share / (double)WIRE_ONE * FSHARE_ONE);
+    /* A node that dropped the key and made it anew knows no frozen share
+     * (none until its next settled lease): the record keeps the last. */
+    if (e->frozen_share > 0 || !same_life)
+        rp->fshare_q = (uint16_t)floor((double)e->frozen_share / (double)WIRE_ONE * FSHARE_ONE);
     rp->admitted = e->admitted;
     uint64_t cs = (e->period_ms + 9) / 10;
     rp->period_cs = (uint16_t)(cs < 1 ? 1 : cs > 65535 ? 65535 : cs);
@@ -523,12 +541,14 @@ static void replica_owner__grant(const struct replica *r, struct okey *o, int64_
 static void replica_owner__free(const struct replica *r, struct okey *o, double dsum, int settled,
                                 int64_t now)
 {
+    /* A side's bucket (o->side) refills at its part of the rate. */
+    double part_of = replica_owner__part(o);
     double limit = (double)replica__limit(&o->p);
     double spare = limit - replica_owner__used(o, now);
-    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns;
+    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns * part_of;
     /* Below the limit the bucket refills faster than it drains: what it
      * will have by the time the next leases are in use counts too. */
-    double ahead = spare + FREE_AHEAD * (double)r->interval / replica__em(&o->p);
+    double ahead = spare + FREE_AHEAD * (double)r->interval / replica__em(&o->p) * part_of;
     uint32_t nl = 0;
     double dall = 0.0; /* every reporter's demand, late ones included */
     for (uint32_t i = 0; i < o->n; i++) {
@@ -793,7 +813,11 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
             dsum += idle ? 0.0 : rp->demand;
         } else if (o->p.policy == POLICY_PARTITION_SHARE && !idle &&
                    !replica_owner__presumed_dead(r, rp)) {
-            reserved += rp->share;
+            /* Its part as the whole cluster last left it: a side cut off
+             * from this one keeps that part (its frozen share, "A side's
+             * bucket" below); without one, its last lease's share. */
+            double f = replica__rep_fshare(rp);
+            reserved += f > 0.0 ? f : (double)(rp->sent_share > 0.0F ? rp->sent_share : 0.0F);
         }
         i++;
     }
@@ -801,7 +825,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
     if (o->repay > 0.0F && now > o->computed_at) {
         /* Repaying: the refill since the last computation went to nobody
          * (avail 0 below), so it pays the credit back. */
-        double paid = (double)(now - o->computed_at) / replica__em(&o->p);
+        double paid = (double)(now - o->computed_at) / replica__em(&o->p) * replica_owner__part(o);
         o->repay = (double)o->repay > paid ? (float)((double)o->repay - paid) : 0.0F;
     }
     o->computed_at = now;
@@ -872,6 +896,43 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
                 rp->share *= (float)(room / fresh);
         }
     }
+    /*
+     * A side's bucket.  While this owner's view is not whole (a partition
+     * with no strict majority here, or the minority side), the side it
+     * sees has the part of the rate its live nodes held when the cluster
+     * was whole: the sum of their frozen shares (each node's part of the
+     * demand, replica_node__apply_lease; a node without one, its share
+     * now), at most what the silent nodes' parts leave (avail).  The
+     * record's bucket then refills at that part of the rate (o->side:
+     * units are poured at em / side, and replica_owner__used counts them
+     * back), holds the burst, and lends free units to the side's nodes as
+     * the cluster's bucket does to all: demand spread thin below the limit
+     * pools within each side as in a whole cluster.  Each side may spend
+     * one burst of its own over the partition, the burst term of the
+     * bound (replica.h).  Without it, each node of a side had only its own
+     * share's bucket (a unit or two): six nodes split three and three for
+     * 10 s at half the limit admitted 0.72 to 0.92 of one central limiter
+     * during the partition, 0.98 to 1.00 with it (global_scale
+     * --partition; sim_test_global_fleet's test_partition_spread).
+     */
+    int split = o->p.policy == POLICY_PARTITION_SHARE && !whole;
+    double sidesum = 0.0;
+    for (uint32_t i = 0; split && i < o->n; i++) {
+        const struct orep *rp = &o->reps[i];
+        double f = replica__rep_fshare(rp);
+        if (replica_owner_rep_live(r, rp, now))
+            sidesum += f > (double)rp->share ? f : (double)rp->share;
+    }
+    if (sidesum > avail)
+        sidesum = avail;
+    float side = !split ? 0.0F : (float)(sidesum < SIDE_MIN ? SIDE_MIN : sidesum);
+    if (side != o->side) {
+        /* The bucket keeps its level in units as its rate changes. */
+        double was = replica_owner__part(o);
+        o->side = side;
+        if (o->tat > now)
+            o->tat = now + (int64_t)((double)(o->tat - now) * was / replica_owner__part(o));
+    }
     /* Every reporter's demand, late ones included (as replica_owner__free). */
     double dall = 0.0;
     for (uint32_t i = 0; i < o->n; i++)
@@ -904,7 +965,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
      * 0 to 10.9% lent: test_global_restart_spread.py). */
     int grown = r->young == 0 || now - r->born >= r->silence;
     int known = (!replica__young(r, now) && grown) || (o->p.flags & OK_EMPTIED);
-    replica_owner__free(r, o, dsum, whole && known, now);
+    replica_owner__free(r, o, dsum, known && (whole || (split && sidesum >= SIDE_MIN)), now);
     if (thin)
         replica_owner__chance(r, o, dall, now);
     else
@@ -959,6 +1020,12 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         if (s > WIRE_ONE)
             s = WIRE_ONE;
         double others = dsum - ((rp->flags & REP_IDLE) ? 0.0 : rp->demand);
+        /* A side's nodes project the level (replica_node__project) as if
+         * the other sides took the rest of the rate: their bucket refills
+         * at the side's part of it. */
+        if (o->side > 0.0F)
+            others += (1.0 - (double)o->side) * (double)o->p.count * (double)NUM_NS_PER_S /
+                      (double)o->p.period_ns;
         struct wire_lease l = {table_entry_key(te),
                                te->klen,
                                s,
