@@ -267,6 +267,7 @@ static int cluster__view_one(void *ud, const struct gossip_member_info *mi)
     v->m[v->n].name = v->names[v->n];
     v->m[v->n].live = mi->state == GOSSIP_MEMBER_ALIVE || mi->state == GOSSIP_MEMBER_SUSPECT;
     v->suspect[v->n] = mi->state == GOSSIP_MEMBER_SUSPECT;
+    v->m[v->n].suspect = v->suspect[v->n];
     if (!v->m[v->n].live)
         v->complete = 0;
     v->n++;

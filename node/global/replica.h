@@ -88,8 +88,9 @@
  *   do not take it; idle reports release it at once.
  * Partition.  Each side's owner leases only to its side.  share: nodes keep
  *   their last lease, a new owner caps every reporter at its frozen share,
- *   so each side holds its last known share; the owner's bucket for the
- *   side refills at the sum of its nodes' frozen shares and lends free
+ *   so each side holds its last known share; an owner holds a silent
+ *   reporter's part from its silence on, and its bucket for the side
+ *   refills at the sum of its live nodes' frozen shares and lends free
  *   units from it, so demand spread thin pools within the side (one burst
  *   per side over the partition).  optimistic: a node whose owner is
  *   silent enforces the full limit and repays the excess after healing.
@@ -169,7 +170,8 @@ struct replica_config {
 /* A member of the view, as the transport knows it. */
 struct replica_member {
     const char *name;
-    int live; /* 1: alive or suspect (owns keys); 0: unreachable, not gone */
+    int live;    /* 1: alive or suspect (owns keys); 0: unreachable, not gone */
+    int suspect; /* 1: live but suspected: not counted in a majority */
 };
 
 struct replica_stats {

@@ -225,6 +225,14 @@ static inline int fs_send(void *ud, const char *to, const uint8_t *buf, size_t l
 
 /* ---- membership: each node sees who it can reach, after detect_ns ---- */
 
+/* Whether nodes i and j are on two sides of the partition at t (ns since
+ * the start). */
+static inline int fs_cut(const struct fleetsim *s, int64_t t, int i, int j)
+{
+    return s->c.part_len > 0 && t >= s->c.part_at && t < s->c.part_at + s->c.part_len &&
+           (i < s->c.split) != (j < s->c.split);
+}
+
 static inline void fs_views(struct fleetsim *s)
 {
     int64_t t = s->now - s->t0 - s->c.detect_ns; /* what failure detection reports now */
@@ -238,18 +246,25 @@ static inline void fs_views(struct fleetsim *s)
         for (int j = 0; j < s->c.n; j++) {
             if ((!s->nd[j].member || alone) && j != i)
                 continue;
-            int reach;
-            if (j == i)
-                reach = 1;
-            else if (s->nd[j].up)
-                reach = !(s->c.part_len > 0 && t >= s->c.part_at &&
-                          t < s->c.part_at + s->c.part_len && (i < s->c.split) != (j < s->c.split));
-            else
+            /* reach: as failure detection reports it now (detect_ns
+             * late); sure: still reachable half of that later, else a
+             * suspect (suspected before it is declared, as SWIM does). */
+            int reach, sure;
+            int64_t h = s->c.detect_ns / 2;
+            if (j == i) {
+                reach = sure = 1;
+            } else if (s->nd[j].up) {
+                reach = !fs_cut(s, t, i, j);
+                sure = !fs_cut(s, t + h, i, j);
+            } else {
                 reach = s->now - s->nd[j].down_since < s->c.detect_ns;
+                sure = s->now - s->nd[j].down_since < h;
+            }
             if (!reach)
                 complete = 0;
             m[k].name = s->nd[j].name;
             m[k].live = reach;
+            m[k].suspect = reach && !sure;
             k++;
         }
         replica_set_view(s->nd[i].r, m, k, complete, s->now + s->nd[i].offset);

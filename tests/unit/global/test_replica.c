@@ -91,6 +91,7 @@ static void view(int n)
     for (int i = 0; i < n; i++) {
         m[i].name = net.name[i];
         m[i].live = 1;
+        m[i].suspect = 0;
     }
     for (int i = 0; i < n; i++)
         if (net.r[i] != NULL)

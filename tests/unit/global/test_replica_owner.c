@@ -35,7 +35,7 @@ static int setup(void **state)
     struct replica *r;
     if (replica_create(&r, &cfg, 0) != 0)
         return -1;
-    struct replica_member m[3] = {{"a", 1}, {"b", 1}, {"c", 1}};
+    struct replica_member m[3] = {{"a", 1, 0}, {"b", 1, 0}, {"c", 1, 0}};
     if (replica_set_view(r, m, 3, 1, 0) != 0) {
         replica_destroy(r);
         return -1;
