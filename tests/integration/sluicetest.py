@@ -268,6 +268,26 @@ def write_cluster_key(path):
     subprocess.run([SLUICECTL, "keygen", "-o", path], check=True)
 
 
+def paced(todo, now, going, tick=0.01):
+    """Yields (t, keys): the keys of todo (a sorted list of (time, key),
+    as poisson_spread makes them) due at t = now(), in batches, as they
+    come due, sleeping at most tick between looks; ends when todo is done
+    or going(t) is false (every load loop ends on its own)."""
+    j = 0
+    while j < len(todo):
+        t = now()
+        if not going(t):
+            return
+        due = []
+        while j < len(todo) and todo[j][0] <= t:
+            due.append(todo[j][1])
+            j += 1
+        if due:
+            yield t, due
+        else:
+            time.sleep(min(tick, max(0.0, todo[j][0] - t)))
+
+
 def poisson_spread(rnd, key, rate, seconds, per_node):
     """Appends to per_node[i] the (time, key) of each request node i gets
     for key: a Poisson stream of `rate` requests a second over `seconds`,

@@ -65,7 +65,6 @@ KILL_AT = 3.0    # s after the load starts
 RESTART_AT = 14.0  # or a second after the death verdict (5 to 8 s after the kill)
 AFTER_READY = 3.0
 HARD_END = 60.0  # the load stops by then whatever happens
-TICK = 0.01
 SANITIZED = "ASAN_OPTIONS" in os.environ
 
 
@@ -141,17 +140,7 @@ class Load:
     def worker(self, i):
         conns = {}
         rnd = random.Random(i)
-        j = 0
-        todo = self.todo[i]
-        while j < len(todo) and self.now() < self.stop_at:
-            now = self.now()
-            due = []
-            while j < len(todo) and todo[j][0] <= now:
-                due.append(todo[j][1])
-                j += 1
-            if not due:
-                time.sleep(min(TICK, max(0.0, todo[j][0] - now)))
-                continue
+        for now, due in sluicetest.paced(self.todo[i], self.now, lambda t: t < self.stop_at):
             to = rnd.randrange(N - 1) if i == N - 1 and self.down else i
             try:
                 if to not in conns:

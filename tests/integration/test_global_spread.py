@@ -48,7 +48,6 @@ SECONDS = 12.0
 GROUPS = {"half": (0.5, 4, 10, 1), "at": (1.0, 4, 10, 1), "ten": (10.0, 4, 10, 1),
           "slow-at": (1.0, 1, 30, 60), "slow-ten": (10.0, 1, 30, 60)}
 KEYS = 12  # per group
-TICK = 0.01
 
 
 def schedule(seed):
@@ -75,17 +74,8 @@ def run_load(c, per_node):
 
     def worker(i):
         conn = c.client(i)
-        todo = per_node[i]
-        j = 0
-        while j < len(todo) and time.monotonic() < t0 + SECONDS + 5:
-            now = time.monotonic() - t0
-            due = []
-            while j < len(todo) and todo[j][0] <= now:
-                due.append(todo[j][1])
-                j += 1
-            if not due:
-                time.sleep(min(TICK, max(0.0, todo[j][0] - now)))
-                continue
+        for now, due in sluicetest.paced(per_node[i], lambda: time.monotonic() - t0,
+                                         lambda t: t < SECONDS + 5):
             try:
                 p = conn.pipeline(transaction=False)
                 for key in due:
