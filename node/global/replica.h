@@ -89,7 +89,7 @@
  * Partition.  Each side's owner leases only to its side.  share: nodes keep
  *   their last lease, a new owner caps every reporter at its frozen share,
  *   so each side holds its last known share; an owner holds a silent
- *   reporter's part from its silence on, and its bucket for the side
+ *   reporter's part once its member is suspected, and its bucket for the side
  *   refills at the sum of its live nodes' frozen shares and lends free
  *   units from it, so demand spread thin pools within the side (one burst
  *   per side over the partition).  optimistic: a node whose owner is
