@@ -716,18 +716,20 @@ static int replica_node__gives_back(const struct nkey *k)
     return k->free >= 1.0F && (double)k->others < GIVE_BACK_DEMAND * rate;
 }
 
-/* The share a node takes while the key's owner is silent (NK_DEGRADED),
- * where its last lease gave less: below the limit, its own demand and an
- * equal part of what the cluster's demand left of the rate at the last
- * lease; at or beyond it, its part of that demand; as a fraction of the
- * rate.  Every node that sees the same silence takes its own such part,
- * and the parts sum to one rate.  Demand spread thin below the limit runs
- * on free units with a share near 0 (replica_owner__free), and free units
- * lapse FREE_TTL intervals after the last lease: without this, a key whose
+/* This node's part of the key's rate as its last lease told the demand:
+ * below the limit, its own demand and an equal part of what the cluster's
+ * demand left of the rate; at or beyond it, its part of that demand; 0
+ * with no demand.  The parts of all nodes sum to one rate.  It is the
+ * share a node takes while the key's owner is silent (NK_DEGRADED), where
+ * its last lease gave less, and its frozen share (replica_node__apply_lease,
+ * at a settled lease): what its side keeps in a partition.  Demand spread
+ * thin below the limit runs on free units with a share near 0
+ * (replica_owner__free), and free units lapse FREE_TTL intervals after the
+ * last lease: without the silent share, a key whose
  * owner was killed was refused on every other node until the owner was
  * declared dead (five nodes at the default probe interval, keys at half
  * their limit: half of their requests for seven seconds). */
-static double replica_node__silent_share(const struct replica *r, const struct nkey *k)
+static double replica_node__part(const struct replica *r, const struct nkey *k)
 {
     double rate = replica__rate(&k->p) * (double)NUM_NS_PER_S;
     double d = (double)k->demand, o = (double)k->others;
@@ -817,12 +819,11 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
         /* The part this node keeps if the cluster splits (the owner's
          * caution caps its share there, and a side's bucket refills at
          * the sum of its nodes' parts: replica_owner.c, "A side's
-         * bucket"): its part of the demand as the silent share counts it,
-         * so the parts of all nodes sum to one rate; its share if it has
-         * no demand.  A share follows demand with headroom (a node that
-         * just saw a few requests close together holds more), and it is
-         * near 0 where free units do the work. */
-        double part = replica_node__silent_share(r, k);
+         * bucket"): its part (replica_node__part), so the parts of all
+         * nodes sum to one rate; its share if it has no demand.  A share follows demand with
+         * headroom (a node that just saw a few requests close together holds more), and it is near
+         * 0 where free units do the work. */
+        double part = replica_node__part(r, k);
         k->fshare = (float)(part > 0.0 ? part : share);
         r->synced = 1; /* an owner that knows the cluster has answered */
     }
@@ -1161,11 +1162,11 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now)
     uint32_t owner = replica_node_owner(r, k, table_entry_key(e), e->klen);
     /* Asked, no answer for two silence windows: shown as degraded (the
      * node keeps its last lease until the key moves to a live owner, its
-     * share at least replica_node__silent_share and its bucket a unit
+     * share at least replica_node__part and its bucket a unit
      * larger: replica_node_cap). */
     if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence) {
         k->p.flags |= NK_DEGRADED;
-        double s = replica_node__silent_share(r, k);
+        double s = replica_node__part(r, k);
         if (s > (double)k->share)
             replica_node__set_share(k, s, now);
     }
