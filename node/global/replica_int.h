@@ -93,6 +93,12 @@
 /* The least part of the rate a side's bucket is kept at (okey.side): below
  * it the side lends no free units, and what it admits empties its bucket. */
 #define SIDE_MIN 0.01
+/* A node's frozen share averages its part over this many seconds, or the
+ * key's period if longer (replica_node__apply_lease). */
+#define FSHARE_TAU_S 20.0
+/* A report tells the level its node knows (wire known_milli) while its
+ * last settled lease is at most this many silence windows old. */
+#define KNOWN_LEVEL_FOR 20
 
 /* Nobody is leased more than SPLIT_HEADROOM x its own demand (replica_owner_split). */
 #define SPLIT_HEADROOM 3.0
@@ -220,6 +226,9 @@ struct nkey {
 /* This life took the key's bucket as empty on the report of a node another
  * owner leased: what it holds since is refill (replica_owner_compute). */
 #define OK_EMPTIED 0x08u
+/* The view split since it was last whole: the side's bucket holds its
+ * part of the level (replica_owner_compute, "A side's bucket"). */
+#define OK_SPLIT 0x10u
 
 /* 64 bytes: owner records are many (one per key and reporting node). */
 struct orep {
@@ -266,6 +275,9 @@ struct okey {
                                        refuse_q), and as last leased */
     uint32_t noticed_ms;            /* replica_node__ms of the last notices */
     uint16_t noticed_refuse;        /* ... and their odds of refusal */
+    uint16_t merged;                /* the other owner whose side's spending this record
+                                       counted last: its wire_life_tag's low bits, or'ed with 1
+                                       (0: none; replica_owner__foreign) */
     /* The first reporter's record, in place: most keys have one reporter,
      * and a record of its own would cost an allocation and its header per
      * key (reps is &one while cap is 1; a second reporter moves both to a

@@ -124,7 +124,10 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots
      * 2^32, sent after a silence: what an owner that dropped the sender's                         \
      * record meanwhile has not counted (what it spent of the units it                             \
      * held, the owner counts by its tokens) */                                                    \
-    X(17, unreported, uint64_t, WIRE_U, UINT32_MAX)
+    X(17, unreported, uint64_t, WIRE_U, UINT32_MAX)                                                \
+    /* the cluster's level as the sender's last settled lease told it,                             \
+     * projected to now (units left x 1000, plus 1; 0: not known) */                               \
+    X(18, known_milli, uint64_t, WIRE_U, UINT64_MAX)
 
 #define WIRE_LEASE_FIELDS(X)                                                                       \
     /* WIRE_ONE-based */                                                                           \

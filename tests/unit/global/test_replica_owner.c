@@ -150,6 +150,61 @@ static void test_silent_reporter_left_out(void **state)
     assert_true(reps[2].share == 0.25F);
 }
 
+/* Units left in key's record at NOW (its bucket refills at the whole rate). */
+static double level_of(struct replica *r, const char *key)
+{
+    struct okey *o = okey_of(table_find(r->owned, key, strlen(key)));
+    double used = o->tat > NOW ? (double)(o->tat - NOW) / replica__em(&o->p) : 0.0;
+    return (double)replica__limit(&o->p) - used;
+}
+
+static void report(struct replica *r, const char *key, uint32_t from, uint64_t admitted,
+                   uint64_t leased_by, uint64_t known_milli)
+{
+    struct wire_report e = {.key = key,
+                            .klen = strlen(key),
+                            .kind = ALGO_GCRA,
+                            .policy = POLICY_PARTITION_SHARE,
+                            .burst = 9,
+                            .count = 10,
+                            .period_ns = SEC,
+                            .admitted = admitted,
+                            .period_ms = 100,
+                            .leased_by = leased_by,
+                            .known_milli = known_milli};
+    replica_owner_on_report_hashed(r, from, 7 + from, &e, table_hash(r->owned, key, strlen(key)));
+}
+
+/* A key that moved here from another owner (the other side of a split, a
+ * restarted owner): a record made by the report holds at most the level
+ * its reporter knew (wire known_milli: units x 1000 plus 1), and a second
+ * reporter of the same other owner that knows less lowers it; one that
+ * knows none (a restarted node) takes it as empty.  A record this owner
+ * kept (a heal) counts what the other side spent once: its level plus the
+ * other side's, less the limit. */
+static void test_foreign_report_level(void **state)
+{
+    struct replica *r = *state;
+    r->now = NOW;
+    report(r, "moved", 1, 2, 0x1234, 6001);
+    assert_true(fabs(level_of(r, "moved") - 6.0) < 1e-6);
+    report(r, "moved", 2, 1, 0x1234, 4001);
+    assert_true(fabs(level_of(r, "moved") - 4.0) < 1e-6);
+    report(r, "moved", 0, 1, 0x1234, 9001);
+    assert_true(fabs(level_of(r, "moved") - 4.0) < 1e-6);
+    report(r, "blind", 1, 2, 0x1234, 0);
+    assert_true(fabs(level_of(r, "blind")) < 1e-6);
+
+    /* Kept here: 3 of its 10 units taken by a node this owner never
+     * leased, then the other side's node knows 6 left there. */
+    report(r, "kept", 1, 3, 0, 0);
+    assert_true(fabs(level_of(r, "kept") - 7.0) < 1e-6);
+    report(r, "kept", 2, 0, 0x1234, 6001);
+    assert_true(fabs(level_of(r, "kept") - 3.0) < 1e-6);
+    report(r, "kept", 0, 0, 0x1234, 5001);
+    assert_true(fabs(level_of(r, "kept") - 3.0) < 1e-6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -157,6 +212,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shares_capped_by_headroom, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_demand_equal_shares_and_idle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silent_reporter_left_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_foreign_report_level, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
