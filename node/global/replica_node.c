@@ -1094,8 +1094,8 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
         known_for = k->p.period_ns;
     if (k->p.policy == POLICY_PARTITION_SHARE && (k->p.flags & NK_LEASED) && k->leased_by != 0 &&
         now - k->last_lease <= known_for) {
-        double lv = replica_node__level(k, now);
-        w.known_milli = lv > 0.0 ? (uint64_t)(lv * 1000.0) + 1 : 1;
+        double m = replica_node__level(k, now) * 1000.0; /* no overflow for huge limits */
+        w.known_milli = m <= 0.0 ? 1 : m >= 1.8e19 ? UINT64_MAX : (uint64_t)m + 1;
     }
     if (w.frozen_share > WIRE_ONE)
         w.frozen_share = WIRE_ONE;
