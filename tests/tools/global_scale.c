@@ -26,13 +26,15 @@ static void usage(FILE *f)
         f, "usage: global_scale [--nodes N] [--keys K] [--demand X] [--loss L]\n"
            "                    [--seconds S] [--seed SEED] [--policy share|optimistic]\n"
            "                    [--rate LO-HI] [--period-s S] [--burst B] [--skew E]\n"
-           "                    [--interval-ms MS] [--cold-start-ms MS]\n"
+           "                    [--interval-ms MS] [--cold-start-ms MS] [--algorithm NAME]\n"
            "                    [--verbose] [--trace]\n"
            "  --matrix   the nodes x burst x skew x demand grid (below/above per cell)\n"
            "  --verbose  also print admitted/oracle totals and replication counters\n"
            "  --trace    print cumulative admitted and oracle every 250 ms\n"
            "  --period-s       the keys' period (rates are units per period; default 1)\n"
            "  --cold-start-ms  start every node young and alone for MS (a new cluster)\n"
+           "  --algorithm      every key's: gcra (default), token-bucket, fixed-window,\n"
+           "                   sliding-window (the names of CL.THROTTLE's algorithms)\n"
            "  --partition AT,LEN,SPLIT   a two-way partition [0,SPLIT) | [SPLIT,N) (seconds)\n"
            "  --kill AT,RESTART,V        kill -9 nodes 0..V-1, restart them (ms)\n"
            "  --churn JOIN,DIE,LEAVE     node N-1 joins, node 1 dies, node 2 leaves (s; 0 none)\n");
@@ -160,6 +162,11 @@ int main(int argc, char **argv)
             c.rate_lo = atoll(v);
             const char *d = strchr(v, '-');
             c.rate_hi = d ? atoll(d + 1) : c.rate_lo;
+        } else if (strcmp(a, "--algorithm") == 0) {
+            if (algo_from_name(v, &c.kind) != 0) {
+                fprintf(stderr, "global_scale: unknown algorithm %s\n", v);
+                return 2;
+            }
         } else if (strcmp(a, "--policy") == 0)
             c.pol =
                 strcmp(v, "optimistic") == 0 ? POLICY_PARTITION_OPTIMISTIC : POLICY_PARTITION_SHARE;
