@@ -166,7 +166,9 @@ static void replica_owner__at_most(struct okey *o, double level, int64_t now)
  *    bucket) holds at most its level plus that level less the limit:
  *    both sides spent from the level at the cut, and both levels include
  *    the refill since, so that much is left at most.
- * Each side of a split may so spend the burst once (the bound, replica.h).
+ * Each side then keeps its part of that level ("A side's bucket", in
+ * replica_owner__compute); over a long partition each side's bucket may
+ * refill to a burst of its own (the bound's burst term, replica.h).
  * Before the level was reported, every such record was taken as empty,
  * and a slow key refilled for minutes (per-minute keys at half their
  * limit, six nodes cut 3 | 3: 0.8 of one central limiter during the
@@ -1002,8 +1004,9 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
      * knew (replica_owner__foreign) and does the same, so the two spend the
      * level about once between them.  With all of it on each side,
      * per-minute keys drained to a few units and asked at twice their
-     * limit admitted 1.23 to 1.41 times one central limiter from the
-     * failure detector's verdict to the heal (six real nodes cut 3 | 3);
+     * limit admitted 1.23 to 1.35 times one central limiter over the
+     * partition, 1.15 to 1.41 from the failure detector's verdict to the
+     * heal (six real nodes cut 3 | 3);
      * with only the part, keys of ten a second and a burst of 4 at half
      * their limit lost 2% of the oracle's admissions during the partition,
      * the level they lend free units from. */

@@ -54,7 +54,7 @@ times they were sent (the oracle):
     (replica_owner.c, "A side's bucket"): before, a new owner took the
     bucket as empty, which a per-minute key refills for half a minute,
     and while each side kept all of the level, those at twice the limit
-    admitted 1.24 to 1.41 times the oracle from the verdict to the heal;
+    admitted 1.23 to 1.35 times the oracle over the partition;
   - no key at half the limit admits more, over any window, than its
     envelope plus the bound of README "The bound" (as
     test_global_spread.py) and the second side's burst; the worst key at
