@@ -845,9 +845,9 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
         if (tau > tau_max)
             tau = tau_max;
         double dt = (double)(now - prev_lease) / (double)NUM_NS_PER_S;
-        if (k->fshare <= 0.0F || dt <= 0.0 || tau <= 0.0)
-            k->fshare = k->fshare <= 0.0F ? (float)part : k->fshare;
-        else
+        if (k->fshare <= 0.0F)
+            k->fshare = (float)part;
+        else if (dt > 0.0 && tau > 0.0)
             k->fshare += (float)(dt / (tau + dt) * (part - (double)k->fshare));
         r->synced = 1; /* an owner that knows the cluster has answered */
     }

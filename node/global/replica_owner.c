@@ -105,6 +105,12 @@ static double replica_owner__part(const struct okey *o)
     return o->side > 0.0F ? (double)o->side : 1.0;
 }
 
+/* Units a second o's bucket refills at: the whole rate, or a side's part. */
+static double replica_owner__rate(const struct okey *o)
+{
+    return replica__rate(&o->p) * (double)NUM_NS_PER_S * replica_owner__part(o);
+}
+
 /* Units of the cluster's bucket o->tat taken at now (of a side's bucket
  * while the view is split: replica_owner__compute). */
 static double replica_owner__used(const struct okey *o, int64_t now)
@@ -182,7 +188,7 @@ static void replica_owner__foreign(struct okey *o, const struct wire_report *e, 
     if (known > limit)
         known = limit;
     uint16_t tag = (uint16_t)(e->leased_by | 1u);
-    if (made || e->known_milli == 0 || o->merged == tag)
+    if (made || o->merged == tag)
         replica_owner__at_most(o, known, now);
     else
         replica_owner__at_most(o, known - replica_owner__used(o, now), now);
@@ -590,7 +596,7 @@ static void replica_owner__free(const struct replica *r, struct okey *o, double 
     double part_of = replica_owner__part(o);
     double limit = (double)replica__limit(&o->p);
     double spare = limit - replica_owner__used(o, now);
-    double rate = (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns * part_of;
+    double rate = replica_owner__rate(o);
     /* Below the limit the bucket refills faster than it drains: what it
      * will have by the time the next leases are in use counts too. */
     double ahead = spare + FREE_AHEAD * (double)r->interval / replica__em(&o->p) * part_of;
@@ -692,8 +698,7 @@ static int replica_owner__is_thin(const struct replica *r, const struct okey *o,
     if (o->p.policy != POLICY_PARTITION_SHARE || !o->p.bucket || nl < 2 ||
         !replica__slow(&o->p, r->interval))
         return 0;
-    double rate =
-        (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns * replica_owner__part(o);
+    double rate = replica_owner__rate(o);
     if (dall >= rate)
         return 1;
     /* Demand read low (each node asks about once a minute and its
@@ -711,8 +716,7 @@ static void replica_owner__chance(const struct replica *r, struct okey *o, doubl
 {
     double em = replica__em(&o->p);
     double limit = (double)replica__limit(&o->p);
-    double rate =
-        (double)o->p.count * (double)NUM_NS_PER_S / (double)o->p.period_ns * replica_owner__part(o);
+    double rate = replica_owner__rate(o);
     double h = (double)(FREE_AHEAD * r->interval) / (double)NUM_NS_PER_S;
     double slack = limit - replica_owner__used(o, now), room;
     for (uint32_t i = 0; i < o->n; i++) {
@@ -1121,8 +1125,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         double others =
             (o->side > 0.0F ? dsum : dsum + dheld) - ((rp->flags & REP_IDLE) ? 0.0 : rp->demand);
         if (o->side > 0.0F)
-            others += (1.0 - (double)o->side) * (double)o->p.count * (double)NUM_NS_PER_S /
-                      (double)o->p.period_ns;
+            others += (1.0 - (double)o->side) * replica__rate(&o->p) * (double)NUM_NS_PER_S;
         struct wire_lease l = {table_entry_key(te),
                                te->klen,
                                s,
