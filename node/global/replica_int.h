@@ -210,6 +210,9 @@ struct nkey {
     float others;       /* the other nodes' demand at the last lease, units/s */
     uint32_t credit;    /* units admitted on credit (free units), running total */
     uint32_t visited;   /* ms (replica_node__ms) of the last visit: demand's time step */
+    float known_d;      /* the key's demand over the cluster as settled leases
+                           told it, this node's included, averaged as fshare,
+                           units/s (wire known_demand_milli) */
     struct wloc *w;     /* window kinds only */
 };
 
@@ -244,11 +247,15 @@ struct orep {
     uint16_t period_cs;       /* its report period in centiseconds (rounded up) */
     uint16_t free, sent_free; /* free units (replica_owner__free), and as last sent */
     uint8_t flags;
+    uint8_t known_q; /* the key's demand over the cluster as its last settled lease
+                        told it, in 1/KNOWN_Q_ONE of the rate (0: not known;
+                        wire known_demand_milli; replica_owner__yield) */
     uint32_t credit; /* its credit total at its last report (wire field credit) */
 };
 _Static_assert(sizeof(struct orep) == 64, "struct orep: 64 bytes, as its comment says");
 
-#define FSHARE_ONE 65535.0
+#define FSHARE_ONE  65535.0
+#define KNOWN_Q_ONE 32.0 /* orep.known_q: up to almost 8 times the rate */
 
 static inline double replica__rep_fshare(const struct orep *rp)
 {

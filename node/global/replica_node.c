@@ -849,6 +849,20 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
             k->fshare = (float)part;
         else if (dt > 0.0 && tau > 0.0)
             k->fshare += (float)(dt / (tau + dt) * (part - (double)k->fshare));
+        /* The demand over the cluster (a report's known_demand_milli, for
+         * an outvoted side's owner: replica_owner__yield), averaged the
+         * same way: a node cut off alone from two may see one of them
+         * declared dead before it even suspects the other, count itself
+         * a majority for a moment and lease itself the whole key as the
+         * only node asking (the others' demand 0), and that lease alone
+         * left the side half the rate it should have yielded (three real
+         * nodes, one cut off at twice the limit: 1.13 to 1.17 times one
+         * central limiter over the partition in one run of three). */
+        double known = (double)k->demand + (double)k->others;
+        if (k->known_d <= 0.0F)
+            k->known_d = (float)known;
+        else if (dt > 0.0 && tau > 0.0)
+            k->known_d += (float)(dt / (tau + dt) * (known - (double)k->known_d));
         r->synced = 1; /* an owner that knows the cluster has answered */
     }
 }
@@ -1096,6 +1110,8 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
         now - k->last_lease <= known_for) {
         double m = replica_node__level(k, now) * 1000.0; /* no overflow for huge limits */
         w.known_milli = m <= 0.0 ? 1 : m >= 1.8e19 ? UINT64_MAX : (uint64_t)m + 1;
+        double d = (double)k->known_d * 1000.0;
+        w.known_demand_milli = d <= 0.0 ? 1 : d >= 1.8e19 ? UINT64_MAX : (uint64_t)d + 1;
     }
     if (w.frozen_share > WIRE_ONE)
         w.frozen_share = WIRE_ONE;

@@ -361,6 +361,13 @@ void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t l
      * (none until its next settled lease): the record keeps the last. */
     if (e->frozen_share > 0 || !same_life)
         rp->fshare_q = (uint16_t)floor((double)e->frozen_share / (double)WIRE_ONE * FSHARE_ONE);
+    double kq = 0.0;
+    if (e->known_demand_milli > 0) {
+        kq = (double)(e->known_demand_milli - 1) / 1000.0 /
+             (replica__rate(&o->p) * (double)NUM_NS_PER_S) * KNOWN_Q_ONE;
+        kq = kq < 1.0 ? 1.0 : kq > 255.0 ? 255.0 : kq + 0.5;
+    }
+    rp->known_q = (uint8_t)kq;
     rp->admitted = e->admitted;
     uint64_t cs = (e->period_ms + 9) / 10;
     rp->period_cs = (uint16_t)(cs < 1 ? 1 : cs > 65535 ? 65535 : cs);
@@ -414,6 +421,69 @@ static int replica_owner__majority(const struct replica *r)
         sure += r->mem[i].in_view && r->mem[i].live && !r->mem[i].suspect;
     }
     return 2 * sure > known;
+}
+
+/* The other side of a split: the members this node sees declared dead
+ * are a strict majority of those it knows, so they are the side that
+ * presumes this one dead (replica_owner__majority) and spends its part. */
+static int replica_owner__outvoted(const struct replica *r)
+{
+    size_t known = 0, dead = 0;
+    for (size_t i = 0; i < r->nmem; i++) {
+        known += r->mem[i].in_view;
+        dead += r->mem[i].in_view && !r->mem[i].live;
+    }
+    return 2 * dead > known;
+}
+
+/*
+ * What an outvoted side may take of the rate (replica_owner_compute): what
+ * the majority's demand leaves of it.  The majority, presuming this side
+ * dead, lends the whole rate to its own nodes, which spend as much of it
+ * as they ask for; the parts this side kept from the whole cluster came on
+ * top of that, and at and beyond the limit a partition admitted the
+ * minority's part more (one node of three cut off for 10 s at twice the
+ * limit: 1.34 to 1.37 times one central limiter over the partition).
+ *
+ * The majority's demand is the key's demand over the cluster as this
+ * side's nodes' last settled leases told them (orep.known_q, their mean),
+ * less this side's part of it: at or beyond the limit a node's part (its
+ * frozen share) is its part of the demand, so with P the sum of this
+ * side's parts and D that demand in rates, the majority asks D (1 - P) and
+ * leaves 1 - D (1 - P).  Below the limit (D < 1) that is more than P, and
+ * the side keeps its parts.  Not this side's demand now: a side refused
+ * most of what it asks reads its own demand differently than the whole
+ * cluster did, and the estimate took from a side the room the majority
+ * left it (16 nodes cut 7 | 9 at three times the limit: 0.80 of one
+ * central limiter over the partition).  Slow keys keep their parts (the
+ * caller): a node asked for a per-minute key every few seconds reads its
+ * demand several times too high after each request.
+ *
+ * A side cannot tell a partition from its majority's death: this is what
+ * a crash of a majority of the members costs the survivors for keys at or
+ * beyond their limit, until the dead come back or are forgotten
+ * (libgossip's dead members' retention, 30 s).  Returns a part of the
+ * rate, 0 to 1; 1 when no node of the side knows the demand.
+ */
+static double replica_owner__yield(const struct replica *r, const struct okey *o, int64_t now)
+{
+    double part = 0.0, known = 0.0;
+    uint32_t nknown = 0;
+    for (uint32_t i = 0; i < o->n; i++) {
+        const struct orep *rp = &o->reps[i];
+        if (!replica_owner_rep_live(r, rp, now))
+            continue;
+        double f = replica__rep_fshare(rp);
+        part += f > 0.0 ? f : (double)rp->share;
+        if (rp->known_q > 0) {
+            known += (double)rp->known_q / KNOWN_Q_ONE;
+            nknown++;
+        }
+    }
+    if (nknown == 0)
+        return 1.0;
+    double left = 1.0 - known / (double)nknown * (part < 1.0 ? 1.0 - part : 0.0);
+    return left > 0.0 ? left : 0.0;
 }
 
 static int replica_owner__presumed_dead(const struct replica *r, const struct orep *rp)
@@ -893,6 +963,12 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
     int settled = whole && now - since >= r->silence && now - r->born >= r->silence &&
                   !replica__young(r, now);
     double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
+    if (o->p.policy == POLICY_PARTITION_SHARE && !replica__slow(&o->p, r->interval) &&
+        replica_owner__outvoted(r)) {
+        double left = replica_owner__yield(r, o, now);
+        if (avail > left)
+            avail = left;
+    }
     if (o->p.policy == POLICY_PARTITION_OPTIMISTIC && replica_owner_debt(o, now) > 0)
         avail = 0.0; /* repaying: nobody admits until the cluster is back */
     if (o->p.policy == POLICY_PARTITION_SHARE && o->p.bucket) {

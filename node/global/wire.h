@@ -127,7 +127,11 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots
     X(17, unreported, uint64_t, WIRE_U, UINT32_MAX)                                                \
     /* the cluster's level as the sender's last settled lease told it,                             \
      * projected to now (units left x 1000, plus 1; 0: not known) */                               \
-    X(18, known_milli, uint64_t, WIRE_U, UINT64_MAX)
+    X(18, known_milli, uint64_t, WIRE_U, UINT64_MAX)                                               \
+    /* the key's demand over the cluster as the sender's last settled                              \
+     * lease told it, its own included (units/s x 1000, plus 1; 0: not                             \
+     * known) */                                                                                   \
+    X(19, known_demand_milli, uint64_t, WIRE_U, UINT64_MAX)
 
 #define WIRE_LEASE_FIELDS(X)                                                                       \
     /* WIRE_ONE-based */                                                                           \

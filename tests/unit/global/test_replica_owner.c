@@ -205,6 +205,66 @@ static void test_foreign_report_level(void **state)
     assert_true(fabs(level_of(r, "kept") - 3.0) < 1e-6);
 }
 
+/* A key of 10 units a second asked for at 10/s on each of a, b and c,
+ * each node's part a third, as their last settled leases told them of
+ * known_demand units/s over the cluster (0: not known); then b and c fall
+ * silent and the view cuts dead_b and c off (a alone, or a with b).
+ * Returns the part of the rate the record's side takes (0: the whole
+ * cluster's bucket, no side). */
+static double side_after_cut(struct replica *r, const char *key, int64_t at, double known_demand,
+                             int dead_b)
+{
+    struct replica_member all[3] = {{"a", 1, 0}, {"b", 1, 0}, {"c", 1, 0}};
+    assert_int_equal(replica_set_view(r, all, 3, 1, at), 0);
+    static const uint32_t order[3] = {1, 2, 0};
+    for (int i = 0; i < 3; i++) {
+        uint32_t from = order[i];
+        r->now = from == 0 ? at + 5 * SEC : at; /* b and c silent since at */
+        struct wire_report e = {.key = key,
+                                .klen = strlen(key),
+                                .kind = ALGO_GCRA,
+                                .policy = POLICY_PARTITION_SHARE,
+                                .burst = 9,
+                                .count = 10,
+                                .period_ns = SEC,
+                                .period_ms = 100,
+                                .demand_milli = 10000,
+                                .frozen_share = WIRE_ONE / 3,
+                                .known_demand_milli =
+                                    known_demand > 0.0 ? (uint64_t)(known_demand * 1000.0) + 1 : 0};
+        replica_owner_on_report_hashed(r, from, 7 + from, &e,
+                                       table_hash(r->owned, key, strlen(key)));
+    }
+    struct replica_member cut[3] = {{"a", 1, 0}, {"b", !dead_b, 0}, {"c", 0, 0}};
+    assert_int_equal(replica_set_view(r, cut, 3, 0, at + 5 * SEC), 0);
+    struct okey *o = okey_of(table_find(r->owned, key, strlen(key)));
+    assert_non_null(o);
+    replica_owner_visit(r, o->idx, at + 5 * SEC);
+    return (double)o->side;
+}
+
+/* Cut off alone from a majority that presumes it dead and lends its own
+ * nodes the whole rate, a side takes what the majority's demand leaves:
+ * the demand its nodes last knew over the cluster (D rates), less its
+ * own part P of it, 1 - D (1 - P).  Below the limit that is more than its
+ * part, which it keeps; with the demand unknown, it keeps its part; in the
+ * majority there is no side at all (the silent minority is presumed
+ * dead). */
+static void test_outvoted_side_yields(void **state)
+{
+    struct replica *r = *state;
+    /* Three times the limit: the majority asks twice the rate. */
+    assert_true(fabs(side_after_cut(r, "hot", NOW, 30.0, 1) - SIDE_MIN) < 1e-6);
+    /* 1.2 times: the majority asks 0.8 of it and leaves 0.2. */
+    assert_true(fabs(side_after_cut(r, "warm", NOW + 100 * SEC, 12.0, 1) - 0.2) < 0.01);
+    /* Below the limit: the side keeps its part. */
+    assert_true(fabs(side_after_cut(r, "cool", NOW + 200 * SEC, 6.0, 1) - 1.0 / 3.0) < 0.01);
+    /* Nobody on the side knows the demand: it keeps its part. */
+    assert_true(fabs(side_after_cut(r, "blind", NOW + 300 * SEC, 0.0, 1) - 1.0 / 3.0) < 0.01);
+    /* The majority side (b with a): no side's bucket, the whole rate. */
+    assert_true(side_after_cut(r, "major", NOW + 400 * SEC, 30.0, 0) == 0.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -213,6 +273,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_demand_equal_shares_and_idle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_silent_reporter_left_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_foreign_report_level, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outvoted_side_yields, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,7 +56,8 @@ static const struct wire_report R1 = {.key = "user:42",
                                       .tokens_milli = 4500,
                                       .granted_milli = 0,
                                       .leased_by = 0,
-                                      .known_milli = 7501};
+                                      .known_milli = 7501,
+                                      .known_demand_milli = 30001};
 static const struct wire_report R2 = {.key = "k",
                                       .klen = 1,
                                       .kind = 3,
@@ -73,7 +74,8 @@ static const struct wire_report R2 = {.key = "k",
                                       .tokens_milli = UINT64_MAX,
                                       .granted_milli = UINT32_MAX,
                                       .leased_by = UINT32_MAX,
-                                      .known_milli = UINT64_MAX};
+                                      .known_milli = UINT64_MAX,
+                                      .known_demand_milli = UINT64_MAX};
 
 static size_t build_reports(uint8_t *buf, size_t cap)
 {
@@ -109,6 +111,8 @@ static void test_report_roundtrip(void **state)
     assert_true(g.r[1].leased_by == UINT32_MAX);
     assert_true(g.r[0].known_milli == 7501);
     assert_true(g.r[1].known_milli == UINT64_MAX);
+    assert_true(g.r[0].known_demand_milli == 30001);
+    assert_true(g.r[1].known_demand_milli == UINT64_MAX);
     assert_int_equal(g.r[1].burst, -5);
     assert_true(g.r[1].count == INT64_MAX);
     assert_true(g.r[1].period_ns == INT64_MIN);
@@ -425,7 +429,7 @@ static void test_msgpack_reads_every_message(void **state)
     /* A field that is 0 is left out (R1's granted_milli and leased_by). */
     assert_null(map_get(&es[0], 14));
     assert_null(map_get(&es[0], 15));
-    assert_int_equal(es[0].via.map.size, 1 + 12);
+    assert_int_equal(es[0].via.map.size, 1 + 13);
     msgpack_unpacked_destroy(&u);
 
     struct wire_writer w;
