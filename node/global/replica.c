@@ -169,7 +169,7 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
         return -SLUICE_ENOMEM;
     }
     for (size_t i = 0; i < r->nmem; i++)
-        r->mem[i].in_view = r->mem[i].live = r->mem[i].suspect = 0;
+        r->mem[i].in_view = r->mem[i].live = r->mem[i].suspect = r->mem[i].quiet = 0;
     size_t nl = 0;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -183,6 +183,7 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
         r->mem[id].was_viewed = 1;
         r->mem[id].live = m[i].live ? 1 : 0;
         r->mem[id].suspect = m[i].live && m[i].suspect ? 1 : 0;
+        r->mem[id].quiet = m[i].live && m[i].quiet ? 1 : 0;
     }
     if (rc != 0) {
         free(ids);
@@ -190,7 +191,7 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
         return rc;
     }
     r->mem[r->self].in_view = r->mem[r->self].live = 1;
-    r->mem[r->self].suspect = 0;
+    r->mem[r->self].suspect = r->mem[r->self].quiet = 0;
     int changed = 0;
     for (uint32_t i = 0; i < r->nmem; i++)
         if (r->mem[i].live) {

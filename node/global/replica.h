@@ -172,6 +172,9 @@ struct replica_member {
     const char *name;
     int live;    /* 1: alive or suspect (owns keys); 0: unreachable, not gone */
     int suspect; /* 1: live but suspected: not counted in a majority */
+    int quiet;   /* 1: live, not heard from lately: not counted in a majority
+                    either (the caller decides when: cluster.c marks members
+                    quiet only while another is declared dead) */
 };
 
 struct replica_stats {

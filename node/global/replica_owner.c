@@ -412,13 +412,17 @@ int replica_owner_rep_live(const struct replica *r, const struct orep *rp, int64
  * of 6 for about 2 s, released the parts of the members already declared
  * and admitted up to 1.3 times one central limiter over the partition at
  * twice the limit (integration_test_global_partition_spread's shape);
- * by then those not yet declared are suspected. */
+ * by then those not yet declared are suspected.  Nor do quiet members
+ * (not heard from for a while: cluster.c): a node cut off alone from two
+ * saw one of them declared dead before it even suspected the other, and
+ * counted itself a majority for up to a second, presuming the first dead
+ * and leasing itself the whole rate of the keys that moved to it. */
 static int replica_owner__majority(const struct replica *r)
 {
     size_t known = 0, sure = 0;
     for (size_t i = 0; i < r->nmem; i++) {
         known += r->mem[i].in_view;
-        sure += r->mem[i].in_view && r->mem[i].live && !r->mem[i].suspect;
+        sure += r->mem[i].in_view && r->mem[i].live && !r->mem[i].suspect && !r->mem[i].quiet;
     }
     return 2 * sure > known;
 }

@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     c.send = check_send;
     if (replica_create(&r, &c, 1000) != 0)
         abort();
-    struct replica_member m[2] = {{"node-000", 1, 0}, {"node-001", 1, 0}};
+    struct replica_member m[2] = {{"node-000", 1, 0, 0}, {"node-001", 1, 0, 0}};
     replica_set_view(r, m, 2, 1, 1000);
     struct algo_params p;
     struct algo_result res;

@@ -265,6 +265,7 @@ static inline void fs_views(struct fleetsim *s)
             m[k].name = s->nd[j].name;
             m[k].live = reach;
             m[k].suspect = reach && !sure;
+            m[k].quiet = 0; /* the simulated detector declares in order */
             k++;
         }
         replica_set_view(s->nd[i].r, m, k, complete, s->now + s->nd[i].offset);

@@ -92,6 +92,7 @@ static void view(int n)
         m[i].name = net.name[i];
         m[i].live = 1;
         m[i].suspect = 0;
+        m[i].quiet = 0;
     }
     for (int i = 0; i < n; i++)
         if (net.r[i] != NULL)

@@ -127,7 +127,7 @@ static void test_deliver_checks_life_and_owner(void **state)
     assert_true(info.share > 0.999); /* alone: the whole key, as before */
     /* With b in the view, find a key b owns: a lease from this node's own
      * owner side for it is a stale record's and is not applied. */
-    struct replica_member m[2] = {{"a", 1, 0}, {"b", 1, 0}};
+    struct replica_member m[2] = {{"a", 1, 0, 0}, {"b", 1, 0, 0}};
     assert_int_equal(replica_set_view(r, m, 2, 1, 0), 0);
     char key[16];
     int found = 0;

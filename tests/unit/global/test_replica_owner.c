@@ -35,7 +35,7 @@ static int setup(void **state)
     struct replica *r;
     if (replica_create(&r, &cfg, 0) != 0)
         return -1;
-    struct replica_member m[3] = {{"a", 1, 0}, {"b", 1, 0}, {"c", 1, 0}};
+    struct replica_member m[3] = {{"a", 1, 0, 0}, {"b", 1, 0, 0}, {"c", 1, 0, 0}};
     if (replica_set_view(r, m, 3, 1, 0) != 0) {
         replica_destroy(r);
         return -1;
@@ -208,13 +208,14 @@ static void test_foreign_report_level(void **state)
 /* A key of 10 units a second asked for at 10/s on each of a, b and c,
  * each node's part a third, as their last settled leases told them of
  * known_demand units/s over the cluster (0: not known); then b and c fall
- * silent and the view cuts dead_b and c off (a alone, or a with b).
- * Returns the part of the rate the record's side takes (0: the whole
- * cluster's bucket, no side). */
+ * silent and the view cuts c off, and b unless b_stays: b is then live,
+ * or live but quiet (not heard from lately) when b_stays is 2.  Returns
+ * the part of the rate the record's side takes (0: the whole cluster's
+ * bucket, no side). */
 static double side_after_cut(struct replica *r, const char *key, int64_t at, double known_demand,
-                             int dead_b)
+                             int b_stays)
 {
-    struct replica_member all[3] = {{"a", 1, 0}, {"b", 1, 0}, {"c", 1, 0}};
+    struct replica_member all[3] = {{"a", 1, 0, 0}, {"b", 1, 0, 0}, {"c", 1, 0, 0}};
     assert_int_equal(replica_set_view(r, all, 3, 1, at), 0);
     static const uint32_t order[3] = {1, 2, 0};
     for (int i = 0; i < 3; i++) {
@@ -235,7 +236,8 @@ static double side_after_cut(struct replica *r, const char *key, int64_t at, dou
         replica_owner_on_report_hashed(r, from, 7 + from, &e,
                                        table_hash(r->owned, key, strlen(key)));
     }
-    struct replica_member cut[3] = {{"a", 1, 0}, {"b", !dead_b, 0}, {"c", 0, 0}};
+    struct replica_member cut[3] = {
+        {"a", 1, 0, 0}, {"b", b_stays != 0, 0, b_stays == 2}, {"c", 0, 0, 0}};
     assert_int_equal(replica_set_view(r, cut, 3, 0, at + 5 * SEC), 0);
     struct okey *o = okey_of(table_find(r->owned, key, strlen(key)));
     assert_non_null(o);
@@ -249,20 +251,24 @@ static double side_after_cut(struct replica *r, const char *key, int64_t at, dou
  * own part P of it, 1 - D (1 - P).  Below the limit that is more than its
  * part, which it keeps; with the demand unknown, it keeps its part; in the
  * majority there is no side at all (the silent minority is presumed
- * dead). */
+ * dead), unless the other member of that majority has not been heard
+ * from lately (quiet). */
 static void test_outvoted_side_yields(void **state)
 {
     struct replica *r = *state;
     /* Three times the limit: the majority asks twice the rate. */
-    assert_true(fabs(side_after_cut(r, "hot", NOW, 30.0, 1) - SIDE_MIN) < 1e-6);
+    assert_true(fabs(side_after_cut(r, "hot", NOW, 30.0, 0) - SIDE_MIN) < 1e-6);
     /* 1.2 times: the majority asks 0.8 of it and leaves 0.2. */
-    assert_true(fabs(side_after_cut(r, "warm", NOW + 100 * SEC, 12.0, 1) - 0.2) < 0.01);
+    assert_true(fabs(side_after_cut(r, "warm", NOW + 100 * SEC, 12.0, 0) - 0.2) < 0.01);
     /* Below the limit: the side keeps its part. */
-    assert_true(fabs(side_after_cut(r, "cool", NOW + 200 * SEC, 6.0, 1) - 1.0 / 3.0) < 0.01);
+    assert_true(fabs(side_after_cut(r, "cool", NOW + 200 * SEC, 6.0, 0) - 1.0 / 3.0) < 0.01);
     /* Nobody on the side knows the demand: it keeps its part. */
-    assert_true(fabs(side_after_cut(r, "blind", NOW + 300 * SEC, 0.0, 1) - 1.0 / 3.0) < 0.01);
+    assert_true(fabs(side_after_cut(r, "blind", NOW + 300 * SEC, 0.0, 0) - 1.0 / 3.0) < 0.01);
     /* The majority side (b with a): no side's bucket, the whole rate. */
-    assert_true(side_after_cut(r, "major", NOW + 400 * SEC, 30.0, 0) == 0.0);
+    assert_true(side_after_cut(r, "major", NOW + 400 * SEC, 30.0, 1) == 0.0);
+    /* But b not heard from lately makes no majority with a: a keeps its
+     * part (neither majority nor outvoted). */
+    assert_true(fabs(side_after_cut(r, "quiet", NOW + 500 * SEC, 30.0, 2) - 1.0 / 3.0) < 0.01);
 }
 
 int main(void)
