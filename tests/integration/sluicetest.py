@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -323,6 +324,67 @@ def gcra_oracle(answers, burst, rate):
     return sum(gcra_admits(answers, burst, rate))
 
 
+class PacedLoad:
+    """Requests at planned times on n nodes, one thread per node: todo[i]
+    is node i's list of (seconds from t0, key), which the caller fills and
+    sorts before start(); ask(pipeline, key) queues the command for a key
+    (CL.THROTTLE with its limit).  Each thread sends what is due on a
+    pipeline of its own connection (clients(i): a redis client) and stops
+    after its last request or at run_s + 5 s.  answers: (t, key, admitted,
+    node); errors: what failed (repr)."""
+
+    def __init__(self, clients, n, run_s):
+        self.clients = clients
+        self.run_s = run_s
+        self.answers = []
+        self.errors = []
+        self.lock = threading.Lock()
+        self.t0 = time.monotonic() + 0.2
+        self.todo = [[] for _ in range(n)]
+        self.threads = []
+
+    def now(self):
+        return time.monotonic() - self.t0
+
+    def ask(self, pipe, key):
+        raise NotImplementedError
+
+    def worker(self, i):
+        import redis
+        conn = self.clients(i)
+        for now, due in paced(self.todo[i], self.now, lambda t: t < self.run_s + 5.0):
+            try:
+                p = conn.pipeline(transaction=False)
+                for key in due:
+                    self.ask(p, key)
+                reps = p.execute()
+            except (redis.RedisError, OSError) as e:
+                with self.lock:
+                    self.errors.append(repr(e))
+                continue
+            with self.lock:
+                for key, rep in zip(due, reps):
+                    self.answers.append((now, key, rep[0] == 0, i))
+        conn.close()
+
+    def start(self):
+        self.threads = [threading.Thread(target=self.worker, args=(i,), daemon=True)
+                        for i in range(len(self.todo))]
+        for t in self.threads:
+            t.start()
+
+    def join(self, timeout):
+        for t in self.threads:
+            t.join(timeout)
+
+
+def members(client, state):
+    """How many members client's node counts in state (alive, suspect,
+    dead, left: INFO cluster members_<state>); closes the client."""
+    with client as r:
+        return int(r.info("cluster").get("members_%s" % state, 0))
+
+
 class Lan:
     """Hosts in network namespaces of their own on one bridged LAN, for
     tests that cut the network between real daemons (needs root or
@@ -387,6 +449,31 @@ class Lan:
         """The command prefix that runs a program in host i's namespace
         (`ip netns exec` execs it: signals reach the program itself)."""
         return ["ip", "netns", "exec", self.names[i]]
+
+    def start_cluster(self, tmp, nodes):
+        """Starts a clustered sluiced on every host (node names node0,
+        node1, ...; sockets in tmp; no encryption; the tests' fast gossip
+        timing, a probe every 200 ms), appending each Daemon to nodes as it
+        starts (the caller closes them, even after a failed start), and
+        waits until every node sees all of them alive.  Returns a function
+        that opens a redis client to node i's socket."""
+        import redis
+        join = ",".join("%s:7946" % self.host(j) for j in range(self.n))
+        for i in range(self.n):
+            d = Daemon("--node-name", "node%d" % i, "--gossip-bind", "%s:7946" % self.host(i),
+                       "--join", join, "--insecure-no-encryption",
+                       "--gossip-interval-ms", "100", "--gossip-probe-interval-ms", "200",
+                       socket_path=os.path.join(tmp, "n%d.sock" % i), tmpdir=tmp,
+                       prefix=self.prefix(i))
+            nodes.append(d)
+            d.start()
+
+        def client(i):
+            return redis.Redis(unix_socket_path=nodes[i].path, socket_timeout=5)
+
+        wait_until(lambda: all(members(client(i), "alive") == self.n for i in range(self.n)),
+                   timeout=20, what="every node to see all %d" % self.n)
+        return client
 
     def cut(self, indices):
         for i in indices:

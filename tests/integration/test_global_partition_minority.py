@@ -47,13 +47,11 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sluicetest  # noqa: E402
 
-import redis  # noqa: E402
 
 N = 3
 CUT = [2]  # node 3 alone
@@ -67,45 +65,21 @@ RUN_S = CUT_AT + CUT_S + AFTER_S
 SANITIZED = "ASAN_OPTIONS" in os.environ
 
 
-class Load:
-    """Each key's Poisson stream, each request on a random node.
-    answers: (t, key, admitted, node asked)."""
+class Load(sluicetest.PacedLoad):
+    """Each key's Poisson stream, each request on a random node."""
 
     def __init__(self, clients, seed):
-        self.clients = clients
-        self.rnd = random.Random(seed)
-        self.answers = []
-        self.errors = []
-        self.lock = threading.Lock()
-        self.t0 = time.monotonic() + 0.2
-        self.todo = [[] for _ in range(N)]
+        super().__init__(clients, N, RUN_S)
+        rnd = random.Random(seed)
         for k in range(HOT_KEYS):
-            sluicetest.poisson_spread(self.rnd, "mh:%d" % k, HOT_DEMAND * COUNT, RUN_S, self.todo)
+            sluicetest.poisson_spread(rnd, "mh:%d" % k, HOT_DEMAND * COUNT, RUN_S, self.todo)
         for k in range(COOL_KEYS):
-            sluicetest.poisson_spread(self.rnd, "ml:%d" % k, COOL_DEMAND * COUNT, RUN_S,
-                                      self.todo)
+            sluicetest.poisson_spread(rnd, "ml:%d" % k, COOL_DEMAND * COUNT, RUN_S, self.todo)
         for lst in self.todo:
             lst.sort()
 
-    def now(self):
-        return time.monotonic() - self.t0
-
-    def worker(self, i):
-        conn = self.clients(i)
-        for now, due in sluicetest.paced(self.todo[i], self.now, lambda t: t < RUN_S + 5.0):
-            try:
-                p = conn.pipeline(transaction=False)
-                for key in due:
-                    p.execute_command("CL.THROTTLE", key, BURST, COUNT, 1, 1)
-                reps = p.execute()
-            except (redis.RedisError, OSError) as e:
-                with self.lock:
-                    self.errors.append(repr(e))
-                continue
-            with self.lock:
-                for key, rep in zip(due, reps):
-                    self.answers.append((now, key, rep[0] == 0, i))
-        conn.close()
+    def ask(self, pipe, key):
+        pipe.execute_command("CL.THROTTLE", key, BURST, COUNT, 1, 1)
 
 
 def main():
@@ -120,32 +94,13 @@ def main():
     lan = sluicetest.Lan(N, "10.81.%d" % random.randrange(1, 250), "pm%d" % os.getpid())
     nodes = []
     try:
-        join = ",".join("%s:7946" % lan.host(j) for j in range(N))
-        for i in range(N):
-            d = sluicetest.Daemon("--node-name", "node%d" % i,
-                                  "--gossip-bind", "%s:7946" % lan.host(i),
-                                  "--join", join, "--insecure-no-encryption",
-                                  "--gossip-interval-ms", "100",
-                                  "--gossip-probe-interval-ms", "200",
-                                  socket_path=os.path.join(tmp, "n%d.sock" % i),
-                                  tmpdir=tmp, prefix=lan.prefix(i))
-            nodes.append(d)
-            d.start()
-
-        def client(i):
-            return redis.Redis(unix_socket_path=nodes[i].path, socket_timeout=5)
+        client = lan.start_cluster(tmp, nodes)
 
         def alive(i):
-            with client(i) as r:
-                return int(r.info("cluster").get("members_alive", 0))
+            return sluicetest.members(client(i), "alive")
 
-        sluicetest.wait_until(lambda: all(alive(i) == N for i in range(N)), timeout=20,
-                              what="every node to see all %d" % N)
         load = Load(client, seed)
-        threads = [threading.Thread(target=load.worker, args=(i,), daemon=True)
-                   for i in range(N)]
-        for t in threads:
-            t.start()
+        load.start()
         time.sleep(max(0.0, CUT_AT - load.now()))
         cut = load.now()
         lan.cut(CUT)
@@ -157,20 +112,16 @@ def main():
         # nodes: node 3; node 3: both others), polled until the heal.
         declared = [None] * N
 
-        def dead(i):
-            with client(i) as r:
-                return int(r.info("cluster").get("members_dead", 0))
-
         while load.now() < CUT_AT + CUT_S:
             for i in range(N):
-                if declared[i] is None and dead(i) >= (N - len(CUT) if i in CUT else len(CUT)):
+                if declared[i] is None and sluicetest.members(client(i), "dead") >= (
+                        N - len(CUT) if i in CUT else len(CUT)):
                     declared[i] = load.now()
             time.sleep(0.1)
         seen = [alive(i) for i in range(N)]
         healed = load.now()
         lan.heal()
-        for t in threads:
-            t.join(RUN_S + 15)
+        load.join(RUN_S + 15)
         assert not load.errors, load.errors[:3]
         print("cut node %s off at %.1f s, every node saw the cut at %.1f s, healed at %.1f s "
               "(members alive just before: %s)"

@@ -69,14 +69,12 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sluicetest  # noqa: E402
 from test_global_spread import excess  # noqa: E402
 
-import redis  # noqa: E402
 
 N = 6
 SPLIT = 3  # nodes 0..SPLIT-1 | SPLIT..N-1
@@ -97,54 +95,31 @@ RUN_S = CUT_AT + CUT_S + AFTER_S
 SANITIZED = "ASAN_OPTIONS" in os.environ
 
 
-class Load:
+class Load(sluicetest.PacedLoad):
     """Each key's Poisson stream at DEMAND x its rate, each request on a
-    random node.  answers: (t, key, admitted, node asked)."""
+    random node."""
 
     def __init__(self, clients, seed):
-        self.clients = clients
-        self.rnd = random.Random(seed)
-        self.answers = []
-        self.errors = []
-        self.lock = threading.Lock()
-        self.t0 = time.monotonic() + 0.2
-        self.todo = [[] for _ in range(N)]
+        super().__init__(clients, N, RUN_S)
+        rnd = random.Random(seed)
         for k in range(KEYS):
-            sluicetest.poisson_spread(self.rnd, "ps:%d" % k, DEMAND * COUNT, RUN_S, self.todo)
+            sluicetest.poisson_spread(rnd, "ps:%d" % k, DEMAND * COUNT, RUN_S, self.todo)
         for k in range(HOT_KEYS):
-            sluicetest.poisson_spread(self.rnd, "pa:%d" % k, HOT_DEMAND * COUNT, RUN_S, self.todo)
+            sluicetest.poisson_spread(rnd, "pa:%d" % k, HOT_DEMAND * COUNT, RUN_S, self.todo)
         for k in range(MIN_KEYS):
-            sluicetest.poisson_spread(self.rnd, "pm:%d" % k, DEMAND * MIN_RATE, RUN_S, self.todo)
+            sluicetest.poisson_spread(rnd, "pm:%d" % k, DEMAND * MIN_RATE, RUN_S, self.todo)
         for k in range(MIN_HOT_KEYS):
             for j in range(MIN_BURST + 1):
-                self.todo[self.rnd.randrange(N)].append((0.01 * j, "pz:%d" % k))
-            sluicetest.poisson_spread(self.rnd, "pz:%d" % k, HOT_DEMAND * MIN_RATE, RUN_S,
-                                      self.todo)
+                self.todo[rnd.randrange(N)].append((0.01 * j, "pz:%d" % k))
+            sluicetest.poisson_spread(rnd, "pz:%d" % k, HOT_DEMAND * MIN_RATE, RUN_S, self.todo)
         for lst in self.todo:
             lst.sort()
 
-    def now(self):
-        return time.monotonic() - self.t0
-
-    def worker(self, i):
-        conn = self.clients(i)
-        for now, due in sluicetest.paced(self.todo[i], self.now, lambda t: t < RUN_S + 5.0):
-            try:
-                p = conn.pipeline(transaction=False)
-                for key in due:
-                    if key[1] in "mz":  # pm:, pz: per minute
-                        p.execute_command("CL.THROTTLE", key, MIN_BURST, MIN_COUNT, MIN_PERIOD, 1)
-                    else:
-                        p.execute_command("CL.THROTTLE", key, BURST, COUNT, 1, 1)
-                reps = p.execute()
-            except (redis.RedisError, OSError) as e:
-                with self.lock:
-                    self.errors.append(repr(e))
-                continue
-            with self.lock:
-                for key, rep in zip(due, reps):
-                    self.answers.append((now, key, rep[0] == 0, i))
-        conn.close()
+    def ask(self, pipe, key):
+        if key[1] in "mz":  # pm:, pz: per minute
+            pipe.execute_command("CL.THROTTLE", key, MIN_BURST, MIN_COUNT, MIN_PERIOD, 1)
+        else:
+            pipe.execute_command("CL.THROTTLE", key, BURST, COUNT, 1, 1)
 
 
 def main():
@@ -159,32 +134,13 @@ def main():
     lan = sluicetest.Lan(N, "10.80.%d" % random.randrange(1, 250), "ps%d" % os.getpid())
     nodes = []
     try:
-        join = ",".join("%s:7946" % lan.host(j) for j in range(N))
-        for i in range(N):
-            d = sluicetest.Daemon("--node-name", "node%d" % i,
-                                  "--gossip-bind", "%s:7946" % lan.host(i),
-                                  "--join", join, "--insecure-no-encryption",
-                                  "--gossip-interval-ms", "100",
-                                  "--gossip-probe-interval-ms", "200",
-                                  socket_path=os.path.join(tmp, "n%d.sock" % i),
-                                  tmpdir=tmp, prefix=lan.prefix(i))
-            nodes.append(d)
-            d.start()
-
-        def client(i):
-            return redis.Redis(unix_socket_path=nodes[i].path, socket_timeout=5)
+        client = lan.start_cluster(tmp, nodes)
 
         def alive(i):
-            with client(i) as r:
-                return int(r.info("cluster").get("members_alive", 0))
+            return sluicetest.members(client(i), "alive")
 
-        sluicetest.wait_until(lambda: all(alive(i) == N for i in range(N)), timeout=20,
-                              what="every node to see all %d" % N)
         load = Load(client, seed)
-        threads = [threading.Thread(target=load.worker, args=(i,), daemon=True)
-                   for i in range(N)]
-        for t in threads:
-            t.start()
+        load.start()
         time.sleep(max(0.0, CUT_AT - load.now()))
         cut = load.now()
         lan.cut(range(SPLIT, N))
@@ -198,8 +154,7 @@ def main():
         seen = [alive(i) for i in range(N)]
         healed = load.now()
         lan.heal()
-        for t in threads:
-            t.join(RUN_S + 15)
+        load.join(RUN_S + 15)
         assert not load.errors, load.errors[:3]
         print("cut nodes %d-%d off at %.1f s, each side saw only itself at %.1f s, healed at "
               "%.1f s (members alive just before: %s)" % (SPLIT + 1, N, cut, verdict, healed, seen))
