@@ -65,7 +65,7 @@ struct cluster {
     uint64_t life;        /* this process's life id (random) */
     uint64_t view_version;
     int view_dirty;
-    int view_dead;     /* the last view had a member declared dead */
+    int view_dead;     /* the last view had a member declared dead or suspected */
     size_t view_quiet; /* ... and this many quiet ones (cluster__refresh_view) */
     int64_t probe_ms;  /* libgossip's probe interval */
     int failed;        /* refused to run (a live node has this name) */
@@ -260,7 +260,7 @@ struct cluster__view {
     size_t n, cap;
     unsigned char *suspect; /* per member: suspected */
     int complete;
-    size_t dead, quiet; /* members declared dead; live ones marked quiet */
+    size_t dead, suspects, quiet; /* members declared dead, suspected, marked quiet */
 };
 
 static int cluster__view_one(void *ud, const struct gossip_member_info *mi)
@@ -273,6 +273,7 @@ static int cluster__view_one(void *ud, const struct gossip_member_info *mi)
     v->m[v->n].live = mi->state == GOSSIP_MEMBER_ALIVE || mi->state == GOSSIP_MEMBER_SUSPECT;
     v->suspect[v->n] = mi->state == GOSSIP_MEMBER_SUSPECT;
     v->m[v->n].suspect = v->suspect[v->n];
+    v->suspects += v->suspect[v->n];
     v->heard[v->n] = mi->is_self ? 0 : mi->last_heard_ns;
     if (!v->m[v->n].live) {
         v->complete = 0;
@@ -283,27 +284,34 @@ static int cluster__view_one(void *ud, const struct gossip_member_info *mi)
 }
 
 /*
- * Quiet members.  While a member is declared dead, a live one this node has
- * not heard from directly (any packet: probes, acks, gossip, replication)
- * for one probe interval per live member and one more is marked quiet,
- * which the replica counts in no majority (replica_owner__majority).  The
- * failure detector declares the other side of a cut dead one member at a
- * time, and not always in order: node 3 of three, cut off alone, declared
- * node 1 dead up to a second before it even suspected node 2, counted
- * itself and node 2 a majority, presumed node 1 dead and leased itself the
- * whole rate of the keys that moved to it (integration_test_global_
- * partition_minority: 1.12 to 1.17 times one central limiter over the
- * partition in one run of three).  Every live member is heard within about
- * that time (each probes one member per interval, round robin, and is
- * probed as often), so a member merely late is seldom quiet, and one quiet
- * member among the majority of a real crash leaves it a majority.  Only
- * while a member is dead: a whole cluster counts every live member as
- * before.
+ * Quiet members.  While a member is declared dead or suspected, a live one
+ * (suspected or not) this node has not heard from directly (any packet:
+ * probes, acks, gossip, replication) for one probe interval per live
+ * member and one more is marked quiet.  The replica counts it in no
+ * majority (replica_owner__majority) and against this node's side
+ * (replica_owner__outvoted).
+ *
+ * The failure detector declares the other side of a cut dead one member at
+ * a time, and not always in order: node 3 of three, cut off alone,
+ * declared node 1 dead up to a second before it even suspected node 2,
+ * counted itself and node 2 a majority, presumed node 1 dead and leased
+ * itself the whole rate of the keys that moved to it (integration_test_
+ * global_partition_minority: 1.12 to 1.17 times one central limiter over
+ * the partition in one run of three).  And cut off with one other node
+ * from three, a node's detector, failing most of its probes, declared the
+ * three one at a time over up to 8 s, while its side kept its parts that
+ * long after the majority's verdict.
+ *
+ * Every live member is heard within about that time (each probes one
+ * member per interval, round robin, and is probed as often), so a member
+ * merely late is seldom quiet, and one quiet member among the majority of
+ * a real crash leaves it a majority.  Only while a member is dead or
+ * suspected: a whole cluster counts every live member as before.
  */
 static void cluster__mark_quiet(const struct cluster *c, struct cluster__view *v)
 {
     v->quiet = 0;
-    if (v->dead == 0)
+    if (v->dead == 0 && v->suspects == 0)
         return;
     size_t live = 0;
     for (size_t i = 0; i < v->n; i++)
@@ -311,8 +319,7 @@ static void cluster__mark_quiet(const struct cluster *c, struct cluster__view *v
     int64_t now = (int64_t)uv_hrtime();
     int64_t quiet_ns = (int64_t)(live + 1) * c->probe_ms * 1000000;
     for (size_t i = 0; i < v->n; i++) {
-        v->m[i].quiet =
-            v->m[i].live && !v->m[i].suspect && v->heard[i] > 0 && now - v->heard[i] > quiet_ns;
+        v->m[i].quiet = v->m[i].live && v->heard[i] > 0 && now - v->heard[i] > quiet_ns;
         v->quiet += v->m[i].quiet != 0;
     }
 }
@@ -339,7 +346,7 @@ static int cluster__slots_view(struct cluster *c, const struct cluster__view *v)
 }
 
 /* The replica's and the slots' views from libgossip's, when it changed,
- * or while a member is dead (each tick: who is quiet changes with time,
+ * or while a member is dead or suspected (each tick: who is quiet changes,
  * cluster__mark_quiet).  On allocation failure the views stay as they are
  * and the next tick tries again. */
 static void cluster__refresh_view(struct cluster *c)
@@ -358,16 +365,18 @@ static void cluster__refresh_view(struct cluster *c)
                               calloc(cap, 1),
                               1,
                               0,
+                              0,
                               0};
     if (v.m != NULL && v.names != NULL && v.heard != NULL && v.suspect != NULL) {
         gossip_node_members(g, cluster__view_one, &v);
         cluster__mark_quiet(c, &v);
-        if ((moved || v.quiet != c->view_quiet || (v.dead > 0) != c->view_dead) &&
+        int degraded = v.dead > 0 || v.suspects > 0;
+        if ((moved || v.quiet != c->view_quiet || degraded != c->view_dead) &&
             replica_set_view(c->r, v.m, v.n, v.complete, cluster_now_ns(c)) == 0 &&
             cluster__slots_view(c, &v) == 0) {
             c->view_version = ver;
             c->view_dirty = 0;
-            c->view_dead = v.dead > 0;
+            c->view_dead = degraded;
             c->view_quiet = v.quiet;
         }
     }

@@ -172,9 +172,10 @@ struct replica_member {
     const char *name;
     int live;    /* 1: alive or suspect (owns keys); 0: unreachable, not gone */
     int suspect; /* 1: live but suspected: not counted in a majority */
-    int quiet;   /* 1: live, not heard from lately: not counted in a majority
-                    either (the caller decides when: cluster.c marks members
-                    quiet only while another is declared dead) */
+    int quiet;   /* 1: live (suspected or not), not heard from lately: not
+                    counted in a majority, counted against this node's side
+                    (the caller decides when: cluster.c marks members quiet
+                    only while one is dead or suspected) */
 };
 
 struct replica_stats {

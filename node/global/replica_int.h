@@ -151,7 +151,8 @@ struct member {
     uint8_t was_viewed; /* in some view once: absent now means gone */
     uint8_t live;       /* alive or suspect: may own keys */
     uint8_t suspect;    /* live but suspected: no part of a majority */
-    uint8_t quiet;      /* live but not heard from lately: no part of one either */
+    uint8_t quiet;      /* live (suspected or not) but not heard from lately: no
+                           part of a majority, one against this node's side */
     uint64_t life;      /* its life as last heard (0: never): notices go to it */
     uint8_t mark;       /* scratch of replica_owner__notices, 0 between calls */
     /* Pending outgoing batches (one per message type), allocated while a

@@ -13,20 +13,23 @@ balancer in front of each node).  After 4 s, node 3 is cut off from nodes
 Nodes 1 and 2 are a strict majority: once the failure detector declares
 node 3 dead they presume it crashed and lend their own nodes the whole
 rate (a crash of one node must cost the others nothing for long).  Node 3
-sees a majority declared dead: it is outvoted, and takes only what the
-majority's demand leaves of the rate, from the demand over the cluster
-its last settled leases told it (replica_owner.c, replica_owner__yield).
+sees a majority declared dead or suspected: it is outvoted, and takes
+only what the majority's demand leaves of the rate, from the demand over
+the cluster its last settled leases told it (replica_owner.c,
+replica_owner__yield).
 Before, it kept its part of the rate on top of the majority's whole rate,
 and the keys at twice their limit admitted 1.27 to 1.32 times one central
 limiter over the partition (seeds 1 to 3; 1.34 to 1.44 in the simulator,
-sim_test_global_fleet's test_partition_minority); now 1.02 to 1.08 on an
-idle host.  What is left is node 3's part until its own verdict, up to
-2 s after the majority's: its failure detector declares nodes 1 and 2 dead
-one at a time, and not always in order.  While it had declared one and
+sim_test_global_fleet's test_partition_minority); now 1.00 to 1.05 on an
+idle host.  What is left is node 3's part until it counts the majority
+against it, which may come after the majority's verdict: its failure
+detector declares nodes 1 and 2 dead one at a time, and not always in
+order.  While it had declared one and
 not even suspected the other, node 3 counted itself a majority with it
 and leased itself the whole rate of the keys that moved to it (1.12 to
 1.17 in those runs); a member not heard from lately no longer counts in
-a majority while another is dead (cluster.c, "Quiet members").
+a majority while another is dead or suspected (cluster.c, "Quiet
+members").
 
 Checks, against one central GCRA per key fed the same requests at the
 times they were sent (the oracle), over the partition (from the cut to
