@@ -65,7 +65,7 @@ struct cluster {
     uint64_t life;        /* this process's life id (random) */
     uint64_t view_version;
     int view_dirty;
-    int view_dead;     /* the last view had a member declared dead or suspected */
+    int view_degraded; /* the last view had a member declared dead or suspected */
     size_t view_quiet; /* ... and this many quiet ones (cluster__refresh_view) */
     int64_t probe_ms;  /* libgossip's probe interval */
     int failed;        /* refused to run (a live node has this name) */
@@ -354,7 +354,7 @@ static void cluster__refresh_view(struct cluster *c)
     struct gossip_node *g = gossip_uv_node(c->g);
     uint64_t ver = gossip_node_view_version(g);
     int moved = ver != c->view_version || c->view_dirty;
-    if (!moved && !c->view_dead)
+    if (!moved && !c->view_degraded)
         return;
     size_t cap = gossip_node_num_live(g) + 64;
     struct cluster__view v = {calloc(cap, sizeof(*v.m)),
@@ -371,12 +371,12 @@ static void cluster__refresh_view(struct cluster *c)
         gossip_node_members(g, cluster__view_one, &v);
         cluster__mark_quiet(c, &v);
         int degraded = v.dead > 0 || v.suspects > 0;
-        if ((moved || v.quiet != c->view_quiet || degraded != c->view_dead) &&
+        if ((moved || v.quiet != c->view_quiet || degraded != c->view_degraded) &&
             replica_set_view(c->r, v.m, v.n, v.complete, cluster_now_ns(c)) == 0 &&
             cluster__slots_view(c, &v) == 0) {
             c->view_version = ver;
             c->view_dirty = 0;
-            c->view_dead = degraded;
+            c->view_degraded = degraded;
             c->view_quiet = v.quiet;
         }
     }

@@ -158,8 +158,9 @@ static double level_of(struct replica *r, const char *key)
     return (double)replica__limit(&o->p) - used;
 }
 
-static void report(struct replica *r, const char *key, uint32_t from, uint64_t admitted,
-                   uint64_t leased_by, uint64_t known_milli)
+/* A report of key (10 units a second, a burst of 9, shared in a partition)
+ * with nothing else set; the caller adds what its case needs. */
+static struct wire_report report_of(const char *key)
 {
     struct wire_report e = {.key = key,
                             .klen = strlen(key),
@@ -168,11 +169,24 @@ static void report(struct replica *r, const char *key, uint32_t from, uint64_t a
                             .burst = 9,
                             .count = 10,
                             .period_ns = SEC,
-                            .admitted = admitted,
-                            .period_ms = 100,
-                            .leased_by = leased_by,
-                            .known_milli = known_milli};
-    replica_owner_on_report_hashed(r, from, 7 + from, &e, table_hash(r->owned, key, strlen(key)));
+                            .period_ms = 100};
+    return e;
+}
+
+/* Hands e to r's owner side as from's (its life 7 + from). */
+static void deliver(struct replica *r, uint32_t from, const struct wire_report *e)
+{
+    replica_owner_on_report_hashed(r, from, 7 + from, e, table_hash(r->owned, e->key, e->klen));
+}
+
+static void report(struct replica *r, const char *key, uint32_t from, uint64_t admitted,
+                   uint64_t leased_by, uint64_t known_milli)
+{
+    struct wire_report e = report_of(key);
+    e.admitted = admitted;
+    e.leased_by = leased_by;
+    e.known_milli = known_milli;
+    deliver(r, from, &e);
 }
 
 /* A key that moved here from another owner (the other side of a split, a
@@ -221,20 +235,12 @@ static double side_after_cut(struct replica *r, const char *key, int64_t at, dou
     for (int i = 0; i < 3; i++) {
         uint32_t from = order[i];
         r->now = from == 0 ? at + 5 * SEC : at; /* b and c silent since at */
-        struct wire_report e = {.key = key,
-                                .klen = strlen(key),
-                                .kind = ALGO_GCRA,
-                                .policy = POLICY_PARTITION_SHARE,
-                                .burst = 9,
-                                .count = 10,
-                                .period_ns = SEC,
-                                .period_ms = 100,
-                                .demand_milli = 10000,
-                                .frozen_share = WIRE_ONE / 3,
-                                .known_demand_milli =
-                                    known_demand > 0.0 ? (uint64_t)(known_demand * 1000.0) + 1 : 0};
-        replica_owner_on_report_hashed(r, from, 7 + from, &e,
-                                       table_hash(r->owned, key, strlen(key)));
+        struct wire_report e = report_of(key);
+        e.demand_milli = 10000;
+        e.frozen_share = WIRE_ONE / 3;
+        if (known_demand > 0.0)
+            e.known_demand_milli = (uint64_t)(known_demand * 1000.0) + 1;
+        deliver(r, from, &e);
     }
     struct replica_member cut[3] = {
         {"a", 1, 0, 0}, {"b", b_stays != 0, 0, b_stays == 2}, {"c", 0, 0, 0}};
