@@ -289,7 +289,7 @@ static int cluster__view_one(void *ud, const struct gossip_member_info *mi)
  * probes, acks, gossip, replication) for one probe interval per live
  * member and one more is marked quiet.  The replica counts it in no
  * majority (replica_owner__majority) and against this node's side
- * (replica_owner__outvoted).
+ * (replica_owner_outvoted).
  *
  * The failure detector declares the other side of a cut dead one member at
  * a time, and not always in order: node 3 of three, cut off alone,

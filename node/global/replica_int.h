@@ -503,6 +503,9 @@ int replica_owner_visit(struct replica *r, size_t i, int64_t now);
 void replica_owner_split(struct replica *r, struct okey *o, double avail, double dsum, int64_t now);
 /* Whether reporter rp still speaks for itself at now. */
 int replica_owner_rep_live(const struct replica *r, const struct orep *rp, int64_t now);
+/* Whether the members this node sees declared dead or quiet are a strict
+ * majority of those it knows: it is the side a majority presumes dead. */
+int replica_owner_outvoted(const struct replica *r);
 /* An optimistic key's debt in ns (<= 0: none). */
 int64_t replica_owner_debt(const struct okey *o, int64_t now);
 /* The owned table's drain and free callbacks (struct table_config). */

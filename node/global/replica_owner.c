@@ -438,7 +438,7 @@ static int replica_owner__majority(const struct replica *r)
  * that yielded at its suspicions, before the majority's verdict, admitted
  * 0.85 to 0.90 of one central limiter over the partition (16 nodes cut
  * 7 | 9, 7 cut 3 | 4, at three times the limit). */
-static int replica_owner__outvoted(const struct replica *r)
+int replica_owner_outvoted(const struct replica *r)
 {
     size_t known = 0, dead = 0;
     for (size_t i = 0; i < r->nmem; i++) {
@@ -976,7 +976,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
                   !replica__young(r, now);
     double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
     if (o->p.policy == POLICY_PARTITION_SHARE && !replica__slow(&o->p, r->interval) &&
-        replica_owner__outvoted(r)) {
+        replica_owner_outvoted(r)) {
         double left = replica_owner__yield(r, o, now);
         if (avail > left)
             avail = left;

@@ -103,6 +103,7 @@ struct fleetsim {
     int64_t *orc_state; /* oracle state per key (FS_ORC_WORDS words) */
     uint64_t *orc_ok, *ok, *req;
     uint64_t *win_ok, *win_orc; /* inside the partition window */
+    uint64_t win_side_ok[2];    /* ... admitted by nodes [0, split) and the others */
     /* The "above" measure per key: x = admitted - rate x t, its least value
      * before an admission so far, and the largest excess of any window over
      * the limit's envelope (rate x window + burst + 1), in units. */
@@ -462,8 +463,10 @@ static inline void fs_request(struct fleetsim *s, struct fs_stream *x, int64_t t
     if (fs_in_window(s, s->now)) {
         if (!ro.limited)
             s->win_orc[k]++;
-        if (rc == 0 && !rr.limited)
+        if (rc == 0 && !rr.limited) {
             s->win_ok[k]++;
+            s->win_side_ok[i < s->c.split ? 0 : 1]++;
+        }
     }
 }
 
@@ -577,8 +580,9 @@ static inline void fs_run(struct fleetsim *s)
                 a += s->ok[k];
                 o += s->orc_ok[k];
             }
-            fprintf(stderr, "t=%.2f admitted=%llu oracle=%llu\n", (double)(s->now - t0) / 1e9,
-                    (unsigned long long)a, (unsigned long long)o);
+            fprintf(stderr, "t=%.2f admitted=%llu oracle=%llu side0=%llu side1=%llu\n",
+                    (double)(s->now - t0) / 1e9, (unsigned long long)a, (unsigned long long)o,
+                    (unsigned long long)s->win_side_ok[0], (unsigned long long)s->win_side_ok[1]);
         }
     }
 }

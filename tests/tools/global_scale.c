@@ -208,6 +208,11 @@ int main(int argc, char **argv)
     if (verbose) {
         fprintf(stderr, "admitted=%llu oracle=%llu\n", (unsigned long long)r.ok,
                 (unsigned long long)r.orc);
+        if (c.part_len > 0)
+            fprintf(stderr,
+                    "in the partition window: nodes [0,%d) admitted %llu, the others %llu\n",
+                    c.split, (unsigned long long)s.win_side_ok[0],
+                    (unsigned long long)s.win_side_ok[1]);
         struct replica_stats t = {0};
         for (int i = 0; i < c.n; i++) {
             struct replica_stats x;

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -146,11 +147,73 @@ static void test_deliver_checks_life_and_owner(void **state)
     assert_true(info.share == before);
 }
 
+/* Node a of five (a to e) holds a key of 100 a second owned by d, its
+ * frozen share 0.2 and the demand over the cluster its leases told it
+ * known units a second; then the view makes c, d and e quiet (a and b cut
+ * off from them), or only d when all_quiet is 0.  Returns a's share after
+ * a visit. */
+static double share_after_cut(struct replica *r, double known, int all_quiet)
+{
+    struct replica_member all[5] = {
+        {"a", 1, 0, 0}, {"b", 1, 0, 0}, {"c", 1, 0, 0}, {"d", 1, 0, 0}, {"e", 1, 0, 0}};
+    assert_int_equal(replica_set_view(r, all, 5, 1, SEC), 0);
+    struct algo_params p = limit100();
+    struct algo_result res;
+    struct replica_key_info info;
+    char key[16];
+    int found = 0;
+    for (int i = 0; i < 256 && !found; i++) {
+        snprintf(key, sizeof(key), "cut%d", i);
+        assert_int_equal(
+            replica_throttle(r, key, strlen(key), &p, POLICY_PARTITION_SHARE, 0, SEC, &res), 0);
+        assert_int_equal(replica_key_info(r, key, strlen(key), SEC, &info, NULL, NULL), 0);
+        found = strcmp(info.owner, "d") == 0;
+    }
+    assert_true(found);
+    struct nkey *k = nkey_of(table_find(r->nodes, key, strlen(key)));
+    k->p.flags |= NK_LEASED;
+    k->share = k->fshare = 0.2F;
+    k->known_d = (float)known;
+    struct replica_member cut[5] = {{"a", 1, 0, 0},
+                                    {"b", 1, 0, 0},
+                                    {"c", 1, 0, all_quiet},
+                                    {"d", 1, 1, 1},
+                                    {"e", 1, 0, all_quiet}};
+    assert_int_equal(replica_set_view(r, cut, 5, 1, 2 * SEC), 0);
+    replica_node_visit(r, k->idx, 2 * SEC);
+    return (double)k->share;
+}
+
+/* Cut off with b from a majority (c, d, e) that presumes them dead and
+ * lends its own nodes the whole rate, a keeps of a key d owns its part of
+ * what the majority's demand leaves, before its own failure detector
+ * declares the majority dead and the key moves to this side: with D the
+ * demand over the cluster in rates and P = 0.4 the side's parts (a's 0.2
+ * for each of a and b), 1 - D (1 - P) for the side.  Below the limit the
+ * side keeps more than its parts, and a its share; not outvoted (only d
+ * quiet), a keeps it too. */
+static void test_outvoted_node_yields(void **state)
+{
+    struct replica *r = *state;
+    /* Twice the limit: the majority asks 1.2 of the rate; the side keeps
+     * SIDE_MIN, a half of it. */
+    assert_true(fabs(share_after_cut(r, 200.0, 1) - 0.5 * SIDE_MIN) < 1e-6);
+    /* 1.2 times: the majority asks 0.72 and leaves 0.28, a half of it. */
+    assert_true(fabs(share_after_cut(r, 120.0, 1) - 0.14) < 1e-4);
+    /* Below the limit a keeps its share. */
+    assert_true(fabs(share_after_cut(r, 80.0, 1) - 0.2) < 1e-6);
+    /* With the demand unknown, too. */
+    assert_true(fabs(share_after_cut(r, 0.0, 1) - 0.2) < 1e-6);
+    /* And with only d quiet: a and b with c and e are a majority. */
+    assert_true(fabs(share_after_cut(r, 200.0, 0) - 0.2) < 1e-6);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lease_sets_share_and_grant_adds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deliver_checks_life_and_owner, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outvoted_node_yields, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
