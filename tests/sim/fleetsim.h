@@ -67,7 +67,14 @@ struct fs_cfg {
      * itself until cold_start_ns (gossip converging), then everyone, and is told
      * it is new (what a node joining as a new member learns). */
     int64_t cold_start_ns;
-    int quiet;
+    /* The side of a partition with fewer than half the nodes suspects the
+     * others as early as the majority does but declares them dead this
+     * much later (0: at the same time), as a real node's detector does
+     * when it fails most of its probes (Lifeguard stretches its
+     * suspicions); from the majority's verdict on, it marks the members
+     * it cannot reach quiet meanwhile, as cluster.c does for members not
+     * heard from lately. */
+    int64_t minority_lag_ns;
     int trace; /* print cumulative admitted and oracle every 250 ms */
 };
 
@@ -234,14 +241,24 @@ static inline int fs_cut(const struct fleetsim *s, int64_t t, int i, int j)
            (i < s->c.split) != (j < s->c.split);
 }
 
+/* Whether node i is on the side of the partition with fewer than half
+ * the nodes. */
+static inline int fs_minority(const struct fleetsim *s, int i)
+{
+    int side = i < s->c.split ? s->c.split : s->c.n - s->c.split;
+    return s->c.part_len > 0 && 2 * side < s->c.n;
+}
+
 static inline void fs_views(struct fleetsim *s)
 {
-    int64_t t = s->now - s->t0 - s->c.detect_ns; /* what failure detection reports now */
+    int64_t t0 = s->now - s->t0 - s->c.detect_ns; /* what failure detection reports now */
     struct replica_member *m = malloc((size_t)s->c.n * sizeof(*m));
     int alone = s->c.cold_start_ns > 0 && s->now - s->t0 < s->c.cold_start_ns;
     for (int i = 0; i < s->c.n; i++) {
         if (!s->nd[i].up)
             continue;
+        int64_t lag = fs_minority(s, i) ? s->c.minority_lag_ns : 0;
+        int64_t t = t0 - lag; /* its verdicts */
         size_t k = 0;
         int complete = 1;
         for (int j = 0; j < s->c.n; j++) {
@@ -256,7 +273,7 @@ static inline void fs_views(struct fleetsim *s)
                 reach = sure = 1;
             } else if (s->nd[j].up) {
                 reach = !fs_cut(s, t, i, j);
-                sure = !fs_cut(s, t + h, i, j);
+                sure = !fs_cut(s, t0 + h, i, j);
             } else {
                 reach = s->now - s->nd[j].down_since < s->c.detect_ns;
                 sure = s->now - s->nd[j].down_since < h;
@@ -266,7 +283,8 @@ static inline void fs_views(struct fleetsim *s)
             m[k].name = s->nd[j].name;
             m[k].live = reach;
             m[k].suspect = reach && !sure;
-            m[k].quiet = 0; /* the simulated detector declares in order */
+            /* Cut off since the majority's verdict, not declared yet. */
+            m[k].quiet = lag > 0 && reach && j != i && s->nd[j].up && fs_cut(s, t0, i, j);
             k++;
         }
         replica_set_view(s->nd[i].r, m, k, complete, s->now + s->nd[i].offset);

@@ -307,6 +307,28 @@ static void test_partition_minority(void **state)
     run(&c, &r, "partition 2 | 3, share, skewed, three times the limit");
     assert_true(r.win_ratio <= 1.10);
     assert_true(r.win_ratio >= 0.90);
+    /* The minority's detector 4 s behind the majority's, as real nodes cut
+     * off declare the others when they fail most of their probes: its
+     * nodes yield for the keys the majority owns once they see those
+     * owners quiet (replica_node.c, replica_node__yield), not at their
+     * own verdict.  Held to their parts until it, seeds 1 to 8 admitted
+     * 1.11 to 1.13 of the oracle over the partition; seeds 1 to 40 now
+     * 1.005 to 1.024. */
+    fs_default(&c, seed);
+    c.n = 5;
+    c.keys = 100;
+    c.seconds = 20;
+    c.demand = 2.0;
+    c.burst = 4;
+    c.skew = 0.0;
+    c.rate_lo = c.rate_hi = 10;
+    c.part_at = 5 * FS_SEC;
+    c.part_len = 10 * FS_SEC;
+    c.split = 2;
+    c.minority_lag_ns = 4 * FS_SEC;
+    run(&c, &r, "partition 2 | 3, the minority's verdict 4 s late, twice the limit");
+    assert_true(r.win_ratio <= 1.10);
+    assert_true(r.win_ratio >= 0.90);
 }
 
 /* The same partition under the optimistic policy: each side enforces the

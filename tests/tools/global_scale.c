@@ -36,6 +36,8 @@ static void usage(FILE *f)
            "  --algorithm      every key's: gcra (default), token-bucket, fixed-window,\n"
            "                   sliding-window (the names of CL.THROTTLE's algorithms)\n"
            "  --partition AT,LEN,SPLIT   a two-way partition [0,SPLIT) | [SPLIT,N) (seconds)\n"
+           "  --minority-lag-ms MS       its smaller side declares the other dead MS later\n"
+           "                             (marking it quiet meanwhile, as a real node)\n"
            "  --kill AT,RESTART,V        kill -9 nodes 0..V-1, restart them (ms)\n"
            "  --churn JOIN,DIE,LEAVE     node N-1 joins, node 1 dies, node 2 leaves (s; 0 none)\n");
 }
@@ -150,6 +152,8 @@ int main(int argc, char **argv)
             c.period_ns = atoll(v) * FS_SEC;
         else if (strcmp(a, "--cold-start-ms") == 0)
             c.cold_start_ns = atoll(v) * FS_MSEC;
+        else if (strcmp(a, "--minority-lag-ms") == 0)
+            c.minority_lag_ns = atoll(v) * FS_MSEC;
         else if (strcmp(a, "--partition") == 0) /* AT,LEN,SPLIT in seconds, nodes */
             sscanf(v, "%" SCNd64 ",%" SCNd64 ",%d", &c.part_at, &c.part_len, &c.split);
         else if (strcmp(a, "--kill") == 0) /* AT_MS,RESTART_MS,VICTIMS */
