@@ -1269,12 +1269,21 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now)
     replica_node__demand(r, k, now);
     replica_node_refill(k, now);
     uint32_t owner = replica_node_owner(r, k, table_entry_key(e), e->klen);
+    /* This side outvoted and the owner on the other (quiet: a dead one
+     * owns no key): at most the share the majority's demand leaves.  Slow
+     * keys keep theirs, as on the owner side (thin keys are slow). */
+    double most = 1.0;
+    if (owner != r->self && r->mem[owner].quiet && k->p.policy == POLICY_PARTITION_SHARE &&
+        !replica__slow(&k->p, r->interval) && replica_owner_outvoted(r))
+        most = replica_node__yield(r, k);
     /* Asked, no answer for two silence windows: shown as degraded (the
      * node keeps its last lease until the key moves to a live owner, its
      * share at least replica_node__part and its bucket a unit
      * larger: replica_node_cap). */
     if (owner != r->self && k->demand > 0.0 && now - k->last_lease > 2 * r->silence) {
         double s = replica_node__part(r, k);
+        if (s > most)
+            s = most;
         if (k->thin && !(k->p.flags & NK_DEGRADED)) {
             /* A thin key's units were all in the owner's bucket: the node
              * takes its part of the level it knew, and from then on its
@@ -1292,15 +1301,8 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now)
         if (s > (double)k->share)
             replica_node__set_share(k, s, now);
     }
-    /* This side outvoted and the owner on the other (quiet: a dead one
-     * owns no key): the share the majority's demand leaves.  Slow keys
-     * keep theirs, as on the owner side. */
-    if (owner != r->self && r->mem[owner].quiet && k->p.policy == POLICY_PARTITION_SHARE &&
-        !replica__slow(&k->p, r->interval) && replica_owner_outvoted(r)) {
-        double y = replica_node__yield(r, k);
-        if (y < (double)k->share)
-            replica_node__set_share(k, y, now);
-    }
+    if (most < (double)k->share)
+        replica_node__set_share(k, most, now);
     int starved = 0, keen = replica_node__keen(k, now);
     if (k->p.flags & NK_DIRTY) {
         rc = VISIT_REPORTED;
