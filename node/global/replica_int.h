@@ -324,6 +324,11 @@ struct replica {
     uint64_t *live_hash;
     size_t nlive;
     int complete;
+    /* Of the last view (replica_set_view): whether it is outvoted
+     * (replica_owner_outvoted), and its members live and not quiet, this
+     * node included (an outvoted side's own, replica_node__yield). */
+    int outvoted;
+    size_t side_n;
     uint16_t view_gen; /* bumped on every change of the live set */
     int64_t view_changed_at;
 

@@ -1241,10 +1241,7 @@ static double replica_node__yield(const struct replica *r, const struct nkey *k)
     double f = k->fshare > 0.0F ? (double)k->fshare : (double)k->share;
     if (rate <= 0.0 || k->known_d <= 0.0F || f <= 0.0)
         return 1.0;
-    size_t side = 0;
-    for (size_t i = 0; i < r->nmem; i++)
-        side += r->mem[i].in_view && r->mem[i].live && !r->mem[i].quiet;
-    double part = f * (double)(side > 0 ? side : 1);
+    double part = f * (double)(r->side_n > 0 ? r->side_n : 1);
     if (part >= 1.0)
         return 1.0;
     double left = 1.0 - (double)k->known_d / rate * (1.0 - part);
@@ -1274,7 +1271,7 @@ int replica_node_visit(struct replica *r, size_t i, int64_t now)
      * keys keep theirs, as on the owner side (thin keys are slow). */
     double most = 1.0;
     if (owner != r->self && r->mem[owner].quiet && k->p.policy == POLICY_PARTITION_SHARE &&
-        !replica__slow(&k->p, r->interval) && replica_owner_outvoted(r))
+        !replica__slow(&k->p, r->interval) && r->outvoted)
         most = replica_node__yield(r, k);
     /* Asked, no answer for two silence windows: shown as degraded (the
      * node keeps its last lease until the key moves to a live owner, its

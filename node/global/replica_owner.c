@@ -976,7 +976,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
                   !replica__young(r, now);
     double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
     if (o->p.policy == POLICY_PARTITION_SHARE && !replica__slow(&o->p, r->interval) &&
-        replica_owner_outvoted(r)) {
+        r->outvoted) {
         double left = replica_owner__yield(r, o, now);
         if (avail > left)
             avail = left;
