@@ -192,7 +192,7 @@ int replica_set_view(struct replica *r, const struct replica_member *m, size_t n
     }
     r->mem[r->self].in_view = r->mem[r->self].live = 1;
     r->mem[r->self].suspect = r->mem[r->self].quiet = 0;
-    r->outvoted = replica_owner_outvoted(r);
+    r->outvoted = (uint8_t)replica_owner_outvoted(r);
     r->side_n = 0;
     for (uint32_t i = 0; i < r->nmem; i++)
         r->side_n += r->mem[i].in_view && r->mem[i].live && !r->mem[i].quiet;

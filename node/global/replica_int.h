@@ -323,13 +323,13 @@ struct replica {
     uint32_t *live;
     uint64_t *live_hash;
     size_t nlive;
-    int complete;
-    /* Of the last view (replica_set_view): whether it is outvoted
-     * (replica_owner_outvoted), and its members live and not quiet, this
-     * node included (an outvoted side's own, replica_node__yield). */
-    int outvoted;
+    /* Of the last view (replica_set_view): its members live and not quiet,
+     * this node included (an outvoted side's own, replica_node__yield),
+     * and (outvoted, below) whether it is outvoted (replica_owner_outvoted). */
     size_t side_n;
+    int complete;
     uint16_t view_gen; /* bumped on every change of the live set */
+    uint8_t outvoted;
     int64_t view_changed_at;
 
     struct table *nodes;
