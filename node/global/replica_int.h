@@ -413,6 +413,16 @@ static inline double replica__rate(const struct rlimit *p)
 
 /* Whether a limit refills less than a unit in a quiet key's report period
  * (ACTIVE_EVERY intervals): a slow key (thin keys, prompt reports). */
+/* What an outvoted side may take of the rate (replica_owner__yield,
+ * replica_node__yield): what the majority's demand leaves, 1 - d (1 - p),
+ * with d the key's demand over the cluster in rates and p the side's
+ * parts; 0 to 1. */
+static inline double replica__left(double d, double p)
+{
+    double left = 1.0 - d * (p < 1.0 ? 1.0 - p : 0.0);
+    return left > 0.0 ? left : 0.0;
+}
+
 static inline int replica__slow(const struct rlimit *p, int64_t interval)
 {
     return replica__rate(p) * (double)(ACTIVE_EVERY * interval) < 1.0;

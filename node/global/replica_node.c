@@ -1244,7 +1244,7 @@ static double replica_node__yield(const struct replica *r, const struct nkey *k)
     double part = f * (double)(r->side_n > 0 ? r->side_n : 1);
     if (part >= 1.0)
         return 1.0;
-    double left = 1.0 - (double)k->known_d / rate * (1.0 - part);
+    double left = replica__left((double)k->known_d / rate, part);
     if (left >= part)
         return 1.0;
     if (left < SIDE_MIN)

@@ -494,8 +494,7 @@ static double replica_owner__yield(const struct replica *r, const struct okey *o
     }
     if (nknown == 0)
         return 1.0;
-    double left = 1.0 - known / (double)nknown * (part < 1.0 ? 1.0 - part : 0.0);
-    return left > 0.0 ? left : 0.0;
+    return replica__left(known / (double)nknown, part);
 }
 
 static int replica_owner__presumed_dead(const struct replica *r, const struct orep *rp)
