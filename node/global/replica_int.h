@@ -413,13 +413,51 @@ static inline double replica__rate(const struct rlimit *p)
 
 /* Whether a limit refills less than a unit in a quiet key's report period
  * (ACTIVE_EVERY intervals): a slow key (thin keys, prompt reports). */
+/*
+ * How much of the rest of the cluster's demand has moved to this side, 0
+ * to 1, from the key's demand over the cluster d (in rates, as the side's
+ * last settled leases told it), this side's parts of it then p, and this
+ * side's demand now s (rates).  A load balancer moves demand, it does not
+ * make more of it: a crashed majority's clients sent to the survivors
+ * raise the survivors' demand from d p toward d, while a cut that leaves
+ * each side its clients leaves it near d p.
+ *
+ * The estimates are noisy and lean up (replica_node__demand: a node's
+ * steady 4/s visited every interval reads 1.2 to 2 times that), so
+ * nothing moved unless the side's demand at least doubled (MOVED_GROWTH:
+ * a side of a partition read up to half again its part, five nodes cut
+ * 2 | 3 at twice the limit, and where the side is most of the cluster, p
+ * near 1, a few percent of noise is most of the way from d p to d); and
+ * of the way from d p to d, up to MOVED_LO is noise and from MOVED_HI on
+ * all of it moved (demand spread over several nodes reads higher than the
+ * same demand on one: two of three killed, their clients sent to the
+ * third, at twice the limit, s read 0.8 d).
+ */
+#define MOVED_GROWTH 2.0
+#define MOVED_LO     0.1
+#define MOVED_HI     0.5
+/* The growth a side that took moved demand at its last computation needs
+ * to keep it (replica_owner__moved): without the margin, the noise of a
+ * survivor's demand around twice its part took the rate from it and gave
+ * it back every few computations, and each time its bucket refilled at
+ * SIDE_MIN meanwhile. */
+#define MOVED_GROWTH_KEEP 1.5
+static inline double replica__moved(double d, double p, double s, double growth)
+{
+    if (d <= 0.0 || p <= 0.0 || p >= 1.0 || s < growth * d * p)
+        return 0.0;
+    double mu = ((s / d - p) / (1.0 - p) - MOVED_LO) / (MOVED_HI - MOVED_LO);
+    return mu < 0.0 ? 0.0 : mu > 1.0 ? 1.0 : mu;
+}
+
 /* What an outvoted side may take of the rate (replica_owner__yield,
  * replica_node__yield): what the majority's demand leaves, 1 - d (1 - p),
- * with d the key's demand over the cluster in rates and p the side's
- * parts; 0 to 1. */
-static inline double replica__left(double d, double p)
+ * with d, p, s and growth as replica__moved's, less what of that demand
+ * moved here.  0 to 1. */
+static inline double replica__left(double d, double p, double s, double growth)
 {
-    double left = 1.0 - d * (p < 1.0 ? 1.0 - p : 0.0);
+    double m = d * (p < 1.0 ? 1.0 - p : 0.0) * (1.0 - replica__moved(d, p, s, growth));
+    double left = 1.0 - m;
     return left > 0.0 ? left : 0.0;
 }
 

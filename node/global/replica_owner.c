@@ -463,23 +463,35 @@ int replica_owner_outvoted(const struct replica *r)
  * frozen share) is its part of the demand, so with P the sum of this
  * side's parts and D that demand in rates, the majority asks D (1 - P) and
  * leaves 1 - D (1 - P).  Below the limit (D < 1) that is more than P, and
- * the side keeps its parts.  Not this side's demand now: a side refused
- * most of what it asks reads its own demand differently than the whole
- * cluster did, and the estimate took from a side the room the majority
- * left it (16 nodes cut 7 | 9 at three times the limit: 0.80 of one
- * central limiter over the partition).  Slow keys keep their parts (the
- * caller): a node asked for a per-minute key every few seconds reads its
- * demand several times too high after each request.
+ * the side keeps its parts.  Not this side's demand now in place of D P:
+ * the estimates are noisy, and the estimate took from a side the room the
+ * majority left it (16 nodes cut 7 | 9 at three times the limit: 0.80 of
+ * one central limiter over the partition).  Slow keys keep their parts
+ * (the caller): a node asked for a per-minute key every few seconds reads
+ * its demand several times too high after each request.
  *
- * A side cannot tell a partition from its majority's death: this is what
- * a crash of a majority of the members costs the survivors for keys at or
- * beyond their limit, until the dead come back or are forgotten
- * (libgossip's dead members' retention, 30 s).  Returns a part of the
- * rate, 0 to 1; 1 when no node of the side knows the demand.
+ * A side cannot tell a partition from its majority's death.  What tells
+ * them apart, now and then, is where the demand went: a load balancer
+ * sends a crashed majority's clients to the survivors, whose demand then
+ * grows toward D, and the majority's part of it is taken off as far as
+ * it moved (replica__moved: the side's demand now, dnow).  A crash whose
+ * clients go nowhere costs the survivors, for keys at or beyond their
+ * limit, what the dead majority's last demand would take, until the dead
+ * come back or are forgotten (libgossip's dead members' retention, 30 s).
+ * Returns a part of the rate, 0 to 1; 1 when no node of the side knows
+ * the demand.
  */
+/* The growth of its demand a side needs to have taken moved demand
+ * (replica__moved): less if it had at its last computation, its side's
+ * part (o->side) then well beyond its parts p. */
+static double replica_owner__growth(const struct okey *o, double p)
+{
+    return (double)o->side > 1.25 * p && p > 0.0 ? MOVED_GROWTH_KEEP : MOVED_GROWTH;
+}
+
 static double replica_owner__yield(const struct replica *r, const struct okey *o, int64_t now)
 {
-    double part = 0.0, known = 0.0;
+    double part = 0.0, known = 0.0, dnow = 0.0;
     uint32_t nknown = 0;
     for (uint32_t i = 0; i < o->n; i++) {
         const struct orep *rp = &o->reps[i];
@@ -487,14 +499,51 @@ static double replica_owner__yield(const struct replica *r, const struct okey *o
             continue;
         double f = replica__rep_fshare(rp);
         part += f > 0.0 ? f : (double)rp->share;
+        dnow += (rp->flags & REP_IDLE) ? 0.0 : (double)rp->demand;
         if (rp->known_q > 0) {
             known += (double)rp->known_q / KNOWN_Q_ONE;
             nknown++;
         }
     }
-    if (nknown == 0)
+    double rate = replica__rate(&o->p) * (double)NUM_NS_PER_S;
+    if (nknown == 0 || rate <= 0.0)
         return 1.0;
-    return replica__left(known / (double)nknown, part);
+    return replica__left(known / (double)nknown, part, dnow / rate, replica_owner__growth(o, part));
+}
+
+/*
+ * How much of the unreachable reporters' demand has moved to the live ones
+ * (replica__moved), 0 to 1: the key's demand over the cluster as the live
+ * ones' settled leases told them (orep.known_q, their mean), their parts
+ * of it then (frozen shares) and their demand now (dsum, units/s).  The
+ * parts held for the others (reserved, replica_owner__compute) are held
+ * for what did not move: a load balancer that sent a crashed node's
+ * clients to the others moved its demand, and its part held for nobody
+ * refused them (two of three killed, their clients sent to the third, at
+ * half the limit: 0.74 of one central limiter); and the live ones may grow
+ * beyond their frozen shares by as much while the owner is cautious (the
+ * survivor then held its third of the rate: 0.76).
+ */
+static double replica_owner__moved(const struct replica *r, const struct okey *o, double dsum,
+                                   int64_t now)
+{
+    double known = 0.0, fsum = 0.0;
+    uint32_t nknown = 0;
+    for (uint32_t i = 0; i < o->n; i++) {
+        const struct orep *rp = &o->reps[i];
+        if (!replica_owner_rep_live(r, rp, now))
+            continue;
+        fsum += replica__rep_fshare(rp);
+        if (rp->known_q > 0) {
+            known += (double)rp->known_q / KNOWN_Q_ONE;
+            nknown++;
+        }
+    }
+    double rate = replica__rate(&o->p) * (double)NUM_NS_PER_S;
+    if (nknown == 0 || fsum <= 0.0 || rate <= 0.0)
+        return 0.0;
+    return replica__moved(known / (double)nknown, fsum, dsum / rate,
+                          replica_owner__growth(o, fsum));
 }
 
 static int replica_owner__presumed_dead(const struct replica *r, const struct orep *rp)
@@ -973,6 +1022,10 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
     int whole = r->complete || replica_owner__majority(r);
     int settled = whole && now - since >= r->silence && now - r->born >= r->silence &&
                   !replica__young(r, now);
+    /* Held for what did not move (replica_owner__moved). */
+    double gone =
+        reserved > 0.0 || (r->outvoted && !settled) ? replica_owner__moved(r, o, dsum, now) : 0.0;
+    reserved *= 1.0 - gone;
     double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
     if (o->p.policy == POLICY_PARTITION_SHARE && !replica__slow(&o->p, r->interval) &&
         r->outvoted) {
@@ -1015,14 +1068,27 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         /* Until the owner has heard everyone through a settled, complete
          * view, nobody grows beyond the share it held when the cluster was
          * whole, and reporters without one split what those leave. */
-        double held = 0.0, fresh = 0.0;
+        double held = 0.0, fresh = 0.0, fsum = 0.0;
+        for (uint32_t i = 0; i < o->n; i++)
+            if (replica_owner_rep_live(r, &o->reps[i], now))
+                fsum += replica__rep_fshare(&o->reps[i]);
+        /* ... but for what moved here of the others' demand, with their
+         * part of the rate (replica_owner__moved), up to avail. */
+        double grow = 1.0;
+        if (gone > 0.0 && fsum > 0.0 && fsum < 1.0) {
+            double most = fsum + (1.0 - fsum) * gone;
+            if (most > avail)
+                most = avail;
+            grow = most > fsum ? most / fsum : 1.0;
+        }
         for (uint32_t i = 0; i < o->n; i++) {
             struct orep *rp = &o->reps[i];
             if (!replica_owner_rep_live(r, rp, now))
                 continue;
             if (rp->fshare_q > 0) {
-                if (rp->share > replica__rep_fshare(rp))
-                    rp->share = (float)replica__rep_fshare(rp);
+                double most = replica__rep_fshare(rp) * grow;
+                if (rp->share > most)
+                    rp->share = (float)most;
                 held += rp->share;
             } else {
                 fresh += rp->share;

@@ -324,6 +324,14 @@ def gcra_oracle(answers, burst, rate):
     return sum(gcra_admits(answers, burst, rate))
 
 
+def with_oracle(answers, key, burst, rate):
+    """key's answers (PacedLoad.answers entries) in time order, each paired
+    with whether one central GCRA (burst, rate per second) fed the same
+    requests at the same times admits it: a list of (answer, bool)."""
+    mine = sorted(a for a in answers if a[1] == key)
+    return list(zip(mine, gcra_admits(mine, burst, rate)))
+
+
 class PacedLoad:
     """Requests at planned times on n nodes, one thread per node: todo[i]
     is node i's list of (seconds from t0, key), which the caller fills and

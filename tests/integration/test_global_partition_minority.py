@@ -144,9 +144,8 @@ def run(n, cut_off, seed, failed):
         hot, cool = [], []  # (answer, whether one central GCRA admits it)
         for prefix, keys, into in (("mh", HOT_KEYS, hot), ("ml", COOL_KEYS, cool)):
             for k in range(keys):
-                key = "%s:%d" % (prefix, k)
-                mine = sorted(a for a in load.answers if a[1] == key)
-                into.extend(zip(mine, sluicetest.gcra_admits(mine, BURST, COUNT)))
+                into.extend(sluicetest.with_oracle(load.answers, "%s:%d" % (prefix, k), BURST,
+                                                   COUNT))
 
         def during(pairs, start):
             return [(a, o) for a, o in pairs if start <= a[0] < healed]

@@ -177,9 +177,8 @@ def main():
         minute, minute_hot = [], []  # the per-minute keys
         for k in range(MIN_KEYS + MIN_HOT_KEYS):
             key = "pm:%d" % k if k < MIN_KEYS else "pz:%d" % (k - MIN_KEYS)
-            mine = sorted(a for a in load.answers if a[1] == key)
             (minute if k < MIN_KEYS else minute_hot).extend(
-                zip(mine, sluicetest.gcra_admits(mine, MIN_BURST, MIN_RATE)))
+                sluicetest.with_oracle(load.answers, key, MIN_BURST, MIN_RATE))
 
         failed = []
         # (what, which answers, allowance over the oracle's refusals: release, sanitized)

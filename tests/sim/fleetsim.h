@@ -75,6 +75,9 @@ struct fs_cfg {
      * it cannot reach quiet meanwhile, as cluster.c does for members not
      * heard from lately. */
     int64_t minority_lag_ns;
+    /* A load balancer in front: a dead node's clients are sent to a live
+     * node drawn at random, request by request (0: they get no answer). */
+    int redirect;
     int trace; /* print cumulative admitted and oracle every 250 ms */
 };
 
@@ -456,6 +459,17 @@ static inline int fs_in_window(const struct fleetsim *s, int64_t t)
 static inline void fs_request(struct fleetsim *s, struct fs_stream *x, int64_t t0)
 {
     int i = x->node, k = x->key;
+    if (!s->nd[i].up && s->c.redirect) {
+        int up = 0;
+        for (int j = 0; j < s->c.n; j++)
+            up += s->nd[j].up;
+        int pick = up > 0 ? (int)(fs_rand01(s) * up) : 0;
+        for (int j = 0; j < s->c.n && up > 0; j++)
+            if (s->nd[j].up && pick-- == 0) {
+                i = j;
+                break;
+            }
+    }
     if (!s->nd[i].up) /* clients of a dead node get no answer; the oracle sees nothing */
         return;
     struct algo_result ro, rr;

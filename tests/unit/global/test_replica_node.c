@@ -152,7 +152,7 @@ static void test_deliver_checks_life_and_owner(void **state)
  * known units a second; then the view makes c, d and e quiet (a and b cut
  * off from them), or only d when all_quiet is 0.  Returns a's share after
  * a visit. */
-static double share_after_cut(struct replica *r, double known, int all_quiet)
+static double share_after_cut(struct replica *r, double known, int all_quiet, double demand)
 {
     struct replica_member all[5] = {
         {"a", 1, 0, 0}, {"b", 1, 0, 0}, {"c", 1, 0, 0}, {"d", 1, 0, 0}, {"e", 1, 0, 0}};
@@ -174,6 +174,10 @@ static double share_after_cut(struct replica *r, double known, int all_quiet)
     k->p.flags |= NK_LEASED;
     k->share = k->fshare = 0.2F;
     k->known_d = (float)known;
+    /* a's demand now (units/s), as its last visit left it. */
+    k->demand = (float)demand;
+    k->p.flags |= NK_GROWN;
+    k->visited = (uint32_t)((2 * SEC) / 1000000);
     struct replica_member cut[5] = {{"a", 1, 0, 0},
                                     {"b", 1, 0, 0},
                                     {"c", 1, 0, all_quiet},
@@ -196,16 +200,25 @@ static void test_outvoted_node_yields(void **state)
 {
     struct replica *r = *state;
     /* Twice the limit: the majority asks 1.2 of the rate; the side keeps
-     * SIDE_MIN, a half of it. */
-    assert_true(fabs(share_after_cut(r, 200.0, 1) - 0.5 * SIDE_MIN) < 1e-6);
+     * SIDE_MIN, a half of it.  a asks its part of the demand (0.2 of
+     * 200/s), as before the cut. */
+    assert_true(fabs(share_after_cut(r, 200.0, 1, 40.0) - 0.5 * SIDE_MIN) < 1e-6);
     /* 1.2 times: the majority asks 0.72 and leaves 0.28, a half of it. */
-    assert_true(fabs(share_after_cut(r, 120.0, 1) - 0.14) < 1e-4);
+    assert_true(fabs(share_after_cut(r, 120.0, 1, 24.0) - 0.14) < 1e-4);
     /* Below the limit a keeps its share. */
-    assert_true(fabs(share_after_cut(r, 80.0, 1) - 0.2) < 1e-6);
+    assert_true(fabs(share_after_cut(r, 80.0, 1, 16.0) - 0.2) < 1e-6);
     /* With the demand unknown, too. */
-    assert_true(fabs(share_after_cut(r, 0.0, 1) - 0.2) < 1e-6);
+    assert_true(fabs(share_after_cut(r, 0.0, 1, 16.0) - 0.2) < 1e-6);
     /* And with only d quiet: a and b with c and e are a majority. */
-    assert_true(fabs(share_after_cut(r, 200.0, 0) - 0.2) < 1e-6);
+    assert_true(fabs(share_after_cut(r, 200.0, 0, 40.0) - 0.2) < 1e-6);
+    /* The majority's demand came to this side (a crash, its clients sent
+     * here by a load balancer): a asks half of the 200/s, and with b as
+     * much the side asks all of it, leaving the majority nothing to ask
+     * for: a keeps its share. */
+    assert_true(fabs(share_after_cut(r, 200.0, 1, 100.0) - 0.2) < 1e-6);
+    /* A side's demand that grew less than twice (60/s, 1.5 times a's
+     * part) is taken as noise: a yields as if nothing moved. */
+    assert_true(fabs(share_after_cut(r, 200.0, 1, 60.0) - 0.5 * SIDE_MIN) < 1e-6);
 }
 
 int main(void)

@@ -219,15 +219,16 @@ static void test_foreign_report_level(void **state)
     assert_true(fabs(level_of(r, "kept") - 3.0) < 1e-6);
 }
 
-/* A key of 10 units a second asked for at 10/s on each of a, b and c,
- * each node's part a third, as their last settled leases told them of
- * known_demand units/s over the cluster (0: not known); then b and c fall
+/* A key of 10 units a second asked for on each of a, b and c, each
+ * node's part a third of known_demand units/s over the cluster, as their
+ * last settled leases told them (0: not known, 10/s each), but a asks
+ * a_demand units/s when it is not 0 (its demand now); then b and c fall
  * silent and the view cuts c off, and b unless b_stays: b is then live,
  * or live but quiet (not heard from lately) when b_stays is 2.  Returns
  * the part of the rate the record's side takes (0: the whole cluster's
  * bucket, no side). */
 static double side_after_cut(struct replica *r, const char *key, int64_t at, double known_demand,
-                             int b_stays)
+                             int b_stays, double a_demand)
 {
     struct replica_member all[3] = {{"a", 1, 0, 0}, {"b", 1, 0, 0}, {"c", 1, 0, 0}};
     assert_int_equal(replica_set_view(r, all, 3, 1, at), 0);
@@ -236,7 +237,11 @@ static double side_after_cut(struct replica *r, const char *key, int64_t at, dou
         uint32_t from = order[i];
         r->now = from == 0 ? at + 5 * SEC : at; /* b and c silent since at */
         struct wire_report e = report_of(key);
-        e.demand_milli = 10000;
+        /* Each a third of the demand, a its own when given. */
+        double d = known_demand > 0.0 ? known_demand / 3.0 : 10.0;
+        if (from == 0 && a_demand > 0.0)
+            d = a_demand;
+        e.demand_milli = (uint64_t)(d * 1000.0);
         e.frozen_share = WIRE_ONE / 3;
         if (known_demand > 0.0)
             e.known_demand_milli = (uint64_t)(known_demand * 1000.0) + 1;
@@ -263,18 +268,26 @@ static void test_outvoted_side_yields(void **state)
 {
     struct replica *r = *state;
     /* Three times the limit: the majority asks twice the rate. */
-    assert_true(fabs(side_after_cut(r, "hot", NOW, 30.0, 0) - SIDE_MIN) < 1e-6);
+    assert_true(fabs(side_after_cut(r, "hot", NOW, 30.0, 0, 0.0) - SIDE_MIN) < 1e-6);
     /* 1.2 times: the majority asks 0.8 of it and leaves 0.2. */
-    assert_true(fabs(side_after_cut(r, "warm", NOW + 100 * SEC, 12.0, 0) - 0.2) < 0.01);
+    assert_true(fabs(side_after_cut(r, "warm", NOW + 100 * SEC, 12.0, 0, 0.0) - 0.2) < 0.01);
     /* Below the limit: the side keeps its part. */
-    assert_true(fabs(side_after_cut(r, "cool", NOW + 200 * SEC, 6.0, 0) - 1.0 / 3.0) < 0.01);
+    assert_true(fabs(side_after_cut(r, "cool", NOW + 200 * SEC, 6.0, 0, 0.0) - 1.0 / 3.0) < 0.01);
     /* Nobody on the side knows the demand: it keeps its part. */
-    assert_true(fabs(side_after_cut(r, "blind", NOW + 300 * SEC, 0.0, 0) - 1.0 / 3.0) < 0.01);
+    assert_true(fabs(side_after_cut(r, "blind", NOW + 300 * SEC, 0.0, 0, 0.0) - 1.0 / 3.0) < 0.01);
     /* The majority side (b with a): no side's bucket, the whole rate. */
-    assert_true(side_after_cut(r, "major", NOW + 400 * SEC, 30.0, 1) == 0.0);
+    assert_true(side_after_cut(r, "major", NOW + 400 * SEC, 30.0, 1, 0.0) == 0.0);
     /* But b not heard from lately makes no majority with a: b and c count
      * against a, which yields as if alone (cluster.c, "Quiet members"). */
-    assert_true(fabs(side_after_cut(r, "quiet", NOW + 500 * SEC, 30.0, 2) - SIDE_MIN) < 1e-6);
+    assert_true(fabs(side_after_cut(r, "quiet", NOW + 500 * SEC, 30.0, 2, 0.0) - SIDE_MIN) < 1e-6);
+    /* a asks for all of the key's demand now (b and c crashed, their
+     * clients sent to a by a load balancer): nothing is left to yield to,
+     * nor to hold b's and c's parts for, and a's side takes the whole
+     * rate, at three times the limit as below it. */
+    assert_true(fabs(side_after_cut(r, "moved", NOW + 600 * SEC, 30.0, 0, 30.0) - 1.0) < 0.01);
+    assert_true(fabs(side_after_cut(r, "moved2", NOW + 700 * SEC, 6.0, 0, 6.0) - 1.0) < 0.01);
+    /* Half again its part (15/s of 30): noise, not moved demand. */
+    assert_true(fabs(side_after_cut(r, "noisy", NOW + 800 * SEC, 30.0, 0, 15.0) - SIDE_MIN) < 1e-6);
 }
 
 int main(void)
