@@ -1247,7 +1247,8 @@ static double replica_node__yield(const struct replica *r, const struct nkey *k)
     /* The side's demand now as this node can tell: its own, times the
      * side's members (the same spread as part). */
     double now_d = (double)k->demand * (double)(r->side_n > 0 ? r->side_n : 1) / rate;
-    double left = replica__left((double)k->known_d / rate, part, now_d, MOVED_GROWTH);
+    double left =
+        replica__left((double)k->known_d / rate, part, now_d, MOVED_GROWTH, (double)k->demand);
     if (left >= part)
         return 1.0;
     if (left < SIDE_MIN)

@@ -23,11 +23,10 @@ make (replica_int.h, replica__moved).  Before, the survivor held the
 dead nodes' parts and yielded to their demand: from the kill on, the
 keys at half their limit were refused 27% of the time (one central
 limiter 0.3%), and the keys at twice it admitted 0.03 of what one
-central limiter admits (seed 1).  Now 2.1% and 0.69 (0.70 seed 2; from
-the survivor's verdict on, 0.76 and 0.78): above the limit, demand spread
-over several nodes reads higher than the same demand on one, so the
-survivor's demand reads short of the whole and it takes part of the
-rate only (README, "Partitions").
+central limiter admits (seed 1).  Now 1.9% and 0.76 (2.6% and 0.73 seed
+2): above the limit, demand spread over several nodes reads higher than
+the same demand on one, so the survivor's demand reads short of the
+whole and it takes part of the rate only (README, "Partitions").
 
 Checks, against one central GCRA per key fed the same requests at the
 times they were sent (the oracle), from the kill to the end (the failure
@@ -35,7 +34,7 @@ detector's time included):
   - the keys at half the limit are refused at most 5 points more often
     than by the oracle (8 under the sanitizers): traffic under the limit
     passes (brief: kill -9 of any nodes, the others unaffected);
-  - the keys at twice the limit admit at least 0.55 of the oracle (0.50
+  - the keys at twice the limit admit at least 0.60 of the oracle (0.50
     sanitized) and at most 1.10 of it.
 
 The seed is printed; SLUICE_SEED replays it.  Every load loop is bounded in
@@ -139,7 +138,7 @@ def main():
                     failed.append("keys at half the limit: refused %.3f > oracle %.3f + %.2f"
                                   % (refused, orc_refused, allow))
             else:
-                least = 0.50 if SANITIZED else 0.55
+                least = 0.50 if SANITIZED else 0.60
                 if ok < least * orc or ok > 1.10 * orc:
                     failed.append("keys at twice the limit: admitted %d, not within %.2f to "
                                   "1.10 x oracle %d" % (ok, least, orc))

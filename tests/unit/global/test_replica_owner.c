@@ -286,6 +286,10 @@ static void test_outvoted_side_yields(void **state)
      * rate, at three times the limit as below it. */
     assert_true(fabs(side_after_cut(r, "moved", NOW + 600 * SEC, 30.0, 0, 30.0) - 1.0) < 0.01);
     assert_true(fabs(side_after_cut(r, "moved2", NOW + 700 * SEC, 6.0, 0, 6.0) - 1.0) < 0.01);
+    /* At 1.2 times the limit, a asks 9/s of the 12: moved by the parts,
+     * but a node seeing fewer than MOVED_NODE_RATE requests a second
+     * reads its demand too high to tell: a yields as before (0.2). */
+    assert_true(fabs(side_after_cut(r, "few", NOW + 900 * SEC, 12.0, 0, 9.0) - 0.2) < 0.01);
     /* Half again its part (15/s of 30): noise, not moved demand. */
     assert_true(fabs(side_after_cut(r, "noisy", NOW + 800 * SEC, 30.0, 0, 15.0) - SIDE_MIN) < 1e-6);
 }
