@@ -641,9 +641,10 @@ static void commands_sl__acquire(struct commands_sl *sl, struct server_client *c
  * SL.MULTI when some keys are global: every key is first evaluated without
  * change (a global key by a replica peek, qty 0: it fits when qty <=
  * remaining; a local key by limiter_earliest_fit; dry-run policies always
- * fit), and only if all fit are the local keys charged (limiter_multi) and
- * then the global ones.  Everything runs in one event-loop turn, so nothing
- * changes between the check and the charge.  Errors as limiter_multi.
+ * fit), and only if all fit are the global keys charged and then, if each
+ * was admitted, the local ones (limiter_multi).  Everything runs in one
+ * event-loop turn, so no local key changes between the check and the
+ * charge.  Errors as limiter_multi.
  */
 static int commands_sl__multi_mixed(struct commands_sl *sl, const struct sl_spec *specs,
                                     const struct limiter_req *reqs, size_t n, int64_t now,
@@ -690,30 +691,43 @@ static int commands_sl__multi_mixed(struct commands_sl *sl, const struct sl_spec
     *allowed = all;
     if (!all)
         return 0;
+    /* The global keys are charged first, and the local ones only if every
+     * global one was admitted: a global peek's remaining is the cluster's
+     * level, while the charge is decided on this node's part of it (a node
+     * holding less than a unit of a key's burst is refused while the
+     * cluster still has one), so a global charge can be refused after its
+     * peek fit.  Charged after the local keys, such a refusal left them
+     * charged: a client retrying a refused SL.MULTI spent a local key's
+     * window one unit a try.  A global key charged before another global
+     * key's refusal stays charged (there is no giving back a global unit:
+     * SL.REFUND). */
+    for (size_t k = 0; k < n; k++) {
+        const struct sl_spec *s = &specs[k];
+        if (!commands_sl__is_global(sl, s))
+            continue;
+        struct decide_req q =
+            commands_sl__req(s, reqs[k].key, reqs[k].klen, reqs[k].qty, DECIDE_TAKE);
+        rc = decide_run(&d, &q, now, &outs[k]);
+        if (rc < 0)
+            return rc;
+        if (outs[k].limited && !(s->pol != NULL && s->pol->dry_run)) {
+            *allowed = 0;
+            return 0;
+        }
+    }
     if (nl > 0) {
         int lallowed = 0;
         rc = limiter_multi(sl->lim, locals, nl, now, louts, &lallowed);
         if (rc < 0)
             return rc;
         if (!lallowed) {
-            *allowed = 0; /* cannot happen in one loop turn; nothing was charged */
+            *allowed = 0; /* cannot happen in one loop turn; nothing local was charged */
             return 0;
         }
     }
-    for (size_t k = 0, l = 0; k < n; k++) {
-        const struct sl_spec *s = &specs[k];
-        if (!commands_sl__is_global(sl, s)) {
+    for (size_t k = 0, l = 0; k < n; k++)
+        if (!commands_sl__is_global(sl, &specs[k]))
             outs[k] = louts[l++];
-            continue;
-        }
-        struct decide_req q =
-            commands_sl__req(s, reqs[k].key, reqs[k].klen, reqs[k].qty, DECIDE_TAKE);
-        rc = decide_run(&d, &q, now, &outs[k]);
-        if (rc < 0)
-            return rc;
-        if (outs[k].limited)
-            *allowed = 0; /* cannot happen after the peek, see above */
-    }
     return 0;
 }
 

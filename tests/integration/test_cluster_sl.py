@@ -337,6 +337,10 @@ def test_multi_mixed(c):
         rep = r.execute_command("SL.MULTI", "KEY", "gm:1", "KEY", "lm:1")
         assert rep[0] == 1 and rep[1][0] == 1 and rep[2][0] == 0, rep
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 5, "refused SL.MULTI charged a key"
+        # Each refused try leaves lm:1 as it was: the global key is charged
+        # first (its peek's remaining is the cluster's level, and the charge
+        # is decided on node 0's part of it, which can be refused after the
+        # peek fit; charged after lm:1, such tries spent lm:1's window).
         rep = until_allowed(r, "SL.MULTI", "KEY", "gm:2", "KEY", "lm:1")
         assert rep[0] == 0, rep
         assert r.execute_command("SL.PEEK", "lm:1")[2] == 4
