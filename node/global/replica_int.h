@@ -411,8 +411,6 @@ static inline double replica__rate(const struct rlimit *p)
     return (double)p->count / (double)p->period_ns;
 }
 
-/* Whether a limit refills less than a unit in a quiet key's report period
- * (ACTIVE_EVERY intervals): a slow key (thin keys, prompt reports). */
 /*
  * How much of the rest of the cluster's demand has moved to this side, 0
  * to 1, from the key's demand over the cluster d (in rates, as the side's
@@ -423,8 +421,9 @@ static inline double replica__rate(const struct rlimit *p)
  * each side its clients leaves it near d p.
  *
  * The estimates are noisy and lean up (replica_node__demand: a node's
- * steady 4/s visited every interval reads 1.2 to 2 times that), so
- * nothing moved unless the side's demand at least doubled (MOVED_GROWTH:
+ * steady 4/s visited every interval reads 1.6 times that, 1.1 times
+ * visited every fifth), so nothing moved unless the side's demand at
+ * least doubled (MOVED_GROWTH:
  * a side of a partition read up to half again its part, five nodes cut
  * 2 | 3 at twice the limit, and where the side is most of the cluster, p
  * near 1, a few percent of noise is most of the way from d p to d); and
@@ -472,6 +471,8 @@ static inline double replica__left(double d, double p, double s, double growth, 
     return left > 0.0 ? left : 0.0;
 }
 
+/* Whether a limit refills less than a unit in a quiet key's report period
+ * (ACTIVE_EVERY intervals): a slow key (thin keys, prompt reports). */
 static inline int replica__slow(const struct rlimit *p, int64_t interval)
 {
     return replica__rate(p) * (double)(ACTIVE_EVERY * interval) < 1.0;
