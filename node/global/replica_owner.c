@@ -448,6 +448,37 @@ int replica_owner_outvoted(const struct replica *r)
     return 2 * dead > known;
 }
 
+/* What replica_owner__compute sums over a key's live reporters, for the
+ * outvoted side's yield and the demand that moved: their parts (frozen
+ * shares, or shares for those without one: part; frozen shares only:
+ * fsum), the key's demand over the cluster as their settled leases told
+ * them (known over nknown, in rates), and how many ask (not idle, demand
+ * above 0). */
+struct replica_owner__live {
+    double part, fsum, known;
+    uint32_t nknown, asking;
+};
+
+static void replica_owner__live_add(struct replica_owner__live *lv, const struct orep *rp)
+{
+    double f = replica__rep_fshare(rp);
+    lv->part += f > 0.0 ? f : (double)rp->share;
+    lv->fsum += f;
+    lv->asking += !(rp->flags & REP_IDLE) && rp->demand > 0.0F;
+    if (rp->known_q > 0) {
+        lv->known += (double)rp->known_q / KNOWN_Q_ONE;
+        lv->nknown++;
+    }
+}
+
+/* The growth of its demand a side needs to have taken moved demand
+ * (replica__moved): less if it had at its last computation, its side's
+ * part (o->side) then well beyond its parts p. */
+static double replica_owner__growth(const struct okey *o, double p)
+{
+    return (double)o->side > 1.25 * p && p > 0.0 ? MOVED_GROWTH_KEEP : MOVED_GROWTH;
+}
+
 /*
  * What an outvoted side may take of the rate (replica_owner_compute): what
  * the majority's demand leaves of it.  The majority, presuming this side
@@ -481,45 +512,23 @@ int replica_owner_outvoted(const struct replica *r)
  * Returns a part of the rate, 0 to 1; 1 when no node of the side knows
  * the demand.
  */
-/* The growth of its demand a side needs to have taken moved demand
- * (replica__moved): less if it had at its last computation, its side's
- * part (o->side) then well beyond its parts p. */
-static double replica_owner__growth(const struct okey *o, double p)
+static double replica_owner__yield(const struct okey *o, const struct replica_owner__live *lv,
+                                   double dsum)
 {
-    return (double)o->side > 1.25 * p && p > 0.0 ? MOVED_GROWTH_KEEP : MOVED_GROWTH;
-}
-
-static double replica_owner__yield(const struct replica *r, const struct okey *o, int64_t now)
-{
-    double part = 0.0, known = 0.0, dnow = 0.0;
-    uint32_t nknown = 0, asking = 0;
-    for (uint32_t i = 0; i < o->n; i++) {
-        const struct orep *rp = &o->reps[i];
-        if (!replica_owner_rep_live(r, rp, now))
-            continue;
-        double f = replica__rep_fshare(rp);
-        part += f > 0.0 ? f : (double)rp->share;
-        if (!(rp->flags & REP_IDLE) && rp->demand > 0.0F) {
-            dnow += (double)rp->demand;
-            asking++;
-        }
-        if (rp->known_q > 0) {
-            known += (double)rp->known_q / KNOWN_Q_ONE;
-            nknown++;
-        }
-    }
     double rate = replica__rate(&o->p) * (double)NUM_NS_PER_S;
-    if (nknown == 0 || rate <= 0.0)
+    if (lv->nknown == 0 || rate <= 0.0)
         return 1.0;
-    return replica__left(known / (double)nknown, part, dnow / rate, replica_owner__growth(o, part),
-                         asking > 0 ? dnow / asking : 0.0);
+    return replica__left(lv->known / (double)lv->nknown, lv->part, dsum / rate,
+                         replica_owner__growth(o, lv->part),
+                         lv->asking > 0 ? dsum / lv->asking : 0.0);
 }
 
 /*
  * How much of the unreachable reporters' demand has moved to the live ones
  * (replica__moved), 0 to 1: the key's demand over the cluster as the live
  * ones' settled leases told them (orep.known_q, their mean), their parts
- * of it then (frozen shares) and their demand now (dsum, units/s).  The
+ * of it then (frozen shares) and their demand now (dsum, units/s; see
+ * struct replica_owner__live).  The
  * parts held for the others (reserved, replica_owner__compute) are held
  * for what did not move: a load balancer that sent a crashed node's
  * clients to the others moved its demand, and its part held for nobody
@@ -528,27 +537,15 @@ static double replica_owner__yield(const struct replica *r, const struct okey *o
  * beyond their frozen shares by as much while the owner is cautious (the
  * survivor then held its third of the rate: 0.76).
  */
-static double replica_owner__moved(const struct replica *r, const struct okey *o, double dsum,
-                                   int64_t now)
+static double replica_owner__moved(const struct okey *o, const struct replica_owner__live *lv,
+                                   double dsum)
 {
-    double known = 0.0, fsum = 0.0;
-    uint32_t nknown = 0, asking = 0;
-    for (uint32_t i = 0; i < o->n; i++) {
-        const struct orep *rp = &o->reps[i];
-        if (!replica_owner_rep_live(r, rp, now))
-            continue;
-        fsum += replica__rep_fshare(rp);
-        asking += !(rp->flags & REP_IDLE) && rp->demand > 0.0F;
-        if (rp->known_q > 0) {
-            known += (double)rp->known_q / KNOWN_Q_ONE;
-            nknown++;
-        }
-    }
     double rate = replica__rate(&o->p) * (double)NUM_NS_PER_S;
-    if (nknown == 0 || fsum <= 0.0 || rate <= 0.0)
+    if (lv->nknown == 0 || lv->fsum <= 0.0 || rate <= 0.0)
         return 0.0;
-    return replica__moved(known / (double)nknown, fsum, dsum / rate, replica_owner__growth(o, fsum),
-                          asking > 0 ? dsum / asking : 0.0);
+    return replica__moved(lv->known / (double)lv->nknown, lv->fsum, dsum / rate,
+                          replica_owner__growth(o, lv->fsum),
+                          lv->asking > 0 ? dsum / lv->asking : 0.0);
 }
 
 static int replica_owner__presumed_dead(const struct replica *r, const struct orep *rp)
@@ -978,6 +975,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
     double reserved = 0.0, dsum = 0.0, dheld = 0.0; /* dheld: the reserved ones' demand */
     int unreachable = 0; /* a reserved one's member is suspected or declared */
     uint32_t nlive = 0;
+    struct replica_owner__live lv = {0};
     /* Drop reporters that are gone; sum live demand and reserved shares. */
     for (uint32_t i = 0; i < o->n;) {
         struct orep *rp = &o->reps[i];
@@ -998,6 +996,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         if (live) {
             nlive++;
             dsum += idle ? 0.0 : rp->demand;
+            replica_owner__live_add(&lv, rp);
         } else if (o->p.policy == POLICY_PARTITION_SHARE && !idle &&
                    !replica_owner__presumed_dead(r, rp)) {
             /* Its part as the whole cluster last left it: a side cut off
@@ -1035,13 +1034,13 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
      * without). */
     double gone =
         !replica__slow(&o->p, r->interval) && (reserved > 0.0 || (r->outvoted && !settled))
-            ? replica_owner__moved(r, o, dsum, now)
+            ? replica_owner__moved(o, &lv, dsum)
             : 0.0;
     reserved *= 1.0 - gone;
     double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;
     if (o->p.policy == POLICY_PARTITION_SHARE && !replica__slow(&o->p, r->interval) &&
         r->outvoted) {
-        double left = replica_owner__yield(r, o, now);
+        double left = replica_owner__yield(o, &lv, dsum);
         if (avail > left)
             avail = left;
     }
@@ -1080,18 +1079,15 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         /* Until the owner has heard everyone through a settled, complete
          * view, nobody grows beyond the share it held when the cluster was
          * whole, and reporters without one split what those leave. */
-        double held = 0.0, fresh = 0.0, fsum = 0.0;
-        for (uint32_t i = 0; i < o->n; i++)
-            if (replica_owner_rep_live(r, &o->reps[i], now))
-                fsum += replica__rep_fshare(&o->reps[i]);
+        double held = 0.0, fresh = 0.0;
         /* ... but for what moved here of the others' demand, with their
          * part of the rate (replica_owner__moved), up to avail. */
         double grow = 1.0;
-        if (gone > 0.0 && fsum > 0.0 && fsum < 1.0) {
-            double most = fsum + (1.0 - fsum) * gone;
+        if (gone > 0.0 && lv.fsum > 0.0 && lv.fsum < 1.0) {
+            double most = lv.fsum + (1.0 - lv.fsum) * gone;
             if (most > avail)
                 most = avail;
-            grow = most > fsum ? most / fsum : 1.0;
+            grow = most > lv.fsum ? most / lv.fsum : 1.0;
         }
         for (uint32_t i = 0; i < o->n; i++) {
             struct orep *rp = &o->reps[i];
