@@ -519,7 +519,17 @@ static size_t replica__timed(struct replica *r, size_t left, unsigned *n, int64_
  * so the misses overlap instead of queueing one behind the other.  (Asking
  * too for the other table's bucket and chain of a key this node both serves
  * and owns, which its visit looks up there, moved the stall into the
- * prefetching and gained nothing measurable.)  The helpers are forced
+ * prefetching and gained nothing measurable.  Nor did asking for that
+ * bucket eight keys ahead and its chain four ahead: the stall stayed in
+ * the chain's prefetch, the bucket not there yet.  Holding a walk's
+ * reports to this node's own owner side in batches of 64, each bucket asked
+ * for as its report was made and the chains before the batch went in, as a
+ * received batch's are, made it worse: node 1's CPU per request at -P 16
+ * over a million new keys went from 1.20-1.24 us to 1.30-1.40 us, four
+ * rounds alternated.  Those two lookups, the owned table's for the report
+ * and the node table's for the lease back, are a tenth of node 1's CPU
+ * there while it owns a third of the keys: the cost of a key's two
+ * entries in two tables.)  The helpers are forced
  * inline: GCC 12 finds a call whose only effect is a prefetch free of side
  * effects and drops it whole. */
 #define PF_NEAR   4
