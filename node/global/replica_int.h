@@ -462,11 +462,11 @@ static inline double replica__moved(double d, double p, double s, double growth,
 
 /* What an outvoted side may take of the rate (replica_owner__yield,
  * replica_node__yield): what the majority's demand leaves, 1 - d (1 - p),
- * with d, p, s, growth and per_node as replica__moved's, less what of
- * that demand moved here.  0 to 1. */
-static inline double replica__left(double d, double p, double s, double growth, double per_node)
+ * with d and p as replica__moved's, less the part `moved` of that demand
+ * that moved here (replica__moved's answer).  0 to 1. */
+static inline double replica__left(double d, double p, double moved)
 {
-    double m = d * (p < 1.0 ? 1.0 - p : 0.0) * (1.0 - replica__moved(d, p, s, growth, per_node));
+    double m = d * (p < 1.0 ? 1.0 - p : 0.0) * (1.0 - moved);
     double left = 1.0 - m;
     return left > 0.0 ? left : 0.0;
 }

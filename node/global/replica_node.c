@@ -1246,9 +1246,10 @@ static double replica_node__yield(const struct replica *r, const struct nkey *k)
         return 1.0;
     /* The side's demand now as this node can tell: its own, times the
      * side's members (the same spread as part). */
+    double d = (double)k->known_d / rate;
     double now_d = (double)k->demand * (double)(r->side_n > 0 ? r->side_n : 1) / rate;
     double left =
-        replica__left((double)k->known_d / rate, part, now_d, MOVED_GROWTH, (double)k->demand);
+        replica__left(d, part, replica__moved(d, part, now_d, MOVED_GROWTH, (double)k->demand));
     if (left >= part)
         return 1.0;
     if (left < SIDE_MIN)

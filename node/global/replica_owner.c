@@ -480,6 +480,32 @@ static double replica_owner__growth(const struct okey *o, double p)
 }
 
 /*
+ * How much of the unreachable reporters' demand has moved to the live ones
+ * (replica__moved), 0 to 1, with the live ones' parts p: the key's demand
+ * over the cluster as their settled leases told them (orep.known_q, their
+ * mean) and their demand now (dsum, units/s), from struct
+ * replica_owner__live.  The outvoted side's yield takes p as their parts
+ * (replica_owner__yield); what is held for the others and how far frozen
+ * shares may grow take their frozen shares (replica_owner__compute): the
+ * parts held for the others (reserved) are held for what did not move: a
+ * load balancer that sent a crashed node's clients to the others moved
+ * its demand, and its part held for nobody refused them (two of three
+ * killed, their clients sent to the third, at half the limit: 0.74 of one
+ * central limiter); and the live ones may grow beyond their frozen shares
+ * by as much while the owner is cautious (the survivor then held its
+ * third of the rate: 0.76).
+ */
+static double replica_owner__moved(const struct okey *o, const struct replica_owner__live *lv,
+                                   double dsum, double p)
+{
+    double rate = replica__rate(&o->p) * (double)NUM_NS_PER_S;
+    if (lv->nknown == 0 || rate <= 0.0)
+        return 0.0;
+    return replica__moved(lv->known / (double)lv->nknown, p, dsum / rate,
+                          replica_owner__growth(o, p), lv->asking > 0 ? dsum / lv->asking : 0.0);
+}
+
+/*
  * What an outvoted side may take of the rate (replica_owner_compute): what
  * the majority's demand leaves of it.  The majority, presuming this side
  * dead, lends the whole rate to its own nodes, which spend as much of it
@@ -515,37 +541,10 @@ static double replica_owner__growth(const struct okey *o, double p)
 static double replica_owner__yield(const struct okey *o, const struct replica_owner__live *lv,
                                    double dsum)
 {
-    double rate = replica__rate(&o->p) * (double)NUM_NS_PER_S;
-    if (lv->nknown == 0 || rate <= 0.0)
+    if (lv->nknown == 0 || replica__rate(&o->p) <= 0.0)
         return 1.0;
-    return replica__left(lv->known / (double)lv->nknown, lv->part, dsum / rate,
-                         replica_owner__growth(o, lv->part),
-                         lv->asking > 0 ? dsum / lv->asking : 0.0);
-}
-
-/*
- * How much of the unreachable reporters' demand has moved to the live ones
- * (replica__moved), 0 to 1: the key's demand over the cluster as the live
- * ones' settled leases told them (orep.known_q, their mean), their parts
- * of it then (frozen shares) and their demand now (dsum, units/s; see
- * struct replica_owner__live).  The
- * parts held for the others (reserved, replica_owner__compute) are held
- * for what did not move: a load balancer that sent a crashed node's
- * clients to the others moved its demand, and its part held for nobody
- * refused them (two of three killed, their clients sent to the third, at
- * half the limit: 0.74 of one central limiter); and the live ones may grow
- * beyond their frozen shares by as much while the owner is cautious (the
- * survivor then held its third of the rate: 0.76).
- */
-static double replica_owner__moved(const struct okey *o, const struct replica_owner__live *lv,
-                                   double dsum)
-{
-    double rate = replica__rate(&o->p) * (double)NUM_NS_PER_S;
-    if (lv->nknown == 0 || lv->fsum <= 0.0 || rate <= 0.0)
-        return 0.0;
-    return replica__moved(lv->known / (double)lv->nknown, lv->fsum, dsum / rate,
-                          replica_owner__growth(o, lv->fsum),
-                          lv->asking > 0 ? dsum / lv->asking : 0.0);
+    return replica__left(lv->known / (double)lv->nknown, lv->part,
+                         replica_owner__moved(o, lv, dsum, lv->part));
 }
 
 static int replica_owner__presumed_dead(const struct replica *r, const struct orep *rp)
@@ -1034,7 +1033,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
      * without). */
     double gone =
         !replica__slow(&o->p, r->interval) && (reserved > 0.0 || (r->outvoted && !settled))
-            ? replica_owner__moved(o, &lv, dsum)
+            ? replica_owner__moved(o, &lv, dsum, lv.fsum)
             : 0.0;
     reserved *= 1.0 - gone;
     double avail = o->p.policy == POLICY_PARTITION_SHARE ? 1.0 - reserved : 1.0;

@@ -37,8 +37,8 @@ static void usage(FILE *f)
            "                   sliding-window (the names of CL.THROTTLE's algorithms)\n"
            "  --partition AT,LEN,SPLIT   a two-way partition [0,SPLIT) | [SPLIT,N) (seconds)\n"
            "  --minority-lag-ms MS       its smaller side declares the other dead MS later\n"
-           "  --redirect                 a dead node's clients go to a live node\n"
            "                             (marking it quiet meanwhile, as a real node)\n"
+           "  --redirect                 a dead node's clients go to a live node\n"
            "  --kill AT,RESTART,V        kill -9 nodes 0..V-1, restart them (ms)\n"
            "  --churn JOIN,DIE,LEAVE     node N-1 joins, node 1 dies, node 2 leaves (s; 0 none)\n");
 }
