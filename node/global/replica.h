@@ -106,7 +106,7 @@
  * Bounds.  Node side: at most max_keys global keys (the daemon's --max-keys,
  *   evict or refuse as --on-full says), about 200 bytes each; a key whose
  *   bucket is full and that saw no request for gc_grace_ns is dropped.
- *   Owner side: at most max_owned key records, each 160 bytes with its
+ *   Owner side: at most max_owned key records, each 168 bytes with its
  *   first reporting node, plus 64 per further one; a record with no live
  *   reporter is dropped after a silence window (phantom_max_ns for
  *   reserved shares).  Notices: at most NOTICE_MAX (65,536) held per node,

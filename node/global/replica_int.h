@@ -13,7 +13,8 @@
  *
  * A key this node both owns and serves crosses between the sides only
  * through replica_owner_on_report (its report) and replica_node_deliver
- * (its lease).  No I/O: time is an argument, sending a callback.
+ * (its lease); its two entries point at each other (nkey.own, okey.mine),
+ * so neither crossing looks the key up again.  No I/O: time is an argument, sending a callback.
  */
 #ifndef SLUICE_REPLICA_INT_H
 #define SLUICE_REPLICA_INT_H
@@ -216,6 +217,12 @@ struct nkey {
                            told it, this node's included, averaged as fshare,
                            units/s (wire known_demand_milli) */
     struct wloc *w;     /* window kinds only */
+    /* The key's record in r->owned while this node has one (a key it owns
+     * and serves, or did under an earlier view): a report to its own owner
+     * side goes there without a lookup.  Set by the owner side
+     * (replica_owner_on_report_hashed), cleared when either entry is freed
+     * (replica_node_free, replica_owner_free); NULL: look it up. */
+    struct table_entry *own;
 };
 
 /* ---- owner side: a key this node aggregates ------------------------------ */
@@ -292,9 +299,13 @@ struct okey {
      * key (reps is &one while cap is 1; a second reporter moves both to a
      * heap array, replica_owner__add_rep). */
     struct orep one;
+    /* The key's entry in r->nodes while this node serves it (nkey.own's
+     * other end): the lease to this node's own node side goes there
+     * without a lookup (replica_node_deliver_hashed).  NULL: look it up. */
+    struct table_entry *mine;
 };
-_Static_assert(sizeof(struct okey) == 160,
-               "struct okey: 160 bytes with its first reporter, as replica.h's bounds say");
+_Static_assert(sizeof(struct okey) == 168,
+               "struct okey: 168 bytes with its first reporter, as replica.h's bounds say");
 
 /* A notice this node holds for a key (replica_owner.c, "Thin keys"). */
 struct nnote {
@@ -535,13 +546,14 @@ int64_t replica_node_note_drain(void *ud, const struct table_entry *e);
  * (table_hash). */
 void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
                            const struct wire_lease *l, uint32_t hash);
-/* A lease from this node's own owner side (see replica_owner.c); _hashed
- * with the key's hash (table_hash: r->nodes and r->owned share a seed, so
- * an owned entry's hash field is the key's in r->nodes). */
+/* A lease from this node's own owner side (see replica_owner.c):
+ * replica_node_deliver by key, replica_node_deliver_owned for the key of
+ * owner entry ote (its node entry through okey.mine, else looked up with
+ * ote's hash: r->nodes and r->owned share a seed, and linked when found). */
 void replica_node_deliver(struct replica *r, const char *key, size_t klen, uint64_t life,
                           const struct wire_lease *l, int64_t now);
-void replica_node_deliver_hashed(struct replica *r, const char *key, size_t klen, uint32_t hash,
-                                 uint64_t life, const struct wire_lease *l, int64_t now);
+void replica_node_deliver_owned(struct replica *r, struct table_entry *ote, uint64_t life,
+                                const struct wire_lease *l, int64_t now);
 /* The member that owns node key k by the current view (recomputed once per
  * view change). */
 uint32_t replica_node_owner(struct replica *r, struct nkey *k, const char *key, size_t klen);
@@ -555,11 +567,15 @@ void replica_node_free(void *ud, struct table_entry *e);
 
 /* ---- replica_owner.c: the owner side ---------------------------------------------- */
 
-/* A report entry from member from's life life (from may be this node),
- * with the key's hash in r->owned (table_hash; a node entry's hash field is
- * it: the two tables share a seed). */
+/* A report entry from member from's life life, with the key's hash in
+ * r->owned (table_hash).  replica_owner_on_self_report is this node's own
+ * report of node entry ne (its hash field is the key's in r->owned: the two
+ * tables share a seed): its owner record through nkey.own, and the two
+ * entries linked when the record is looked up or made. */
 void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t life,
                                     const struct wire_report *e, uint32_t hash);
+void replica_owner_on_self_report(struct replica *r, struct table_entry *ne,
+                                  const struct wire_report *e);
 /* Computes owner key i in a pass if due; returns 0, OV_COMPUTED or OV_DROPPED. */
 #define OV_COMPUTED 1
 #define OV_DROPPED  2

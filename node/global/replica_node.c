@@ -201,6 +201,8 @@ void replica_node_free(void *ud, struct table_entry *e)
         free(k->w);
         k->w = NULL;
     }
+    if (k->own != NULL)
+        okey_of(k->own)->mine = NULL;
     uint32_t i = k->idx;
     if (i < r->nnk && r->nk[i] == e) {
         r->nk[i] = r->nk[--r->nnk];
@@ -911,22 +913,40 @@ void replica_node_on_lease(struct replica *r, uint32_t from, uint64_t life,
  * record is for) and only while this node owns the key by its own view (a
  * record left from an earlier view must not lease); otherwise nothing
  * happens. */
+static void replica_node__deliver(struct replica *r, struct table_entry *ne, uint64_t life,
+                                  const struct wire_lease *l, int64_t now)
+{
+    if (ne != NULL && life == r->life &&
+        replica_node_owner(r, nkey_of(ne), l->key, l->klen) == r->self)
+        replica_node__apply_lease(r, nkey_of(ne), l, now);
+}
+
 void replica_node_deliver(struct replica *r, const char *key, size_t klen, uint64_t life,
                           const struct wire_lease *l, int64_t now)
 {
-    replica_node_deliver_hashed(r, key, klen, table_hash(r->nodes, key, klen), life, l, now);
+    if (l->flags & WIRE_L_NOTICE)
+        replica_node__notice(r, key, klen, l, now);
+    else
+        replica_node__deliver(r, table_find(r->nodes, key, klen), life, l, now);
 }
 
-void replica_node_deliver_hashed(struct replica *r, const char *key, size_t klen, uint32_t hash,
-                                 uint64_t life, const struct wire_lease *l, int64_t now)
+void replica_node_deliver_owned(struct replica *r, struct table_entry *ote, uint64_t life,
+                                const struct wire_lease *l, int64_t now)
 {
     if (l->flags & WIRE_L_NOTICE) {
-        replica_node__notice(r, key, klen, l, now);
+        replica_node__notice(r, table_entry_key(ote), ote->klen, l, now);
         return;
     }
-    struct table_entry *ne = table_find_hashed(r->nodes, key, klen, hash);
-    if (ne != NULL && life == r->life && replica_node_owner(r, nkey_of(ne), key, klen) == r->self)
-        replica_node__apply_lease(r, nkey_of(ne), l, now);
+    struct okey *o = okey_of(ote);
+    struct table_entry *ne = o->mine;
+    if (ne == NULL) {
+        ne = table_find_hashed(r->nodes, table_entry_key(ote), ote->klen, ote->hash);
+        if (ne != NULL) {
+            o->mine = ne;
+            nkey_of(ne)->own = ote;
+        }
+    }
+    replica_node__deliver(r, ne, life, l, now);
 }
 
 /* Demand: requested units per second, refused ones included.  A young key
@@ -1132,7 +1152,7 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
         k->p.flags |= NK_IDLE;
     r->st.report_entries_sent++;
     if (owner == r->self) {
-        replica_owner_on_report_hashed(r, r->self, r->life, &w, e->hash);
+        replica_owner_on_self_report(r, e, &w);
         return 0;
     }
     size_t before = r->mem[owner].outbuf[0] ? r->mem[owner].out[0].len : 0;
@@ -1169,7 +1189,7 @@ static void replica_node__gone(struct replica *r, struct table_entry *e)
     };
     r->st.report_entries_sent++;
     if (owner == r->self)
-        replica_owner_on_report_hashed(r, r->self, r->life, &w, e->hash);
+        replica_owner_on_self_report(r, e, &w);
     else
         (void)replica_append(r, owner, 0, r->life, &w, NULL);
 }

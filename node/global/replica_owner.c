@@ -47,6 +47,8 @@ void replica_owner_free(void *ud, struct table_entry *e)
     if (o->reps != &o->one)
         free(o->reps);
     o->reps = NULL;
+    if (o->mine != NULL)
+        nkey_of(o->mine)->own = NULL;
     uint32_t i = o->idx;
     if (i < r->nok && r->ok[i] == e) {
         r->ok[i] = r->ok[--r->nok];
@@ -196,8 +198,13 @@ static void replica_owner__foreign(struct okey *o, const struct wire_report *e, 
     o->p.flags |= OK_EMPTIED;
 }
 
-void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t life,
-                                    const struct wire_report *e, uint32_t hash)
+/* A report entry, as replica_owner_on_report_hashed; ne: the reporting
+ * node entry when the report is this node's own (NULL otherwise), whose
+ * record is found through nkey.own and linked to it (okey.mine) once
+ * found or made. */
+static void replica_owner__report(struct replica *r, uint32_t from, uint64_t life,
+                                  const struct wire_report *e, uint32_t hash,
+                                  struct table_entry *ne)
 {
     struct algo_params p;
     /* A report without the limit (count 0: left out) is for a record this
@@ -210,7 +217,9 @@ void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t l
         return;
     }
     r->st.report_entries_received++;
-    struct table_entry *te = table_find_hashed(r->owned, e->key, e->klen, hash);
+    struct table_entry *te = ne != NULL ? nkey_of(ne)->own : NULL;
+    if (te == NULL)
+        te = table_find_hashed(r->owned, e->key, e->klen, hash);
     struct okey *o;
     int made = 0; /* the record is new with this report */
     if (te == NULL) {
@@ -237,6 +246,10 @@ void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t l
         made = 1;
     } else {
         o = okey_of(te);
+    }
+    if (ne != NULL) {
+        o->mine = ne;
+        nkey_of(ne)->own = te;
     }
     if (!bare) {
         replica__limit_of(&o->p, &p);
@@ -384,6 +397,18 @@ void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t l
         replica_owner__compute(r, te, r->now, from);
         r->answering = UINT32_MAX;
     }
+}
+
+void replica_owner_on_report_hashed(struct replica *r, uint32_t from, uint64_t life,
+                                    const struct wire_report *e, uint32_t hash)
+{
+    replica_owner__report(r, from, life, e, hash, NULL);
+}
+
+void replica_owner_on_self_report(struct replica *r, struct table_entry *ne,
+                                  const struct wire_report *e)
+{
+    replica_owner__report(r, r->self, r->life, e, ne->hash, ne);
 }
 
 /* Whether a reporter still speaks for itself: it reported within three of
@@ -1302,8 +1327,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         if (rp->member == r->self) {
             /* This node's own node side: no message (it checks, as for any
              * owner, that this node owns the key by its own view). */
-            replica_node_deliver_hashed(r, table_entry_key(te), te->klen, te->hash, rp->life, &l,
-                                        now);
+            replica_node_deliver_owned(r, te, rp->life, &l, now);
             continue;
         }
         if (replica_append(r, rp->member, 1, rp->life, NULL, &l) == 0)

@@ -22,7 +22,7 @@ deployment of sluice and what a schema would not catch:
     edits reach the pods), from the ConfigMap and the Secret the Pod names,
     under the data keys that exist;
   - memory: the container's limit holds max_keys keys (the ConfigMap's, or
-    sluiced's default) at 418 bytes each (the README's figure for a global
+    sluiced's default) at 434 bytes each (the README's figure for a global
     key) plus 64 MiB;
   - sluice.conf: every section and key is one deploy/sluice.conf documents,
     and the real daemon accepts it: sluiced has no check-only mode, so the
@@ -68,7 +68,7 @@ DEFAULT_DIR = os.path.join(ROOT, "deploy", "kubernetes")
 REFERENCE_CONF = os.path.join(ROOT, "deploy", "sluice.conf")
 SERVED_PATHS = ("/health", "/ready", "/metrics", "/v1/throttle")  # what sluiced's HTTP listener answers
 DEFAULT_MAX_KEYS = 4194304  # sluiced's default max_keys (deploy/sluice.conf)
-BYTES_PER_KEY = 418  # README: a global key served and owned, the costliest
+BYTES_PER_KEY = 434  # README: a global key served and owned, the costliest
 BASE_BYTES = 64 << 20  # the daemon itself, clients and allocator, at the least
 
 
