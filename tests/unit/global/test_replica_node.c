@@ -246,6 +246,26 @@ static void assert_leased(struct replica *r, const char *key, int64_t now, int w
         assert_true(info.share > 0.999);
 }
 
+/* A request for key at *now, then 500 ms of passes; then key's two
+ * entries, *ne and *oe, point at each other, and the lease crossed
+ * (assert_leased). */
+static void ask_linked(struct replica *r, const char *key, int64_t *now, int whole,
+                       struct table_entry **ne, struct table_entry **oe)
+{
+    struct algo_params p = limit100();
+    struct algo_result res;
+    assert_int_equal(
+        replica_throttle(r, key, strlen(key), &p, POLICY_PARTITION_SHARE, 1, *now, &res), 0);
+    tick_ms(r, now, 500);
+    *ne = table_find(r->nodes, key, strlen(key));
+    *oe = table_find(r->owned, key, strlen(key));
+    assert_non_null(*ne);
+    assert_non_null(*oe);
+    assert_ptr_equal(nkey_of(*ne)->own, *oe);
+    assert_ptr_equal(okey_of(*oe)->mine, *ne);
+    assert_leased(r, key, *now, whole);
+}
+
 /* A key this node serves and owns has its two entries point at each
  * other (nkey.own, okey.mine: the report and the lease cross without a
  * lookup).  Either entry may go while the other stays (the node side
@@ -255,42 +275,23 @@ static void assert_leased(struct replica *r, const char *key, int64_t now, int w
 static void test_own_entries_linked(void **state)
 {
     struct replica *r = *state;
-    struct algo_params p = limit100();
-    struct algo_result res;
     int64_t now = SEC;
-    const char *key = "k";
-    assert_int_equal(replica_throttle(r, key, 1, &p, POLICY_PARTITION_SHARE, 1, now, &res), 0);
-    tick_ms(r, &now, 500);
-    struct table_entry *ne = table_find(r->nodes, key, 1), *oe = table_find(r->owned, key, 1);
-    assert_non_null(ne);
-    assert_non_null(oe);
-    assert_ptr_equal(nkey_of(ne)->own, oe);
-    assert_ptr_equal(okey_of(oe)->mine, ne);
-    assert_leased(r, key, now, 1);
+    struct table_entry *ne, *oe, *ne2, *oe2;
+    ask_linked(r, "k", &now, 1, &ne, &oe);
 
     /* The node side's entry goes; the record stays and forgets it. */
     table_delete(r->nodes, ne);
     assert_null(okey_of(oe)->mine);
     tick_ms(r, &now, 200); /* the record's computation: no node entry to lease */
-    assert_ptr_equal(table_find(r->owned, key, 1), oe);
-    assert_int_equal(replica_throttle(r, key, 1, &p, POLICY_PARTITION_SHARE, 1, now, &res), 0);
-    tick_ms(r, &now, 500);
-    ne = table_find(r->nodes, key, 1);
-    assert_non_null(ne);
-    assert_ptr_equal(nkey_of(ne)->own, oe);
-    assert_ptr_equal(okey_of(oe)->mine, ne);
-    assert_leased(r, key, now, 1);
+    ask_linked(r, "k", &now, 1, &ne2, &oe2);
+    assert_ptr_equal(oe2, oe); /* the same record, linked to the new entry */
 
-    /* The record goes; the node entry stays and forgets it. */
-    table_delete(r->owned, oe);
-    assert_null(nkey_of(ne)->own);
-    assert_int_equal(replica_throttle(r, key, 1, &p, POLICY_PARTITION_SHARE, 1, now, &res), 0);
-    tick_ms(r, &now, 500);
-    oe = table_find(r->owned, key, 1);
-    assert_non_null(oe);
-    assert_ptr_equal(nkey_of(ne)->own, oe);
-    assert_ptr_equal(okey_of(oe)->mine, ne);
-    assert_leased(r, key, now, 0);
+    /* The record goes; the node entry stays and forgets it.  The next
+     * report makes a record anew, which starts cautious. */
+    table_delete(r->owned, oe2);
+    assert_null(nkey_of(ne2)->own);
+    ask_linked(r, "k", &now, 0, &ne, &oe);
+    assert_ptr_equal(ne, ne2);
 }
 
 int main(void)
