@@ -36,6 +36,10 @@ struct member {
     /* suspicion (state == SUSPECT) */
     int64_t susp_start, susp_deadline;
     int susp_k, susp_confirmations;
+    /* Our own check of it before our timer declares it dead, when no probe
+     * of ours failed during the suspicion (gossip_node_tick): 0 none yet,
+     * 1 the next probe goes to it, 2 done. */
+    uint8_t susp_check;
     uint64_t susp_accusers[MEMBER_MAX_ACCUSERS]; /* name hashes */
     /* application payload duplicate window */
     uint32_t app_inc;

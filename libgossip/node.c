@@ -629,6 +629,7 @@ static void start_suspicion(struct gossip_node *n, struct member *m, uint64_t ac
     if ((int)n->live - 2 < k || !n->cfg.lifeguard)
         k = 0;
     m->susp_start = n->now;
+    m->susp_check = 0;
     m->susp_k = k;
     m->susp_confirmations = 0;
     memset(m->susp_accusers, 0, sizeof(m->susp_accusers));
@@ -866,7 +867,13 @@ static void probe_start(struct gossip_node *n)
      * carries its refutation even when gossip of it missed us, and the ping
      * carries the suspicion to it (Lifeguard's buddy system). */
     n->probe_turn ^= 1;
-    if (n->sn > 0 && n->probe_turn)
+    m = NULL;
+    for (size_t i = 0; i < n->sn && m == NULL; i++)
+        if (n->sus[i]->susp_check == 1)
+            m = n->sus[i]; /* its timer waits for this probe (gossip_node_tick) */
+    if (m != NULL)
+        m->susp_check = 2;
+    else if (n->sn > 0 && n->probe_turn)
         m = n->sus[rnd(n) % n->sn];
     else
         m = next_probe_target(n);
@@ -1797,6 +1804,27 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
     }
     for (size_t i = 0; i < n->sn;) {
         struct member *m = n->sus[i];
+        if (now >= m->susp_deadline && m->susp_check == 0 && !n->left &&
+            !(m->probe_failed >= m->susp_start && unreachable_here(m))) {
+            /* Others' word alone, none of our probes of it failed since:
+             * probe it ourselves first (the ping carries the suspicion, its
+             * ack the refutation), and judge one probe interval and its
+             * wait later.  Its refutation's gossip can miss us: after a
+             * healed partition the queues are full of the verdicts each
+             * side made, and a node that held a suspicion nobody else
+             * still held declared a live member dead (one seed in 1,200 of
+             * test_partition_heal_no_false_deaths, the member refuted 4 s
+             * before, nothing from it in between).  A dead member fails
+             * that probe and dies a probe interval later than it would. */
+            m->susp_check = 1;
+            m->susp_deadline = now + 2 * scaled(n, n->cfg.probe_interval_ms);
+            if (!n->probe.active) {
+                n->next_probe = now;
+                probe_start(n);
+            }
+            i++;
+            continue;
+        }
         if (now >= m->susp_deadline) {
             /* removes m from sus */
             on_dead(n, m->name, m->name_len, m->incarnation, m->life, 0, NULL, 0);
