@@ -1807,15 +1807,17 @@ void gossip_node_tick(struct gossip_node *n, int64_t now_ns)
         if (now >= m->susp_deadline && m->susp_check == 0 && !n->left &&
             !(m->probe_failed >= m->susp_start && unreachable_here(m))) {
             /* Others' word alone, none of our probes of it failed since:
-             * probe it ourselves first (the ping carries the suspicion, its
-             * ack the refutation), and judge one probe interval and its
-             * wait later.  Its refutation's gossip can miss us: after a
-             * healed partition the queues are full of the verdicts each
-             * side made, and a node that held a suspicion nobody else
-             * still held declared a live member dead (one seed in 1,200 of
+             * probe it ourselves first (the ping carries the suspicion,
+             * its ack the refutation), and judge two probe intervals
+             * later (the probe running now may hold ours back one).  Its
+             * refutation's gossip can miss us: after a healed partition
+             * the queues are full of the verdicts each side made, and a
+             * node that held a suspicion nobody else still held declared
+             * a live member dead (one seed in 1,200 of
              * test_partition_heal_no_false_deaths, the member refuted 4 s
              * before, nothing from it in between).  A dead member fails
-             * that probe and dies a probe interval later than it would. */
+             * that probe and dies up to two probe intervals later than it
+             * would.  Once per suspicion: then the timer rules. */
             m->susp_check = 1;
             m->susp_deadline = now + 2 * scaled(n, n->cfg.probe_interval_ms);
             if (!n->probe.active) {

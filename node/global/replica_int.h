@@ -13,8 +13,9 @@
  *
  * A key this node both owns and serves crosses between the sides only
  * through replica_owner_on_report (its report) and replica_node_deliver
- * (its lease); its two entries point at each other (nkey.own, okey.mine),
- * so neither crossing looks the key up again.  No I/O: time is an argument, sending a callback.
+ * (its lease); its two entries point at each other (nkey.own, okey.mine,
+ * replica__link), so neither crossing looks the key up again.  No I/O:
+ * time is an argument, sending a callback.
  */
 #ifndef SLUICE_REPLICA_INT_H
 #define SLUICE_REPLICA_INT_H
@@ -219,9 +220,9 @@ struct nkey {
     struct wloc *w;     /* window kinds only */
     /* The key's record in r->owned while this node has one (a key it owns
      * and serves, or did under an earlier view): a report to its own owner
-     * side goes there without a lookup.  Set by the owner side
-     * (replica_owner_on_report_hashed), cleared when either entry is freed
-     * (replica_node_free, replica_owner_free); NULL: look it up. */
+     * side goes there without a lookup.  Set by replica__link, cleared
+     * when either entry is freed (replica_node_free, replica_owner_free);
+     * NULL: look it up. */
     struct table_entry *own;
 };
 
@@ -301,7 +302,7 @@ struct okey {
     struct orep one;
     /* The key's entry in r->nodes while this node serves it (nkey.own's
      * other end): the lease to this node's own node side goes there
-     * without a lookup (replica_node_deliver_hashed).  NULL: look it up. */
+     * without a lookup (replica_node_deliver_owned).  NULL: look it up. */
     struct table_entry *mine;
 };
 _Static_assert(sizeof(struct okey) == 168,
@@ -407,6 +408,14 @@ static inline struct nkey *nkey_of(struct table_entry *e)
 static inline struct okey *okey_of(struct table_entry *e)
 {
     return (struct okey *)table_entry_value(e);
+}
+
+/* Links node entry ne and owner entry oe of one key (nkey.own, okey.mine),
+ * once either side has found the other by a lookup. */
+static inline void replica__link(struct table_entry *ne, struct table_entry *oe)
+{
+    nkey_of(ne)->own = oe;
+    okey_of(oe)->mine = ne;
 }
 
 /* ---- shared helpers ---------------------------------------------------------- */

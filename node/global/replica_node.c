@@ -937,14 +937,11 @@ void replica_node_deliver_owned(struct replica *r, struct table_entry *ote, uint
         replica_node__notice(r, table_entry_key(ote), ote->klen, l, now);
         return;
     }
-    struct okey *o = okey_of(ote);
-    struct table_entry *ne = o->mine;
+    struct table_entry *ne = okey_of(ote)->mine;
     if (ne == NULL) {
         ne = table_find_hashed(r->nodes, table_entry_key(ote), ote->klen, ote->hash);
-        if (ne != NULL) {
-            o->mine = ne;
-            nkey_of(ne)->own = ote;
-        }
+        if (ne != NULL)
+            replica__link(ne, ote);
     }
     replica_node__deliver(r, ne, life, l, now);
 }

@@ -247,10 +247,8 @@ static void replica_owner__report(struct replica *r, uint32_t from, uint64_t lif
     } else {
         o = okey_of(te);
     }
-    if (ne != NULL) {
-        o->mine = ne;
-        nkey_of(ne)->own = te;
-    }
+    if (ne != NULL)
+        replica__link(ne, te);
     if (!bare) {
         replica__limit_of(&o->p, &p);
         o->p.policy = e->policy == POLICY_PARTITION_OPTIMISTIC ? POLICY_PARTITION_OPTIMISTIC
