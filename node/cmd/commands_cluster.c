@@ -117,8 +117,10 @@ int commands_cluster_key(struct cluster *cl, size_t argc, const char **argv, con
     resp_buf_init(&slots);
     struct slots_ctx x = {.items = &slots, .now = cluster_now_ns(cl)};
     struct replica_key_info info;
-    if (replica_key_info(r, argv[1], argvlen[1], x.now, &info, commands_cluster__slot_one, &x) <
-        0) {
+    char buf[CLUSTER_KEY_ID_LEN];
+    size_t idlen;
+    const char *id = cluster_key_id(argv[1], argvlen[1], buf, &idlen);
+    if (replica_key_info(r, id, idlen, x.now, &info, commands_cluster__slot_one, &x) < 0) {
         resp_buf_free(&slots);
         resp_add_null(out);
         return SERVER_CONTINUE;

@@ -477,6 +477,17 @@ int commands_lease_lease(struct commands_sl *sl, struct server_client *c, int re
      * (gcra: any algorithm that can be global; the scope is what counts). */
     q->global =
         commands_lease__slots(l) != NULL && cluster_is_global(l->cl, NULL, scope, ALGO_GCRA);
+    if (q->global && q->klen > CLUSTER_KEY_INLINE) {
+        /* Its slots' messages could not carry it: refused here, not left
+         * waiting for slots that never come (cluster.h). */
+        resp_add_errorf(out,
+                        "ERR key too long for a global concurrency limit (%zu bytes, the limit "
+                        "is %d)",
+                        q->klen, CLUSTER_KEY_INLINE);
+        if (q != &now_q)
+            free(q);
+        return SERVER_CONTINUE;
+    }
     if (timeout_ns == 0 && acquire_has_waiters(l->acq, key, q->klen)) {
         commands_lease__refusal(l, q, key, q->klen);
         commands_lease__reply(out, resp3, q, 0);

@@ -921,6 +921,8 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
 {
     enum policy_partition rp = pol != NULL ? pol->partition : c->partition;
     int64_t now = cluster_clock_ns(c, now_ns);
+    char buf[CLUSTER_KEY_ID_LEN];
+    key = cluster_key_id(key, klen, buf, &klen);
     int rc = replica_throttle(c->r, key, klen, p, rp, qty, now, out);
     /* A prompt report asked for (replica.c): at the loop's next turn. */
     if (replica_prompt_pending(c->r))
@@ -930,12 +932,27 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
 
 void cluster_prefetch(const struct cluster *c, const char *key, size_t klen, int stage, uint32_t *h)
 {
+    char buf[CLUSTER_KEY_ID_LEN];
+    key = cluster_key_id(key, klen, buf, &klen);
     replica_prefetch(c->r, key, klen, stage, h);
 }
 
 void cluster_note_demand(struct cluster *c, const char *key, size_t klen, int64_t qty)
 {
+    char buf[CLUSTER_KEY_ID_LEN];
+    key = cluster_key_id(key, klen, buf, &klen);
     replica_note_demand(c->r, key, klen, qty, cluster_now_ns(c));
+}
+
+const char *cluster_key_digest(const char *key, size_t klen, char buf[CLUSTER_KEY_ID_LEN],
+                               size_t *idlen)
+{
+    buf[0] = (char)0xFF;
+    /* BLAKE2b-256 cannot fail for these sizes (libsodium returns 0). */
+    (void)crypto_generichash((unsigned char *)buf + 1, CLUSTER_KEY_ID_LEN - 1,
+                             (const unsigned char *)key, klen, NULL, 0);
+    *idlen = CLUSTER_KEY_ID_LEN;
+    return buf;
 }
 
 struct gossip_node *cluster_gossip(struct cluster *c)

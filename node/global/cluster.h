@@ -114,6 +114,40 @@ int cluster_is_global(const struct cluster *c, const struct policy *pol, int sco
                       enum algo_kind kind);
 
 /*
+ * A global key's name in the cluster: in the replica's tables and on the
+ * wire.  A replication message is one datagram (1,200 bytes of entries at
+ * the default MTU), so a key longer than CLUSTER_KEY_INLINE, which
+ * --max-key-bytes allows, could not be reported to its owner: each node
+ * then held it alone and the cluster admitted N times its limit (and
+ * keys over 4,096 bytes were refused).  Such a key travels as its digest,
+ * CLUSTER_KEY_ID_LEN bytes: 0xFF and the key's BLAKE2b-256.  A key that
+ * starts with byte 0xFF (never the first byte of UTF-8 text) is digested
+ * too, whatever its length, so no key's own name is another's digest.
+ * Every node maps a key the same way, so it has one owner and one state.
+ * What it costs: such a key's BLAKE2b per request, and SL.KEY's answer
+ * and the owner's tables show the digest.  The mapping is made where a
+ * key enters the cluster (cluster_decide_global, cluster_prefetch,
+ * cluster_note_demand, SL.KEY): their callers pass the key as given.
+ * Global concurrency keys (SL.LEASE, global/slots.h) are not mapped: one
+ * longer than CLUSTER_KEY_INLINE is refused.
+ */
+#define CLUSTER_KEY_INLINE 512
+#define CLUSTER_KEY_ID_LEN 33
+const char *cluster_key_digest(const char *key, size_t klen, char buf[CLUSTER_KEY_ID_LEN],
+                               size_t *idlen);
+/* The key's name in the cluster: key itself, or its digest written to buf;
+ * *idlen is its length.  Never fails. */
+static inline const char *cluster_key_id(const char *key, size_t klen, char buf[CLUSTER_KEY_ID_LEN],
+                                         size_t *idlen)
+{
+    if (klen <= CLUSTER_KEY_INLINE && (klen == 0 || (unsigned char)key[0] != 0xFFu)) {
+        *idlen = klen;
+        return key;
+    }
+    return cluster_key_digest(key, klen, buf, idlen);
+}
+
+/*
  * The replica's decision on qty units (0 peeks) of a key the caller found
  * global with cluster_is_global, under pol's partition policy or the
  * cluster's, at now_ns on the loop's monotonic clock (uv_hrtime; converted

@@ -18,6 +18,7 @@
 #include "cluster_flags.h"
 #include "config.h"
 #include "policy.h"
+#include "replica.h"
 #include "sluice/error.h"
 
 static void test_flags(void **state)
@@ -219,6 +220,75 @@ static void test_scope_routing(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* Global keys longer than a replication message holds, and keys that
+ * start with byte 0xFF, are named in the cluster by their digest
+ * (cluster.h): one fixed-size name per key, never another key's own name,
+ * and decided by the replica as any global key (before, a key over 4,096
+ * bytes was refused and one over about 1,150 never reached its owner). */
+static void test_long_keys_digest(void **state)
+{
+    (void)state;
+    char buf[CLUSTER_KEY_ID_LEN], buf2[CLUSTER_KEY_ID_LEN];
+    static char key[CLUSTER_KEY_INLINE * 20];
+    memset(key, 'k', sizeof(key));
+    size_t n;
+    /* Up to CLUSTER_KEY_INLINE bytes: the key itself. */
+    assert_ptr_equal(cluster_key_id(key, 3, buf, &n), key);
+    assert_int_equal(n, 3);
+    assert_ptr_equal(cluster_key_id(key, CLUSTER_KEY_INLINE, buf, &n), key);
+    assert_int_equal(n, CLUSTER_KEY_INLINE);
+    /* Longer: 0xFF and 32 bytes, the same for the same key, another for
+     * another key. */
+    const char *id = cluster_key_id(key, CLUSTER_KEY_INLINE + 1, buf, &n);
+    assert_ptr_equal(id, buf);
+    assert_int_equal(n, CLUSTER_KEY_ID_LEN);
+    assert_int_equal((unsigned char)buf[0], 0xFF);
+    (void)cluster_key_id(key, CLUSTER_KEY_INLINE + 1, buf2, &n);
+    assert_memory_equal(buf, buf2, CLUSTER_KEY_ID_LEN);
+    (void)cluster_key_id(key, CLUSTER_KEY_INLINE + 2, buf2, &n);
+    assert_memory_not_equal(buf, buf2, CLUSTER_KEY_ID_LEN);
+    /* A key that looks like a digest is digested too, so no key's own
+     * name is another key's digest. */
+    char fake[CLUSTER_KEY_ID_LEN];
+    memcpy(fake, buf, sizeof(fake));
+    id = cluster_key_id(fake, sizeof(fake), buf2, &n);
+    assert_ptr_equal(id, buf2);
+    assert_memory_not_equal(buf, buf2, CLUSTER_KEY_ID_LEN);
+
+    /* Decided by the replica: burst 2 admits 3 of 5, for a key of 10,240
+     * bytes as for a short one, and the replica holds one key for it. */
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct cluster_options o;
+    cluster_options_init(&o);
+    o.gossip_bind = "127.0.0.1:0";
+    o.insecure = 1;
+    o.node_name = "unit";
+    struct cluster *c;
+    char err[512];
+    assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), 0);
+    struct limiter *lim;
+    assert_int_equal(limiter_create(&lim, NULL), 0);
+    struct decide d = {lim, c};
+    struct algo_params gcra;
+    assert_int_equal(algo_params_init(&gcra, ALGO_GCRA, 2, 10, 3600000000000, 0), 0);
+    int64_t now = (int64_t)uv_hrtime();
+    int admitted = 0;
+    for (int i = 0; i < 5; i++) {
+        struct decide_req q = {.key = key, .klen = sizeof(key), .p = &gcra, .scope = -1, .qty = 1};
+        struct algo_result r;
+        assert_int_equal(decide_run(&d, &q, now, &r), 0);
+        admitted += !r.limited;
+    }
+    assert_int_equal(admitted, 3);
+    struct replica_stats rs;
+    replica_get_stats(cluster_replica(c), &rs);
+    assert_int_equal(rs.keys, 1);
+    limiter_destroy(lim);
+    finish(&loop, c);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -226,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_config_fills_what_flags_leave),
         cmocka_unit_test(test_start_refusals),
         cmocka_unit_test(test_scope_routing),
+        cmocka_unit_test(test_long_keys_digest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
