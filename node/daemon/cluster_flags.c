@@ -25,6 +25,8 @@ int cluster_flags_apply_config(struct cluster_options *o, const struct config *c
         o->label = cfg->cluster_label;
     if (o->gossip_interval_ms == 0)
         o->gossip_interval_ms = cfg->gossip_interval_ms;
+    if (o->gossip_mtu == 0)
+        o->gossip_mtu = cfg->gossip_mtu;
     if (o->advertise == NULL)
         o->advertise = cfg->advertise;
     if (o->default_scope < 0 && cfg->default_scope_set)
@@ -147,6 +149,14 @@ int cluster_flags_parse(struct cluster_options *o, int opt, const char *arg)
         }
         o->dns_interval_ms = v;
         return 1;
+    case 14:
+        if (cluster_flags__ms(arg, CLUSTER_MTU_MIN, CLUSTER_MTU_MAX, &v) < 0) {
+            fprintf(stderr, "sluiced: --gossip-mtu: expected %d..%d, got '%s'\n", CLUSTER_MTU_MIN,
+                    CLUSTER_MTU_MAX, arg);
+            return -1;
+        }
+        o->gossip_mtu = v;
+        return 1;
     default:
         return 0;
     }
@@ -178,5 +188,7 @@ void cluster_flags_usage(FILE *f)
             "                           from owners that know the cluster, at most this\n"
             "                           long (default 2000; 0 = none; a new member, whose\n"
             "                           name has no past life in the cluster, serves at once)\n"
-            "  --dns-interval-ms N      re-resolution period of --join (default 30000)\n");
+            "  --dns-interval-ms N      re-resolution period of --join (default 30000)\n"
+            "  --gossip-mtu N           largest datagram sent, 1400..9216 (default 1400);\n"
+            "                           raise it on networks with jumbo frames, on every node\n");
 }

@@ -43,7 +43,8 @@ int cluster_flags_apply_config(struct cluster_options *o, const struct config *c
     {"gossip-probe-interval-ms", required_argument, NULL, CLUSTER_FLAGS_BASE + 10}, \
     {"sync-timeout-ms", required_argument, NULL, CLUSTER_FLAGS_BASE + 11}, \
     {"dns-interval-ms", required_argument, NULL, CLUSTER_FLAGS_BASE + 12}, \
-    {"allow-shared-key-file", no_argument, NULL, CLUSTER_FLAGS_BASE + 13}
+    {"allow-shared-key-file", no_argument, NULL, CLUSTER_FLAGS_BASE + 13}, \
+    {"gossip-mtu", required_argument, NULL, CLUSTER_FLAGS_BASE + 14}
 /* clang-format on */
 int cluster_flags_parse(struct cluster_options *o, int opt, const char *arg);
 /* The cluster part of `sluiced --help`. */

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster.h"
 #include "file.h"
 #include "concurrency.h"
 #include "limiter.h"
@@ -699,6 +700,11 @@ static int config__cluster_key(struct config_parser *ps, const char *k, const ch
         if (config__uint(v, 10, 60000, &u) < 0 || u < 10)
             BAD("gossip_interval_ms: expected a number from 10 to 60000, got '%s'", v);
         cfg->gossip_interval_ms = (int64_t)u;
+    } else if (strcmp(k, "gossip_mtu") == 0) {
+        if (config__uint(v, 10, CLUSTER_MTU_MAX, &u) < 0 || u < CLUSTER_MTU_MIN)
+            BAD("gossip_mtu: expected a number from %d to %d, got '%s'", CLUSTER_MTU_MIN,
+                CLUSTER_MTU_MAX, v);
+        cfg->gossip_mtu = (int64_t)u;
     } else {
         BAD("unknown key '%s' in [cluster]", k);
     }

@@ -80,6 +80,7 @@ struct config {
     char *advertise;       /* "host:port" peers send to, or NULL (the bind address) */
     enum policy_partition partition_policy; /* inline global limits' policy */
     int64_t gossip_interval_ms;
+    int64_t gossip_mtu; /* 0: not set (1400) */
     /* [policy NAME], in file order */
     struct policy_spec *policies;
     size_t npolicies;

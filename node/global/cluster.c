@@ -717,6 +717,10 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     rc_cfg.carry_ud = o->carry_ud;
     rc_cfg.clock = cluster__clock;
     rc_cfg.clock_ud = c;
+    /* A replication message leaves 200 bytes of the datagram to libgossip's
+     * header and seal (84 to 144 bytes: gossip_node_max_direct). */
+    int64_t mtu = o->gossip_mtu > 0 ? o->gossip_mtu : CLUSTER_MTU_MIN;
+    rc_cfg.max_msg = (size_t)mtu - 200;
     /* Kept for the log line of failed lookups; none if out of memory. */
     c->join = o->join != NULL ? strdup(o->join) : NULL;
     /* A lone first node (no seeds) has no past to recover. */
@@ -756,6 +760,7 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     gc.life_id = c->life;
     gc.gossip_interval_ms = c->interval_ms;
     gc.gossip_nodes = GOSSIP_FANOUT;
+    gc.mtu = (size_t)mtu;
     if (o->probe_interval_ms > 0) {
         gc.probe_interval_ms = o->probe_interval_ms;
         gc.probe_timeout_ms = o->probe_interval_ms / 2 > 0 ? o->probe_interval_ms / 2 : 1;

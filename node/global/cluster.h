@@ -62,6 +62,7 @@ struct cluster_options {
     int64_t probe_interval_ms;  /* 0: libgossip's default (1000) */
     int64_t sync_timeout_ms;    /* -1: 2000; fail-closed bound after a start */
     int64_t dns_interval_ms;    /* join list re-resolution; 0 = 30000 */
+    int64_t gossip_mtu;         /* largest datagram sent, bytes; 0 = 1400 (see cluster.c) */
     size_t max_keys;            /* global keys held (--max-keys); 0 = 1M */
     int evict;                  /* --on-full evict: make room for a new global key */
     int on_full_allow;          /* --on-full allow: a new key beyond max_keys is allowed */
@@ -72,6 +73,15 @@ struct cluster_options {
     int64_t (*carry)(void *ud, const char *key, size_t klen, const struct algo_params *p);
     void *carry_ud;
 };
+
+/* --gossip-mtu's range: from libgossip's default, for which the
+ * replication's and the slots' messages are sized (a 512-byte key's entry
+ * in each, cluster_key_id), to the most libgossip receives, a jumbo frame.
+ * A larger MTU carries more entries a datagram: at 9,216 bytes a node of
+ * three serving a million keys spent 8% less CPU a request, the two
+ * others 30% less (fewer datagrams to send, wake up for and read). */
+#define CLUSTER_MTU_MIN 1400
+#define CLUSTER_MTU_MAX 9216
 
 /* Sets every field to "not given". */
 void cluster_options_init(struct cluster_options *o);

@@ -53,8 +53,9 @@ def keys():
     return out
 
 
-def run_load(c, per_node):
-    """Sends every node's (time, key) requests at their times; returns
+def run_load(c, per_node, limit=(BURST, COUNT, PERIOD), seconds=SECONDS):
+    """Sends every node's (time, key) requests at their times, each a
+    CL.THROTTLE under limit (burst, count, period); returns
     [(t_sent, key, allowed)], errors."""
     answers, errors = [], []
     lock = threading.Lock()
@@ -63,11 +64,11 @@ def run_load(c, per_node):
     def worker(i):
         conn = c.client(i)
         for now, due in sluicetest.paced(per_node[i], lambda: time.monotonic() - t0,
-                                         lambda t: t < SECONDS + 5):
+                                         lambda t: t < seconds + 5):
             try:
                 p = conn.pipeline(transaction=False)
                 for key in due:
-                    p.execute_command("CL.THROTTLE", key, BURST, COUNT, PERIOD, 1)
+                    p.execute_command("CL.THROTTLE", key, *limit, 1)
                 reps = p.execute()
                 with lock:
                     for key, rep in zip(due, reps):
@@ -78,11 +79,12 @@ def run_load(c, per_node):
                 conn = c.client(i)
         conn.close()
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(N)]
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
+               for i in range(len(per_node))]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(SECONDS + 30)
+        t.join(seconds + 30)
     return answers, errors
 
 

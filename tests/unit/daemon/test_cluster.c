@@ -38,12 +38,16 @@ static void test_flags(void **state)
     assert_int_equal(o.gossip_interval_ms, 250);
     assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 9, NULL), 1);
     assert_int_equal(o.insecure, 1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 14, "9000"), 1);
+    assert_int_equal(o.gossip_mtu, 9000);
     /* Bad values are refused with a message, unknown options passed on. */
     assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 7, "everywhere"), -1);
     assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 8, "pessimistic"), -1);
     assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 6, "5"), -1);
     assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 6, "12x"), -1);
     assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 0, ""), -1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 14, "1399"), -1);
+    assert_int_equal(cluster_flags_parse(&o, CLUSTER_FLAGS_BASE + 14, "9217"), -1);
     assert_int_equal(cluster_flags_parse(&o, 'h', NULL), 0);
     cluster_options_free(&o);
 }
@@ -57,7 +61,8 @@ static void test_config_fills_what_flags_leave(void **state)
                                "advertise = 127.0.0.1:7001\n"
                                "join = a:1, b:2\n"
                                "cluster_key_file = /etc/k\n"
-                               "partition_policy = optimistic\n";
+                               "partition_policy = optimistic\n"
+                               "gossip_mtu = 9000\n";
     struct config cfg;
     char err[256];
     assert_int_equal(config_load_buffer("t.conf", text, strlen(text), &cfg, err, sizeof(err)), 0);
@@ -71,6 +76,7 @@ static void test_config_fills_what_flags_leave(void **state)
     assert_string_equal(o.join, "a:1,b:2");
     assert_string_equal(o.key_file, "/etc/k");
     assert_int_equal(o.partition, POLICY_PARTITION_OPTIMISTIC);
+    assert_int_equal(o.gossip_mtu, 9000);
     /* default_scope not in the file: inline limits stay global. */
     assert_int_equal(o.default_scope, -1);
     cluster_options_free(&o);
