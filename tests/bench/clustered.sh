@@ -26,7 +26,8 @@
 # 300,000 per round, about 2 minutes on 2 cores; 0.02 gives the smoke run);
 # CLUSTERED_SPACES (default "1000 100000 1000000"); CLUSTERED_CLIENTS
 # (default 50) and CLUSTERED_PIPES (default "1 16"), other shapes of the
-# same load; CLUSTERED_ROUNDS
+# same load; CLUSTERED_NODE_ARGS, more flags for the three clustered nodes
+# (e.g. "--gossip-mtu 9216"); CLUSTERED_ROUNDS
 # (default 3): rounds of each cell, the two daemons in turn and in
 # alternating order; a line of medians follows a cell's rounds (one round
 # of a pipelined cell lasts under a second, and on a shared 2-core host a
@@ -43,6 +44,7 @@ SPACES=${CLUSTERED_SPACES:-"1000 100000 1000000"}
 ROUNDS=${CLUSTERED_ROUNDS:-3}
 CLIENTS=${CLUSTERED_CLIENTS:-50}
 PIPES=${CLUSTERED_PIPES:-"1 16"}
+read -r -a NODE_ARGS <<<"${CLUSTERED_NODE_ARGS:-}"
 command -v redis-benchmark >/dev/null || { echo "clustered: redis-benchmark not found" >&2; exit 1; }
 
 TMP=$(mktemp -d /tmp/sluice-clustered.XXXXXX)
@@ -61,7 +63,8 @@ i=0
 for p in $P1 $P2 $P3; do
   i=$((i + 1))
   "$BIN/sluiced" --socket "$TMP/n$i.sock" --node-name "n$i" --gossip-bind "127.0.0.1:$p" \
-    --join "$JOIN" --cluster-key-file "$TMP/cluster.key" --log-level warn 2>>"$TMP/nodes.log" &
+    --join "$JOIN" --cluster-key-file "$TMP/cluster.key" --log-level warn \
+    ${NODE_ARGS[@]+"${NODE_ARGS[@]}"} 2>>"$TMP/nodes.log" &
   PIDS+=($!)
 done
 "$BIN/sluiced" --socket "$TMP/alone.sock" --log-level warn &
