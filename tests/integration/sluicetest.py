@@ -300,6 +300,58 @@ def poisson_spread(rnd, key, rate, seconds, per_node):
         t += rnd.expovariate(rate)
 
 
+def throttle_load(client, per_node, limit_of, seconds):
+    """Sends every node's CL.THROTTLE requests at their times, one thread a
+    node: per_node[i] is node i's sorted list of (seconds from the start,
+    key), client(i) opens a redis client to node i, limit_of(key) gives the
+    key's (burst, count, period).  The requests due in one tick go as one
+    pipeline; a thread stops after its last request or at seconds + 5 s.
+    Returns [(t_sent, key, allowed)] and the errors (repr, cut to 200
+    characters: keys may be long)."""
+    import redis
+    answers, errors = [], []
+    lock = threading.Lock()
+    t0 = time.monotonic() + 0.2
+
+    def worker(i):
+        conn = client(i)
+        for now, due in paced(per_node[i], lambda: time.monotonic() - t0,
+                              lambda t: t < seconds + 5):
+            try:
+                p = conn.pipeline(transaction=False)
+                for key in due:
+                    p.execute_command("CL.THROTTLE", key, *limit_of(key), 1)
+                reps = p.execute()
+                with lock:
+                    for key, rep in zip(due, reps):
+                        answers.append((now, key, rep[0] == 0))
+            except (redis.RedisError, OSError) as e:
+                with lock:
+                    errors.append(repr(e)[:200])
+                conn = client(i)
+        conn.close()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
+               for i in range(len(per_node))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 30)
+    return answers, errors
+
+
+def wait_cluster_ready(client, n, timeout=20):
+    """Until each of n nodes (client(i) opens a redis client to node i)
+    says INFO cluster_state ok, as a load balancer would wait."""
+    def ready():
+        for i in range(n):
+            with client(i) as r:
+                if r.info("cluster").get("cluster_state") != "ok":
+                    return False
+        return True
+    wait_until(ready, timeout=timeout, what="every node ready (INFO cluster_state)")
+
+
 def gcra_admits(answers, burst, rate):
     """Whether one central GCRA (burst, rate per second) admits each of the
     same requests at the same times, as a list of bools; answers are tuples

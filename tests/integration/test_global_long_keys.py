@@ -28,8 +28,6 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sluicetest  # noqa: E402
@@ -53,52 +51,22 @@ def keys():
     return out
 
 
-def run_load(c, per_node, limit=(BURST, COUNT, PERIOD), seconds=SECONDS):
-    """Sends every node's (time, key) requests at their times, each a
-    CL.THROTTLE under limit (burst, count, period); returns
-    [(t_sent, key, allowed)], errors."""
-    answers, errors = [], []
-    lock = threading.Lock()
-    t0 = time.monotonic() + 0.2
-
-    def worker(i):
-        conn = c.client(i)
-        for now, due in sluicetest.paced(per_node[i], lambda: time.monotonic() - t0,
-                                         lambda t: t < seconds + 5):
-            try:
-                p = conn.pipeline(transaction=False)
-                for key in due:
-                    p.execute_command("CL.THROTTLE", key, *limit, 1)
-                reps = p.execute()
-                with lock:
-                    for key, rep in zip(due, reps):
-                        answers.append((now, key, rep[0] == 0))
-            except (redis.RedisError, OSError) as e:
-                with lock:
-                    errors.append(repr(e)[:200])  # the keys are long
-                conn = c.client(i)
-        conn.close()
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True)
-               for i in range(len(per_node))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(seconds + 30)
-    return answers, errors
-
-
-def check_throttle(c, seed):
+def check_throttle(c, seed, names):
+    """Asks each key of names at DEMAND times its limit for SECONDS, every
+    request on a random node, and checks that each admits what one central
+    GCRA admits for the same requests at the same times, within 10% and 3
+    units."""
     rnd = random.Random(seed)
-    per_node = [[] for _ in range(N)]
-    for k in keys():
+    per_node = [[] for _ in range(c.n)]
+    for k in names:
         sluicetest.poisson_spread(rnd, k, DEMAND * COUNT / PERIOD, SECONDS, per_node)
     for lst in per_node:
         lst.sort()
-    answers, errors = run_load(c, per_node)
+    answers, errors = sluicetest.throttle_load(c.client, per_node,
+                                               lambda k: (BURST, COUNT, PERIOD), SECONDS)
     assert not errors, errors[:3]
     failed = []
-    for k in keys():
+    for k in names:
         mine = sorted((a[0], 0, a[1], a[2]) for a in answers if a[1] == k)
         ok = sum(1 for a in mine if a[3])
         orc = sluicetest.gcra_oracle(mine, BURST, COUNT / PERIOD)
@@ -140,15 +108,8 @@ def main():
     try:
         c.start_all()
         c.wait_members([c.name(i) for i in range(N)])
-
-        def ready():
-            for i in range(N):
-                with c.client(i) as r:
-                    if r.info("cluster").get("cluster_state") != "ok":
-                        return False
-            return True
-        sluicetest.wait_until(ready, timeout=20, what="every node ready (INFO cluster_state)")
-        check_throttle(c, seed)
+        sluicetest.wait_cluster_ready(c.client, N)
+        check_throttle(c, seed, keys())
         check_key_info(c)
         check_lease(c)
         print("test_global_long_keys: OK")

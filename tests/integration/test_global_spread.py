@@ -32,14 +32,11 @@ import random
 import shutil
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sluicetest  # noqa: E402
 from test_global_fleet import Cluster  # noqa: E402
 
-import redis  # noqa: E402
 
 N = 5
 SECONDS = 12.0
@@ -65,41 +62,6 @@ def schedule(seed):
     return per_node
 
 
-def run_load(c, per_node):
-    """Sends every node's requests at their times (those due in a tick as
-    one pipeline); returns [(t_sent, key, allowed)], errors."""
-    answers, errors = [], []
-    lock = threading.Lock()
-    t0 = time.monotonic() + 0.2
-
-    def worker(i):
-        conn = c.client(i)
-        for now, due in sluicetest.paced(per_node[i], lambda: time.monotonic() - t0,
-                                         lambda t: t < SECONDS + 5):
-            try:
-                p = conn.pipeline(transaction=False)
-                for key in due:
-                    _, burst, count, period = GROUPS[key.split(":")[1]]
-                    p.execute_command("CL.THROTTLE", key, burst, count, period, 1)
-                reps = p.execute()
-                sent = now
-                with lock:
-                    for key, rep in zip(due, reps):
-                        answers.append((sent, key, rep[0] == 0))
-            except (redis.RedisError, OSError) as e:
-                with lock:
-                    errors.append(repr(e))
-                conn = c.client(i)
-        conn.close()
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(N)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(SECONDS + 30)
-    return answers, errors
-
-
 def excess(times, burst, rate):
     """The largest excess, in units, of admissions over the envelope
     rate x window + burst + 1 over any window (times sorted)."""
@@ -120,15 +82,10 @@ def main():
         c.start_all()
         c.wait_members(range(N))
 
-        def ready():
-            for i in range(N):
-                with c.client(i) as r:
-                    if r.info("cluster").get("cluster_state") != "ok":
-                        return False
-            return True
         # as a load balancer would, send only to ready nodes
-        sluicetest.wait_until(ready, timeout=20, what="every node ready (INFO cluster_state)")
-        answers, errors = run_load(c, schedule(seed))
+        sluicetest.wait_cluster_ready(c.client, N)
+        answers, errors = sluicetest.throttle_load(
+            c.client, schedule(seed), lambda key: GROUPS[key.split(":")[1]][1:], SECONDS)
         assert not errors, errors[:3]
         failed = []
         for g, (demand, burst, count, period) in GROUPS.items():

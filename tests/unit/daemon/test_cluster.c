@@ -135,11 +135,11 @@ static void test_start_refusals(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
-static void test_scope_routing(void **state)
+/* A lone clustered node ("unit", no seeds, unsealed) on a new loop; the
+ * test ends it with finish(). */
+static struct cluster *start_lone(uv_loop_t *loop)
 {
-    (void)state;
-    uv_loop_t loop;
-    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(uv_loop_init(loop), 0);
     struct cluster_options o;
     cluster_options_init(&o);
     o.gossip_bind = "127.0.0.1:0";
@@ -147,7 +147,15 @@ static void test_scope_routing(void **state)
     o.node_name = "unit";
     struct cluster *c;
     char err[512];
-    assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), 0);
+    assert_int_equal(cluster_start(loop, &o, &c, err, sizeof(err)), 0);
+    return c;
+}
+
+static void test_scope_routing(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    struct cluster *c = start_lone(&loop);
     assert_non_null(c);
     assert_string_equal(cluster_node_name(c), "unit");
     assert_int_equal(cluster_default_scope(c), POLICY_SCOPE_GLOBAL);
@@ -264,15 +272,7 @@ static void test_long_keys_digest(void **state)
     /* Decided by the replica: burst 2 admits 3 of 5, for a key of 10,240
      * bytes as for a short one, and the replica holds one key for it. */
     uv_loop_t loop;
-    assert_int_equal(uv_loop_init(&loop), 0);
-    struct cluster_options o;
-    cluster_options_init(&o);
-    o.gossip_bind = "127.0.0.1:0";
-    o.insecure = 1;
-    o.node_name = "unit";
-    struct cluster *c;
-    char err[512];
-    assert_int_equal(cluster_start(&loop, &o, &c, err, sizeof(err)), 0);
+    struct cluster *c = start_lone(&loop);
     struct limiter *lim;
     assert_int_equal(limiter_create(&lim, NULL), 0);
     struct decide d = {lim, c};
