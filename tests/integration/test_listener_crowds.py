@@ -245,9 +245,12 @@ class HttpCrowdTest(unittest.TestCase):
             self.assertGreater(i["http_evictions"], 0)
             self.assertLessEqual(i["http_connections"], 256 + 2)
             self.assertEqual(metric(port, "http_evictions_total"), info(d)["http_evictions"])
-            # The /metrics answers the crowd asked for waited for later
-            # turns, /health's never; both sides count them.
-            self.assertGreater(i["http_deferred"], 0)
+            # The /metrics answers the crowd asked for may wait for later
+            # turns, /health's never; both sides count them.  How many
+            # wait is timing (a turn's answers must take 1 ms, a render
+            # more than 50 us: 0 in about 1 run in 12 here), so it is
+            # printed, not asserted; what a user sees, /health answered
+            # at once through the crowd, is asserted above.
             m = metric(port, "http_deferred_total")
             self.assertTrue(i["http_deferred"] <= m <= info(d)["http_deferred"], m)
             print("ok: 300 pipelining connections that never read: /health and /v1/throttle "
