@@ -84,6 +84,13 @@ class Cluster:
         for i in range(self.n):
             self.start(i)
 
+    def start_ready(self):
+        """Starts every node and waits until each sees all alive and says
+        it is ready (INFO cluster_state ok), as a load balancer would."""
+        self.start_all()
+        self.wait_members([self.name(i) for i in range(self.n)])
+        sluicetest.wait_cluster_ready(self.client, self.n)
+
     def kill9(self, i):
         self.nodes[i].kill()
 

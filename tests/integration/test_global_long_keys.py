@@ -106,9 +106,7 @@ def main():
     tmpdir = tempfile.mkdtemp(prefix="sluice-longkeys-")
     c = Cluster(N, tmpdir, extra=["--max-key-bytes", "65536"])
     try:
-        c.start_all()
-        c.wait_members([c.name(i) for i in range(N)])
-        sluicetest.wait_cluster_ready(c.client, N)
+        c.start_ready()
         check_throttle(c, seed, keys())
         check_key_info(c)
         check_lease(c)

@@ -52,9 +52,7 @@ def main():
     tmpdir = tempfile.mkdtemp(prefix="sluice-mtu-")
     c = MixedCluster(N, tmpdir)
     try:
-        c.start_all()
-        c.wait_members([c.name(i) for i in range(N)])
-        sluicetest.wait_cluster_ready(c.client, N)
+        c.start_ready()
 
         # 1. larger datagrams where the setting says so
         load(c.sock(0), KEYS, time.monotonic() + 60)
