@@ -7,9 +7,12 @@
  * it spent waiting in the poll (libuv's idle-time metric): the timers, the
  * I/O callbacks and everything else the loop ran in one iteration.  That is
  * wall time, so on a busy host it includes the time the thread waited for a
- * CPU; the thread's CPU time over the same span is kept apart
+ * CPU; the thread's CPU time over the same span, read for a sample of the
+ * turns (cputime_sample_take: one in 16, and every turn after one of
+ * 100 us or more) and at the end of every long one, is kept apart
  * (loop_max_turn_cpu_us), which tells the daemon's own work from the host's
- * load.  Three clock reads per turn.
+ * load.  Two clock reads per turn (the wall clock and libuv's idle time), a
+ * third for a sampled or long one.
  */
 #ifndef SLUICE_LOOPSTAT_H
 #define SLUICE_LOOPSTAT_H
@@ -17,12 +20,16 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "cputime.h"
 #include "metrics.h"
 
 struct loopstat {
     uv_prepare_t prepare;
     int started;
-    uint64_t last_ns, last_idle_ns, last_cpu_ns;
+    uint64_t last_ns, last_idle_ns;
+    uint64_t last_cpu_ns; /* the thread's CPU at the last reading (0: none yet) */
+    int cpu_open;         /* the turn under way is sampled (last_cpu_ns is its start) */
+    struct cputime_sample sample;
     uint64_t turns, max_turn_ns, max_turn_cpu_ns;
     struct metrics_histogram hist; /* metrics_latency_bounds_ns buckets */
 };

@@ -1571,8 +1571,9 @@ static const struct counter_row server__command_rows[] = {
                 "The longest event loop turn's work since start or CONFIG RESETSTAT, in us."),
     COUNTER_ROW(struct server_stats, loop_max_turn_cpu_us, "loop_max_turn_cpu_us",
                 "loop_max_turn_cpu_microseconds", COUNTER_GAUGE,
-                "The most CPU time one event loop turn used since start or CONFIG RESETSTAT, in "
-                "us (below loop_max_turn_us when the thread waited for a CPU)."),
+                "The most CPU time one event loop turn used (of a sample of the turns, and every "
+                "long one) since start or CONFIG RESETSTAT, in us (below loop_max_turn_us when "
+                "the thread waited for a CPU)."),
 };
 const struct counter_table server_command_counters = COUNTER_TABLE(server__command_rows);
 
