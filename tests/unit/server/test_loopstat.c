@@ -78,39 +78,38 @@ static void finish(uv_loop_t *loop, struct loopstat *ls, struct ctx *c)
     assert_int_equal(uv_loop_close(loop), 0);
 }
 
-/* A long turn of CPU after short ones (so it is not a sampled one, which
- * comes every CPUTIME_SAMPLE_EVERY turns): its wall and CPU both show. */
-static void test_cpu_turn_measured_unsampled(void **state)
+/* A long turn of `kind` after 1 to CPUTIME_SAMPLE_EVERY short ones (so it
+ * is a sampled turn once and not the other times): its work shows whole,
+ * its CPU between cpu_lo and cpu_hi. */
+static void check_long_turn(enum turn_kind kind, uint64_t cpu_lo, uint64_t cpu_hi)
 {
-    (void)state;
     uv_loop_t loop;
     struct loopstat ls;
     struct ctx c;
     for (int lead = 1; lead <= (int)CPUTIME_SAMPLE_EVERY; lead++) {
         start(&loop, &ls, &c);
-        run(&loop, &c, lead, TURN_SPIN);
+        run(&loop, &c, lead, kind);
         assert_true(ls.max_turn_ns >= 20 * MS);
-        assert_true(ls.max_turn_cpu_ns >= 19 * MS);
-        /* An upper bound when not sampled, capped at the turn's work. */
-        assert_true(ls.max_turn_cpu_ns <= ls.max_turn_ns);
+        assert_true(ls.max_turn_cpu_ns >= cpu_lo);
+        assert_true(ls.max_turn_cpu_ns <= cpu_hi);
+        assert_true(ls.max_turn_cpu_ns <= ls.max_turn_ns); /* at most the turn's work */
         finish(&loop, &ls, &c);
     }
+}
+
+/* A long turn of CPU: its wall and CPU both show (an upper bound when it
+ * is not sampled, capped at the turn's work). */
+static void test_cpu_turn_measured_sampled_or_not(void **state)
+{
+    (void)state;
+    check_long_turn(TURN_SPIN, 19 * MS, UINT64_MAX);
 }
 
 /* A long turn off the CPU: its wall shows, its CPU does not. */
 static void test_waiting_turn_is_not_cpu(void **state)
 {
     (void)state;
-    uv_loop_t loop;
-    struct loopstat ls;
-    struct ctx c;
-    for (int lead = 1; lead <= (int)CPUTIME_SAMPLE_EVERY; lead++) {
-        start(&loop, &ls, &c);
-        run(&loop, &c, lead, TURN_SLEEP);
-        assert_true(ls.max_turn_ns >= 20 * MS);
-        assert_true(ls.max_turn_cpu_ns < 10 * MS);
-        finish(&loop, &ls, &c);
-    }
+    check_long_turn(TURN_SLEEP, 0, 10 * MS);
 }
 
 /* One short turn in CPUTIME_SAMPLE_EVERY is sampled; every stretch after
@@ -131,7 +130,7 @@ static void test_sample_rule(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cpu_turn_measured_unsampled),
+        cmocka_unit_test(test_cpu_turn_measured_sampled_or_not),
         cmocka_unit_test(test_waiting_turn_is_not_cpu),
         cmocka_unit_test(test_sample_rule),
     };
