@@ -54,6 +54,11 @@ struct cluster {
     uv_timer_t tick, leave;
     uv_idle_t slice;      /* the rest of a replica pass (replica_tick), a slice per loop turn */
     unsigned slice_turns; /* alternates received messages and the pass (on_slice) */
+    /* What a key made global by a reload used as a local key (cluster__carry). */
+    int64_t (*carry)(void *ud, const char *key, size_t klen, const struct algo_params *p);
+    void *carry_ud;
+    const char *carry_key; /* the name clients use for the key being decided, when digested */
+    size_t carry_klen;
     /* The longest stretch of replication work in one loop turn since the
      * last cluster_reset_max (on_slice, on_tick): wall and thread CPU ns. */
     uint64_t slice_max_ns, slice_max_cpu_ns;
@@ -243,6 +248,21 @@ static void cluster__rx_free(struct cluster *c)
 static int64_t cluster__clock(void *ud)
 {
     return cluster_now_ns(ud);
+}
+
+/* The replica's carry (replica.h): what a key a reload made global used as
+ * a local key, looked up in the local table by the name clients use.  A
+ * long key's name in the cluster is its digest (cluster_key_id), which the
+ * local table does not know: the decision that creates it lends the name
+ * (carry_key), or the key would start fresh, a whole quota again. */
+static int64_t cluster__carry(void *ud, const char *key, size_t klen, const struct algo_params *p)
+{
+    struct cluster *c = ud;
+    if (c->carry_key != NULL) {
+        key = c->carry_key;
+        klen = c->carry_klen;
+    }
+    return c->carry(c->carry_ud, key, klen, p);
 }
 
 static int cluster__send(void *ud, const char *to, const uint8_t *buf, size_t len)
@@ -740,8 +760,10 @@ int cluster_start(uv_loop_t *loop, const struct cluster_options *o, struct clust
     rc_cfg.evict = o->evict;
     rc_cfg.send = cluster__send;
     rc_cfg.send_ud = c;
-    rc_cfg.carry = o->carry;
-    rc_cfg.carry_ud = o->carry_ud;
+    c->carry = o->carry;
+    c->carry_ud = o->carry_ud;
+    rc_cfg.carry = o->carry != NULL ? cluster__carry : NULL;
+    rc_cfg.carry_ud = c;
     rc_cfg.clock = cluster__clock;
     rc_cfg.clock_ud = c;
     /* A replication message leaves 200 bytes of the datagram to libgossip's
@@ -954,8 +976,14 @@ int cluster_decide_global(struct cluster *c, const struct policy *pol, const cha
     enum policy_partition rp = pol != NULL ? pol->partition : c->partition;
     int64_t now = cluster_clock_ns(c, now_ns);
     char buf[CLUSTER_KEY_ID_LEN];
-    key = cluster_key_id(key, klen, buf, &klen);
-    int rc = replica_throttle(c->r, key, klen, p, rp, qty, now, out);
+    size_t idlen;
+    const char *id = cluster_key_id(key, klen, buf, &idlen);
+    if (id != key) { /* a digest: a key new to the replica carries by its name */
+        c->carry_key = key;
+        c->carry_klen = klen;
+    }
+    int rc = replica_throttle(c->r, id, idlen, p, rp, qty, now, out);
+    c->carry_key = NULL;
     /* A prompt report asked for (replica.c): at the loop's next turn. */
     if (replica_prompt_pending(c->r))
         uv_idle_start(&c->slice, on_slice);

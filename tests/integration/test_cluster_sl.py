@@ -18,7 +18,8 @@ Three nodes gossip on 127.0.0.1 and load one config file.  Checked:
   7. a dry-run global policy answers allowed and counts its refusals in
      dry_run_would_limit, as a local one does;
   8. a reload that turns a local policy global carries what its keys used
-     as local keys into the cluster: no fresh quota.
+     as local keys into the cluster: no fresh quota, for a key of 700
+     bytes (named by its digest in the cluster) as for a short one.
 
 Every wait is bounded; every process is stopped at the end, even on failure.
 """
@@ -117,6 +118,7 @@ class Nodes:
                                   "--gossip-bind", "127.0.0.1:%d" % self.ports[i],
                                   "--join", join, "--insecure-no-encryption",
                                   "--gossip-probe-interval-ms", "200",
+                                  "--max-key-bytes", "2048",
                                   socket_path=self.sock(i), tmpdir=self.tmp)
             self.nodes.append(d)
             d.start()
@@ -460,11 +462,15 @@ def test_global_dry_run_counted(c):
 
 
 def test_reload_local_to_global(c):
-    key = "lg:1"
-    with c.client(0) as r:
-        # The whole limit (burst 4: 5 at once, 5 an hour), used as a local key.
-        used = sum(allowed(r.execute_command("SL.THROTTLE", key)) for _ in range(7))
-    assert used == 5, used
+    # A short key, and one over 512 bytes, which the cluster names by its
+    # digest (cluster_key_id): its carry still finds what it used.
+    keys = ["lg:1", "lg:" + "x" * 700]
+    used = {}
+    for key in keys:
+        with c.client(0) as r:
+            # The whole limit (burst 4: 5 at once, 5 an hour), used as a local key.
+            used[key] = sum(allowed(r.execute_command("SL.THROTTLE", key)) for _ in range(7))
+        assert used[key] == 5, used
     with open(c.conf) as f:
         text = f.read()
     with open(c.conf, "w") as f:
@@ -472,26 +478,28 @@ def test_reload_local_to_global(c):
     for i in range(N):
         with c.client(i) as r:
             r.execute_command("SL.RELOAD")
-    with c.client(0) as r:
-        reps = []
-        for _ in range(10):
-            reps.append(r.execute_command("SL.THROTTLE", key))
-            time.sleep(0.1)
-    after0 = sum(allowed(rep) for rep in reps)
-    # A fresh quota would admit the whole limit again on node 0 (its first
-    # touch, then the owner's grants); carried, the key is spent.
-    assert after0 == 0, "node 0 admitted %d after the reload: %s" % (after0, reps)
-    wait_owner_knows(c, key, {0: 5}, holder=0)
-    others = 0
-    for i in (1, 2):
-        with c.client(i) as r:
-            others += sum(allowed(r.execute_command("SL.THROTTLE", key)) for _ in range(3))
-    print("local to global: node 0 used %d as a local key, then admitted %d of 10 as a global "
-          "one; nodes 1-2 admitted %d" % (used, after0, others))
-    # The others admit at most their first-touch part of the burst (1/3 of
-    # 5 plus a fraction, each), as after any use on another node.
-    assert others <= 2 * (5 // 3 + 1), others
-    print("ok: a reload from local to global scope carries the keys' use")
+    for key in keys:
+        with c.client(0) as r:
+            reps = []
+            for _ in range(10):
+                reps.append(r.execute_command("SL.THROTTLE", key))
+                time.sleep(0.1)
+        after0 = sum(allowed(rep) for rep in reps)
+        # A fresh quota would admit the whole limit again on node 0 (its
+        # first touch, then the owner's grants); carried, the key is spent.
+        assert after0 == 0, "node 0 admitted %d of %d-byte key after the reload: %s" % (
+            after0, len(key), reps)
+        wait_owner_knows(c, key, {0: 5}, holder=0)
+        others = 0
+        for i in (1, 2):
+            with c.client(i) as r:
+                others += sum(allowed(r.execute_command("SL.THROTTLE", key)) for _ in range(3))
+        print("local to global, %d-byte key: node 0 used %d as a local key, then admitted %d of "
+              "10 as a global one; nodes 1-2 admitted %d" % (len(key), used[key], after0, others))
+        # The others admit at most their first-touch part of the burst (1/3
+        # of 5 plus a fraction, each), as after any use on another node.
+        assert others <= 2 * (5 // 3 + 1), others
+    print("ok: a reload from local to global scope carries the keys' use, long keys' too")
 
 
 def main():
