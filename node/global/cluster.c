@@ -508,9 +508,9 @@ static void on_slice(uv_idle_t *h)
     /* Most slices are short (a received batch applied: 10 to 20 us), and
      * the CPU clock read at each start and at each loop turn (loopstat)
      * took 4% of the CPU of a node receiving batches: a sample of the
-     * slices is measured, with each slice after a long one
-     * and the first of a run (more than a millisecond after the last one
-     * ended), as a backlog's are. */
+     * slices is measured, with each slice after a long one and the first
+     * of a run (more than a millisecond after the last one ended), as a
+     * backlog's are. */
     uint64_t t0 = uv_hrtime();
     uint64_t prev = t0 - c->slice_end_at > 1000000u ? CPUTIME_LONG_NS : c->slice_last_ns;
     uint64_t cpu0 = cputime_sample_take(&c->slice_sample, prev) ? cputime_thread_ns() : 0;
