@@ -35,6 +35,7 @@
 #define IDLE_AFTER_NS    (1000 * 1000000LL) /* no request this long + full bucket: idle */
 #define SHARE_EPS        0.05               /* relative share decrease worth a lease */
 #define SHARE_UP_EPS     0.25               /* ... and increase, unasked (replica_owner__compute) */
+#define SHARE_CUT        0.5 /* a shrink to less than this part of the share is sent twice */
 #define FREE_DEMAND_MAX                                                                            \
     6.0 /* total demand, in rates, beyond which free units stop over-committing */
 #define BACK_AFTER        50   /* intervals of silence after which a report is a return */
@@ -231,6 +232,7 @@ struct nkey {
 #define REP_YOUNG 0x01u
 #define REP_IDLE  0x02u
 #define REP_FRESH 0x04u /* reported since the last lease computation */
+#define REP_AGAIN 0x08u /* a large shrink went out once: send it again (replica_owner__compute) */
 
 /* Owner-side key flags (okey.p.flags). */
 #define OK_FRESH  0x01u /* reported on since its last computation */

@@ -745,6 +745,14 @@ static double replica_node__part(const struct replica *r, const struct nkey *k)
     double d = (double)k->demand, o = (double)k->others;
     if (rate <= 0.0)
         return 0.0;
+    /* No lease yet: the others' demand is not known, not none.  Each node
+     * takes 1/N, as before its first lease.  Taken as none, a node whose
+     * reports were all lost for a second (eight nodes, 10% loss, a
+     * report budget: seven of nine lost in a row) took the whole rate of
+     * a key the seven others were spending too, 1.26 times one central
+     * limiter. */
+    if (!(k->p.flags & NK_LEASED))
+        return 1.0 / (double)(r->nlive > 0 ? r->nlive : 1);
     double s;
     if (d + o >= rate)
         s = d > 0.0 ? d / (d + o) : 0.0;

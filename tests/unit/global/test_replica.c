@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -709,6 +710,42 @@ static void test_one_lease_per_new_key(void **state)
     assert_int_equal(ok, 60 * 16);
 }
 
+/* A node whose key was never leased (every message lost: its owner dead,
+ * or its reports and the leases all lost) knows nothing of the others'
+ * demand: once it counts the owner silent it holds 1/N of the rate, as
+ * before its first lease, not the whole rate as if nobody else asked. */
+static void test_never_leased_silent_owner(void **state)
+{
+    (void)state;
+    settled_cluster();
+    struct algo_params p = limit(9, 30, SEC); /* 10 at once, 30/s */
+    char key[16] = "";
+    for (int k = 0; k < 200; k++) { /* a key a owns */
+        struct replica_key_info ki;
+        snprintf(key, sizeof(key), "u%d", k);
+        ask(1, key, &p, 0); /* a peek: nothing taken */
+        if (replica_key_info(net.r[1], key, strlen(key), net.now, &ki, NULL, NULL) == 0 &&
+            ki.owner != NULL && strcmp(ki.owner, "a") == 0)
+            break;
+    }
+    net.drop = 1;
+    int ok = 0;
+    for (int step = 0; step < 300; step++) { /* b at 100/s for 3 s */
+        ok += ask(1, key, &p, 1);
+        run_ms(10);
+    }
+    struct replica_key_info ki;
+    assert_int_equal(replica_key_info(net.r[1], key, strlen(key), net.now, &ki, NULL, NULL), 0);
+    fprintf(stderr, "never leased: share %.3f, degraded %d, %d of 300 admitted\n", ki.share,
+            ki.degraded, ok);
+    assert_true(ki.degraded);
+    assert_true(fabs(ki.share - 1.0 / N) < 1e-3);
+    /* Its third of the burst and of 3 s of the rate, a unit or two more
+     * (first touches, the degraded bucket's extra unit); the whole rate
+     * from the silence on would be 70 or more. */
+    assert_true(ok <= 10 / N + 30 + 4);
+}
+
 /* A lease for another life of this name is ignored; garbage is counted and
  * dropped. */
 static void test_stale_and_garbage(void **state)
@@ -1079,6 +1116,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_impossible_quantity_not_demand, setup, teardown),
         cmocka_unit_test_setup_teardown(test_owner_relearns_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_lease_per_new_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_never_leased_silent_owner, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
