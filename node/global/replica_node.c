@@ -745,13 +745,17 @@ static double replica_node__part(const struct replica *r, const struct nkey *k)
     double d = (double)k->demand, o = (double)k->others;
     if (rate <= 0.0)
         return 0.0;
-    /* No lease yet: the others' demand is not known, not none.  Each node
-     * takes 1/N, as before its first lease.  Taken as none, a node whose
-     * reports were all lost for a second (eight nodes, 10% loss, a
-     * report budget: seven of nine lost in a row) took the whole rate of
-     * a key the seven others were spending too, 1.26 times one central
-     * limiter. */
-    if (!(k->p.flags & NK_LEASED))
+    /* No lease yet: the others' demand is not known, not none.  While the
+     * failure detector has nothing against the owner (its leases lost, or
+     * this node's reports), each node takes 1/N, as before its first
+     * lease: taken as none, a node whose reports were all lost for a
+     * second (eight nodes, 10% loss, a report budget: seven of nine lost
+     * in a row) took the whole rate of a key the seven others were
+     * spending too, 1.26 times one central limiter.  An owner suspected,
+     * or not heard from lately, is likely dead: then availability first,
+     * and a key new since (a user that came while it died) is not held to
+     * 1/N of its rate until the verdict. */
+    if (!(k->p.flags & NK_LEASED) && !r->mem[k->owner].suspect && !r->mem[k->owner].quiet)
         return 1.0 / (double)(r->nlive > 0 ? r->nlive : 1);
     double s;
     if (d + o >= rate)

@@ -710,10 +710,10 @@ static void test_one_lease_per_new_key(void **state)
     assert_int_equal(ok, 60 * 16);
 }
 
-/* A node whose key was never leased (every message lost: its owner dead,
- * or its reports and the leases all lost) knows nothing of the others'
- * demand: once it counts the owner silent it holds 1/N of the rate, as
- * before its first lease, not the whole rate as if nobody else asked. */
+/* A node whose key was never leased (its reports and the leases all lost)
+ * knows nothing of the others' demand: once it counts the owner silent it
+ * holds 1/N of the rate, as before its first lease, not the whole rate as
+ * if nobody else asked; unless the owner is suspected. */
 static void test_never_leased_silent_owner(void **state)
 {
     (void)state;
@@ -744,6 +744,20 @@ static void test_never_leased_silent_owner(void **state)
      * (first touches, the degraded bucket's extra unit); the whole rate
      * from the silence on would be 70 or more. */
     assert_true(ok <= 10 / N + 30 + 4);
+    /* Once b's failure detector suspects a, a is likely dead: b takes
+     * what its own demand asks (availability first), not 1/N of it until
+     * the verdict. */
+    struct replica_member m[N] = {{"a", 1, 1, 0}, {"b", 1, 0, 0}, {"c", 1, 0, 0}};
+    assert_int_equal(replica_set_view(net.r[1], m, N, 1, net.now), 0);
+    ok = 0;
+    for (int step = 0; step < 100; step++) { /* 1 s more at 100/s */
+        ok += ask(1, key, &p, 1);
+        run_ms(10);
+    }
+    assert_int_equal(replica_key_info(net.r[1], key, strlen(key), net.now, &ki, NULL, NULL), 0);
+    fprintf(stderr, "owner suspected: share %.3f, %d of 100 admitted\n", ki.share, ok);
+    assert_true(ki.share > 0.99);
+    assert_true(ok >= 25);
 }
 
 /* A lease for another life of this name is ignored; garbage is counted and
