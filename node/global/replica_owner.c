@@ -673,8 +673,8 @@ void replica_owner_split(struct replica *r, struct okey *o, double avail, double
  */
 
 /* Units rp holds, by its owner's account; *room: what its bucket could
- * take at its new share.  -1 for a reporter presumed dead.  unasked: no
- * live reporter reads any demand (see below). */
+ * take at its new share.  -1 for a reporter presumed dead.  unasked: rp is
+ * the key's only reporter and reads no demand (see below). */
 static double replica_owner__held(const struct replica *r, const struct orep *rp, int64_t now,
                                   double em, double limit, int unasked, double *room)
 {
@@ -1319,8 +1319,10 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
          * share while it was the only reporter, lost the shrink, its next
          * report and the lease that answered it, and admitted at the
          * whole share for 2.4 s, 1.26 times one central limiter).  Twice
-         * is one lost in a hundred, not ten. */
-        if (!again && rp->member != r->self && rp->sent_share > 0.0F &&
+         * is one lost in a hundred, not ten.  Not to an idle node (its
+         * share goes to 0 as it stops asking): it spends nothing until it
+         * asks again, and its next request brings a report. */
+        if (!again && rp->member != r->self && !(rp->flags & REP_IDLE) && rp->sent_share > 0.0F &&
             w < SHARE_CUT * rp->sent_share) {
             rp->flags |= REP_AGAIN;
             later = 1;
