@@ -765,8 +765,6 @@ static double replica_node__part(const struct replica *r, const struct nkey *k)
     return s > 1.0 ? 1.0 : s;
 }
 
-static int replica_node__gave_back(const struct replica *r, const struct nkey *k);
-
 static void replica_node__apply_lease(struct replica *r, struct nkey *k, const struct wire_lease *l,
                                       int64_t now)
 {
@@ -793,10 +791,6 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
         share = 0.0;
         k->free = 0.0F;
     }
-    /* A slow key that gave its units back with its idle report holds no
-     * share until it is asked again (replica_node__report). */
-    if (replica_node__gave_back(r, k))
-        share = 0.0;
     double before = k->tokens;
     replica_node__set_share(k, share, now);
     /* A node that does not use the key (it only peeked, or stopped asking)
@@ -1101,17 +1095,8 @@ static size_t replica_node__report(struct replica *r, struct table_entry *e, int
          * request is admitted on the free units of its last lease, or on
          * credit once that lapsed (replica_node__use_note). */
         if (replica__slow(&k->p, r->interval) && (k->p.flags & NK_LEASED) && k->leased_by != 0 &&
-            now - k->last_lease <= 2 * r->silence) {
-            /* ... and it holds no share until it is asked again
-             * (replica_node__apply_lease): refilling at its share, its
-             * bucket was soon not full, so not idle, and the key went
-             * back to a report every period, each answered by a lease,
-             * until it had refilled and reported idle again (a key of 30
-             * a minute: a minute of reports every half second after its
-             * last request), refilling units its owner had back. */
-            replica_node__set_share(k, 0.0, now);
+            now - k->last_lease <= 2 * r->silence)
             k->tokens = 0.0;
-        }
     }
     struct wire_report w = {
         .key = table_entry_key(e),

@@ -673,10 +673,9 @@ void replica_owner_split(struct replica *r, struct okey *o, double avail, double
  */
 
 /* Units rp holds, by its owner's account; *room: what its bucket could
- * take at its new share.  -1 for a reporter presumed dead.  unasked: rp is
- * the key's only reporter and reads no demand (see below). */
+ * take at its new share.  -1 for a reporter presumed dead. */
 static double replica_owner__held(const struct replica *r, const struct orep *rp, int64_t now,
-                                  double em, double limit, int unasked, double *room)
+                                  double em, double limit, double *room)
 {
     double had = rp->sent_share > 0.0F ? rp->sent_share : 0.0;
     double since = now > rp->last_at ? (double)(now - rp->last_at) : 0.0;
@@ -690,18 +689,8 @@ static double replica_owner__held(const struct replica *r, const struct orep *rp
         if (h > cap + 1.0)
             h = cap + 1.0; /* a bucket holds no more (headroom included) */
         /* Only a node that asks gets grants: units given to one that only
-         * peeked would sit there while the others are refused.  But a
-         * key's first request is left out of its demand
-         * (replica_node__demand): a node that took units of a key it
-         * alone reports gets them too (with more reporters, such nodes
-         * are the first touches of a key hammered from many, and units
-         * granted to them were spent twice).  Without, a key touched once,
-         * whose share grew from 1/N to the whole at its first lease, had
-         * a bucket that refilled only at the rate, and was not idle (a
-         * report every period, each answered by a lease) until it was
-         * full: 23 s for 30 a minute and a burst of 15. */
-        if (rp->share > 0.0F && (rp->demand > 0.0F || (unasked && rp->admitted > 0)) &&
-            !(rp->flags & REP_IDLE)) {
+         * peeked would sit there while the others are refused. */
+        if (rp->share > 0.0F && rp->demand > 0.0F && !(rp->flags & REP_IDLE)) {
             double room_ = (rp->share * limit < 1.0 ? 1.0 : rp->share * limit) - h - out;
             *room = room_ > 0.0 ? room_ : 0.0;
         }
@@ -720,9 +709,8 @@ static void replica_owner__grant(const struct replica *r, struct okey *o, int64_
     double em = replica__em(&o->p);
     double limit = (double)replica__limit(&o->p);
     double slack = limit - replica_owner__used(o, now), roomsum = 0.0, room;
-    int unasked = o->n == 1 && o->reps[0].demand <= 0.0F;
     for (uint32_t i = 0; i < o->n; i++) {
-        double h = replica_owner__held(r, &o->reps[i], now, em, limit, unasked, &room);
+        double h = replica_owner__held(r, &o->reps[i], now, em, limit, &room);
         if (h > 0.0)
             slack -= h;
         roomsum += room;
@@ -732,7 +720,7 @@ static void replica_owner__grant(const struct replica *r, struct okey *o, int64_
     double give = slack < roomsum ? slack : roomsum;
     for (uint32_t i = 0; i < o->n; i++) {
         struct orep *rp = &o->reps[i];
-        (void)replica_owner__held(r, rp, now, em, limit, unasked, &room);
+        (void)replica_owner__held(r, rp, now, em, limit, &room);
         if (room > 0.0)
             rp->g_sent +=
                 (uint32_t)ceil(give * room / roomsum * 1000.0); /* whole units stay whole */
@@ -887,7 +875,7 @@ static void replica_owner__chance(const struct replica *r, struct okey *o, doubl
     double slack = limit - replica_owner__used(o, now), room;
     for (uint32_t i = 0; i < o->n; i++) {
         o->reps[i].share = 0.0F;
-        double held = replica_owner__held(r, &o->reps[i], now, em, limit, 0, &room);
+        double held = replica_owner__held(r, &o->reps[i], now, em, limit, &room);
         if (held > 0.0)
             slack -= held;
     }
@@ -1294,14 +1282,9 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
         int changed =
             rp->sent_share < 0.0 || diff > eps * (rp->sent_share + 0.01) || free_moved || moved;
         /* A grant not acknowledged yet goes out again (running total), and
-         * a large shrink once more (REP_AGAIN, below).  A node that reads
-         * no demand (a key touched once, replica_owner__held) gets its
-         * grant with the answer to its next report: it is not waiting
-         * for the units, and a lease for the grant alone was a second
-         * lease for most new keys. */
+         * a large shrink once more (REP_AGAIN, below). */
         int again = (rp->flags & REP_AGAIN) != 0;
-        int grant = rp->g_sent != rp->g_ack && rp->demand > 0.0F;
-        if (!changed && !again && !(rp->flags & REP_FRESH) && !grant)
+        if (!changed && !again && !(rp->flags & REP_FRESH) && rp->g_sent == rp->g_ack)
             continue;
         if (asker != NO_ASKER && rp->member != asker && !moved && rp->sent_share >= 0.0 &&
             w >= rp->sent_share - SHARE_EPS * (rp->sent_share + 0.01) &&
