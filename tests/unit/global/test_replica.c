@@ -728,13 +728,15 @@ static void test_never_leased_silent_owner(void **state)
             ki.owner != NULL && strcmp(ki.owner, "a") == 0)
             break;
     }
+    struct replica_key_info ki;
+    assert_int_equal(replica_key_info(net.r[1], key, strlen(key), net.now, &ki, NULL, NULL), 0);
+    assert_string_equal(ki.owner, "a");
     net.drop = 1;
     int ok = 0;
     for (int step = 0; step < 300; step++) { /* b at 100/s for 3 s */
         ok += ask(1, key, &p, 1);
         run_ms(10);
     }
-    struct replica_key_info ki;
     assert_int_equal(replica_key_info(net.r[1], key, strlen(key), net.now, &ki, NULL, NULL), 0);
     fprintf(stderr, "never leased: share %.3f, degraded %d, %d of 300 admitted\n", ki.share,
             ki.degraded, ok);

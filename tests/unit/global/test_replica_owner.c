@@ -238,11 +238,12 @@ static void test_large_shrink_sent_twice(void **state)
     assert_int_equal(sent[1], 3);
 
     /* A shrink by a tenth, once. */
+    double was = b->sent_share;
     e.demand_milli = 111000;
     deliver(r, 2, &e);
     pass_at(r, key, NOW + 3 * r->interval);
-    double was = b->sent_share;
-    fprintf(stderr, "b alone %.3f, beside c %.3f\n", alone, was);
+    fprintf(stderr, "b alone %.3f, beside c %.3f, then %.3f\n", alone, was, b->sent_share);
+    assert_true(b->sent_share < was && b->sent_share >= 0.5 * was);
     assert_int_equal(sent[1], 4);
     pass_at(r, key, NOW + 4 * r->interval);
     assert_int_equal(sent[1], 4);
