@@ -82,7 +82,10 @@
  *   it at their next report and it leases from what they report.
  * Leave, failure.  Keys move to the next owner in rank.  A new owner never
  *   lets a node's share grow until it has owned the key for a silence window
- *   with the view complete: a missing report is not zero demand.
+ *   with the view complete: a missing report is not zero demand.  A key
+ *   new to the cluster that one node alone asks for settles in two
+ *   intervals (the first touches made about then are reported by then),
+ *   so a new user's burst on one node gets the cluster's bucket at once.
  * Silence.  A reporter that stops reporting (frozen, cut off) keeps its last
  *   share reserved under the share policy for phantom_max_ns, so the others
  *   do not take it; idle reports release it at once.

@@ -47,6 +47,10 @@
  * limit with 10% loss admitted 0.946 of one central limiter at 8, 0.977
  * at 16); what they may admit is still checked against the level. */
 #define FREE_TTL 16
+/* Intervals after which the record of a key new to the cluster (OK_BORN)
+ * is settled: the first reports of the nodes that touched it about when
+ * it was made (a touched key reports at its node's next pass) are in. */
+#define BORN_SETTLE 2
 /* Thin keys (replica_owner.c): notices go out at most every NOTICE_EVERY
  * intervals per key and hold NOTICE_TTL intervals at the receiver; an
  * owner sends at most NOTICE_RATE of them a second (NOTICE_RATE at once),
@@ -244,6 +248,11 @@ struct nkey {
 /* The view split since it was last whole: the side's bucket holds its
  * part of the level (replica_owner_compute, "A side's bucket"). */
 #define OK_SPLIT 0x10u
+/* A key new to the cluster: the record was made on the report of a node
+ * no owner ever leased it to, and no reporter since said otherwise
+ * (replica_owner__report).  It settles in BORN_SETTLE intervals, not a
+ * silence window (replica_owner_compute). */
+#define OK_BORN 0x20u
 
 /* 64 bytes: owner records are many (one per key and reporting node). */
 struct orep {

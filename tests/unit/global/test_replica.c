@@ -1106,6 +1106,44 @@ static void test_impossible_quantity_not_demand(void **state)
     assert_true(ok >= 25); /* 10 a second for 3 s, less the first lease */
 }
 
+/* A new user's burst on one node: 16 requests 50 ms apart (and 100 ms
+ * apart) on keys of burst 16 nobody used before, all on node a, as one
+ * central bucket admits all 16.  The key's owner grants the node the
+ * cluster's bucket once the record of a key new to the cluster has settled
+ * (BORN_SETTLE intervals, not a silence window: 10 of 16 passed at 50 ms
+ * apart, the node held to its first third of the burst for half a
+ * second), and a grant is not cut by what the node admitted from its own
+ * tokens since its report (the owner counted those as held: 15 of 16 at
+ * 100 ms apart).  Keys of each owner: a's own, b's and c's. */
+static void test_new_key_burst_one_node(void **state)
+{
+    (void)state;
+    settled_cluster();
+    struct algo_params p = limit(15, 30, 60 * SEC); /* 16 at once, 30 a minute */
+    int owners[N] = {0};
+    for (int gap = 50; gap <= 100; gap += 50) {
+        for (int k = 0; k < 9; k++) {
+            char key[32];
+            snprintf(key, sizeof(key), "user:%d:%d", gap, k);
+            int ok = 0;
+            for (int j = 0; j < 16; j++) {
+                ok += ask(0, key, &p, 1);
+                run_ms(gap);
+            }
+            struct replica_key_info ki;
+            assert_int_equal(replica_key_info(net.r[0], key, strlen(key), net.now, &ki, NULL, NULL),
+                             0);
+            owners[idx(ki.owner)]++;
+            if (ok != 16)
+                fprintf(stderr, "burst %d ms apart, key %s (owner %s): %d of 16\n", gap, key,
+                        ki.owner, ok);
+            assert_int_equal(ok, 16);
+            run_ms(1000);
+        }
+    }
+    assert_true(owners[0] > 0 && owners[1] > 0 && owners[2] > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1133,6 +1171,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_owner_relearns_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_lease_per_new_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_never_leased_silent_owner, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_key_burst_one_node, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
