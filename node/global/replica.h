@@ -85,7 +85,8 @@
  *   with the view complete: a missing report is not zero demand.  A key
  *   new to the cluster that one node alone asks for settles in two
  *   intervals (the first touches made about then are reported by then),
- *   so a new user's burst on one node gets the cluster's bucket at once.
+ *   granted what its demand takes a few intervals ahead until the silence
+ *   window has passed, so a new user's burst on one node is served.
  * Silence.  A reporter that stops reporting (frozen, cut off) keeps its last
  *   share reserved under the share policy for phantom_max_ns, so the others
  *   do not take it; idle reports release it at once.

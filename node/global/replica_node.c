@@ -829,18 +829,21 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
         double g = (double)ahead / 1000.0;
         /* The owner granted what nobody held as of the report it saw; what
          * this node admitted since on the cluster's credit (free units,
-         * first touches) may already have spent some of it.  Not what it
+         * first touches) may already have spent some of it: the credit
+         * count since that report (wire seen_credit).  Not what it
          * admitted from its tokens: the owner counted those as held, not
          * as spare, and taking them off the grant too left a node that
-         * spent between its report and the lease a unit or more short of
-         * the cluster's level for good (a new key's burst on one node,
-         * 16 requests 100 ms apart: 15 admitted where one central limiter
-         * admits 16).  What it admitted on credit since its last report, at
-         * most all it admitted since the report the owner saw. */
+         * spent between a report and the lease that answered it a unit or
+         * more short of the cluster's level for good (a new key's burst on
+         * one node, 16 requests 100 ms apart: 15 admitted where one
+         * central limiter admits 16).  From an owner that does not send
+         * it, all it admitted since, as before. */
         double unseen = (double)(uint32_t)((uint32_t)k->admitted - (uint32_t)l->seen);
-        double credit = (double)(uint32_t)(k->credit - k->reported);
-        if (credit < unseen)
-            unseen = credit;
+        if (l->seen_credit > 0) {
+            double c = (double)(uint32_t)(k->credit - (uint32_t)(l->seen_credit - 1));
+            if (c < unseen)
+                unseen = c;
+        }
         k->tokens += g > unseen ? g - unseen : 0.0;
         k->granted_m = (uint32_t)grant_m;
         double cap = replica_node_cap(k, k->share);

@@ -152,7 +152,11 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots
     X(8, seen, uint64_t, WIRE_U, UINT32_MAX)                                                       \
     /* the odds that a request on free units is refused anyway, in                                 \
      * 1/65535 (a thin key's chance, replica_owner.c); 0: never */                                 \
-    X(9, refuse_q, uint64_t, WIRE_U, 65535)
+    X(9, refuse_q, uint64_t, WIRE_U, 65535)                                                        \
+    /* the receiver's credit count in that report (wire report field 16),                          \
+     * mod 2^32, plus 1 (0: not sent, an older owner): what it admitted on                         \
+     * the cluster's credit since, a grant does not cover */                                       \
+    X(10, seen_credit, uint64_t, WIRE_U, (uint64_t)UINT32_MAX + 1)
 
 #define WIRE_MEMBER_(id, member, type, sign, max) type member;
 

@@ -1108,13 +1108,13 @@ static void test_impossible_quantity_not_demand(void **state)
 
 /* A new user's burst on one node: 16 requests 50 ms apart (and 100 ms
  * apart) on keys of burst 16 nobody used before, all on node a, as one
- * central bucket admits all 16.  The key's owner grants the node the
- * cluster's bucket once the record of a key new to the cluster has settled
+ * central bucket admits all 16.  The key's owner grants the node what its
+ * demand takes once the record of a key new to the cluster has settled
  * (BORN_SETTLE intervals, not a silence window: 10 of 16 passed at 50 ms
  * apart, the node held to its first third of the burst for half a
  * second), and a grant is not cut by what the node admitted from its own
- * tokens since its report (the owner counted those as held: 15 of 16 at
- * 100 ms apart).  Keys of each owner: a's own, b's and c's. */
+ * tokens since the report it answers (the owner counted those as held:
+ * 15 of 16 at 100 ms apart).  Keys of each owner: a's own, b's and c's. */
 static void test_new_key_burst_one_node(void **state)
 {
     (void)state;
