@@ -837,13 +837,11 @@ static void replica_node__apply_lease(struct replica *r, struct nkey *k, const s
          * more short of the cluster's level for good (a new key's burst on
          * one node, 16 requests 100 ms apart: 15 admitted where one
          * central limiter admits 16).  From an owner that does not send
-         * it, all it admitted since, as before. */
+         * it, all its credit, at most all it admitted since. */
         double unseen = (double)(uint32_t)((uint32_t)k->admitted - (uint32_t)l->seen);
-        if (l->seen_credit > 0) {
-            double c = (double)(uint32_t)(k->credit - (uint32_t)(l->seen_credit - 1));
-            if (c < unseen)
-                unseen = c;
-        }
+        double c = (double)(uint32_t)(k->credit - (uint32_t)l->seen_credit);
+        if (c < unseen)
+            unseen = c;
         k->tokens += g > unseen ? g - unseen : 0.0;
         k->granted_m = (uint32_t)grant_m;
         double cap = replica_node_cap(k, k->share);

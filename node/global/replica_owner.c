@@ -1395,7 +1395,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
                                                           : others * 1000.0),
                                (uint32_t)rp->admitted,
                                o->refuse_q,
-                               (uint64_t)rp->credit + 1,
+                               rp->credit,
                                r->life};
         if (rp->member == r->self) {
             /* This node's own node side: no message (it checks, as for any

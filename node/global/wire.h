@@ -154,9 +154,10 @@ enum wire_type { WIRE_REPORT = 1, WIRE_LEASE = 2, WIRE_SLOTS = 3 /* global/slots
      * 1/65535 (a thin key's chance, replica_owner.c); 0: never */                                 \
     X(9, refuse_q, uint64_t, WIRE_U, 65535)                                                        \
     /* the receiver's credit count in that report (wire report field 16),                          \
-     * mod 2^32, plus 1 (0: not sent, an older owner): what it admitted on                         \
-     * the cluster's credit since, a grant does not cover */                                       \
-    X(10, seen_credit, uint64_t, WIRE_U, (uint64_t)UINT32_MAX + 1)
+     * mod 2^32: what it admitted on the cluster's credit since, a grant                           \
+     * does not cover (left out when 0, as from an older owner: the                                \
+     * receiver then counts all its credit, at most all it admitted since) */                      \
+    X(10, seen_credit, uint64_t, WIRE_U, UINT32_MAX)
 
 #define WIRE_MEMBER_(id, member, type, sign, max) type member;
 
