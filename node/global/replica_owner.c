@@ -1076,7 +1076,7 @@ static void replica_owner__compute(struct replica *r, struct table_entry *te, in
      * a new user's burst on one node to that node's first share for half a
      * second (16 requests 50 ms apart on a key of burst 16, three nodes: 10
      * admitted where one central limiter admits 16; real daemons, 5 nodes:
-     * 0.46 of it, 0.93 now).  Not with a second reporter (a contested key:
+     * 0.46 of it, 0.90 to 0.96 now).  Not with a second reporter (a contested key:
      * a lost first report of a third is seconds of its share), and not
      * where each node's part is less than a unit: every node that touches
      * such a key after its units were granted takes a first touch on

@@ -362,8 +362,7 @@ static void test_outvoted_side_yields(void **state)
  * granted what its demand takes over FREE_AHEAD intervals, a unit more,
  * not the whole bucket: a node that touches the key later takes its first
  * part as its own, and units granted early that would sit on the first
- * node were spent twice.  A second reporter, or a key that moved here (its
- * reporter leased by another owner), waits the whole window. */
+ * node were spent twice.  A key two nodes report waits the whole window. */
 static void test_new_key_grants_follow_demand(void **state)
 {
     struct replica *r = *state;
